@@ -1,0 +1,94 @@
+/*
+ * config - the agent's configuration file and command-line overrides.
+ *
+ * Pure parsing and validation: no sockets, no libev, no hiredis. Errors are
+ * written as "<file>:<line>: <reason>" into the caller's buffer.
+ *
+ * Syntax (one directive a line, '#' starts a comment):
+ *   listen        127.0.0.1:12345 | [::1]:12345 | unix:/path
+ *   redis         redis://[user:password@]host:port[/db] | unix:///path
+ *   redis-timeout 50ms
+ *   threads       1
+ *   policy <name> <limit>/<window> [<limit>/<window>...] [on-redis-error=deny|allow] [shadow]
+ *   override <policy> <key> <limit>/<window> [<limit>/<window>...]
+ *   log-level     error|warn|info|debug
+ *   metrics       127.0.0.1:9102
+ *   max-connections 10000
+ *   max-inflight  256             (NOTIFYs in flight per connection)
+ *   allow-remote-listen           (permit a non-loopback listen address)
+ * Durations: <n>ms|s|m|h. Windows: <n>ms|s|m|h with an implicit 1 ("1s" or "s").
+ */
+#ifndef SPOA_CONFIG_H
+#define SPOA_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "window.h"
+
+#define CONFIG_ERR_LEN        512
+#define CONFIG_ADDR_MAX       256
+#define CONFIG_URL_MAX        512
+#define CONFIG_MAX_POLICIES   64
+
+enum config_log_level {
+	CONFIG_LOG_ERROR = 0,
+	CONFIG_LOG_WARN,
+	CONFIG_LOG_INFO,
+	CONFIG_LOG_DEBUG,
+	CONFIG_LOG_COUNT
+};
+
+struct config {
+	char path[CONFIG_ADDR_MAX];            /* file it came from, "" if none */
+	char listen[CONFIG_ADDR_MAX];
+	char redis[CONFIG_URL_MAX];
+	uint64_t redis_timeout_ms;
+	unsigned threads;
+	enum config_log_level log_level;
+	char metrics[CONFIG_ADDR_MAX];         /* "" = off */
+	unsigned max_connections;
+	unsigned max_inflight;
+	bool allow_remote_listen;
+	size_t npolicies;
+	struct window_policy policies[CONFIG_MAX_POLICIES];
+};
+
+/* Fill <c> with the defaults (listen 127.0.0.1:12345, redis
+ * redis://127.0.0.1:6379/0, redis-timeout 50ms, threads 1, ...). */
+void config_init(struct config *c);
+
+/*
+ * Parse <text> (<len> bytes, need not be NUL-terminated) named <name> in
+ * messages, on top of what <c> already holds. Returns 0, or -1 with
+ * "<name>:<line>: <reason>" in <err>. On -1 <c> may be half-filled: callers
+ * parse into a scratch copy. Allocates override tables: free with
+ * config_release().
+ */
+int config_parse(struct config *c, const char *name, const char *text, size_t len,
+                 char *err, size_t errlen);
+
+/* Read and parse the file at <path>. Same contract as config_parse(). */
+int config_load_file(struct config *c, const char *path, char *err, size_t errlen);
+
+/* Final checks once file and flags are merged (a policy exists, listen is
+ * loopback or unix unless allowed, ...). Returns 0 or -1 with <err>. */
+int config_validate(const struct config *c, char *err, size_t errlen);
+
+/* Free what config_parse() allocated inside <c>; <c> itself is the caller's. */
+void config_release(struct config *c);
+
+/* Deep-copy <src> into <dst> (override tables included). Returns 0 or -1. */
+int config_copy(struct config *dst, const struct config *src);
+
+/* Policy named <name>/<len>, or NULL. Borrowed from <c>. */
+const struct window_policy *config_find_policy(const struct config *c,
+                                               const char *name, size_t len);
+
+/* Parse "<n><unit>" (ms, s, m, h). Returns 0 and <*ms>, or -1. */
+int config_parse_duration(const char *s, size_t len, uint64_t *ms);
+
+const char *config_log_level_str(enum config_log_level l);
+
+#endif /* SPOA_CONFIG_H */

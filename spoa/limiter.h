@@ -1,0 +1,58 @@
+/*
+ * limiter - asks Redis for decisions: hiredis async on one thread's libev loop.
+ *
+ * One struct limiter per worker thread, never shared. It connects (and
+ * reconnects with backoff), loads the script, runs EVALSHA (EVAL after a
+ * NOSCRIPT), and enforces its own per-call deadline (hiredis 0.14 has none).
+ *
+ * Callback contract: limiter_check() either returns -1 and never calls <cb>,
+ * or returns 0 and calls <cb> exactly once: on the reply, on the deadline, on
+ * disconnect, or from limiter_free(). While Redis is away it answers at once
+ * (through <cb>, on the next loop iteration) with the policy's error decision:
+ * no queue grows.
+ */
+#ifndef SPOA_LIMITER_H
+#define SPOA_LIMITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "window.h"
+
+struct ev_loop;
+struct limiter;
+struct metrics;
+
+typedef void (*limiter_cb)(void *arg, const struct window_decision *d);
+
+struct limiter_settings {
+	const char *redis_url;          /* redis://[user:pass@]host:port[/db] or unix:///path */
+	uint64_t timeout_ms;            /* per-call deadline */
+	const char *script;             /* Lua source, borrowed until limiter_free() */
+	size_t script_len;
+	unsigned thread_id;             /* for the unique member prefix */
+	struct metrics *metrics;        /* this thread's counters, may be NULL */
+};
+
+/* Create a limiter on <loop> and start connecting. Returns NULL with <err>
+ * on a bad URL or allocation failure. Caller frees with limiter_free(). */
+struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings *s,
+                            char *err, size_t errlen);
+
+/* Ask for one decision. <p> and <key> are borrowed only during the call. */
+int limiter_check(struct limiter *l, const struct window_policy *p,
+                  const char *key, size_t key_len, uint64_t cost,
+                  limiter_cb cb, void *arg);
+
+/* Replace the Redis settings (reload): reconnects if the URL changed.
+ * Returns 0 or -1 with <err>. */
+int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
+                        char *err, size_t errlen);
+
+/* Calls still waiting for a reply. */
+unsigned limiter_pending(const struct limiter *l);
+
+/* Answer every pending call with an error decision, disconnect, free. */
+void limiter_free(struct limiter *l);
+
+#endif /* SPOA_LIMITER_H */

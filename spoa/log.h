@@ -1,0 +1,27 @@
+/*
+ * log - levelled, one line per event, key=value, on stderr.
+ *
+ *   ts=2026-12-02T14:00:00.123Z level=info event=redis_connected addr=127.0.0.1:6379
+ *
+ * Callers pass the event name and a printf-style tail of key=value pairs.
+ * Never log secrets (passwords, tokens): callers redact before.
+ * Thread-safe: each line is written with one write(2).
+ */
+#ifndef SPOA_LOG_H
+#define SPOA_LOG_H
+
+#include "config.h"
+
+void log_set_level(enum config_log_level l);
+enum config_log_level log_get_level(void);
+bool log_enabled(enum config_log_level l);
+
+__attribute__((format(printf, 3, 4)))
+void log_event(enum config_log_level l, const char *event, const char *fmt, ...);
+
+#define log_error(ev, ...) log_event(CONFIG_LOG_ERROR, ev, __VA_ARGS__)
+#define log_warn(ev, ...)  log_event(CONFIG_LOG_WARN, ev, __VA_ARGS__)
+#define log_info(ev, ...)  log_event(CONFIG_LOG_INFO, ev, __VA_ARGS__)
+#define log_debug(ev, ...) do { if (log_enabled(CONFIG_LOG_DEBUG)) log_event(CONFIG_LOG_DEBUG, ev, __VA_ARGS__); } while (0)
+
+#endif /* SPOA_LOG_H */

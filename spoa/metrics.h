@@ -1,0 +1,75 @@
+/*
+ * metrics - counters and gauges, and their Prometheus text rendering.
+ *
+ * Each worker thread owns one struct metrics and is its only writer, so the
+ * hot path is a plain relaxed load+store (no lock, no RMW). The scraper in the
+ * main thread sums the threads with relaxed loads: a scrape may be one event
+ * behind, never torn.
+ */
+#ifndef SPOA_METRICS_H
+#define SPOA_METRICS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "spop.h"
+#include "window.h"
+
+enum metrics_redis_error {
+	METRICS_REDIS_ERR_TIMEOUT = 0,
+	METRICS_REDIS_ERR_REFUSED,     /* not connected / connect failed */
+	METRICS_REDIS_ERR_SCRIPT,      /* error reply or bad shape */
+	METRICS_REDIS_ERR_NOSCRIPT,
+	METRICS_REDIS_ERR_COUNT
+};
+
+/* Histogram bucket bounds in microseconds (le); last bucket is +Inf. */
+#define METRICS_LAT_BUCKETS 14
+
+struct metrics {
+	/* decisions[policy index][status]; shadow-deny counted apart */
+	_Atomic uint64_t decisions[CONFIG_MAX_POLICIES][WINDOW_STATUS_COUNT];
+	_Atomic uint64_t shadow_denies[CONFIG_MAX_POLICIES];
+	_Atomic uint64_t cache_denies[CONFIG_MAX_POLICIES];
+	_Atomic uint64_t errors_by_reason[WINDOW_REASON_COUNT];
+	_Atomic uint64_t redis_latency[METRICS_LAT_BUCKETS + 1];
+	_Atomic uint64_t redis_latency_sum_us;
+	_Atomic uint64_t redis_latency_count;
+	_Atomic uint64_t redis_errors[METRICS_REDIS_ERR_COUNT];
+	_Atomic uint64_t redis_reconnects;
+	_Atomic uint64_t redis_connected;          /* gauge 0/1 */
+	_Atomic uint64_t conn_accepted;
+	_Atomic uint64_t conn_open;                /* gauge */
+	_Atomic uint64_t conn_rejected;            /* over max-connections */
+	_Atomic uint64_t frames_in[4];             /* by HAProxy frame type 0..3 */
+	_Atomic uint64_t frames_out[4];            /* 1 hello, 2 disconnect, 3 ack */
+	_Atomic uint64_t malformed[SPOP_ST_COUNT];
+	_Atomic uint64_t notify_inflight;          /* gauge */
+};
+
+static inline void metrics_add(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+	                      memory_order_relaxed);
+}
+
+static inline void metrics_sub(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) - n,
+	                      memory_order_relaxed);
+}
+
+/* Record one Redis call latency of <us> microseconds. */
+void metrics_observe_redis_latency(struct metrics *m, uint64_t us);
+
+/*
+ * Render the sum of <n> thread blocks <ms> as Prometheus text exposition
+ * into <dst>/<cap>, naming policies from <c>. Returns bytes written or -1
+ * when <cap> is too small.
+ */
+int metrics_render(const struct metrics *const *ms, size_t n, const struct config *c,
+                   const char *version, char *dst, size_t cap);
+
+#endif /* SPOA_METRICS_H */

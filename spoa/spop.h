@@ -1,0 +1,241 @@
+/*
+ * spop - SPOP 2.0 frame codec (HAProxy Stream Processing Offload Protocol).
+ *
+ * Pure: no I/O, no allocation, libc only. Decoders never read past <len> and
+ * return slices (struct spop_str) that point into the caller's buffer: they
+ * stay valid until the caller consumes or overwrites those bytes.
+ * Encoders write into a caller buffer <dst> of <cap> bytes and never past it.
+ *
+ * Wire facts (see docs/protocol.md and shared/reference/SPOE-2.6.txt §3):
+ *   - every frame is <LENGTH:4 BE> <TYPE:1> <FLAGS:4 BE> <STREAM-ID:varint>
+ *     <FRAME-ID:varint> <PAYLOAD>; LENGTH excludes itself;
+ *   - varints are HAProxy's own encoding (not LEB128), at most 10 bytes;
+ *   - typed data: type in the low nibble, flags in the high nibble
+ *     (bool true = 0x11, false = 0x01).
+ */
+#ifndef SPOA_SPOP_H
+#define SPOA_SPOP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SPOP_VERSION            "2.0"
+#define SPOP_MIN_FRAME_SIZE     256u        /* spec §3.2: peers must accept >= 256 */
+#define SPOP_MAX_FRAME_SIZE     (1u << 20)  /* our hard cap, whatever HAProxy offers */
+#define SPOP_VARINT_MAX_LEN     10
+#define SPOP_FLAG_FIN           0x00000001u
+#define SPOP_FLAG_ABORT         0x00000002u
+
+/* SPOP status codes (§3.2.8). Values are on the wire: do not renumber. */
+enum spop_status {
+	SPOP_ST_NORMAL = 0,
+	SPOP_ST_IO = 1,
+	SPOP_ST_TIMEOUT = 2,
+	SPOP_ST_TOO_BIG = 3,
+	SPOP_ST_INVALID = 4,
+	SPOP_ST_NO_VSN = 5,
+	SPOP_ST_NO_FRAME_SIZE = 6,
+	SPOP_ST_NO_CAP = 7,
+	SPOP_ST_BAD_VSN = 8,
+	SPOP_ST_BAD_FRAME_SIZE = 9,
+	SPOP_ST_FRAG_NOT_SUPPORTED = 10,
+	SPOP_ST_INTERLACED_FRAMES = 11,
+	SPOP_ST_FRAMEID_NOTFOUND = 12,
+	SPOP_ST_RES = 13,
+	SPOP_ST_COUNT,
+	SPOP_ST_UNKNOWN = 99        /* on the wire, outside the dense range */
+};
+
+enum spop_frame_type {
+	SPOP_FRAME_UNSET = 0,
+	SPOP_FRAME_HAPROXY_HELLO = 1,
+	SPOP_FRAME_HAPROXY_DISCONNECT = 2,
+	SPOP_FRAME_NOTIFY = 3,
+	SPOP_FRAME_AGENT_HELLO = 101,
+	SPOP_FRAME_AGENT_DISCONNECT = 102,
+	SPOP_FRAME_ACK = 103,
+};
+
+enum spop_type {
+	SPOP_T_NULL = 0,
+	SPOP_T_BOOL = 1,
+	SPOP_T_INT32 = 2,
+	SPOP_T_UINT32 = 3,
+	SPOP_T_INT64 = 4,
+	SPOP_T_UINT64 = 5,
+	SPOP_T_IPV4 = 6,
+	SPOP_T_IPV6 = 7,
+	SPOP_T_STR = 8,
+	SPOP_T_BIN = 9,
+	SPOP_T_COUNT
+};
+
+enum spop_scope {
+	SPOP_SCOPE_PROC = 0,
+	SPOP_SCOPE_SESS = 1,
+	SPOP_SCOPE_TXN = 2,
+	SPOP_SCOPE_REQ = 3,
+	SPOP_SCOPE_RES = 4,
+	SPOP_SCOPE_COUNT
+};
+
+/* A borrowed slice of the input buffer. Not NUL-terminated. */
+struct spop_str {
+	const char *ptr;
+	size_t len;
+};
+
+struct spop_data {
+	enum spop_type type;
+	union {
+		bool b;
+		int64_t i;          /* INT32, INT64 */
+		uint64_t u;         /* UINT32, UINT64 */
+		unsigned char ip[16]; /* IPV4 uses the first 4 bytes */
+		struct spop_str s;  /* STR, BIN */
+	} v;
+};
+
+struct spop_header {
+	enum spop_frame_type type;
+	uint32_t flags;
+	uint64_t stream_id;
+	uint64_t frame_id;
+};
+
+/* HAPROXY-HELLO payload, decoded. Unknown keys are skipped. */
+struct spop_hello {
+	bool has_versions;          /* "supported-versions" present */
+	bool version_ok;            /* it lists "2.0" (spaces tolerated) */
+	bool has_max_frame_size;
+	uint32_t max_frame_size;
+	bool has_capabilities;
+	bool cap_pipelining;
+	bool cap_async;
+	bool cap_fragmentation;
+	bool healthcheck;
+	struct spop_str engine_id;  /* len 0 when absent */
+};
+
+/* HAPROXY-DISCONNECT / AGENT-DISCONNECT payload. */
+struct spop_disconnect {
+	uint32_t status;
+	struct spop_str message;
+};
+
+/* NOTIFY payload: the raw LIST-OF-MESSAGES, already validated whole by
+ * spop_decode_frame(), so the iterators below cannot fail on it. */
+struct spop_notify {
+	const unsigned char *msgs;
+	size_t len;
+};
+
+struct spop_frame {
+	struct spop_header hdr;
+	union {
+		struct spop_hello hello;
+		struct spop_disconnect disconnect;
+		struct spop_notify notify;
+	} u;
+};
+
+/* One message of a NOTIFY; its args are walked with spop_next_arg(). */
+struct spop_message {
+	struct spop_str name;
+	unsigned nb_args;
+	const unsigned char *args;  /* first byte of the KV-LIST */
+	size_t args_len;
+};
+
+struct spop_arg {
+	struct spop_str name;
+	struct spop_data value;
+};
+
+struct spop_iter {
+	const unsigned char *p;
+	const unsigned char *end;
+	unsigned left;              /* args left (arg iterator only) */
+};
+
+/* Human text for <st>; never NULL. */
+const char *spop_status_str(unsigned st);
+
+/* Encode <v> in HAProxy's varint into <dst>. Returns bytes written, -1 when
+ * <cap> is too small. */
+int spop_encode_varint(uint64_t v, unsigned char *dst, size_t cap);
+
+/* Decode a varint at <p>. Returns bytes consumed (1..10), -1 when it runs
+ * past <len> or over 10 bytes, or overflows 64 bits. */
+int spop_decode_varint(const unsigned char *p, size_t len, uint64_t *v);
+
+/* Decode one TYPED-DATA at <p>. Returns bytes consumed, -1 when truncated or
+ * of an unknown type. Strings in <d> borrow <p>. */
+int spop_decode_data(const unsigned char *p, size_t len, struct spop_data *d);
+
+/*
+ * Look at the 4-byte length prefix in <buf>. Returns 1 and sets <*frame_len>
+ * when the prefix is complete and 1 <= length <= <max>; 0 when fewer than 4
+ * bytes are there; -1 with <*st> (SPOP_ST_INVALID for 0, SPOP_ST_TOO_BIG for
+ * > max) otherwise. Lets the caller refuse a length before buffering it.
+ */
+int spop_peek_length(const unsigned char *buf, size_t len, uint32_t max,
+                     uint32_t *frame_len, enum spop_status *st);
+
+/*
+ * Decode one whole frame starting at its 4-byte length prefix.
+ * Returns the bytes it spans (4 + length) when complete and valid, 0 when
+ * <len> does not yet hold it all, -1 with <*st> set when it is malformed:
+ * bad length, truncated varint/string/args inside the frame, unknown data
+ * type, FIN not set (SPOP_ST_FRAG_NOT_SUPPORTED), non-zero ids on HELLO or
+ * DISCONNECT (SPOP_ST_INVALID). Frame types it does not know are decoded as
+ * a header only (the caller decides). <f> borrows <buf>.
+ */
+int spop_decode_frame(const unsigned char *buf, size_t len, uint32_t max,
+                      struct spop_frame *f, enum spop_status *st);
+
+/* Walk the messages of a decoded NOTIFY. Returns 1 with <*m> set, 0 at the end. */
+void spop_iter_messages(const struct spop_notify *n, struct spop_iter *it);
+int spop_next_message(struct spop_iter *it, struct spop_message *m);
+
+/* Walk the args of one message. Returns 1 with <*a> set, 0 at the end. */
+void spop_iter_args(const struct spop_message *m, struct spop_iter *it);
+int spop_next_arg(struct spop_iter *it, struct spop_arg *a);
+
+/* Compare a slice with a C string. */
+bool spop_str_eq(struct spop_str s, const char *cstr);
+
+/* AGENT-HELLO: version "2.0", <max_frame_size>, capabilities "pipelining"
+ * when <pipelining> else "". Returns bytes written (prefix included) or -1. */
+int spop_encode_agent_hello(unsigned char *dst, size_t cap,
+                            uint32_t max_frame_size, bool pipelining);
+
+/* AGENT-DISCONNECT with <status> and <message> (NUL-terminated).
+ * Returns bytes written (prefix included) or -1. */
+int spop_encode_agent_disconnect(unsigned char *dst, size_t cap,
+                                 unsigned status, const char *message);
+
+/*
+ * ACK builder. spop_ack_begin() writes the header for <stream_id>/<frame_id>;
+ * each action appends; spop_ack_end() writes the length prefix and returns
+ * the frame's total size, or -1 if anything overflowed <cap>.
+ * Names are bare (no prefix); keep "<scope>.<prefix>.<name>" under 64 bytes.
+ */
+struct spop_ack {
+	unsigned char *dst;
+	size_t cap;
+	size_t len;
+	bool overflow;
+};
+
+void spop_ack_begin(struct spop_ack *a, unsigned char *dst, size_t cap,
+                    uint64_t stream_id, uint64_t frame_id);
+void spop_ack_set_str(struct spop_ack *a, enum spop_scope scope,
+                      const char *name, const char *val, size_t vlen);
+void spop_ack_set_int(struct spop_ack *a, enum spop_scope scope,
+                      const char *name, int64_t val);
+void spop_ack_unset(struct spop_ack *a, enum spop_scope scope, const char *name);
+int spop_ack_end(struct spop_ack *a);
+
+#endif /* SPOA_SPOP_H */

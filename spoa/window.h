@@ -1,0 +1,156 @@
+/*
+ * window - rate-limit policy math without I/O.
+ *
+ * Policies, the Redis key of a request, the script's arguments, and the
+ * translation of the script's reply (a hiredis redisReply) into a decision.
+ * No sockets, no libev, no clock: functions that need "now" take it.
+ *
+ * The script contract (lua/sliding_window.lua):
+ *   KEYS[1..n]  one sorted set per window of the policy
+ *   ARGV[1]     cost (units this request consumes)
+ *   ARGV[2]     member prefix, unique per request (agent id + counter)
+ *   ARGV[3+2i]  limit of window i      ARGV[4+2i]  window i length in ms
+ * returns an array of 6 integers:
+ *   { allowed 0|1, limit, remaining, reset_us, retry_after_us, window_index }
+ * of the deciding window (least remaining when allowed, longest retry when
+ * denied); times are microseconds of Redis time, not yet rounded.
+ */
+#ifndef SPOA_WINDOW_H
+#define SPOA_WINDOW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct redisReply;
+
+#define WINDOW_NAME_MAX        48     /* policy name, bytes, without NUL */
+#define WINDOW_KEY_MAX         256    /* account key, bytes */
+#define WINDOW_MAX_WINDOWS     4      /* "10/1s 1000/1h": windows per policy */
+#define WINDOW_REDIS_KEY_MAX   (WINDOW_NAME_MAX + WINDOW_KEY_MAX + 32)
+#define WINDOW_SCRIPT_ARGC_MAX (3 + WINDOW_MAX_WINDOWS * 3)
+
+enum window_on_error {
+	WINDOW_ON_ERROR_DENY = 0,   /* status=error: HAProxy answers 503 */
+	WINDOW_ON_ERROR_ALLOW,      /* status=allow + reason: fail-open */
+	WINDOW_ON_ERROR_COUNT
+};
+
+enum window_status {
+	WINDOW_ALLOW = 0,
+	WINDOW_DENY,
+	WINDOW_ERROR,
+	WINDOW_STATUS_COUNT
+};
+
+enum window_reason {
+	WINDOW_REASON_NONE = 0,
+	WINDOW_REASON_REDIS_UNAVAILABLE,
+	WINDOW_REASON_REDIS_TIMEOUT,
+	WINDOW_REASON_REDIS_ERROR,     /* script error, unexpected reply */
+	WINDOW_REASON_UNKNOWN_POLICY,
+	WINDOW_REASON_BAD_KEY,
+	WINDOW_REASON_BAD_COST,
+	WINDOW_REASON_SHADOW_DENY,
+	WINDOW_REASON_OVERLOAD,        /* agent-side limit hit */
+	WINDOW_REASON_COUNT
+};
+
+struct window_limit {
+	uint64_t limit;                /* requests (units) per window, >= 1 */
+	uint64_t window_ms;            /* window length, >= 1 ms */
+};
+
+/* A per-key override of a policy's limits ("override transfer ACC-VIP 30/1s"). */
+struct window_override {
+	char key[WINDOW_KEY_MAX + 1];
+	size_t key_len;
+	unsigned nwin;
+	struct window_limit win[WINDOW_MAX_WINDOWS];
+};
+
+struct window_policy {
+	char name[WINDOW_NAME_MAX + 1];
+	size_t name_len;
+	unsigned nwin;                 /* 1..WINDOW_MAX_WINDOWS */
+	struct window_limit win[WINDOW_MAX_WINDOWS];
+	enum window_on_error on_error;
+	bool shadow;                   /* decide and count, but answer allow */
+	struct window_override *overrides; /* owned by the config, sorted by key */
+	size_t noverrides;
+};
+
+struct window_decision {
+	enum window_status status;
+	enum window_reason reason;     /* NONE unless error, fail-open or shadow */
+	bool has_quota;                /* limit/remaining/reset are meaningful */
+	int64_t limit;
+	int64_t remaining;
+	int64_t reset;                 /* seconds, rounded up */
+	int64_t retry_after;           /* seconds, rounded up, >= 1 when denied */
+	int64_t retry_after_us;        /* raw, for the local deny cache */
+	unsigned window;               /* index of the deciding window */
+};
+
+/* Script arguments for one request. <argv>/<argvlen> borrow <buf>. */
+struct window_args {
+	int argc;
+	const char *argv[WINDOW_SCRIPT_ARGC_MAX];
+	size_t argvlen[WINDOW_SCRIPT_ARGC_MAX];
+	unsigned nkeys;
+	char buf[WINDOW_MAX_WINDOWS * (WINDOW_REDIS_KEY_MAX + 64) + 128];
+};
+
+const char *window_status_str(enum window_status s);
+const char *window_reason_str(enum window_reason r);
+
+/* Returns the limits that apply to <key> under <p>: an override's or the
+ * policy's own. Borrowed from <p>. Sets <*nwin>. */
+const struct window_limit *window_limits_for(const struct window_policy *p,
+                                             const char *key, size_t key_len,
+                                             unsigned *nwin);
+
+/* Check a key: 1..WINDOW_KEY_MAX bytes. Returns 0 or -1. */
+int window_check_key(const char *key, size_t key_len);
+
+/*
+ * Build the Redis key(s) and script argv for one request:
+ * "EVALSHA" <sha> <nkeys> KEYS... ARGV... .
+ * Single-window key: "<policy>:limit:v1:<key>". Multi-window keys share a
+ * hash tag: "<policy>:limit:v1:{<key>}:<window>" (e.g. ":1s").
+ * <member> is the request's unique member prefix (NUL-terminated).
+ * Returns 0, or -1 with the reason in <*why> (BAD_KEY, BAD_COST).
+ */
+int window_build_args(const struct window_policy *p, const char *sha,
+                      const char *key, size_t key_len, uint64_t cost,
+                      const char *member, struct window_args *a,
+                      enum window_reason *why);
+
+/*
+ * Turn the script's reply into a decision for <p> (applying shadow mode).
+ * An error reply, a nil, or a reply of the wrong shape becomes the policy's
+ * error decision (see window_decide_error) with WINDOW_REASON_REDIS_ERROR.
+ * Returns 0 when <r> was a proper script result, -1 otherwise (<d> is set
+ * either way). <r> is borrowed.
+ */
+int window_decide_reply(const struct window_policy *p, const struct redisReply *r,
+                        struct window_decision *d);
+
+/* The decision when Redis cannot decide: error, or fail-open allow when the
+ * policy says on-redis-error=allow (status=allow, reason, limit only). */
+void window_decide_error(const struct window_policy *p, enum window_reason why,
+                         struct window_decision *d);
+
+/* Is <r> Redis's NOSCRIPT error? (the agent then re-sends with EVAL) */
+bool window_reply_is_noscript(const struct redisReply *r);
+
+/* Fold <d> into <acc>: error over deny over allow; among denies the longest
+ * retry_after; among allows the least remaining. <acc> must have been
+ * initialised by window_decision_init(). */
+void window_decision_init(struct window_decision *acc);
+void window_decision_merge(struct window_decision *acc, const struct window_decision *d);
+
+/* Round microseconds up to whole seconds (0 stays 0). */
+int64_t window_us_to_s_ceil(int64_t us);
+
+#endif /* SPOA_WINDOW_H */
