@@ -6,10 +6,14 @@ set -u
 suite=${1:?usage: tests/run.sh integration|e2e|chaos}
 cd "$(dirname "$0")/.." || exit 1
 pass=0; failn=0; failed=()
-files=${TESTS:-$(ls tests/"$suite"/t_*.sh 2>/dev/null)}
+files=${TESTS:-$(ls tests/"$suite"/t_*.sh tests/"$suite"/t_*.py 2>/dev/null)}
 for f in $files; do
 	echo "== $f"
-	out=$(timeout "${TEST_TIMEOUT:-300}" bash "$f" 2>&1); rc=$?
+	case $f in
+	*.py) runner=python3 ;;
+	*) runner=bash ;;
+	esac
+	out=$(timeout "${TEST_TIMEOUT:-300}" $runner "$f" 2>&1); rc=$?
 	echo "$out" | sed 's/^/  /'
 	p=$(echo "$out" | grep -c '^ok - ')
 	n=$(echo "$out" | grep -c '^not ok - ')
