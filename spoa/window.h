@@ -28,7 +28,8 @@ struct redisReply;
 #define WINDOW_KEY_MAX         256    /* account key, bytes */
 #define WINDOW_MAX_WINDOWS     4      /* "10/1s 1000/1h": windows per policy */
 #define WINDOW_REDIS_KEY_MAX   (WINDOW_NAME_MAX + WINDOW_KEY_MAX + 32)
-#define WINDOW_SCRIPT_ARGC_MAX (3 + WINDOW_MAX_WINDOWS * 3)
+/* "EVALSHA" sha nkeys, one key per window, cost, member, limit+window per window */
+#define WINDOW_SCRIPT_ARGC_MAX (5 + WINDOW_MAX_WINDOWS * 3)
 
 enum window_on_error {
 	WINDOW_ON_ERROR_DENY = 0,   /* status=error: HAProxy answers 503 */
@@ -110,6 +111,14 @@ const struct window_limit *window_limits_for(const struct window_policy *p,
                                              const char *key, size_t key_len,
                                              unsigned *nwin);
 
+/* Order of a policy's override table (qsort/bsearch on struct
+ * window_override): bytewise on the key, a shorter prefix first. */
+int window_override_cmp(const void *a, const void *b);
+
+/* Write <ms> compactly into <dst>/<cap> ("1s", "1h", "90s", "500ms"), NUL
+ * included. Returns the length, or -1 when <cap> is too small. */
+int window_format_ms(uint64_t ms, char *dst, size_t cap);
+
 /* Check a key: 1..WINDOW_KEY_MAX bytes. Returns 0 or -1. */
 int window_check_key(const char *key, size_t key_len);
 
@@ -145,8 +154,11 @@ void window_decide_error(const struct window_policy *p, enum window_reason why,
 bool window_reply_is_noscript(const struct redisReply *r);
 
 /* Fold <d> into <acc>: error over deny over allow; among denies the longest
- * retry_after; among allows the least remaining. <acc> must have been
- * initialised by window_decision_init(). */
+ * retry_after; among allows the least remaining (an allow without quota, the
+ * fail-open kind, ranks below any allow with quota); ties keep <acc>.
+ * window_decision_init() leaves <acc> "empty" (status WINDOW_STATUS_COUNT,
+ * all else zero): the first merge copies <d>. An <acc> still empty after
+ * the merges means there was nothing to decide. */
 void window_decision_init(struct window_decision *acc);
 void window_decision_merge(struct window_decision *acc, const struct window_decision *d);
 

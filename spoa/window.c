@@ -1,0 +1,381 @@
+/*
+ * window - rate-limit policy math without I/O (see window.h).
+ *
+ * Everything here is pure: keys and script arguments are built into the
+ * caller's struct window_args, and Redis replies are only read.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "window.h"
+
+#define US_PER_S 1000000
+
+static const char *const status_names[WINDOW_STATUS_COUNT] = {
+	[WINDOW_ALLOW] = "allow",
+	[WINDOW_DENY]  = "deny",
+	[WINDOW_ERROR] = "error",
+};
+
+static const char *const reason_names[WINDOW_REASON_COUNT] = {
+	[WINDOW_REASON_NONE]              = "",
+	[WINDOW_REASON_REDIS_UNAVAILABLE] = "redis-unavailable",
+	[WINDOW_REASON_REDIS_TIMEOUT]     = "redis-timeout",
+	[WINDOW_REASON_REDIS_ERROR]       = "redis-error",
+	[WINDOW_REASON_UNKNOWN_POLICY]    = "unknown-policy",
+	[WINDOW_REASON_BAD_KEY]           = "bad-key",
+	[WINDOW_REASON_BAD_COST]          = "bad-cost",
+	[WINDOW_REASON_SHADOW_DENY]       = "shadow-deny",
+	[WINDOW_REASON_OVERLOAD]          = "overload",
+};
+
+/* Name of <s>; "unknown" outside the enum. Static storage. */
+const char *window_status_str(enum window_status s)
+{
+	if ((unsigned)s >= WINDOW_STATUS_COUNT)
+		return "unknown";
+	return status_names[s];
+}
+
+/* Wire name of <r> ("" for none and out of range). Static storage. */
+const char *window_reason_str(enum window_reason r)
+{
+	if ((unsigned)r >= WINDOW_REASON_COUNT)
+		return "";
+	return reason_names[r];
+}
+
+/* Bytewise order on the keys of two struct window_override <a>, <b>. */
+int window_override_cmp(const void *a, const void *b)
+{
+	const struct window_override *x = a, *y = b;
+	size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
+	int c = memcmp(x->key, y->key, n);
+
+	if (c)
+		return c;
+	return (x->key_len > y->key_len) - (x->key_len < y->key_len);
+}
+
+/* Limits for <key>/<key_len> under <p>, borrowed from <p>; <*nwin> set. */
+const struct window_limit *window_limits_for(const struct window_policy *p,
+                                             const char *key, size_t key_len,
+                                             unsigned *nwin)
+{
+	const struct window_override *o = NULL;
+
+	/* Only the key fields of <probe> are read: keys longer than an override
+	 * key can hold cannot match anyway. */
+	if (p->noverrides && key_len <= WINDOW_KEY_MAX) {
+		struct window_override probe;
+
+		memcpy(probe.key, key, key_len);
+		probe.key_len = key_len;
+		o = bsearch(&probe, p->overrides, p->noverrides, sizeof(*p->overrides),
+		            window_override_cmp);
+	}
+	if (o) {
+		*nwin = o->nwin;
+		return o->win;
+	}
+	*nwin = p->nwin;
+	return p->win;
+}
+
+/* Accept <key>/<key_len> if it is 1..WINDOW_KEY_MAX bytes (any bytes: the
+ * key travels length-delimited). Returns 0 or -1. */
+int window_check_key(const char *key, size_t key_len)
+{
+	if (!key || key_len == 0 || key_len > WINDOW_KEY_MAX)
+		return -1;
+	return 0;
+}
+
+/* Compact text of <ms> into <dst>/<cap>: the largest unit that divides it. */
+int window_format_ms(uint64_t ms, char *dst, size_t cap)
+{
+	static const struct { uint64_t ms; const char *unit; } units[] = {
+		{ 3600000, "h" }, { 60000, "m" }, { 1000, "s" }, { 1, "ms" },
+	};
+	size_t i;
+	int n;
+
+	for (i = 0; i < sizeof(units) / sizeof(units[0]) - 1; i++)
+		if (ms && ms % units[i].ms == 0)
+			break;
+	n = snprintf(dst, cap, "%" PRIu64 "%s", ms / units[i].ms, units[i].unit);
+	if (n < 0 || (size_t)n >= cap)
+		return -1;
+	return n;
+}
+
+/* A bounded writer over struct window_args: each piece becomes one argv
+ * entry, NUL-terminated for readability in a debugger. */
+struct args_writer {
+	struct window_args *a;
+	size_t used;
+	int failed;
+};
+
+/* Start argv entry number a->argc at the current position. */
+static char *args_begin(struct args_writer *w)
+{
+	if (w->a->argc >= WINDOW_SCRIPT_ARGC_MAX || w->used >= sizeof(w->a->buf)) {
+		w->failed = 1;
+		return NULL;
+	}
+	return w->a->buf + w->used;
+}
+
+/* Close the entry started at <start> with <len> bytes written. */
+static void args_end(struct args_writer *w, const char *start, size_t len)
+{
+	struct window_args *a = w->a;
+
+	a->argv[a->argc] = start;
+	a->argvlen[a->argc] = len;
+	a->argc++;
+	w->used += len + 1;
+}
+
+/* Append <len> bytes of <s> as pieces of the current entry at <*pos>. */
+static void args_put(struct args_writer *w, size_t *pos, const void *s, size_t len)
+{
+	if (w->failed || w->used + *pos + len + 1 > sizeof(w->a->buf)) {
+		w->failed = 1;
+		return;
+	}
+	memcpy(w->a->buf + w->used + *pos, s, len);
+	*pos += len;
+	w->a->buf[w->used + *pos] = '\0';
+}
+
+/* One whole argv entry from <s>/<len>. */
+static void args_add(struct args_writer *w, const void *s, size_t len)
+{
+	char *start = args_begin(w);
+	size_t pos = 0;
+
+	if (!start)
+		return;
+	args_put(w, &pos, s, len);
+	if (!w->failed)
+		args_end(w, start, pos);
+}
+
+/* One argv entry holding the decimal text of <v>. */
+static void args_add_u64(struct args_writer *w, uint64_t v)
+{
+	char tmp[24];
+	int n = snprintf(tmp, sizeof(tmp), "%" PRIu64, v);
+
+	args_add(w, tmp, (size_t)n);
+}
+
+/*
+ * Build "EVALSHA <sha> <nkeys> KEYS... <cost> <member> (<limit> <ms>)..." for
+ * <key> under <p> into <a> (argv borrows a->buf). Rejects a bad key
+ * (BAD_KEY) and a cost of 0 or above the smallest limit that applies
+ * (BAD_COST); an argument that cannot fit (an oversized <sha> or <member>)
+ * is reported as REDIS_ERROR. Returns 0, or -1 with <*why>.
+ */
+int window_build_args(const struct window_policy *p, const char *sha,
+                      const char *key, size_t key_len, uint64_t cost,
+                      const char *member, struct window_args *a,
+                      enum window_reason *why)
+{
+	static const char prefix[] = ":limit:v1:";
+	struct args_writer w = { .a = a, .used = 0, .failed = 0 };
+	const struct window_limit *lim;
+	unsigned nwin, i;
+
+	a->argc = 0;
+	a->nkeys = 0;
+	if (window_check_key(key, key_len) == -1) {
+		*why = WINDOW_REASON_BAD_KEY;
+		return -1;
+	}
+	lim = window_limits_for(p, key, key_len, &nwin);
+	if (nwin == 0 || nwin > WINDOW_MAX_WINDOWS) {
+		*why = WINDOW_REASON_REDIS_ERROR;
+		return -1;
+	}
+	for (i = 0; i < nwin; i++) {
+		if (cost == 0 || cost > lim[i].limit) {
+			*why = WINDOW_REASON_BAD_COST;
+			return -1;
+		}
+	}
+
+	args_add(&w, "EVALSHA", 7);
+	args_add(&w, sha, strlen(sha));
+	args_add_u64(&w, nwin);
+	for (i = 0; i < nwin; i++) {
+		char *start = args_begin(&w);
+		size_t pos = 0;
+
+		if (!start)
+			break;
+		args_put(&w, &pos, p->name, p->name_len);
+		args_put(&w, &pos, prefix, sizeof(prefix) - 1);
+		if (nwin == 1) {
+			args_put(&w, &pos, key, key_len);
+		} else {
+			/* One hash tag for all windows: Redis Cluster puts them in
+			 * one slot, so one script call can touch them all. */
+			char ws[32];
+			int n = window_format_ms(lim[i].window_ms, ws, sizeof(ws));
+
+			args_put(&w, &pos, "{", 1);
+			args_put(&w, &pos, key, key_len);
+			args_put(&w, &pos, "}:", 2);
+			args_put(&w, &pos, ws, n > 0 ? (size_t)n : 0);
+		}
+		if (w.failed)
+			break;
+		args_end(&w, start, pos);
+	}
+	args_add_u64(&w, cost);
+	args_add(&w, member, strlen(member));
+	for (i = 0; i < nwin; i++) {
+		args_add_u64(&w, lim[i].limit);
+		args_add_u64(&w, lim[i].window_ms);
+	}
+	if (w.failed) {
+		a->argc = 0;
+		*why = WINDOW_REASON_REDIS_ERROR;
+		return -1;
+	}
+	a->nkeys = nwin;
+	*why = WINDOW_REASON_NONE;
+	return 0;
+}
+
+/* Seconds, rounded up, in <us>; 0 and negatives give 0. */
+int64_t window_us_to_s_ceil(int64_t us)
+{
+	if (us <= 0)
+		return 0;
+	return us / US_PER_S + (us % US_PER_S != 0);
+}
+
+/* The error decision of <p> (which may be NULL: no policy) for <why>. */
+void window_decide_error(const struct window_policy *p, enum window_reason why,
+                         struct window_decision *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->status = WINDOW_ERROR;
+	d->reason = why;
+	if (p && p->on_error == WINDOW_ON_ERROR_ALLOW) {
+		/* Fail-open: HAProxy still learns the limit, but no remaining or
+		 * reset it could mistake for a real count. */
+		d->status = WINDOW_ALLOW;
+		d->limit = p->nwin ? (int64_t)p->win[0].limit : 0;
+	}
+}
+
+/* Is <r> a well-formed script result? Checks shape and value ranges. */
+static int reply_is_result(const struct redisReply *r)
+{
+	size_t i;
+
+	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 6 || !r->element)
+		return 0;
+	for (i = 0; i < 6; i++)
+		if (!r->element[i] || r->element[i]->type != REDIS_REPLY_INTEGER)
+			return 0;
+	if (r->element[0]->integer != 0 && r->element[0]->integer != 1)
+		return 0;
+	if (r->element[1]->integer < 1)
+		return 0;
+	for (i = 2; i < 5; i++)
+		if (r->element[i]->integer < 0)
+			return 0;
+	if (r->element[5]->integer < 0 || r->element[5]->integer >= WINDOW_MAX_WINDOWS)
+		return 0;
+	return 1;
+}
+
+/* Decision of <p> from script reply <r> (borrowed); see window.h. */
+int window_decide_reply(const struct window_policy *p, const struct redisReply *r,
+                        struct window_decision *d)
+{
+	if (!reply_is_result(r)) {
+		window_decide_error(p, WINDOW_REASON_REDIS_ERROR, d);
+		return -1;
+	}
+	memset(d, 0, sizeof(*d));
+	d->has_quota = true;
+	d->limit = r->element[1]->integer;
+	d->remaining = r->element[2]->integer;
+	d->reset = window_us_to_s_ceil(r->element[3]->integer);
+	d->window = (unsigned)r->element[5]->integer;
+	if (r->element[0]->integer == 1) {
+		d->status = WINDOW_ALLOW;
+		return 0;
+	}
+	d->status = WINDOW_DENY;
+	d->retry_after_us = r->element[4]->integer;
+	d->retry_after = window_us_to_s_ceil(d->retry_after_us);
+	/* A deny always means "come back later", never "now". */
+	if (d->retry_after < 1)
+		d->retry_after = 1;
+	if (p && p->shadow) {
+		d->status = WINDOW_ALLOW;
+		d->reason = WINDOW_REASON_SHADOW_DENY;
+	}
+	return 0;
+}
+
+/* Is <r> the NOSCRIPT error (the script cache of that node lacks ours)? */
+bool window_reply_is_noscript(const struct redisReply *r)
+{
+	return r && r->type == REDIS_REPLY_ERROR && r->str && r->len >= 8 &&
+	       memcmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* Empty accumulator for window_decision_merge(). */
+void window_decision_init(struct window_decision *acc)
+{
+	memset(acc, 0, sizeof(*acc));
+	acc->status = WINDOW_STATUS_COUNT;
+}
+
+/* Severity rank of <d>: higher is more restrictive. */
+static int decision_rank(const struct window_decision *d)
+{
+	switch (d->status) {
+	case WINDOW_ERROR:
+		return 4;
+	case WINDOW_DENY:
+		return 3;
+	case WINDOW_ALLOW:
+		return d->has_quota ? 2 : 1;
+	default:
+		return 0;
+	}
+}
+
+/* Keep in <acc> the more restrictive of <acc> and <d> (see window.h). */
+void window_decision_merge(struct window_decision *acc, const struct window_decision *d)
+{
+	int ra = decision_rank(acc), rd = decision_rank(d);
+
+	if (rd > ra) {
+		*acc = *d;
+		return;
+	}
+	if (rd < ra)
+		return;
+	/* Seconds first: a decision from a local cache may lack the raw us. */
+	if (d->status == WINDOW_DENY &&
+	    (d->retry_after > acc->retry_after ||
+	     (d->retry_after == acc->retry_after && d->retry_after_us > acc->retry_after_us)))
+		*acc = *d;
+	else if (d->status == WINDOW_ALLOW && d->has_quota && d->remaining < acc->remaining)
+		*acc = *d;
+}

@@ -1,0 +1,609 @@
+/*
+ * test_window - policy math: keys, script argv, reply -> decision, merge.
+ *
+ * Replies are real hiredis objects: canned RESP bytes go through
+ * redisReader, exactly as the limiter would receive them.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "window.h"
+
+/* Parse one RESP reply from <resp>. Caller owns the result: freeReplyObject(). */
+static redisReply *resp_parse(const char *resp)
+{
+	redisReader *rd = redisReaderCreate();
+	void *reply = NULL;
+
+	assert_non_null(rd);
+	assert_int_equal(redisReaderFeed(rd, resp, strlen(resp)), REDIS_OK);
+	assert_int_equal(redisReaderGetReply(rd, &reply), REDIS_OK);
+	assert_non_null(reply);
+	redisReaderFree(rd);
+	return reply;
+}
+
+/* A one-window policy <name> of <limit> per <ms> into <p> (no allocation). */
+static void policy_make(struct window_policy *p, const char *name, uint64_t limit,
+                        uint64_t ms)
+{
+	memset(p, 0, sizeof(*p));
+	p->name_len = strlen(name);
+	memcpy(p->name, name, p->name_len);
+	p->nwin = 1;
+	p->win[0].limit = limit;
+	p->win[0].window_ms = ms;
+}
+
+/* Decide <resp> under <p> into <d>; returns window_decide_reply's result. */
+static int decide(const struct window_policy *p, const char *resp, struct window_decision *d)
+{
+	redisReply *r = resp_parse(resp);
+	int rc = window_decide_reply(p, r, d);
+
+	freeReplyObject(r);
+	return rc;
+}
+
+static void assert_arg(const struct window_args *a, int i, const char *want)
+{
+	assert_true(i < a->argc);
+	assert_int_equal(a->argvlen[i], strlen(want));
+	assert_memory_equal(a->argv[i], want, strlen(want));
+}
+
+/* ---- strings ---- */
+
+static void test_strings(void **state)
+{
+	(void)state;
+	assert_string_equal(window_status_str(WINDOW_ALLOW), "allow");
+	assert_string_equal(window_status_str(WINDOW_DENY), "deny");
+	assert_string_equal(window_status_str(WINDOW_ERROR), "error");
+	assert_string_equal(window_status_str(WINDOW_STATUS_COUNT), "unknown");
+	assert_string_equal(window_reason_str(WINDOW_REASON_NONE), "");
+	assert_string_equal(window_reason_str(WINDOW_REASON_REDIS_UNAVAILABLE), "redis-unavailable");
+	assert_string_equal(window_reason_str(WINDOW_REASON_REDIS_TIMEOUT), "redis-timeout");
+	assert_string_equal(window_reason_str(WINDOW_REASON_REDIS_ERROR), "redis-error");
+	assert_string_equal(window_reason_str(WINDOW_REASON_UNKNOWN_POLICY), "unknown-policy");
+	assert_string_equal(window_reason_str(WINDOW_REASON_BAD_KEY), "bad-key");
+	assert_string_equal(window_reason_str(WINDOW_REASON_BAD_COST), "bad-cost");
+	assert_string_equal(window_reason_str(WINDOW_REASON_SHADOW_DENY), "shadow-deny");
+	assert_string_equal(window_reason_str(WINDOW_REASON_OVERLOAD), "overload");
+	assert_string_equal(window_reason_str(WINDOW_REASON_COUNT), "");
+}
+
+static void test_rounding(void **state)
+{
+	(void)state;
+	assert_int_equal(window_us_to_s_ceil(0), 0);
+	assert_int_equal(window_us_to_s_ceil(-5), 0);
+	assert_int_equal(window_us_to_s_ceil(1), 1);
+	assert_int_equal(window_us_to_s_ceil(999999), 1);
+	assert_int_equal(window_us_to_s_ceil(1000000), 1);
+	assert_int_equal(window_us_to_s_ceil(1000001), 2);
+	assert_int_equal(window_us_to_s_ceil(3600000000LL), 3600);
+}
+
+static void test_format_ms(void **state)
+{
+	char b[32];
+
+	(void)state;
+	assert_int_equal(window_format_ms(1000, b, sizeof(b)), 2);
+	assert_string_equal(b, "1s");
+	window_format_ms(3600000, b, sizeof(b));
+	assert_string_equal(b, "1h");
+	window_format_ms(86400000, b, sizeof(b));
+	assert_string_equal(b, "24h");
+	window_format_ms(60000, b, sizeof(b));
+	assert_string_equal(b, "1m");
+	window_format_ms(90000, b, sizeof(b));
+	assert_string_equal(b, "90s");
+	window_format_ms(500, b, sizeof(b));
+	assert_string_equal(b, "500ms");
+	window_format_ms(1500, b, sizeof(b));
+	assert_string_equal(b, "1500ms");
+	assert_int_equal(window_format_ms(500, b, 5), -1);
+	assert_int_equal(window_format_ms(500, b, 6), 5);
+}
+
+/* ---- keys and argv ---- */
+
+static void test_args_single(void **state)
+{
+	struct window_policy p;
+	struct window_args a;
+	enum window_reason why = WINDOW_REASON_COUNT;
+
+	(void)state;
+	policy_make(&p, "transfer", 3, 1000);
+	assert_int_equal(window_build_args(&p, "0123456789abcdef0123456789abcdef01234567",
+	                                   "ACC-1001", 8, 1, "a1-7", &a, &why), 0);
+	assert_int_equal(why, WINDOW_REASON_NONE);
+	assert_int_equal(a.argc, 8);
+	assert_int_equal(a.nkeys, 1);
+	assert_arg(&a, 0, "EVALSHA");
+	assert_arg(&a, 1, "0123456789abcdef0123456789abcdef01234567");
+	assert_arg(&a, 2, "1");
+	assert_arg(&a, 3, "transfer:limit:v1:ACC-1001");
+	assert_arg(&a, 4, "1");
+	assert_arg(&a, 5, "a1-7");
+	assert_arg(&a, 6, "3");
+	assert_arg(&a, 7, "1000");
+}
+
+static void test_args_multi(void **state)
+{
+	struct window_policy p;
+	struct window_args a;
+	enum window_reason why;
+
+	(void)state;
+	policy_make(&p, "api", 10, 1000);
+	p.nwin = 3;
+	p.win[1].limit = 1000;
+	p.win[1].window_ms = 3600000;
+	p.win[2].limit = 50;
+	p.win[2].window_ms = 500;
+	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 2, "m", &a, &why), 0);
+	assert_int_equal(a.nkeys, 3);
+	assert_int_equal(a.argc, 3 + 3 + 2 + 6);
+	assert_arg(&a, 2, "3");
+	assert_arg(&a, 3, "api:limit:v1:{ACC-1}:1s");
+	assert_arg(&a, 4, "api:limit:v1:{ACC-1}:1h");
+	assert_arg(&a, 5, "api:limit:v1:{ACC-1}:500ms");
+	assert_arg(&a, 6, "2");
+	assert_arg(&a, 7, "m");
+	assert_arg(&a, 8, "10");
+	assert_arg(&a, 9, "1000");
+	assert_arg(&a, 10, "1000");
+	assert_arg(&a, 11, "3600000");
+	assert_arg(&a, 12, "50");
+	assert_arg(&a, 13, "500");
+}
+
+/* The largest request must fit the argv and buffer sizes of window.h. */
+static void test_args_worst_case(void **state)
+{
+	struct window_policy p;
+	struct window_args a;
+	enum window_reason why;
+	char name[WINDOW_NAME_MAX + 1], key[WINDOW_KEY_MAX], member[65];
+	unsigned i;
+
+	(void)state;
+	memset(name, 'n', WINDOW_NAME_MAX);
+	name[WINDOW_NAME_MAX] = '\0';
+	memset(key, 'k', sizeof(key));
+	memset(member, 'm', 64);
+	member[64] = '\0';
+	policy_make(&p, name, 1000000, 86399999);
+	p.nwin = WINDOW_MAX_WINDOWS;
+	for (i = 0; i < WINDOW_MAX_WINDOWS; i++) {
+		p.win[i].limit = 1000000;
+		p.win[i].window_ms = 86399999 - i;
+	}
+	assert_int_equal(window_build_args(&p, "0123456789abcdef0123456789abcdef01234567",
+	                                   key, sizeof(key), 1000000, member, &a, &why), 0);
+	assert_int_equal(a.argc, 5 + 3 * WINDOW_MAX_WINDOWS);
+	assert_int_equal(a.argvlen[3], WINDOW_NAME_MAX + 11 + WINDOW_KEY_MAX + 2 + 10);
+	assert_memory_equal(a.argv[3] + WINDOW_NAME_MAX + 11 + WINDOW_KEY_MAX, "}:86399999ms", 12);
+}
+
+/* An oversized member prefix cannot overflow the buffer: it is refused. */
+static void test_args_overflow(void **state)
+{
+	struct window_policy p;
+	struct window_args a;
+	enum window_reason why;
+	char *member = malloc(4096);
+
+	(void)state;
+	assert_non_null(member);
+	memset(member, 'm', 4095);
+	member[4095] = '\0';
+	policy_make(&p, "transfer", 3, 1000);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 1, member, &a, &why), -1);
+	assert_int_equal(why, WINDOW_REASON_REDIS_ERROR);
+	assert_int_equal(a.argc, 0);
+	free(member);
+}
+
+static void test_args_bad_key(void **state)
+{
+	struct window_policy p;
+	struct window_args a;
+	enum window_reason why;
+	char key[WINDOW_KEY_MAX + 1];
+
+	(void)state;
+	memset(key, 'k', sizeof(key));
+	policy_make(&p, "transfer", 3, 1000);
+	assert_int_equal(window_check_key("", 0), -1);
+	assert_int_equal(window_check_key(NULL, 3), -1);
+	assert_int_equal(window_check_key(key, WINDOW_KEY_MAX + 1), -1);
+	assert_int_equal(window_check_key(key, WINDOW_KEY_MAX), 0);
+	assert_int_equal(window_build_args(&p, "sha", "", 0, 1, "m", &a, &why), -1);
+	assert_int_equal(why, WINDOW_REASON_BAD_KEY);
+	assert_int_equal(window_build_args(&p, "sha", key, sizeof(key), 1, "m", &a, &why), -1);
+	assert_int_equal(why, WINDOW_REASON_BAD_KEY);
+	/* Bytes travel length-delimited: an embedded NUL is kept, not cut. */
+	assert_int_equal(window_build_args(&p, "sha", "a\0b", 3, 1, "m", &a, &why), 0);
+	assert_int_equal(a.argvlen[3], strlen("transfer:limit:v1:") + 3);
+	assert_memory_equal(a.argv[3], "transfer:limit:v1:a\0b", a.argvlen[3]);
+}
+
+static void test_args_bad_cost(void **state)
+{
+	struct window_policy p;
+	struct window_args a;
+	enum window_reason why;
+
+	(void)state;
+	policy_make(&p, "transfer", 3, 1000);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 0, "m", &a, &why), -1);
+	assert_int_equal(why, WINDOW_REASON_BAD_COST);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 4, "m", &a, &why), -1);
+	assert_int_equal(why, WINDOW_REASON_BAD_COST);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 3, "m", &a, &why), 0);
+	/* The smallest limit of all windows bounds the cost. */
+	p.nwin = 2;
+	p.win[1].limit = 2;
+	p.win[1].window_ms = 60000;
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 3, "m", &a, &why), -1);
+	assert_int_equal(why, WINDOW_REASON_BAD_COST);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 2, "m", &a, &why), 0);
+}
+
+static void test_overrides(void **state)
+{
+	struct window_override ov[3];
+	struct window_policy p;
+	struct window_args a;
+	enum window_reason why;
+	const struct window_limit *l;
+	unsigned nwin, i;
+	static const char *const keys[3] = { "ACC-VIP", "ACC-1", "ACC-10" };
+
+	(void)state;
+	memset(ov, 0, sizeof(ov));
+	for (i = 0; i < 3; i++) {
+		ov[i].key_len = strlen(keys[i]);
+		memcpy(ov[i].key, keys[i], ov[i].key_len);
+		ov[i].nwin = 1;
+		ov[i].win[0].limit = 30 + i;
+		ov[i].win[0].window_ms = 1000;
+	}
+	ov[1].nwin = 2;
+	ov[1].win[1].limit = 100;
+	ov[1].win[1].window_ms = 60000;
+	qsort(ov, 3, sizeof(ov[0]), window_override_cmp);
+	assert_memory_equal(ov[0].key, "ACC-1", 6);
+	assert_memory_equal(ov[1].key, "ACC-10", 7);
+	assert_memory_equal(ov[2].key, "ACC-VIP", 8);
+
+	policy_make(&p, "transfer", 3, 1000);
+	p.overrides = ov;
+	p.noverrides = 3;
+	l = window_limits_for(&p, "ACC-VIP", 7, &nwin);
+	assert_int_equal(nwin, 1);
+	assert_int_equal(l[0].limit, 30);
+	l = window_limits_for(&p, "ACC-10", 6, &nwin);
+	assert_int_equal(l[0].limit, 32);
+	l = window_limits_for(&p, "ACC-1", 5, &nwin);
+	assert_int_equal(nwin, 2);
+	assert_int_equal(l[1].limit, 100);
+	l = window_limits_for(&p, "ACC-2", 5, &nwin);
+	assert_ptr_equal(l, p.win);
+	assert_int_equal(nwin, 1);
+	l = window_limits_for(&p, "ACC-VI", 6, &nwin);
+	assert_ptr_equal(l, p.win);
+
+	/* The override's limits go to the script and bound the cost. */
+	assert_int_equal(window_build_args(&p, "sha", "ACC-VIP", 7, 20, "m", &a, &why), 0);
+	assert_arg(&a, 3, "transfer:limit:v1:ACC-VIP");
+	assert_arg(&a, 6, "30");
+	/* Two windows for that account: the hash-tagged key form. */
+	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 1, "m", &a, &why), 0);
+	assert_int_equal(a.nkeys, 2);
+	assert_arg(&a, 3, "transfer:limit:v1:{ACC-1}:1s");
+	assert_arg(&a, 4, "transfer:limit:v1:{ACC-1}:1m");
+	assert_int_equal(window_build_args(&p, "sha", "ACC-2", 5, 20, "m", &a, &why), -1);
+	assert_int_equal(why, WINDOW_REASON_BAD_COST);
+}
+
+/* ---- replies ---- */
+
+static void test_reply_allowed(void **state)
+{
+	struct window_policy p;
+	struct window_decision d;
+
+	(void)state;
+	policy_make(&p, "transfer", 3, 1000);
+	assert_int_equal(decide(&p, "*6\r\n:1\r\n:3\r\n:2\r\n:1000000\r\n:0\r\n:0\r\n", &d), 0);
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(d.reason, WINDOW_REASON_NONE);
+	assert_true(d.has_quota);
+	assert_int_equal(d.limit, 3);
+	assert_int_equal(d.remaining, 2);
+	assert_int_equal(d.reset, 1);
+	assert_int_equal(d.retry_after, 0);
+	assert_int_equal(d.window, 0);
+
+	/* Reset rounds up: 1.000001 s is 2 s, 0.02 s is 1 s. */
+	assert_int_equal(decide(&p, "*6\r\n:1\r\n:3\r\n:0\r\n:1000001\r\n:0\r\n:1\r\n", &d), 0);
+	assert_int_equal(d.reset, 2);
+	assert_int_equal(d.window, 1);
+	assert_int_equal(decide(&p, "*6\r\n:1\r\n:3\r\n:0\r\n:20000\r\n:0\r\n:0\r\n", &d), 0);
+	assert_int_equal(d.reset, 1);
+}
+
+static void test_reply_denied(void **state)
+{
+	struct window_policy p;
+	struct window_decision d;
+
+	(void)state;
+	policy_make(&p, "transfer", 3, 1000);
+	assert_int_equal(decide(&p, "*6\r\n:0\r\n:3\r\n:0\r\n:934636\r\n:934636\r\n:0\r\n", &d), 0);
+	assert_int_equal(d.status, WINDOW_DENY);
+	assert_int_equal(d.reason, WINDOW_REASON_NONE);
+	assert_true(d.has_quota);
+	assert_int_equal(d.limit, 3);
+	assert_int_equal(d.remaining, 0);
+	assert_int_equal(d.reset, 1);
+	assert_int_equal(d.retry_after, 1);
+	assert_int_equal(d.retry_after_us, 934636);
+
+	assert_int_equal(decide(&p, "*6\r\n:0\r\n:100\r\n:1\r\n:1200000\r\n:2500000\r\n:1\r\n", &d), 0);
+	assert_int_equal(d.remaining, 1);
+	assert_int_equal(d.reset, 2);
+	assert_int_equal(d.retry_after, 3);
+	assert_int_equal(d.window, 1);
+
+	/* A deny never says "retry now". */
+	assert_int_equal(decide(&p, "*6\r\n:0\r\n:3\r\n:0\r\n:0\r\n:0\r\n:0\r\n", &d), 0);
+	assert_int_equal(d.retry_after, 1);
+}
+
+static void test_reply_shadow(void **state)
+{
+	struct window_policy p;
+	struct window_decision d;
+
+	(void)state;
+	policy_make(&p, "transfer", 3, 1000);
+	p.shadow = true;
+	assert_int_equal(decide(&p, "*6\r\n:0\r\n:3\r\n:0\r\n:400000\r\n:400000\r\n:0\r\n", &d), 0);
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(d.reason, WINDOW_REASON_SHADOW_DENY);
+	assert_true(d.has_quota);
+	assert_int_equal(d.limit, 3);
+	assert_int_equal(d.remaining, 0);
+	assert_int_equal(d.reset, 1);
+	assert_int_equal(d.retry_after, 1);
+
+	assert_int_equal(decide(&p, "*6\r\n:1\r\n:3\r\n:1\r\n:400000\r\n:0\r\n:0\r\n", &d), 0);
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(d.reason, WINDOW_REASON_NONE);
+}
+
+/* Every reply that is not a script result is a redis-error decision. */
+static void test_reply_errors(void **state)
+{
+	static const char *const bad[] = {
+		"-NOSCRIPT No matching script. Please use EVAL.\r\n",
+		"-ERR Error running script (call to f_x): @user_script:1: oops\r\n",
+		"-BUSY Redis is busy running a script.\r\n",
+		"$-1\r\n",
+		"*-1\r\n",
+		"*0\r\n",
+		"+OK\r\n",
+		":1\r\n",
+		"$2\r\nhi\r\n",
+		"*5\r\n:1\r\n:3\r\n:2\r\n:1000000\r\n:0\r\n",
+		"*7\r\n:1\r\n:3\r\n:2\r\n:1000000\r\n:0\r\n:0\r\n:0\r\n",
+		"*6\r\n$1\r\n1\r\n:3\r\n:2\r\n:1000000\r\n:0\r\n:0\r\n",
+		"*6\r\n:1\r\n:3\r\n$-1\r\n:1000000\r\n:0\r\n:0\r\n",
+		"*6\r\n:1\r\n:3\r\n:2\r\n:1000000\r\n:0\r\n*1\r\n:0\r\n",
+		"*6\r\n:2\r\n:3\r\n:2\r\n:1000000\r\n:0\r\n:0\r\n",
+		"*6\r\n:1\r\n:0\r\n:2\r\n:1000000\r\n:0\r\n:0\r\n",
+		"*6\r\n:1\r\n:3\r\n:-1\r\n:1000000\r\n:0\r\n:0\r\n",
+		"*6\r\n:0\r\n:3\r\n:0\r\n:-1\r\n:5\r\n:0\r\n",
+		"*6\r\n:0\r\n:3\r\n:0\r\n:1\r\n:-5\r\n:0\r\n",
+		"*6\r\n:1\r\n:3\r\n:2\r\n:1000000\r\n:0\r\n:4\r\n",
+		"*6\r\n:1\r\n:3\r\n:2\r\n:1000000\r\n:0\r\n:-1\r\n",
+	};
+	struct window_policy p;
+	struct window_decision d;
+	size_t i;
+
+	(void)state;
+	policy_make(&p, "transfer", 3, 1000);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memset(&d, 0x5a, sizeof(d));
+		assert_int_equal(decide(&p, bad[i], &d), -1);
+		assert_int_equal(d.status, WINDOW_ERROR);
+		assert_int_equal(d.reason, WINDOW_REASON_REDIS_ERROR);
+		assert_false(d.has_quota);
+	}
+	assert_int_equal(window_decide_reply(&p, NULL, &d), -1);
+	assert_int_equal(d.status, WINDOW_ERROR);
+}
+
+static void test_noscript(void **state)
+{
+	redisReply *r;
+
+	(void)state;
+	r = resp_parse("-NOSCRIPT No matching script. Please use EVAL.\r\n");
+	assert_true(window_reply_is_noscript(r));
+	freeReplyObject(r);
+	r = resp_parse("-ERR unknown command\r\n");
+	assert_false(window_reply_is_noscript(r));
+	freeReplyObject(r);
+	r = resp_parse("+NOSCRIPT\r\n");
+	assert_false(window_reply_is_noscript(r));
+	freeReplyObject(r);
+	assert_false(window_reply_is_noscript(NULL));
+}
+
+static void test_fail_open(void **state)
+{
+	struct window_policy p;
+	struct window_decision d;
+
+	(void)state;
+	policy_make(&p, "reads", 100, 60000);
+	p.on_error = WINDOW_ON_ERROR_ALLOW;
+	assert_int_equal(decide(&p, "-ERR boom\r\n", &d), -1);
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_ERROR);
+	assert_false(d.has_quota);
+	assert_int_equal(d.limit, 100);
+	assert_int_equal(d.remaining, 0);
+	assert_int_equal(d.retry_after, 0);
+
+	window_decide_error(&p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
+	assert_int_equal(d.limit, 100);
+	assert_false(d.has_quota);
+}
+
+static void test_fail_closed(void **state)
+{
+	struct window_policy p;
+	struct window_decision d;
+
+	(void)state;
+	policy_make(&p, "transfer", 3, 1000);
+	window_decide_error(&p, WINDOW_REASON_REDIS_TIMEOUT, &d);
+	assert_int_equal(d.status, WINDOW_ERROR);
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_TIMEOUT);
+	assert_false(d.has_quota);
+	window_decide_error(NULL, WINDOW_REASON_UNKNOWN_POLICY, &d);
+	assert_int_equal(d.status, WINDOW_ERROR);
+	assert_int_equal(d.reason, WINDOW_REASON_UNKNOWN_POLICY);
+}
+
+/* ---- merge ---- */
+
+static struct window_decision mk(enum window_status st, bool quota, int64_t remaining,
+                                 int64_t retry_s, int64_t retry_us)
+{
+	struct window_decision d;
+
+	memset(&d, 0, sizeof(d));
+	d.status = st;
+	d.has_quota = quota;
+	d.remaining = remaining;
+	d.retry_after = retry_s;
+	d.retry_after_us = retry_us;
+	return d;
+}
+
+static void test_merge(void **state)
+{
+	struct window_decision acc, d;
+
+	(void)state;
+	window_decision_init(&acc);
+	assert_int_equal(acc.status, WINDOW_STATUS_COUNT);
+
+	/* The first decision is taken as is, even a fail-open allow. */
+	d = mk(WINDOW_ALLOW, false, 0, 0, 0);
+	d.reason = WINDOW_REASON_REDIS_UNAVAILABLE;
+	window_decision_merge(&acc, &d);
+	assert_int_equal(acc.status, WINDOW_ALLOW);
+	assert_int_equal(acc.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
+
+	/* An allow with quota beats one without; then least remaining wins. */
+	d = mk(WINDOW_ALLOW, true, 5, 0, 0);
+	window_decision_merge(&acc, &d);
+	assert_true(acc.has_quota);
+	assert_int_equal(acc.remaining, 5);
+	d = mk(WINDOW_ALLOW, true, 2, 0, 0);
+	window_decision_merge(&acc, &d);
+	assert_int_equal(acc.remaining, 2);
+	d = mk(WINDOW_ALLOW, true, 7, 0, 0);
+	window_decision_merge(&acc, &d);
+	assert_int_equal(acc.remaining, 2);
+	d = mk(WINDOW_ALLOW, false, 0, 0, 0);
+	window_decision_merge(&acc, &d);
+	assert_true(acc.has_quota);
+	assert_int_equal(acc.remaining, 2);
+
+	/* Deny over allow; among denies the longest retry. */
+	d = mk(WINDOW_DENY, true, 0, 3, 2500000);
+	window_decision_merge(&acc, &d);
+	assert_int_equal(acc.status, WINDOW_DENY);
+	assert_int_equal(acc.retry_after, 3);
+	d = mk(WINDOW_DENY, true, 0, 1, 400000);
+	window_decision_merge(&acc, &d);
+	assert_int_equal(acc.retry_after, 3);
+	d = mk(WINDOW_DENY, true, 1, 3, 2600000);
+	window_decision_merge(&acc, &d);
+	assert_int_equal(acc.retry_after_us, 2600000);
+	assert_int_equal(acc.remaining, 1);
+	d = mk(WINDOW_ALLOW, true, 0, 0, 0);
+	window_decision_merge(&acc, &d);
+	assert_int_equal(acc.status, WINDOW_DENY);
+
+	/* Error over everything; the first error is kept. */
+	d = mk(WINDOW_ERROR, false, 0, 0, 0);
+	d.reason = WINDOW_REASON_BAD_COST;
+	window_decision_merge(&acc, &d);
+	assert_int_equal(acc.status, WINDOW_ERROR);
+	assert_int_equal(acc.reason, WINDOW_REASON_BAD_COST);
+	d.reason = WINDOW_REASON_REDIS_TIMEOUT;
+	window_decision_merge(&acc, &d);
+	assert_int_equal(acc.reason, WINDOW_REASON_BAD_COST);
+	d = mk(WINDOW_DENY, true, 0, 9, 9000000);
+	window_decision_merge(&acc, &d);
+	assert_int_equal(acc.status, WINDOW_ERROR);
+
+	/* Order does not matter for the outcome's class. */
+	window_decision_init(&acc);
+	d = mk(WINDOW_DENY, true, 0, 2, 1500000);
+	window_decision_merge(&acc, &d);
+	d = mk(WINDOW_ALLOW, true, 0, 0, 0);
+	window_decision_merge(&acc, &d);
+	assert_int_equal(acc.status, WINDOW_DENY);
+	assert_int_equal(acc.retry_after, 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_strings),
+		cmocka_unit_test(test_rounding),
+		cmocka_unit_test(test_format_ms),
+		cmocka_unit_test(test_args_single),
+		cmocka_unit_test(test_args_multi),
+		cmocka_unit_test(test_args_worst_case),
+		cmocka_unit_test(test_args_overflow),
+		cmocka_unit_test(test_args_bad_key),
+		cmocka_unit_test(test_args_bad_cost),
+		cmocka_unit_test(test_overrides),
+		cmocka_unit_test(test_reply_allowed),
+		cmocka_unit_test(test_reply_denied),
+		cmocka_unit_test(test_reply_shadow),
+		cmocka_unit_test(test_reply_errors),
+		cmocka_unit_test(test_noscript),
+		cmocka_unit_test(test_fail_open),
+		cmocka_unit_test(test_fail_closed),
+		cmocka_unit_test(test_merge),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
