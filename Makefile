@@ -52,7 +52,7 @@ else
 Q := @
 endif
 
-SPOA_MODULES := spop window config log metrics limiter conn worker http
+SPOA_MODULES := spop window config log metrics limiter conn worker http net
 AGENT_OBJS   := $(addprefix $(BUILD)/spoa/,$(addsuffix .o,$(SPOA_MODULES)))
 MAIN_OBJ     := $(BUILD)/spoa/main.o
 BENCH_OBJ    := $(BUILD)/spoa/bench.o
@@ -83,7 +83,15 @@ $(BUILD)/%.o: %.c
 	$(if $(Q),@echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -Ispoa -c $< -o $@
 
-$(AGENT): $(AGENT_OBJS) $(MAIN_OBJ)
+# The agent carries its Lua script: no file to lose at install time.
+$(BUILD)/spoa/script.c: lua/sliding_window.lua tools/embed.sh
+	@mkdir -p $(dir $@)
+	$(Q)tools/embed.sh spoa_script $< > $@
+
+$(BUILD)/spoa/script.o: $(BUILD)/spoa/script.c
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -c $< -o $@
+
+$(AGENT): $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $^ $(LDLIBS_AGENT)
 

@@ -1,0 +1,91 @@
+/*
+ * conn - one HAProxy connection: SPOP state machine, buffers, and the
+ * NOTIFY -> decisions -> ACK pipeline.
+ *
+ * Callbacks are thin: the read callback only moves bytes into the input
+ * buffer and calls conn_process(), which decodes frames and is the one place
+ * that changes a connection's state (conn_set_state). Writes are coalesced:
+ * frames are appended to the output buffer and flushed once per loop
+ * iteration by the owner's prepare watcher (conn_env_flush), so ACKs that
+ * complete in the same iteration leave in one write(2).
+ *
+ * Decisions come from a limiter through a small ops table, so the state
+ * machine can be driven by a fake in tests.
+ */
+#ifndef SPOA_CONN_H
+#define SPOA_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "limiter.h"
+#include "window.h"
+
+struct ev_loop;
+struct config;
+struct metrics;
+struct conn;
+struct conn_req;
+
+/* How a connection asks for one decision; same contract as limiter_check(). */
+struct limiter_ops {
+	int (*check)(void *ctx, const struct window_policy *p, const char *key,
+	             size_t key_len, uint64_t cost, limiter_cb cb, void *arg);
+	void *ctx;
+};
+
+/* Per-config-generation reference held by requests in flight, so a reload
+ * never frees a policy that a pending decision still points to. */
+struct conn_cfg_ref {
+	const struct config *cfg;
+	unsigned refs;                  /* requests in flight + 1 while current */
+	void (*release)(struct conn_cfg_ref *ref);  /* called when refs hits 0 */
+};
+
+/* Everything a worker shares with its connections. Owned by the worker. */
+struct conn_env {
+	struct ev_loop *loop;
+	struct conn_cfg_ref *cfg;       /* current generation */
+	struct limiter_ops ops;
+	struct metrics *metrics;        /* may be NULL */
+	bool draining;
+	unsigned nconns;
+	struct conn *conns;             /* all open connections */
+	struct conn *flush_head;        /* connections with output to send */
+	struct conn_req *free_reqs;     /* recycled requests */
+	unsigned nfree_reqs;
+	double hello_timeout;           /* seconds to receive HAPROXY-HELLO */
+	double frame_timeout;           /* seconds a partial frame may stall */
+	void (*on_idle)(struct conn_env *env); /* last conn closed while draining */
+};
+
+enum conn_state {
+	CONN_ST_HELLO = 0,      /* waiting for HAPROXY-HELLO */
+	CONN_ST_READY,          /* NOTIFY/ACK */
+	CONN_ST_CLOSING,        /* flushing a final frame, then close */
+	CONN_ST_COUNT
+};
+
+const char *conn_state_str(enum conn_state s);
+
+/* Take ownership of connected, non-blocking socket <fd>. Returns 0, or -1
+ * (the fd is closed). */
+int conn_accept(struct conn_env *env, int fd);
+
+/* Send AGENT-DISCONNECT <status>/<msg> to every connection without requests
+ * in flight and close it; the others close as soon as their last ACK left.
+ * Sets env->draining. */
+void conn_env_drain(struct conn_env *env);
+
+/* Write what every connection has queued (called once per loop iteration). */
+void conn_env_flush(struct conn_env *env);
+
+/* Close every connection at once and free the request pool. */
+void conn_env_close_all(struct conn_env *env);
+
+/* A connection that never saw HELLO but must be refused (over the limit):
+ * write AGENT-DISCONNECT <status> on <fd> best-effort, then close it. */
+void conn_refuse(int fd, unsigned status, const char *msg);
+
+#endif /* SPOA_CONN_H */

@@ -1,0 +1,217 @@
+/*
+ * http - GET /metrics, nothing else.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ev.h>
+
+#include "http.h"
+#include "log.h"
+#include "net.h"
+
+#define HTTP_REQ_MAX     2048
+#define HTTP_CLIENTS_MAX 16
+#define HTTP_TIMEOUT     2.0
+#define HTTP_BODY_INIT   (64 * 1024)
+#define HTTP_BODY_MAX    (8 * 1024 * 1024)
+
+struct http_client {
+	struct http_server *srv;
+	int fd;
+	ev_io io;
+	ev_timer timer;
+	char req[HTTP_REQ_MAX];
+	size_t req_len;
+	char *resp;                 /* owned; header + body */
+	size_t resp_len, resp_off;
+	struct http_client *next;
+};
+
+struct http_server {
+	struct ev_loop *loop;
+	int fd;
+	char unix_path[108];
+	ev_io accept_w;
+	http_render_fn render;
+	void *arg;
+	struct http_client *clients;
+	unsigned nclients;
+};
+
+static void http_client_free(struct http_client *c)
+{
+	struct http_server *h = c->srv;
+	struct http_client **pp;
+
+	for (pp = &h->clients; *pp; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	}
+	h->nclients--;
+	ev_io_stop(h->loop, &c->io);
+	ev_timer_stop(h->loop, &c->timer);
+	close(c->fd);
+	free(c->resp);
+	free(c);
+}
+
+/* Build the whole response for the request in <c>. Returns 0 or -1. */
+static int http_client_respond(struct http_client *c)
+{
+	const char *status = "200 OK", *ctype = "text/plain; version=0.0.4; charset=utf-8";
+	char *body = NULL, *p;
+	size_t cap = HTTP_BODY_INIT;
+	int n = -1, hl;
+
+	if (strncmp(c->req, "GET ", 4) != 0) {
+		status = "405 Method Not Allowed";
+	} else if (strncmp(c->req + 4, "/metrics ", 9) != 0 &&
+	           strncmp(c->req + 4, "/metrics? ", 9) != 0) {
+		status = "404 Not Found";
+	} else {
+		for (;;) {
+			p = realloc(body, cap);
+			if (!p)
+				break;
+			body = p;
+			n = c->srv->render(c->srv->arg, body, cap);
+			if (n >= 0 || cap >= HTTP_BODY_MAX)
+				break;
+			cap *= 2;
+		}
+		if (n < 0)
+			status = "500 Internal Server Error";
+	}
+	if (n < 0) {
+		n = 0;
+		ctype = "text/plain";
+	}
+	c->resp = malloc(256 + (size_t)n);
+	if (!c->resp) {
+		free(body);
+		return -1;
+	}
+	hl = snprintf(c->resp, 256, "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+	              "Connection: close\r\n\r\n", status, ctype, n);
+	if (n)
+		memcpy(c->resp + hl, body, (size_t)n);
+	c->resp_len = (size_t)hl + (size_t)n;
+	free(body);
+	return 0;
+}
+
+static void http_on_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct http_client *c = w->data;
+	ssize_t n;
+
+	(void)revents;
+	if (!c->resp) {
+		n = read(c->fd, c->req + c->req_len, sizeof(c->req) - 1 - c->req_len);
+		if (n == -1 && (errno == EAGAIN || errno == EINTR))
+			return;
+		if (n <= 0)
+			goto done;
+		c->req_len += (size_t)n;
+		c->req[c->req_len] = '\0';
+		if (!strstr(c->req, "\r\n\r\n") && !strstr(c->req, "\n\n")) {
+			if (c->req_len == sizeof(c->req) - 1)
+				goto done;      /* too big: not a scraper */
+			return;
+		}
+		if (http_client_respond(c) == -1)
+			goto done;
+		ev_io_stop(loop, &c->io);
+		ev_io_set(&c->io, c->fd, EV_WRITE);
+		ev_io_start(loop, &c->io);
+		return;
+	}
+	n = send(c->fd, c->resp + c->resp_off, c->resp_len - c->resp_off, MSG_NOSIGNAL);
+	if (n == -1 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0)
+		goto done;
+	c->resp_off += (size_t)n;
+	if (c->resp_off < c->resp_len)
+		return;
+done:
+	http_client_free(c);
+}
+
+static void http_on_timeout(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop;
+	(void)revents;
+	http_client_free(t->data);
+}
+
+static void http_on_accept(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct http_server *h = w->data;
+	struct http_client *c;
+	int fd;
+
+	(void)revents;
+	fd = accept4(h->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd == -1)
+		return;
+	if (h->nclients >= HTTP_CLIENTS_MAX || !(c = calloc(1, sizeof(*c)))) {
+		close(fd);
+		return;
+	}
+	c->srv = h;
+	c->fd = fd;
+	ev_io_init(&c->io, http_on_io, fd, EV_READ);
+	ev_timer_init(&c->timer, http_on_timeout, HTTP_TIMEOUT, 0.0);
+	c->io.data = c->timer.data = c;
+	c->next = h->clients;
+	h->clients = c;
+	h->nclients++;
+	ev_io_start(loop, &c->io);
+	ev_timer_start(loop, &c->timer);
+}
+
+struct http_server *http_new(struct ev_loop *loop, const char *addr,
+                             http_render_fn render, void *arg,
+                             char *err, size_t errlen)
+{
+	struct http_server *h = calloc(1, sizeof(*h));
+
+	if (!h) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	h->loop = loop;
+	h->render = render;
+	h->arg = arg;
+	h->fd = net_listen(addr, h->unix_path, sizeof(h->unix_path), err, errlen);
+	if (h->fd == -1) {
+		free(h);
+		return NULL;
+	}
+	ev_io_init(&h->accept_w, http_on_accept, h->fd, EV_READ);
+	h->accept_w.data = h;
+	ev_io_start(loop, &h->accept_w);
+	log_info("metrics_listening", "addr=%s", addr);
+	return h;
+}
+
+void http_free(struct http_server *h)
+{
+	if (!h)
+		return;
+	while (h->clients)
+		http_client_free(h->clients);
+	ev_io_stop(h->loop, &h->accept_w);
+	close(h->fd);
+	if (h->unix_path[0])
+		unlink(h->unix_path);
+	free(h);
+}

@@ -1,0 +1,359 @@
+/*
+ * main - command line, listener, signals and wiring. The only file with
+ * process-wide state; nothing here is worth a unit test on its own.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <ev.h>
+#include <hiredis/hiredis.h>
+
+#include "config.h"
+#include "conn.h"
+#include "http.h"
+#include "log.h"
+#include "metrics.h"
+#include "net.h"
+#include "spop.h"
+#include "worker.h"
+
+#ifndef SPOA_VERSION
+#define SPOA_VERSION "0.0.0"
+#endif
+
+#define MAIN_MAX_THREADS 64
+
+/* The Lua script, embedded at build time from lua/sliding_window.lua. */
+extern const char spoa_script[];
+extern const size_t spoa_script_len;
+
+struct main_state {
+	struct ev_loop *loop;
+	struct config cfg;              /* current, as parsed */
+	const char *cfg_path;           /* -f, for SIGHUP */
+	const char *opt_listen;         /* flags that override the file */
+	const char *opt_redis;
+	int listen_fd;
+	char unix_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	ev_io accept_w;
+	ev_timer accept_pause;          /* EMFILE back-off */
+	ev_signal sig_term, sig_int, sig_hup;
+	struct worker *workers[MAIN_MAX_THREADS];
+	unsigned nworkers;
+	unsigned next_worker;
+	struct http_server *http;
+	bool stopping;
+};
+
+static const char main_usage[] =
+"Usage: ratelimit-spoa [-f FILE] [options]\n"
+"\n"
+"A global rate limiter for HAProxy: an SPOP agent that decides with a\n"
+"sliding-window log in Redis. HAProxy sends message 'ratelimit' (args policy,\n"
+"key, cost); the agent answers txn vars status/limit/remaining/reset/\n"
+"retry_after/reason.\n"
+"\n"
+"Options:\n"
+"  -f, --config FILE   read the configuration file (see ratelimit-spoa(8))\n"
+"  -c, --check         check the configuration, print 'file:line: reason' on\n"
+"                      error, exit 0 (valid) or 1 (invalid)\n"
+"      --listen ADDR   override 'listen' (host:port, [v6]:port, unix:/path)\n"
+"      --redis URL     override 'redis' (redis://[user:pass@]host:port[/db],\n"
+"                      unix:///path)\n"
+"  -d, --debug         log-level debug\n"
+"  -v, --version       print the version and the hiredis/libev versions\n"
+"  -h, --help          this text\n"
+"\n"
+"Configuration directives (one per line, '#' comments):\n"
+"  listen ADDR                 default 127.0.0.1:12345 (loopback or unix only\n"
+"                              unless 'allow-remote-listen')\n"
+"  redis URL                   default redis://127.0.0.1:6379/0\n"
+"  redis-timeout DURATION      per-decision deadline, default 50ms\n"
+"  threads N                   worker threads, default 1\n"
+"  policy NAME LIMIT/WINDOW [LIMIT/WINDOW...] [on-redis-error=deny|allow] [shadow]\n"
+"  override POLICY KEY LIMIT/WINDOW [LIMIT/WINDOW...]\n"
+"  log-level error|warn|info|debug     default info\n"
+"  metrics ADDR                Prometheus endpoint, e.g. 127.0.0.1:9102\n"
+"  max-connections N           default 10000\n"
+"  max-inflight N              NOTIFYs in flight per connection, default 256\n"
+"\n"
+"Signals: SIGTERM/SIGINT drain (stop accepting, finish in-flight decisions,\n"
+"exit 0); SIGHUP reloads the file (a bad file is rejected, the old one stays).\n"
+"Durations: 50ms, 1s, 10m, 1h. Redis key of a request: <policy>:limit:v1:<key>.\n";
+
+/* Parse, merge flags, validate. Returns 0 or -1 with <err>. <c> is filled
+ * on success and must be released by the caller either way. */
+static int main_load_config(struct main_state *m, struct config *c, char *err, size_t errlen)
+{
+	config_init(c);
+	if (m->cfg_path && config_load_file(c, m->cfg_path, err, errlen) == -1)
+		return -1;
+	if (m->opt_listen)
+		snprintf(c->listen, sizeof(c->listen), "%s", m->opt_listen);
+	if (m->opt_redis)
+		snprintf(c->redis, sizeof(c->redis), "%s", m->opt_redis);
+	return config_validate(c, err, errlen);
+}
+
+/* ------------------------------------------------------------ listener */
+
+static unsigned main_open_conns(const struct main_state *m)
+{
+	unsigned i, n = 0;
+
+	for (i = 0; i < m->nworkers; i++)
+		n += worker_nconns(m->workers[i]);
+	return n;
+}
+
+static void main_on_accept_resume(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct main_state *m = t->data;
+
+	(void)revents;
+	if (!m->stopping)
+		ev_io_start(loop, &m->accept_w);
+}
+
+static void main_on_accept(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct main_state *m = w->data;
+	int fd, one = 1, i;
+
+	(void)revents;
+	for (i = 0; i < 64; i++) {
+		fd = accept4(m->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd == -1) {
+			if (errno == EMFILE || errno == ENFILE) {
+				/* out of fds: pause instead of spinning on a ready listener */
+				log_warn("accept_paused", "reason=\"%s\"", strerror(errno));
+				ev_io_stop(loop, &m->accept_w);
+				ev_timer_set(&m->accept_pause, 0.1, 0.0);
+				ev_timer_start(loop, &m->accept_pause);
+			}
+			return;
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		if (m->cfg.max_connections && main_open_conns(m) >= m->cfg.max_connections) {
+			log_warn("conn_refused", "reason=\"max-connections %u reached\"",
+			         m->cfg.max_connections);
+			conn_refuse(fd, SPOP_ST_RES, "too many connections");
+			continue;
+		}
+		worker_give_fd(m->workers[m->next_worker++ % m->nworkers], fd);
+	}
+}
+
+/* ------------------------------------------------------------- signals */
+
+static void main_on_term(struct ev_loop *loop, ev_signal *s, int revents)
+{
+	struct main_state *m = s->data;
+	double grace;
+	unsigned i;
+
+	(void)revents;
+	if (m->stopping)
+		return;
+	m->stopping = true;
+	log_info("draining", "signal=%d workers=%u", s->signum, m->nworkers);
+	ev_io_stop(loop, &m->accept_w);
+	ev_timer_stop(loop, &m->accept_pause);
+	close(m->listen_fd);
+	m->listen_fd = -1;
+	if (m->unix_path[0])
+		unlink(m->unix_path);
+	/* in-flight decisions end within the Redis deadline; leave room for it */
+	grace = 2.0 + 4.0 * (double)m->cfg.redis_timeout_ms / 1000.0;
+	for (i = 0; i < m->nworkers; i++)
+		worker_drain(m->workers[i], grace);
+	ev_break(loop, EVBREAK_ALL);
+}
+
+static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
+{
+	struct main_state *m = s->data;
+	struct config next;
+	struct cfg_gen *g;
+	char err[CONFIG_ERR_LEN];
+	unsigned i;
+
+	(void)loop;
+	(void)revents;
+	if (main_load_config(m, &next, err, sizeof(err)) == -1) {
+		log_error("reload_rejected", "error=\"%s\" action=\"keeping the running configuration\"", err);
+		config_release(&next);
+		return;
+	}
+	if (strcmp(next.listen, m->cfg.listen) != 0 || next.threads != m->cfg.threads)
+		log_warn("reload_partial", "reason=\"listen and threads change only on restart\"");
+	g = cfg_gen_new(&next);
+	if (!g) {
+		log_error("reload_rejected", "error=\"out of memory\"");
+		config_release(&next);
+		return;
+	}
+	/* keep what cannot change live, so the next comparison stays honest */
+	snprintf(next.listen, sizeof(next.listen), "%s", m->cfg.listen);
+	next.threads = m->cfg.threads;
+	for (i = 0; i < m->nworkers; i++)
+		worker_set_config(m->workers[i], g);
+	cfg_gen_put(g);
+	config_release(&m->cfg);
+	m->cfg = next;
+	log_set_level(m->cfg.log_level);
+	log_info("reloaded", "file=%s policies=%zu", m->cfg_path ? m->cfg_path : "-",
+	         m->cfg.npolicies);
+}
+
+static void main_print_version(void)
+{
+	printf("ratelimit-spoa %s (hiredis %d.%d.%d, libev %d.%d)\n", SPOA_VERSION,
+	       HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH, ev_version_major(),
+	       ev_version_minor());
+}
+
+/* Gather every worker's counters for a scrape (main thread). */
+static int main_render_metrics(void *arg, char *dst, size_t cap)
+{
+	struct main_state *m = arg;
+	const struct metrics *ms[MAIN_MAX_THREADS];
+	unsigned i;
+
+	for (i = 0; i < m->nworkers; i++)
+		ms[i] = worker_metrics(m->workers[i]);
+	return metrics_render(ms, m->nworkers, &m->cfg, SPOA_VERSION, dst, cap);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "config", required_argument, NULL, 'f' },
+		{ "check", no_argument, NULL, 'c' },
+		{ "listen", required_argument, NULL, 'L' },
+		{ "redis", required_argument, NULL, 'R' },
+		{ "debug", no_argument, NULL, 'd' },
+		{ "version", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct main_state m;
+	struct cfg_gen *g = NULL;
+	char err[CONFIG_ERR_LEN];
+	bool check_only = false, debug = false;
+	unsigned i;
+	int opt, rc = 1;
+
+	memset(&m, 0, sizeof(m));
+	m.listen_fd = -1;
+	while ((opt = getopt_long(argc, argv, "f:cdvh", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'f': m.cfg_path = optarg; break;
+		case 'c': check_only = true; break;
+		case 'L': m.opt_listen = optarg; break;
+		case 'R': m.opt_redis = optarg; break;
+		case 'd': debug = true; break;
+		case 'v': main_print_version(); return 0;
+		case 'h': fputs(main_usage, stdout); return 0;
+		default: fputs(main_usage, stderr); return 1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "ratelimit-spoa: unexpected argument '%s'\n", argv[optind]);
+		return 1;
+	}
+	if (main_load_config(&m, &m.cfg, err, sizeof(err)) == -1) {
+		fprintf(stderr, "%s\n", err);
+		config_release(&m.cfg);
+		return 1;
+	}
+	if (check_only) {
+		printf("%s: configuration is valid (%zu policies)\n",
+		       m.cfg_path ? m.cfg_path : "(defaults)", m.cfg.npolicies);
+		config_release(&m.cfg);
+		return 0;
+	}
+	if (debug)
+		m.cfg.log_level = CONFIG_LOG_DEBUG;
+	log_set_level(m.cfg.log_level);
+	signal(SIGPIPE, SIG_IGN);
+
+	m.loop = ev_default_loop(EVFLAG_AUTO);
+	m.listen_fd = net_listen(m.cfg.listen, m.unix_path, sizeof(m.unix_path), err, sizeof(err));
+	if (m.listen_fd == -1) {
+		log_error("startup_failed", "error=\"%s\"", err);
+		goto out;
+	}
+	g = cfg_gen_new(&m.cfg);
+	if (!g) {
+		log_error("startup_failed", "error=\"out of memory\"");
+		goto out;
+	}
+	m.nworkers = m.cfg.threads < 1 ? 1 : m.cfg.threads > MAIN_MAX_THREADS ? MAIN_MAX_THREADS : m.cfg.threads;
+	for (i = 0; i < m.nworkers; i++) {
+		m.workers[i] = worker_new(i, g, spoa_script, spoa_script_len, err, sizeof(err));
+		if (!m.workers[i] || worker_start(m.workers[i], err, sizeof(err)) == -1) {
+			log_error("startup_failed", "worker=%u error=\"%s\"", i, err);
+			goto out;
+		}
+	}
+	if (m.cfg.metrics[0]) {
+		m.http = http_new(m.loop, m.cfg.metrics, main_render_metrics, &m, err, sizeof(err));
+		if (!m.http) {
+			log_error("startup_failed", "error=\"%s\"", err);
+			goto out;
+		}
+	}
+	ev_io_init(&m.accept_w, main_on_accept, m.listen_fd, EV_READ);
+	m.accept_w.data = &m;
+	ev_io_start(m.loop, &m.accept_w);
+	ev_timer_init(&m.accept_pause, main_on_accept_resume, 0.1, 0.0);
+	m.accept_pause.data = &m;
+	ev_signal_init(&m.sig_term, main_on_term, SIGTERM);
+	ev_signal_init(&m.sig_int, main_on_term, SIGINT);
+	ev_signal_init(&m.sig_hup, main_on_hup, SIGHUP);
+	m.sig_term.data = m.sig_int.data = m.sig_hup.data = &m;
+	ev_signal_start(m.loop, &m.sig_term);
+	ev_signal_start(m.loop, &m.sig_int);
+	ev_signal_start(m.loop, &m.sig_hup);
+	log_info("started", "version=%s listen=%s threads=%u policies=%zu metrics=%s",
+	         SPOA_VERSION, m.cfg.listen, m.nworkers, m.cfg.npolicies,
+	         m.cfg.metrics[0] ? m.cfg.metrics : "off");
+
+	ev_run(m.loop, 0);
+
+	for (i = 0; i < m.nworkers; i++)
+		worker_join(m.workers[i]);
+	log_info("stopped", "reason=drained");
+	rc = 0;
+out:
+	for (i = 0; i < m.nworkers; i++) {
+		if (m.workers[i]) {
+			worker_drain(m.workers[i], 0.0);
+			worker_join(m.workers[i]);
+			worker_free(m.workers[i]);
+		}
+	}
+	if (g)
+		cfg_gen_put(g);
+	if (m.http)
+		http_free(m.http);
+	if (m.listen_fd != -1) {
+		close(m.listen_fd);
+		if (m.unix_path[0])
+			unlink(m.unix_path);
+	}
+	config_release(&m.cfg);
+	if (m.loop)
+		ev_loop_destroy(m.loop);
+	return rc;
+}

@@ -1,0 +1,52 @@
+/*
+ * worker - one thread, one libev loop, one Redis connection, its HAProxy
+ * connections. Nothing in a worker is touched by another thread except
+ * through worker_* calls below, which go through a locked mailbox and an
+ * ev_async (libev loops are not thread-safe: P15).
+ */
+#ifndef SPOA_WORKER_H
+#define SPOA_WORKER_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "config.h"
+
+struct worker;
+struct metrics;
+
+/* A configuration generation, shared read-only by all workers. Freed (with
+ * config_release) when the last reference goes. */
+struct cfg_gen {
+	_Atomic unsigned refs;
+	struct config cfg;
+};
+
+/* Allocate a generation holding a deep copy of <c>, with one reference for
+ * the caller. Returns NULL on allocation failure. */
+struct cfg_gen *cfg_gen_new(const struct config *c);
+void cfg_gen_get(struct cfg_gen *g);
+void cfg_gen_put(struct cfg_gen *g);
+
+/* Create worker <id> (not started) on generation <g> (it takes its own
+ * reference). <script> is borrowed for the worker's lifetime. */
+struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
+                          size_t script_len, char *err, size_t errlen);
+int worker_start(struct worker *w, char *err, size_t errlen);
+
+/* From another thread: give connected socket <fd> to the worker. */
+void worker_give_fd(struct worker *w, int fd);
+/* From another thread: switch to generation <g> (takes a reference). */
+void worker_set_config(struct worker *w, struct cfg_gen *g);
+/* From another thread: stop taking work, finish in flight, then exit the
+ * thread (at the latest after <grace> seconds). */
+void worker_drain(struct worker *w, double grace);
+void worker_join(struct worker *w);
+void worker_free(struct worker *w);
+
+/* The worker's counters (read by the metrics scraper). */
+const struct metrics *worker_metrics(const struct worker *w);
+/* Open connections right now (approximate, for limits). */
+unsigned worker_nconns(const struct worker *w);
+
+#endif /* SPOA_WORKER_H */
