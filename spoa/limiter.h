@@ -14,6 +14,7 @@
 #ifndef SPOA_LIMITER_H
 #define SPOA_LIMITER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +33,11 @@ struct limiter_settings {
 	size_t script_len;
 	unsigned thread_id;             /* for the unique member prefix */
 	struct metrics *metrics;        /* this thread's counters, may be NULL */
+	/* The config's policy table, in metrics index order, so a deny answered
+	 * from the local cache is counted in cache_denies[index]. Only the names
+	 * are read (copied) by limiter_new()/limiter_reconfigure(); may be NULL. */
+	const struct window_policy *policies;
+	size_t npolicies;
 };
 
 /* Create a limiter on <loop> and start connecting. Returns NULL with <err>
@@ -48,6 +54,11 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
  * Returns 0 or -1 with <err>. */
 int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
                         char *err, size_t errlen);
+
+/* Turn the local deny cache on (the default) or off; off also empties it.
+ * An account denied until t is answered "deny" locally until t, without
+ * Redis (never for shadow policies). */
+void limiter_set_deny_cache(struct limiter *l, bool on);
 
 /* Calls still waiting for a reply. */
 unsigned limiter_pending(const struct limiter *l);
