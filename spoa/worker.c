@@ -115,6 +115,8 @@ static void worker_fill_settings(struct worker *w, const struct config *c,
 	s->script_len = w->script_len;
 	s->thread_id = w->id;
 	s->metrics = &w->metrics;
+	s->policies = c->policies;
+	s->npolicies = c->npolicies;
 }
 
 /* Switch to <g> in the worker's own thread: new requests use it, requests
