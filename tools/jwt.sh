@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# jwt.sh - demo/test JSON Web Tokens with openssl only (no Python, no jq).
+#
+#   tools/jwt.sh keygen DIR
+#       Write a fresh RSA-2048 pair: DIR/jwt-private.pem (mode 600) and
+#       DIR/jwt-public.pem (what HAProxy's jwt_verify reads, $RL_JWT_PUBKEY).
+#       Keys are made at run time and never committed.
+#
+#   tools/jwt.sh mint --key FILE|SECRET --sub ACCOUNT [options]
+#       Print a compact JWS on stdout. Options:
+#         --alg RS256|HS256|none   signing algorithm (default RS256; the edge accepts
+#                                  RS256 only, the others exist to test the 401 path)
+#         --ttl SECONDS            exp = now + SECONDS (default 3600; negative = expired)
+#         --exp EPOCH | --no-exp   an absolute exp, or no exp claim at all
+#         --nbf EPOCH              add a not-before claim
+#         --no-sub                 leave the sub claim out (with --sub ignored)
+#         --tamper                 flip the payload after signing (bad signature)
+#
+#   tools/jwt.sh decode TOKEN      print header and payload JSON (no verification)
+#
+# Exit status: 0, or 2 with a message on stderr.
+set -euo pipefail
+
+die() { echo "jwt.sh: $*" >&2; exit 2; }
+
+# b64url: stdin bytes -> base64url without padding (RFC 7515 section 2).
+b64url() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }
+
+# b64url_decode STRING: base64url text -> bytes on stdout.
+b64url_decode() {
+	local s=${1//-/+}
+	s=${s//_//}
+	case $(( ${#s} % 4 )) in
+	2) s="$s==" ;;
+	3) s="$s=" ;;
+	esac
+	printf '%s' "$s" | openssl base64 -d -A
+}
+
+# json_str STRING: a JSON string literal. Accounts are plain identifiers; we
+# still escape the two characters that would break the document.
+json_str() {
+	local s=${1//\\/\\\\}
+	s=${s//\"/\\\"}
+	printf '"%s"' "$s"
+}
+
+cmd_keygen() {
+	local dir=${1:?usage: jwt.sh keygen DIR}
+	mkdir -p "$dir"
+	( umask 077; openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 \
+		-out "$dir/jwt-private.pem" 2>/dev/null ) || die "openssl genpkey failed"
+	openssl pkey -in "$dir/jwt-private.pem" -pubout -out "$dir/jwt-public.pem" 2>/dev/null \
+		|| die "openssl pkey -pubout failed"
+	chmod 644 "$dir/jwt-public.pem"
+	echo "$dir/jwt-public.pem"
+}
+
+cmd_mint() {
+	local alg=RS256 key= sub= have_sub=1 ttl=3600 exp= no_exp=0 nbf= tamper=0
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--alg) alg=${2:?}; shift 2 ;;
+		--key) key=${2:?}; shift 2 ;;
+		--sub) sub=${2:?}; shift 2 ;;
+		--no-sub) have_sub=0; shift ;;
+		--ttl) ttl=${2:?}; shift 2 ;;
+		--exp) exp=${2:?}; shift 2 ;;
+		--no-exp) no_exp=1; shift ;;
+		--nbf) nbf=${2:?}; shift 2 ;;
+		--tamper) tamper=1; shift ;;
+		*) die "unknown option: $1" ;;
+		esac
+	done
+	[ $have_sub = 0 ] || [ -n "$sub" ] || die "--sub ACCOUNT is required"
+	[ "$alg" = none ] || [ -n "$key" ] || die "--key is required for $alg"
+	local now header payload signing sig
+	now=$(date +%s)
+	[ -n "$exp" ] || exp=$((now + ttl))
+	header=$(printf '{"alg":"%s","typ":"JWT"}' "$alg" | b64url)
+	payload="{\"iss\":\"ratelimit-spoa-demo\",\"iat\":$now"
+	[ $have_sub = 0 ] || payload="$payload,\"sub\":$(json_str "$sub")"
+	[ $no_exp = 1 ] || payload="$payload,\"exp\":$exp"
+	[ -z "$nbf" ] || payload="$payload,\"nbf\":$nbf"
+	payload=$(printf '%s}' "$payload" | b64url)
+	signing="$header.$payload"
+	case $alg in
+	RS256)
+		[ -r "$key" ] || die "cannot read private key $key"
+		sig=$(printf '%s' "$signing" | openssl dgst -sha256 -sign "$key" -binary | b64url) ;;
+	HS256)
+		sig=$(printf '%s' "$signing" | openssl dgst -sha256 -hmac "$key" -binary | b64url) ;;
+	none)
+		sig= ;;
+	*) die "unsupported --alg $alg (RS256, HS256 or none)" ;;
+	esac
+	if [ $tamper = 1 ]; then
+		# Same shape, different claims: a valid-looking token whose signature
+		# no longer matches.
+		payload=$(printf '{"sub":"ACC-9999","exp":%s}' "$exp" | b64url)
+		signing="$header.$payload"
+	fi
+	printf '%s.%s\n' "$signing" "$sig"
+}
+
+cmd_decode() {
+	local tok=${1:?usage: jwt.sh decode TOKEN} h p
+	IFS=. read -r h p _ <<<"$tok"
+	b64url_decode "$h"; echo
+	b64url_decode "$p"; echo
+}
+
+case ${1:-} in
+keygen) shift; cmd_keygen "$@" ;;
+mint) shift; cmd_mint "$@" ;;
+decode) shift; cmd_decode "$@" ;;
+*) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
+esac
