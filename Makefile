@@ -97,7 +97,7 @@ $(AGENT): $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o
 
 $(BENCH): $(BENCH_OBJ) $(BUILD)/spoa/spop.o
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $^ -lm -pthread
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $^ -lev -lm -pthread
 
 # A unit test links only the modules its tests/unit/<name>.deps lists
 # (pure ones: no sockets).
