@@ -1,0 +1,982 @@
+/*
+ * config - parse and validate the agent's configuration (see config.h).
+ *
+ * A line is split into words on blanks; a word starting with '#' starts a
+ * comment, so a '#' inside a word (a password, say) is kept. Words are
+ * slices of the caller's text: nothing is copied until a directive accepts
+ * them. Error messages never repeat the redis URL: it may hold a password.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config.h"
+
+#define CONFIG_MAX_WORDS      16
+#define CONFIG_LIMIT_MAX      1000000u
+#define CONFIG_WINDOW_MAX_MS  (24u * 3600u * 1000u)
+#define CONFIG_TIMEOUT_MAX_MS 60000u
+#define CONFIG_THREADS_MAX    64u
+#define CONFIG_CONN_MAX       1000000u
+#define CONFIG_INFLIGHT_MAX   65536u
+#define CONFIG_FILE_MAX       (16u << 20)
+#define CONFIG_UNIX_PATH_MAX  107u      /* sun_path minus its NUL */
+
+/* A slice of the text being parsed. */
+struct word {
+	const char *p;
+	size_t len;
+};
+
+/* Scalar directives: each may appear once per parsed text. */
+enum config_dir {
+	CONFIG_DIR_LISTEN = 0,
+	CONFIG_DIR_REDIS,
+	CONFIG_DIR_REDIS_TIMEOUT,
+	CONFIG_DIR_THREADS,
+	CONFIG_DIR_LOG_LEVEL,
+	CONFIG_DIR_METRICS,
+	CONFIG_DIR_MAX_CONNECTIONS,
+	CONFIG_DIR_MAX_INFLIGHT,
+	CONFIG_DIR_ALLOW_REMOTE_LISTEN,
+	CONFIG_DIR_POLICY,             /* repeatable from here on */
+	CONFIG_DIR_OVERRIDE,
+	CONFIG_DIR_COUNT
+};
+
+struct parse_ctx {
+	struct config *c;
+	const char *name;
+	unsigned line;
+	char *err;
+	size_t errlen;
+	unsigned seen[CONFIG_DIR_COUNT];          /* line of first use, 0 = not yet */
+	/* Overrides added by this parse, per policy: where they start, the
+	 * array's capacity, and the line of each (for duplicate messages). */
+	size_t ov_first[CONFIG_MAX_POLICIES];
+	size_t ov_cap[CONFIG_MAX_POLICIES];
+	unsigned *ov_line[CONFIG_MAX_POLICIES];
+};
+
+static const char *const log_level_names[CONFIG_LOG_COUNT] = {
+	[CONFIG_LOG_ERROR] = "error",
+	[CONFIG_LOG_WARN]  = "warn",
+	[CONFIG_LOG_INFO]  = "info",
+	[CONFIG_LOG_DEBUG] = "debug",
+};
+
+static const char redis_shapes[] =
+	"expected redis://[user[:password]@]host:port[/db], unix:///path, "
+	"cluster://host:port[,host:port...] or sentinel://host:port[,host:port...]/name";
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Format "<name>:<line>: <fmt...>" into the context's error buffer. */
+__attribute__((format(printf, 2, 3)))
+static int parse_fail(struct parse_ctx *x, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!x->err || !x->errlen)
+		return -1;
+	n = snprintf(x->err, x->errlen, "%s:%u: ", x->name, x->line);
+	if (n >= 0 && (size_t)n < x->errlen) {
+		va_start(ap, fmt);
+		vsnprintf(x->err + n, x->errlen - (size_t)n, fmt, ap);
+		va_end(ap);
+	}
+	return -1;
+}
+
+/* Format "<path>: <fmt...>" (no line: whole-config checks) into <err>. */
+__attribute__((format(printf, 4, 5)))
+static int validate_fail(const struct config *c, char *err, size_t errlen,
+                         const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!err || !errlen)
+		return -1;
+	n = snprintf(err, errlen, "%s: ", c->path[0] ? c->path : "config");
+	if (n >= 0 && (size_t)n < errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+		va_end(ap);
+	}
+	return -1;
+}
+
+static int word_is(struct word w, const char *s)
+{
+	size_t n = strlen(s);
+
+	return w.len == n && memcmp(w.p, s, n) == 0;
+}
+
+/* Printable length of <w> for messages: long words are cut at 64 bytes. */
+static int word_plen(struct word w)
+{
+	return w.len > 64 ? 64 : (int)w.len;
+}
+
+/* Parse the decimal <s>/<len> (digits only) into <*out> if <= <max>.
+ * Returns 0, -1 when not a number, -2 when above <max>. */
+static int parse_uint(const char *s, size_t len, uint64_t max, uint64_t *out)
+{
+	uint64_t v = 0;
+	size_t i;
+
+	if (len == 0)
+		return -1;
+	for (i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		if (v > (UINT64_MAX - 9) / 10)
+			return -2;
+		v = v * 10 + (uint64_t)(s[i] - '0');
+	}
+	if (v > max)
+		return -2;
+	*out = v;
+	return 0;
+}
+
+/* Milliseconds in <unit>/<len> ("ms", "s", "m", "h"), or 0. */
+static uint64_t unit_ms(const char *unit, size_t len)
+{
+	if (len == 2 && memcmp(unit, "ms", 2) == 0)
+		return 1;
+	if (len == 1 && unit[0] == 's')
+		return 1000;
+	if (len == 1 && unit[0] == 'm')
+		return 60000;
+	if (len == 1 && unit[0] == 'h')
+		return 3600000;
+	return 0;
+}
+
+/* "<n>ms|s|m|h" in <s>/<len> to <*ms>. Returns 0 or -1. */
+int config_parse_duration(const char *s, size_t len, uint64_t *ms)
+{
+	size_t i = 0;
+	uint64_t n, mul;
+
+	while (i < len && s[i] >= '0' && s[i] <= '9')
+		i++;
+	mul = unit_ms(s + i, len - i);
+	if (i == 0 || mul == 0 || parse_uint(s, i, UINT64_MAX / mul, &n) != 0)
+		return -1;
+	*ms = n * mul;
+	return 0;
+}
+
+/* A window: a duration, or a bare unit meaning one of it ("s" = "1s"). */
+static int parse_window(const char *s, size_t len, uint64_t *ms)
+{
+	if (len && (s[0] < '0' || s[0] > '9')) {
+		uint64_t mul = unit_ms(s, len);
+
+		if (!mul)
+			return -1;
+		*ms = mul;
+		return 0;
+	}
+	return config_parse_duration(s, len, ms);
+}
+
+/* Name of <l> ("error", ...); "unknown" outside the enum. Static storage. */
+const char *config_log_level_str(enum config_log_level l)
+{
+	if ((unsigned)l >= CONFIG_LOG_COUNT)
+		return "unknown";
+	return log_level_names[l];
+}
+
+/* ------------------------------------------------------------------------ */
+/* Addresses and URLs: shape only, nothing is resolved                        */
+/* ------------------------------------------------------------------------ */
+
+/* A host name or IPv4 literal: [A-Za-z0-9.-], 1..253 bytes. */
+static int check_hostname(const char *s, size_t len)
+{
+	size_t i;
+
+	if (len == 0 || len > 253)
+		return -1;
+	for (i = 0; i < len; i++) {
+		char ch = s[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '.' || ch == '-'))
+			return -1;
+	}
+	return 0;
+}
+
+/*
+ * Check "host:port" or "[v6]:port" in <s>/<len>. On success sets <*host>/
+ * <*hlen> to the host without brackets (borrowed from <s>) and <*v6>.
+ * Returns NULL or a reason.
+ */
+static const char *check_hostport(const char *s, size_t len, const char **host,
+                                  size_t *hlen, int *v6)
+{
+	const char *colon;
+	uint64_t port;
+	char tmp[64];
+	unsigned char bin[16];
+
+	*v6 = 0;
+	if (len && s[0] == '[') {
+		const char *close = memchr(s, ']', len);
+
+		if (!close || close == s + 1)
+			return "bad IPv6 address";
+		*host = s + 1;
+		*hlen = (size_t)(close - s - 1);
+		if (*hlen >= sizeof(tmp))
+			return "bad IPv6 address";
+		memcpy(tmp, *host, *hlen);
+		tmp[*hlen] = '\0';
+		if (inet_pton(AF_INET6, tmp, bin) != 1)
+			return "bad IPv6 address";
+		*v6 = 1;
+		colon = close + 1;
+		if (colon >= s + len || *colon != ':')
+			return "missing port";
+	} else {
+		colon = memchr(s, ':', len);
+		if (!colon)
+			return "missing port";
+		*host = s;
+		*hlen = (size_t)(colon - s);
+		if (*hlen == 0)
+			return "missing host";
+		if (check_hostname(*host, *hlen) == -1)
+			return "bad host";
+	}
+	if (parse_uint(colon + 1, (size_t)(s + len - colon - 1), 65535, &port) != 0 || port == 0)
+		return "port must be 1..65535";
+	return NULL;
+}
+
+/* "unix:/path": an absolute path that fits a sockaddr_un. */
+static const char *check_unix_path(const char *path, size_t len)
+{
+	if (len == 0 || path[0] != '/')
+		return "unix socket path must be absolute";
+	if (len > CONFIG_UNIX_PATH_MAX)
+		return "unix socket path too long";
+	return NULL;
+}
+
+/* A listen or metrics address in <s>/<len>. Returns NULL or a reason. */
+static const char *check_listen_addr(const char *s, size_t len)
+{
+	const char *host;
+	size_t hlen;
+	int v6;
+
+	if (len >= 5 && memcmp(s, "unix:", 5) == 0)
+		return check_unix_path(s + 5, len - 5);
+	return check_hostport(s, len, &host, &hlen, &v6);
+}
+
+/* Is the address <s> (already shape-checked) on this host only? */
+static int addr_is_loopback(const char *s)
+{
+	const char *host;
+	size_t hlen;
+	int v6;
+	char tmp[64];
+	unsigned char bin[16];
+
+	if (strncmp(s, "unix:", 5) == 0)
+		return 1;
+	if (check_hostport(s, strlen(s), &host, &hlen, &v6) || hlen >= sizeof(tmp))
+		return 0;
+	memcpy(tmp, host, hlen);
+	tmp[hlen] = '\0';
+	if (v6) {
+		static const unsigned char lo6[16] = { [15] = 1 };
+		static const unsigned char mapped[12] = { [10] = 0xff, [11] = 0xff };
+
+		if (inet_pton(AF_INET6, tmp, bin) != 1)
+			return 0;
+		return memcmp(bin, lo6, 16) == 0 ||
+		       (memcmp(bin, mapped, 12) == 0 && bin[12] == 127);
+	}
+	if (strcmp(tmp, "localhost") == 0)
+		return 1;
+	/* inet_pton accepts only full dotted quads: "127.1" is not loopback
+	 * here, it is a host name nobody should use. */
+	return inet_pton(AF_INET, tmp, bin) == 1 && bin[0] == 127;
+}
+
+/* "h:p[,h:p...]" in <s>/<len>. Returns NULL or a reason. */
+static const char *check_hostport_list(const char *s, size_t len)
+{
+	const char *end = s + len, *host;
+	size_t hlen;
+	int v6;
+
+	for (;;) {
+		const char *comma = memchr(s, ',', (size_t)(end - s));
+		const char *stop = comma ? comma : end;
+		const char *why = check_hostport(s, (size_t)(stop - s), &host, &hlen, &v6);
+
+		if (why)
+			return why;
+		if (!comma)
+			return NULL;
+		s = comma + 1;
+	}
+}
+
+/* Policy names end up in Redis keys and metric labels: keep them plain. */
+static int check_policy_name(struct word w)
+{
+	size_t i;
+
+	if (w.len == 0 || w.len > WINDOW_NAME_MAX)
+		return -1;
+	for (i = 0; i < w.len; i++) {
+		char ch = w.p[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-'))
+			return -1;
+	}
+	return 0;
+}
+
+/* Redis URL shape in <s>/<len>. Returns NULL or a reason (never the URL). */
+static const char *check_redis_url(const char *s, size_t len)
+{
+	const char *end = s + len, *host, *at, *slash, *p;
+	size_t hlen;
+	int v6;
+	uint64_t db;
+
+	if (len >= 7 && memcmp(s, "unix://", 7) == 0)
+		return check_unix_path(s + 7, len - 7);
+	if (len >= 10 && memcmp(s, "cluster://", 10) == 0)
+		return check_hostport_list(s + 10, len - 10);
+	if (len >= 11 && memcmp(s, "sentinel://", 11) == 0) {
+		p = s + 11;
+		slash = memchr(p, '/', (size_t)(end - p));
+		if (!slash || slash + 1 == end)
+			return "sentinel URL needs /<master-name>";
+		if (check_policy_name((struct word){ slash + 1, (size_t)(end - slash - 1) }) == -1)
+			return "bad sentinel master name";
+		return check_hostport_list(p, (size_t)(slash - p));
+	}
+	if (len < 8 || memcmp(s, "redis://", 8) != 0)
+		return "unknown scheme";
+	p = s + 8;
+	/* The password may hold '@' or '/': the host starts after the last '@'. */
+	at = memrchr(p, '@', (size_t)(end - p));
+	if (at) {
+		if (at == p)
+			return "empty user info";
+		p = at + 1;
+	}
+	/* An IPv6 literal holds ':' but never '/', so the first '/' ends it. */
+	slash = memchr(p, '/', (size_t)(end - p));
+	if (slash) {
+		if (parse_uint(slash + 1, (size_t)(end - slash - 1), 65535, &db) != 0)
+			return "db must be a number";
+		end = slash;
+	}
+	if (p == end)
+		return "missing host";
+	return check_hostport(p, (size_t)(end - p), &host, &hlen, &v6);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Directives                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Copy <w> into <dst>/<cap> as a C string; -1 if it does not fit. */
+static int word_copy(char *dst, size_t cap, struct word w)
+{
+	if (w.len >= cap)
+		return -1;
+	memcpy(dst, w.p, w.len);
+	dst[w.len] = '\0';
+	return 0;
+}
+
+/*
+ * Parse one "<limit>/<window>" word <w> into <lim> appended to <win>/<*nwin>
+ * (checking range and that the window is new). <what> names the owner in
+ * messages ("policy 'x'"). Returns 0, 1 when <w> has no '/', or -1.
+ */
+static int parse_limit_word(struct parse_ctx *x, const char *what, struct word w,
+                            struct window_limit *win, unsigned *nwin)
+{
+	const char *slash = memchr(w.p, '/', w.len);
+	uint64_t limit, ms;
+	unsigned i;
+	int rc;
+
+	if (!slash)
+		return 1;
+	rc = parse_uint(w.p, (size_t)(slash - w.p), CONFIG_LIMIT_MAX, &limit);
+	if (rc == -1 || (rc == 0 && limit == 0))
+		return parse_fail(x, "%s: limit must be a positive integer, got '%.*s'",
+		                  what, word_plen(w), w.p);
+	if (rc == -2)
+		return parse_fail(x, "%s: limit must be at most %u", what, CONFIG_LIMIT_MAX);
+	if (parse_window(slash + 1, (size_t)(w.p + w.len - slash - 1), &ms) == -1)
+		return parse_fail(x, "%s: bad window in '%.*s' (use <n>ms, <n>s, <n>m or <n>h)",
+		                  what, word_plen(w), w.p);
+	if (ms < 1 || ms > CONFIG_WINDOW_MAX_MS)
+		return parse_fail(x, "%s: window must be 1ms..24h", what);
+	for (i = 0; i < *nwin; i++) {
+		if (win[i].window_ms == ms) {
+			char ws[32];
+
+			window_format_ms(ms, ws, sizeof(ws));
+			return parse_fail(x, "%s: window %s given twice", what, ws);
+		}
+	}
+	if (*nwin >= WINDOW_MAX_WINDOWS)
+		return parse_fail(x, "%s: at most %d windows", what, WINDOW_MAX_WINDOWS);
+	win[*nwin].limit = limit;
+	win[*nwin].window_ms = ms;
+	(*nwin)++;
+	return 0;
+}
+
+/* policy <name> <limit>/<window>... [on-redis-error=deny|allow] [shadow] */
+static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
+{
+	struct config *c = x->c;
+	struct window_policy *p;
+	char what[WINDOW_NAME_MAX + 16];
+	size_t i;
+	int rc;
+
+	if (n < 3)
+		return parse_fail(x, "policy: expected 'policy <name> <limit>/<window> [options]'");
+	if (check_policy_name(w[1]) == -1)
+		return parse_fail(x, "policy name '%.*s' must be 1..%d characters of A-Z a-z 0-9 _ . -",
+		                  word_plen(w[1]), w[1].p, WINDOW_NAME_MAX);
+	if (config_find_policy(c, w[1].p, w[1].len))
+		return parse_fail(x, "duplicate policy '%.*s'", (int)w[1].len, w[1].p);
+	if (c->npolicies >= CONFIG_MAX_POLICIES)
+		return parse_fail(x, "too many policies (at most %d)", CONFIG_MAX_POLICIES);
+
+	p = &c->policies[c->npolicies];
+	memset(p, 0, sizeof(*p));
+	memcpy(p->name, w[1].p, w[1].len);
+	p->name_len = w[1].len;
+	snprintf(what, sizeof(what), "policy '%s'", p->name);
+	for (i = 2; i < n; i++) {
+		rc = parse_limit_word(x, what, w[i], p->win, &p->nwin);
+		if (rc == -1)
+			return -1;
+		if (rc == 0)
+			continue;
+		if (word_is(w[i], "on-redis-error=deny"))
+			p->on_error = WINDOW_ON_ERROR_DENY;
+		else if (word_is(w[i], "on-redis-error=allow"))
+			p->on_error = WINDOW_ON_ERROR_ALLOW;
+		else if (word_is(w[i], "shadow"))
+			p->shadow = true;
+		else
+			return parse_fail(x, "%s: unknown option '%.*s' (expected <limit>/<window>, "
+			                  "on-redis-error=deny|allow or shadow)",
+			                  what, word_plen(w[i]), w[i].p);
+	}
+	if (p->nwin == 0)
+		return parse_fail(x, "%s: expected at least one <limit>/<window>", what);
+	/* Overrides added later in this parse start at index 0. */
+	x->ov_first[c->npolicies] = 0;
+	x->ov_cap[c->npolicies] = 0;
+	c->npolicies++;
+	return 0;
+}
+
+/* override <policy> <key> <limit>/<window>... */
+static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
+{
+	struct config *c = x->c;
+	struct window_policy *p;
+	struct window_override *o;
+	char what[WINDOW_NAME_MAX + 32];
+	size_t pi, i, k;
+	int rc;
+
+	if (n < 4)
+		return parse_fail(x, "override: expected 'override <policy> <key> <limit>/<window>...'");
+	p = (struct window_policy *)config_find_policy(c, w[1].p, w[1].len);
+	if (!p)
+		return parse_fail(x, "override for unknown policy '%.*s'", word_plen(w[1]), w[1].p);
+	if (window_check_key(w[2].p, w[2].len) == -1)
+		return parse_fail(x, "override: key must be 1..%d bytes", WINDOW_KEY_MAX);
+	pi = (size_t)(p - c->policies);
+
+	if (p->noverrides == x->ov_cap[pi]) {
+		size_t cap = x->ov_cap[pi] ? x->ov_cap[pi] * 2 : 8;
+		size_t nnew = cap - x->ov_first[pi];
+		struct window_override *grown = realloc(p->overrides, cap * sizeof(*grown));
+		unsigned *lines;
+
+		if (!grown)
+			return parse_fail(x, "out of memory");
+		p->overrides = grown;
+		x->ov_cap[pi] = cap;
+		lines = realloc(x->ov_line[pi], nnew * sizeof(*lines));
+		if (!lines)
+			return parse_fail(x, "out of memory");
+		x->ov_line[pi] = lines;
+	}
+	o = &p->overrides[p->noverrides];
+	memset(o, 0, sizeof(*o));
+	memcpy(o->key, w[2].p, w[2].len);
+	o->key_len = w[2].len;
+	snprintf(what, sizeof(what), "override '%.*s' of '%s'",
+	         word_plen(w[2]) > 24 ? 24 : word_plen(w[2]), w[2].p, p->name);
+	for (i = 3; i < n; i++) {
+		rc = parse_limit_word(x, what, w[i], o->win, &o->nwin);
+		if (rc == -1)
+			return -1;
+		if (rc == 1)
+			return parse_fail(x, "%s: expected <limit>/<window>, got '%.*s'",
+			                  what, word_plen(w[i]), w[i].p);
+	}
+	k = p->noverrides - x->ov_first[pi];
+	x->ov_line[pi][k] = x->line;
+	p->noverrides++;
+	return 0;
+}
+
+/* An override and where it was written, for sorting with line numbers. */
+struct ov_ref {
+	const struct window_override *ov;
+	unsigned line;                 /* 0 = from an earlier parse */
+};
+
+static int ov_ref_cmp(const void *a, const void *b)
+{
+	const struct ov_ref *x = a, *y = b;
+	int c = window_override_cmp(x->ov, y->ov);
+
+	if (c)
+		return c;
+	return (x->line > y->line) - (x->line < y->line);
+}
+
+/*
+ * Sort the overrides of policy <pi> (window.h's order, for bsearch) and
+ * refuse duplicate keys, naming the later line. The sorted table replaces
+ * the old one at its exact size. Returns 0 or -1.
+ */
+static int overrides_finish(struct parse_ctx *x, size_t pi)
+{
+	struct window_policy *p = &x->c->policies[pi];
+	size_t n = p->noverrides, i;
+	struct ov_ref *refs = NULL;
+	struct window_override *sorted = NULL;
+	int rc = -1;
+
+	refs = malloc(n * sizeof(*refs));
+	sorted = malloc(n * sizeof(*sorted));
+	if (!refs || !sorted) {
+		parse_fail(x, "out of memory");
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		refs[i].ov = &p->overrides[i];
+		refs[i].line = i < x->ov_first[pi] ? 0 : x->ov_line[pi][i - x->ov_first[pi]];
+	}
+	qsort(refs, n, sizeof(*refs), ov_ref_cmp);
+	for (i = 0; i < n; i++) {
+		if (i && window_override_cmp(refs[i - 1].ov, refs[i].ov) == 0) {
+			x->line = refs[i].line;
+			parse_fail(x, "duplicate override '%.*s' for policy '%s'",
+			           refs[i].ov->key_len > 64 ? 64 : (int)refs[i].ov->key_len,
+			           refs[i].ov->key, p->name);
+			goto out;
+		}
+		sorted[i] = *refs[i].ov;
+	}
+	free(p->overrides);
+	p->overrides = sorted;
+	sorted = NULL;
+	x->ov_first[pi] = n;
+	x->ov_cap[pi] = n;
+	rc = 0;
+out:
+	free(sorted);
+	free(refs);
+	return rc;
+}
+
+/* A scalar directive <d> with one argument <v> (already counted). */
+static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, struct word v)
+{
+	struct config *c = x->c;
+	const char *why;
+	uint64_t u;
+	int rc;
+	size_t i;
+
+	switch (d) {
+	case CONFIG_DIR_LISTEN:
+		why = check_listen_addr(v.p, v.len);
+		if (why)
+			return parse_fail(x, "listen '%.*s': %s (expected host:port, [ipv6]:port or unix:/path)",
+			                  word_plen(v), v.p, why);
+		if (word_copy(c->listen, sizeof(c->listen), v) == -1)
+			return parse_fail(x, "listen: address too long");
+		return 0;
+	case CONFIG_DIR_METRICS:
+		if (word_is(v, "off")) {
+			c->metrics[0] = '\0';
+			return 0;
+		}
+		why = check_listen_addr(v.p, v.len);
+		if (why)
+			return parse_fail(x, "metrics '%.*s': %s (expected host:port, [ipv6]:port, unix:/path or off)",
+			                  word_plen(v), v.p, why);
+		if (word_copy(c->metrics, sizeof(c->metrics), v) == -1)
+			return parse_fail(x, "metrics: address too long");
+		return 0;
+	case CONFIG_DIR_REDIS:
+		why = check_redis_url(v.p, v.len);
+		if (why)
+			return parse_fail(x, "redis: %s (%s)", why, redis_shapes);
+		if (word_copy(c->redis, sizeof(c->redis), v) == -1)
+			return parse_fail(x, "redis: URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
+		return 0;
+	case CONFIG_DIR_REDIS_TIMEOUT:
+		if (config_parse_duration(v.p, v.len, &u) == -1 || u < 1 || u > CONFIG_TIMEOUT_MAX_MS)
+			return parse_fail(x, "redis-timeout must be a duration 1ms..60s, e.g. 50ms; got '%.*s'",
+			                  word_plen(v), v.p);
+		c->redis_timeout_ms = u;
+		return 0;
+	case CONFIG_DIR_THREADS:
+		if (parse_uint(v.p, v.len, CONFIG_THREADS_MAX, &u) != 0 || u < 1)
+			return parse_fail(x, "threads must be an integer 1..%u", CONFIG_THREADS_MAX);
+		c->threads = (unsigned)u;
+		return 0;
+	case CONFIG_DIR_MAX_CONNECTIONS:
+		if (parse_uint(v.p, v.len, CONFIG_CONN_MAX, &u) != 0 || u < 1)
+			return parse_fail(x, "max-connections must be an integer 1..%u", CONFIG_CONN_MAX);
+		c->max_connections = (unsigned)u;
+		return 0;
+	case CONFIG_DIR_MAX_INFLIGHT:
+		if (parse_uint(v.p, v.len, CONFIG_INFLIGHT_MAX, &u) != 0 || u < 1)
+			return parse_fail(x, "max-inflight must be an integer 1..%u", CONFIG_INFLIGHT_MAX);
+		c->max_inflight = (unsigned)u;
+		return 0;
+	case CONFIG_DIR_LOG_LEVEL:
+		for (i = 0; i < CONFIG_LOG_COUNT; i++) {
+			if (word_is(v, log_level_names[i])) {
+				c->log_level = (enum config_log_level)i;
+				return 0;
+			}
+		}
+		return parse_fail(x, "log-level must be error, warn, info or debug; got '%.*s'",
+		                  word_plen(v), v.p);
+	default:
+		rc = parse_fail(x, "internal: unhandled directive '%.*s'", word_plen(key), key.p);
+		return rc;
+	}
+}
+
+static const struct {
+	const char *name;
+	enum config_dir dir;
+} directives[] = {
+	{ "listen",              CONFIG_DIR_LISTEN },
+	{ "redis",               CONFIG_DIR_REDIS },
+	{ "redis-timeout",       CONFIG_DIR_REDIS_TIMEOUT },
+	{ "threads",             CONFIG_DIR_THREADS },
+	{ "log-level",           CONFIG_DIR_LOG_LEVEL },
+	{ "metrics",             CONFIG_DIR_METRICS },
+	{ "max-connections",     CONFIG_DIR_MAX_CONNECTIONS },
+	{ "max-inflight",        CONFIG_DIR_MAX_INFLIGHT },
+	{ "allow-remote-listen", CONFIG_DIR_ALLOW_REMOTE_LISTEN },
+	{ "policy",              CONFIG_DIR_POLICY },
+	{ "override",            CONFIG_DIR_OVERRIDE },
+};
+
+/* One line's words <w>/<n> (n >= 1). Returns 0 or -1 with the error set. */
+static int parse_words(struct parse_ctx *x, const struct word *w, size_t n)
+{
+	size_t i;
+	enum config_dir d = CONFIG_DIR_COUNT;
+
+	for (i = 0; i < sizeof(directives) / sizeof(directives[0]); i++) {
+		if (word_is(w[0], directives[i].name)) {
+			d = directives[i].dir;
+			break;
+		}
+	}
+	if (d == CONFIG_DIR_COUNT)
+		return parse_fail(x, "unknown directive '%.*s'", word_plen(w[0]), w[0].p);
+	if (d == CONFIG_DIR_POLICY)
+		return dir_policy(x, w, n);
+	if (d == CONFIG_DIR_OVERRIDE)
+		return dir_override(x, w, n);
+
+	if (x->seen[d])
+		return parse_fail(x, "duplicate directive '%s' (first at line %u)",
+		                  directives[i].name, x->seen[d]);
+	x->seen[d] = x->line;
+	if (d == CONFIG_DIR_ALLOW_REMOTE_LISTEN) {
+		if (n != 1)
+			return parse_fail(x, "allow-remote-listen takes no argument");
+		x->c->allow_remote_listen = true;
+		return 0;
+	}
+	if (n != 2)
+		return parse_fail(x, "%s takes exactly one argument", directives[i].name);
+	return dir_scalar(x, d, w[0], w[1]);
+}
+
+/* Split the line <s>/<len> into <w> (at most CONFIG_MAX_WORDS); a word
+ * starting with '#' ends the line. Returns the count, or -1 if too many. */
+static int split_words(const char *s, size_t len, struct word *w)
+{
+	size_t i = 0;
+	int n = 0;
+
+	for (;;) {
+		size_t start;
+
+		while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r'))
+			i++;
+		if (i == len || s[i] == '#')
+			return n;
+		if (n == CONFIG_MAX_WORDS)
+			return -1;
+		start = i;
+		while (i < len && s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
+			i++;
+		w[n].p = s + start;
+		w[n].len = i - start;
+		n++;
+	}
+}
+
+/* Parse <text>/<len> named <name> into <c>; see config.h. Overrides get
+ * allocated inside <c> (owned by it: config_release()). */
+int config_parse(struct config *c, const char *name, const char *text, size_t len,
+                 char *err, size_t errlen)
+{
+	struct parse_ctx x;
+	const char *p = text, *end = text + len;
+	size_t i;
+	int rc = -1;
+
+	memset(&x, 0, sizeof(x));
+	x.c = c;
+	x.name = name ? name : "config";
+	x.err = err;
+	x.errlen = errlen;
+	for (i = 0; i < c->npolicies; i++) {
+		x.ov_first[i] = c->policies[i].noverrides;
+		x.ov_cap[i] = c->policies[i].noverrides;
+	}
+	if (err && errlen)
+		err[0] = '\0';
+
+	while (p < end) {
+		const char *eol = memchr(p, '\n', (size_t)(end - p));
+		const char *stop = eol ? eol : end;
+		struct word w[CONFIG_MAX_WORDS];
+		int n;
+
+		x.line++;
+		if (memchr(p, '\0', (size_t)(stop - p))) {
+			parse_fail(&x, "NUL byte in line");
+			goto out;
+		}
+		n = split_words(p, (size_t)(stop - p), w);
+		if (n == -1) {
+			parse_fail(&x, "too many words (at most %d)", CONFIG_MAX_WORDS);
+			goto out;
+		}
+		if (n > 0 && parse_words(&x, w, (size_t)n) == -1)
+			goto out;
+		p = eol ? eol + 1 : end;
+	}
+	for (i = 0; i < c->npolicies; i++) {
+		if (c->policies[i].noverrides > x.ov_first[i] && overrides_finish(&x, i) == -1)
+			goto out;
+	}
+	rc = 0;
+out:
+	for (i = 0; i < CONFIG_MAX_POLICIES; i++) {
+		free(x.ov_line[i]);
+		x.ov_line[i] = NULL;
+	}
+	return rc;
+}
+
+/* Read <path> whole and parse it into <c> (see config_parse()). The file's
+ * bytes are a temporary buffer owned here; overrides go to <c>. */
+int config_load_file(struct config *c, const char *path, char *err, size_t errlen)
+{
+	FILE *f = NULL;
+	char *buf = NULL;
+	struct stat st;
+	size_t got;
+	int rc = -1;
+
+	f = fopen(path, "r");
+	if (!f) {
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		goto out;
+	}
+	if (fstat(fileno(f), &st) == -1 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file", path);
+		goto out;
+	}
+	if ((uint64_t)st.st_size > CONFIG_FILE_MAX) {
+		snprintf(err, errlen, "%s: too large (more than %u bytes)", path, CONFIG_FILE_MAX);
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		snprintf(err, errlen, "%s: out of memory", path);
+		goto out;
+	}
+	got = fread(buf, 1, (size_t)st.st_size, f);
+	if (ferror(f)) {
+		snprintf(err, errlen, "%s: read error", path);
+		goto out;
+	}
+	snprintf(c->path, sizeof(c->path), "%s", path);
+	rc = config_parse(c, path, buf, got, err, errlen);
+out:
+	free(buf);
+	if (f)
+		fclose(f);
+	return rc;
+}
+
+/* Defaults into <c>; it owns nothing yet. */
+void config_init(struct config *c)
+{
+	memset(c, 0, sizeof(*c));
+	snprintf(c->listen, sizeof(c->listen), "127.0.0.1:12345");
+	snprintf(c->redis, sizeof(c->redis), "redis://127.0.0.1:6379/0");
+	c->redis_timeout_ms = 50;
+	c->threads = 1;
+	c->log_level = CONFIG_LOG_INFO;
+	c->max_connections = 10000;
+	c->max_inflight = 256;
+}
+
+/* Whole-config checks on <c> once file and flags are merged. */
+int config_validate(const struct config *c, char *err, size_t errlen)
+{
+	const char *why;
+	size_t i;
+
+	if (c->npolicies == 0)
+		return validate_fail(c, err, errlen,
+		                     "no policy defined (add one, e.g. 'policy transfer 3/1s')");
+	why = check_listen_addr(c->listen, strlen(c->listen));
+	if (why)
+		return validate_fail(c, err, errlen, "listen '%s': %s", c->listen, why);
+	if (!c->allow_remote_listen && !addr_is_loopback(c->listen))
+		return validate_fail(c, err, errlen,
+		                     "listen '%s' is not loopback (127.0.0.0/8, ::1, localhost or unix:); "
+		                     "add 'allow-remote-listen' to accept other hosts", c->listen);
+	if (c->metrics[0]) {
+		why = check_listen_addr(c->metrics, strlen(c->metrics));
+		if (why)
+			return validate_fail(c, err, errlen, "metrics '%s': %s", c->metrics, why);
+		if (!c->allow_remote_listen && !addr_is_loopback(c->metrics))
+			return validate_fail(c, err, errlen,
+			                     "metrics '%s' is not loopback; add 'allow-remote-listen' "
+			                     "to expose it to other hosts", c->metrics);
+	}
+	why = check_redis_url(c->redis, strlen(c->redis));
+	if (why)
+		return validate_fail(c, err, errlen, "redis: %s (%s)", why, redis_shapes);
+	if (c->redis_timeout_ms < 1 || c->redis_timeout_ms > CONFIG_TIMEOUT_MAX_MS)
+		return validate_fail(c, err, errlen, "redis-timeout must be 1ms..60s");
+	if (c->threads < 1 || c->threads > CONFIG_THREADS_MAX)
+		return validate_fail(c, err, errlen, "threads must be 1..%u", CONFIG_THREADS_MAX);
+	if (c->max_connections < 1 || c->max_inflight < 1)
+		return validate_fail(c, err, errlen, "max-connections and max-inflight must be >= 1");
+	if ((unsigned)c->log_level >= CONFIG_LOG_COUNT)
+		return validate_fail(c, err, errlen, "bad log level");
+	for (i = 0; i < c->npolicies; i++) {
+		if (c->policies[i].nwin < 1 || c->policies[i].nwin > WINDOW_MAX_WINDOWS)
+			return validate_fail(c, err, errlen, "policy '%s': 1..%d windows",
+			                     c->policies[i].name, WINDOW_MAX_WINDOWS);
+	}
+	return 0;
+}
+
+/* Free the override tables <c> owns; <c> stays usable (without overrides). */
+void config_release(struct config *c)
+{
+	size_t i;
+
+	for (i = 0; i < c->npolicies; i++) {
+		free(c->policies[i].overrides);
+		c->policies[i].overrides = NULL;
+		c->policies[i].noverrides = 0;
+	}
+}
+
+/* Deep copy of <src> into <dst>, which owns its own override tables after
+ * (whatever <dst> held is overwritten, not freed). Returns 0 or -1. */
+int config_copy(struct config *dst, const struct config *src)
+{
+	size_t i;
+
+	memcpy(dst, src, sizeof(*dst));
+	for (i = 0; i < dst->npolicies; i++)
+		dst->policies[i].overrides = NULL;
+	for (i = 0; i < dst->npolicies; i++) {
+		const struct window_policy *sp = &src->policies[i];
+		struct window_policy *dp = &dst->policies[i];
+
+		if (!sp->noverrides)
+			continue;
+		dp->overrides = malloc(sp->noverrides * sizeof(*dp->overrides));
+		if (!dp->overrides) {
+			/* Leave <dst> consistent: counts match what is allocated. */
+			dp->noverrides = 0;
+			for (i = i + 1; i < dst->npolicies; i++)
+				dst->policies[i].noverrides = 0;
+			config_release(dst);
+			return -1;
+		}
+		memcpy(dp->overrides, sp->overrides, sp->noverrides * sizeof(*dp->overrides));
+	}
+	return 0;
+}
+
+/* The policy of <c> named <name>/<len>, or NULL. Borrowed from <c>. */
+const struct window_policy *config_find_policy(const struct config *c,
+                                               const char *name, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < c->npolicies; i++) {
+		if (c->policies[i].name_len == len && memcmp(c->policies[i].name, name, len) == 0)
+			return &c->policies[i];
+	}
+	return NULL;
+}

@@ -1,0 +1,582 @@
+/*
+ * test_config - the configuration parser: every directive, every error
+ * message, the shipped etc/ratelimit-spoa.conf, copy and release.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+/* Parse <text> as "t.conf" on top of the defaults into <c> (caller releases). */
+static int parse(struct config *c, const char *text, char *err)
+{
+	config_init(c);
+	return config_parse(c, "t.conf", text, strlen(text), err, CONFIG_ERR_LEN);
+}
+
+static void test_defaults(void **state)
+{
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+
+	(void)state;
+	config_init(&c);
+	assert_string_equal(c.listen, "127.0.0.1:12345");
+	assert_string_equal(c.redis, "redis://127.0.0.1:6379/0");
+	assert_int_equal(c.redis_timeout_ms, 50);
+	assert_int_equal(c.threads, 1);
+	assert_int_equal(c.log_level, CONFIG_LOG_INFO);
+	assert_string_equal(c.metrics, "");
+	assert_int_equal(c.max_connections, 10000);
+	assert_int_equal(c.max_inflight, 256);
+	assert_false(c.allow_remote_listen);
+	assert_int_equal(c.npolicies, 0);
+	/* The defaults alone are not a usable config: no policy. */
+	assert_int_equal(config_validate(&c, err, sizeof(err)), -1);
+	assert_string_equal(err, "config: no policy defined (add one, e.g. 'policy transfer 3/1s')");
+}
+
+static void test_strings(void **state)
+{
+	(void)state;
+	assert_string_equal(config_log_level_str(CONFIG_LOG_ERROR), "error");
+	assert_string_equal(config_log_level_str(CONFIG_LOG_WARN), "warn");
+	assert_string_equal(config_log_level_str(CONFIG_LOG_INFO), "info");
+	assert_string_equal(config_log_level_str(CONFIG_LOG_DEBUG), "debug");
+	assert_string_equal(config_log_level_str(CONFIG_LOG_COUNT), "unknown");
+}
+
+static void test_durations(void **state)
+{
+	static const struct { const char *s; uint64_t ms; } good[] = {
+		{ "50ms", 50 }, { "1s", 1000 }, { "10m", 600000 }, { "1h", 3600000 },
+		{ "0ms", 0 }, { "24h", 86400000 }, { "007s", 7000 },
+	};
+	static const char *const bad[] = {
+		"", "ms", "s", "50", "5x", "1.5s", "-1s", "+1s", " 1s", "1 s", "1S", "1sec",
+		"1msx", "99999999999999999999s", "5124095576030432h",
+	};
+	uint64_t ms;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		ms = 12345;
+		assert_int_equal(config_parse_duration(good[i].s, strlen(good[i].s), &ms), 0);
+		assert_int_equal(ms, good[i].ms);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(config_parse_duration(bad[i], strlen(bad[i]), &ms), -1);
+	/* Not NUL-terminated: the length is the limit. */
+	assert_int_equal(config_parse_duration("2sXYZ", 2, &ms), 0);
+	assert_int_equal(ms, 2000);
+}
+
+static void test_full(void **state)
+{
+	static const char text[] =
+		"# a comment line\n"
+		"\n"
+		"   listen   [::1]:9999   # trailing comment\n"
+		"redis redis://user:p#ss@word@redis.local:6380/3\n"
+		"redis-timeout 2s\r\n"
+		"threads 4\n"
+		"log-level debug\n"
+		"metrics 127.0.0.1:9102\n"
+		"max-connections 500\n"
+		"max-inflight 64\n"
+		"policy transfer 3/1s\n"
+		"policy api 10/s 1000/1h 50/500ms 2/24h on-redis-error=allow shadow\n"
+		"policy x.y_z-1 1000000/1ms on-redis-error=deny\n"
+		"override api ACC-9 1/1s\n"
+		"override transfer ACC-VIP 30/1s 100/1m\n"
+		"override transfer ACC-1 5/1s\n"
+		"\tallow-remote-listen";
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+	const struct window_policy *p;
+	const struct window_limit *l;
+	unsigned nwin;
+
+	(void)state;
+	assert_int_equal(parse(&c, text, err), 0);
+	assert_string_equal(err, "");
+	assert_string_equal(c.listen, "[::1]:9999");
+	assert_string_equal(c.redis, "redis://user:p#ss@word@redis.local:6380/3");
+	assert_int_equal(c.redis_timeout_ms, 2000);
+	assert_int_equal(c.threads, 4);
+	assert_int_equal(c.log_level, CONFIG_LOG_DEBUG);
+	assert_string_equal(c.metrics, "127.0.0.1:9102");
+	assert_int_equal(c.max_connections, 500);
+	assert_int_equal(c.max_inflight, 64);
+	assert_true(c.allow_remote_listen);
+	assert_int_equal(c.npolicies, 3);
+
+	p = config_find_policy(&c, "transfer", 8);
+	assert_non_null(p);
+	assert_int_equal(p->nwin, 1);
+	assert_int_equal(p->win[0].limit, 3);
+	assert_int_equal(p->win[0].window_ms, 1000);
+	assert_int_equal(p->on_error, WINDOW_ON_ERROR_DENY);
+	assert_false(p->shadow);
+	assert_int_equal(p->noverrides, 2);
+	/* Stored sorted for bsearch. */
+	assert_memory_equal(p->overrides[0].key, "ACC-1", 5);
+	assert_memory_equal(p->overrides[1].key, "ACC-VIP", 7);
+	l = window_limits_for(p, "ACC-VIP", 7, &nwin);
+	assert_int_equal(nwin, 2);
+	assert_int_equal(l[0].limit, 30);
+	assert_int_equal(l[1].limit, 100);
+	assert_int_equal(l[1].window_ms, 60000);
+	l = window_limits_for(p, "ACC-2", 5, &nwin);
+	assert_int_equal(l[0].limit, 3);
+
+	p = config_find_policy(&c, "api", 3);
+	assert_non_null(p);
+	assert_int_equal(p->nwin, 4);
+	assert_int_equal(p->win[0].window_ms, 1000);
+	assert_int_equal(p->win[1].limit, 1000);
+	assert_int_equal(p->win[1].window_ms, 3600000);
+	assert_int_equal(p->win[2].window_ms, 500);
+	assert_int_equal(p->win[3].window_ms, 86400000);
+	assert_int_equal(p->on_error, WINDOW_ON_ERROR_ALLOW);
+	assert_true(p->shadow);
+	assert_int_equal(p->noverrides, 1);
+
+	p = config_find_policy(&c, "x.y_z-1", 7);
+	assert_non_null(p);
+	assert_int_equal(p->win[0].limit, 1000000);
+	assert_int_equal(p->win[0].window_ms, 1);
+	assert_null(config_find_policy(&c, "transfe", 7));
+	assert_null(config_find_policy(&c, "nope", 4));
+
+	assert_int_equal(config_validate(&c, err, sizeof(err)), 0);
+	config_release(&c);
+	assert_null(c.policies[0].overrides);
+	assert_int_equal(c.policies[0].noverrides, 0);
+}
+
+/* The config shipped in etc/ parses, validates and says what the docs say. */
+static void test_etc_file(void **state)
+{
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+	const char *path = getenv("CONFIG_FILE");
+	const struct window_policy *p;
+
+	(void)state;
+	if (!path)
+		path = "etc/ratelimit-spoa.conf";
+	config_init(&c);
+	if (config_load_file(&c, path, err, sizeof(err)) != 0)
+		fail_msg("%s", err);
+	assert_string_equal(c.path, path);
+	assert_int_equal(config_validate(&c, err, sizeof(err)), 0);
+	assert_string_equal(c.listen, "127.0.0.1:12345");
+	assert_string_equal(c.redis, "redis://127.0.0.1:6379/0");
+	assert_int_equal(c.redis_timeout_ms, 50);
+	p = config_find_policy(&c, "transfer", 8);
+	assert_non_null(p);
+	assert_int_equal(p->nwin, 1);
+	assert_int_equal(p->win[0].limit, 3);
+	assert_int_equal(p->win[0].window_ms, 1000);
+	assert_int_equal(p->on_error, WINDOW_ON_ERROR_DENY);
+	assert_false(p->shadow);
+	p = config_find_policy(&c, "reads", 5);
+	assert_non_null(p);
+	assert_int_equal(p->on_error, WINDOW_ON_ERROR_ALLOW);
+	config_release(&c);
+}
+
+static void test_load_file_errors(void **state)
+{
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+	char path[] = "/tmp/test_config.XXXXXX";
+	int fd;
+	FILE *f;
+
+	(void)state;
+	config_init(&c);
+	assert_int_equal(config_load_file(&c, "/nonexistent/x.conf", err, sizeof(err)), -1);
+	assert_string_equal(err, "/nonexistent/x.conf: cannot open: No such file or directory");
+	assert_int_equal(config_load_file(&c, "/tmp", err, sizeof(err)), -1);
+	assert_string_equal(err, "/tmp: not a regular file");
+
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	f = fdopen(fd, "w");
+	assert_non_null(f);
+	fputs("policy a 1/1s\nthreads 0\n", f);
+	fclose(f);
+	assert_int_equal(config_load_file(&c, path, err, sizeof(err)), -1);
+	{
+		char want[CONFIG_ERR_LEN];
+
+		snprintf(want, sizeof(want), "%s:2: threads must be an integer 1..64", path);
+		assert_string_equal(err, want);
+	}
+	remove(path);
+	config_release(&c);
+}
+
+/* Every parse error, with its exact text. */
+static void test_parse_errors(void **state)
+{
+	static const struct { const char *text; const char *err; } cases[] = {
+		{ "foo bar\n", "t.conf:1: unknown directive 'foo'" },
+		{ "\n\n  Listen 127.0.0.1:1\n", "t.conf:3: unknown directive 'Listen'" },
+		{ "listen\n", "t.conf:1: listen takes exactly one argument" },
+		{ "listen a:1 b:2\n", "t.conf:1: listen takes exactly one argument" },
+		{ "listen 127.0.0.1:1\nlisten 127.0.0.1:2\n",
+		  "t.conf:2: duplicate directive 'listen' (first at line 1)" },
+		{ "listen 127.0.0.1\n", "t.conf:1: listen '127.0.0.1': missing port "
+		  "(expected host:port, [ipv6]:port or unix:/path)" },
+		{ "listen 127.0.0.1:0\n", "t.conf:1: listen '127.0.0.1:0': port must be 1..65535 "
+		  "(expected host:port, [ipv6]:port or unix:/path)" },
+		{ "listen 127.0.0.1:65536\n", "t.conf:1: listen '127.0.0.1:65536': port must be 1..65535 "
+		  "(expected host:port, [ipv6]:port or unix:/path)" },
+		{ "listen :80\n", "t.conf:1: listen ':80': missing host "
+		  "(expected host:port, [ipv6]:port or unix:/path)" },
+		{ "listen ::1:80\n", "t.conf:1: listen '::1:80': missing host "
+		  "(expected host:port, [ipv6]:port or unix:/path)" },
+		{ "listen [::1:80\n", "t.conf:1: listen '[::1:80': bad IPv6 address "
+		  "(expected host:port, [ipv6]:port or unix:/path)" },
+		{ "listen [zz]:80\n", "t.conf:1: listen '[zz]:80': bad IPv6 address "
+		  "(expected host:port, [ipv6]:port or unix:/path)" },
+		{ "listen [::1]\n", "t.conf:1: listen '[::1]': missing port "
+		  "(expected host:port, [ipv6]:port or unix:/path)" },
+		{ "listen ho_st:80\n", "t.conf:1: listen 'ho_st:80': bad host "
+		  "(expected host:port, [ipv6]:port or unix:/path)" },
+		{ "listen unix:run/x.sock\n", "t.conf:1: listen 'unix:run/x.sock': unix socket path "
+		  "must be absolute (expected host:port, [ipv6]:port or unix:/path)" },
+		{ "metrics 127.0.0.1\n", "t.conf:1: metrics '127.0.0.1': missing port "
+		  "(expected host:port, [ipv6]:port, unix:/path or off)" },
+		{ "redis http://127.0.0.1:6379\n", "t.conf:1: redis: unknown scheme (expected "
+		  "redis://[user[:password]@]host:port[/db], unix:///path, cluster://host:port[,host:port...] "
+		  "or sentinel://host:port[,host:port...]/name)" },
+		{ "redis redis://127.0.0.1\n", "t.conf:1: redis: missing port (expected "
+		  "redis://[user[:password]@]host:port[/db], unix:///path, cluster://host:port[,host:port...] "
+		  "or sentinel://host:port[,host:port...]/name)" },
+		/* The password is never echoed back. */
+		{ "redis redis://u:secret@h:6379/x\n", "t.conf:1: redis: db must be a number (expected "
+		  "redis://[user[:password]@]host:port[/db], unix:///path, cluster://host:port[,host:port...] "
+		  "or sentinel://host:port[,host:port...]/name)" },
+		{ "redis redis://@h:6379\n", "t.conf:1: redis: empty user info (expected "
+		  "redis://[user[:password]@]host:port[/db], unix:///path, cluster://host:port[,host:port...] "
+		  "or sentinel://host:port[,host:port...]/name)" },
+		{ "redis redis://u:p@/0\n", "t.conf:1: redis: missing host (expected "
+		  "redis://[user[:password]@]host:port[/db], unix:///path, cluster://host:port[,host:port...] "
+		  "or sentinel://host:port[,host:port...]/name)" },
+		{ "redis unix://run/redis.sock\n", "t.conf:1: redis: unix socket path must be absolute "
+		  "(expected redis://[user[:password]@]host:port[/db], unix:///path, "
+		  "cluster://host:port[,host:port...] or sentinel://host:port[,host:port...]/name)" },
+		{ "redis cluster://a:1,b\n", "t.conf:1: redis: missing port (expected "
+		  "redis://[user[:password]@]host:port[/db], unix:///path, cluster://host:port[,host:port...] "
+		  "or sentinel://host:port[,host:port...]/name)" },
+		{ "redis sentinel://a:1,b:2\n", "t.conf:1: redis: sentinel URL needs /<master-name> "
+		  "(expected redis://[user[:password]@]host:port[/db], unix:///path, "
+		  "cluster://host:port[,host:port...] or sentinel://host:port[,host:port...]/name)" },
+		{ "redis sentinel://a:1/m@x\n", "t.conf:1: redis: bad sentinel master name "
+		  "(expected redis://[user[:password]@]host:port[/db], unix:///path, "
+		  "cluster://host:port[,host:port...] or sentinel://host:port[,host:port...]/name)" },
+		{ "redis-timeout 50\n",
+		  "t.conf:1: redis-timeout must be a duration 1ms..60s, e.g. 50ms; got '50'" },
+		{ "redis-timeout 0ms\n",
+		  "t.conf:1: redis-timeout must be a duration 1ms..60s, e.g. 50ms; got '0ms'" },
+		{ "redis-timeout 2m\n",
+		  "t.conf:1: redis-timeout must be a duration 1ms..60s, e.g. 50ms; got '2m'" },
+		{ "threads 0\n", "t.conf:1: threads must be an integer 1..64" },
+		{ "threads 65\n", "t.conf:1: threads must be an integer 1..64" },
+		{ "threads two\n", "t.conf:1: threads must be an integer 1..64" },
+		{ "max-connections 0\n", "t.conf:1: max-connections must be an integer 1..1000000" },
+		{ "max-inflight 65537\n", "t.conf:1: max-inflight must be an integer 1..65536" },
+		{ "log-level verbose\n",
+		  "t.conf:1: log-level must be error, warn, info or debug; got 'verbose'" },
+		{ "allow-remote-listen yes\n", "t.conf:1: allow-remote-listen takes no argument" },
+		{ "policy\n", "t.conf:1: policy: expected 'policy <name> <limit>/<window> [options]'" },
+		{ "policy transfer\n",
+		  "t.conf:1: policy: expected 'policy <name> <limit>/<window> [options]'" },
+		{ "policy tr@nsfer 3/1s\n",
+		  "t.conf:1: policy name 'tr@nsfer' must be 1..48 characters of A-Z a-z 0-9 _ . -" },
+		{ "policy aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa 3/1s\n",
+		  "t.conf:1: policy name 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' "
+		  "must be 1..48 characters of A-Z a-z 0-9 _ . -" },
+		{ "policy transfer 3/1s\npolicy transfer 5/1m\n", "t.conf:2: duplicate policy 'transfer'" },
+		{ "policy x 0/1s\n", "t.conf:1: policy 'x': limit must be a positive integer, got '0/1s'" },
+		{ "policy x -1/1s\n", "t.conf:1: policy 'x': limit must be a positive integer, got '-1/1s'" },
+		{ "policy x /1s\n", "t.conf:1: policy 'x': limit must be a positive integer, got '/1s'" },
+		{ "policy x 1000001/1s\n", "t.conf:1: policy 'x': limit must be at most 1000000" },
+		{ "policy x 3/1d\n",
+		  "t.conf:1: policy 'x': bad window in '3/1d' (use <n>ms, <n>s, <n>m or <n>h)" },
+		{ "policy x 3/\n",
+		  "t.conf:1: policy 'x': bad window in '3/' (use <n>ms, <n>s, <n>m or <n>h)" },
+		{ "policy x 3/0s\n", "t.conf:1: policy 'x': window must be 1ms..24h" },
+		{ "policy x 3/25h\n", "t.conf:1: policy 'x': window must be 1ms..24h" },
+		{ "policy x 3/1441m\n", "t.conf:1: policy 'x': window must be 1ms..24h" },
+		{ "policy x 3/1s 5/1000ms\n", "t.conf:1: policy 'x': window 1s given twice" },
+		{ "policy x 1/1s 2/2s 3/3s 4/4s 5/5s\n", "t.conf:1: policy 'x': at most 4 windows" },
+		{ "policy x 3/1s on-redis-error=maybe\n",
+		  "t.conf:1: policy 'x': unknown option 'on-redis-error=maybe' "
+		  "(expected <limit>/<window>, on-redis-error=deny|allow or shadow)" },
+		{ "policy x shadow\n", "t.conf:1: policy 'x': expected at least one <limit>/<window>" },
+		{ "override y K 3/1s\n", "t.conf:1: override for unknown policy 'y'" },
+		{ "policy x 3/1s\noverride x K\n",
+		  "t.conf:2: override: expected 'override <policy> <key> <limit>/<window>...'" },
+		{ "policy x 3/1s\noverride x K shadow\n",
+		  "t.conf:2: override 'K' of 'x': expected <limit>/<window>, got 'shadow'" },
+		{ "policy x 3/1s\noverride x K 0/1s\n",
+		  "t.conf:2: override 'K' of 'x': limit must be a positive integer, got '0/1s'" },
+		{ "policy x 3/1s\noverride x K 3/1s 4/1s\n",
+		  "t.conf:2: override 'K' of 'x': window 1s given twice" },
+		{ "policy x 3/1s\noverride x B 1/1s\noverride x A 1/1s\noverride x B 2/1s\n",
+		  "t.conf:4: duplicate override 'B' for policy 'x'" },
+		{ "policy a b c d e f g h i j k l m n o p q\n", "t.conf:1: too many words (at most 16)" },
+	};
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (parse(&c, cases[i].text, err) != -1)
+			fail_msg("case %zu parsed: %s", i, cases[i].text);
+		if (strcmp(err, cases[i].err) != 0)
+			fail_msg("case %zu:\n  got  %s\n  want %s", i, err, cases[i].err);
+		config_release(&c);
+	}
+}
+
+static void test_nul_byte(void **state)
+{
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+	static const char text[] = "threads 1\nthreads\0 2\n";
+
+	(void)state;
+	config_init(&c);
+	assert_int_equal(config_parse(&c, "t.conf", text, sizeof(text) - 1, err, sizeof(err)), -1);
+	assert_string_equal(err, "t.conf:2: NUL byte in line");
+	/* A NULL error buffer is allowed. */
+	config_init(&c);
+	assert_int_equal(config_parse(&c, "t.conf", "bogus", 5, NULL, 0), -1);
+}
+
+/* A long key is cut in the message, and a small buffer is never overrun. */
+static void test_error_truncation(void **state)
+{
+	struct config c;
+	char err[16];
+	char text[600];
+
+	(void)state;
+	memset(text, 'z', sizeof(text) - 1);
+	text[sizeof(text) - 1] = '\0';
+	config_init(&c);
+	assert_int_equal(config_parse(&c, "t.conf", text, strlen(text), err, sizeof(err)), -1);
+	assert_string_equal(err, "t.conf:1: unkno");
+}
+
+static void test_windows_and_urls(void **state)
+{
+	static const char *const good[] = {
+		"policy p 3/s\n", "policy p 3/ms\n", "policy p 3/h 5/m\n", "policy p 1/24h\n",
+		"redis redis://127.0.0.1:6379\n", "redis redis://h:1/0\n",
+		"redis redis://:pw@h:1\n", "redis redis://user@h:1\n",
+		"redis redis://u:p/w:x@[::1]:6379/2\n", "redis unix:///run/redis/redis.sock\n",
+		"redis cluster://a:7000\n", "redis cluster://a:7000,b:7001,[::1]:7002\n",
+		"redis sentinel://s1:26379,s2:26379/mymaster\n",
+		"listen unix:/run/ratelimit-spoa.sock\n", "listen localhost:1\n",
+		"metrics off\n", "metrics unix:/run/m.sock\n",
+	};
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		if (parse(&c, good[i], err) != 0)
+			fail_msg("case %zu (%s): %s", i, good[i], err);
+		config_release(&c);
+	}
+	assert_int_equal(parse(&c, "policy p 3/s 7/h\n", err), 0);
+	assert_int_equal(c.policies[0].win[0].window_ms, 1000);
+	assert_int_equal(c.policies[0].win[1].window_ms, 3600000);
+	assert_int_equal(c.policies[0].win[1].limit, 7);
+}
+
+static void test_validate(void **state)
+{
+	static const struct { const char *text; const char *err; } cases[] = {
+		{ "listen 0.0.0.0:12345\npolicy p 1/1s\n",
+		  "config: listen '0.0.0.0:12345' is not loopback (127.0.0.0/8, ::1, localhost or unix:); "
+		  "add 'allow-remote-listen' to accept other hosts" },
+		{ "listen [::]:12345\npolicy p 1/1s\n",
+		  "config: listen '[::]:12345' is not loopback (127.0.0.0/8, ::1, localhost or unix:); "
+		  "add 'allow-remote-listen' to accept other hosts" },
+		{ "listen 10.0.0.1:12345\npolicy p 1/1s\n",
+		  "config: listen '10.0.0.1:12345' is not loopback (127.0.0.0/8, ::1, localhost or unix:); "
+		  "add 'allow-remote-listen' to accept other hosts" },
+		{ "listen spoa.internal:12345\npolicy p 1/1s\n",
+		  "config: listen 'spoa.internal:12345' is not loopback (127.0.0.0/8, ::1, localhost or "
+		  "unix:); add 'allow-remote-listen' to accept other hosts" },
+		{ "metrics 0.0.0.0:9102\npolicy p 1/1s\n",
+		  "config: metrics '0.0.0.0:9102' is not loopback; add 'allow-remote-listen' "
+		  "to expose it to other hosts" },
+		{ "threads 2\n", "config: no policy defined (add one, e.g. 'policy transfer 3/1s')" },
+	};
+	static const char *const good[] = {
+		"listen 127.0.0.1:1\npolicy p 1/1s\n",
+		"listen 127.9.8.7:1\npolicy p 1/1s\n",
+		"listen [::1]:1\npolicy p 1/1s\n",
+		"listen [::ffff:127.0.0.1]:1\npolicy p 1/1s\n",
+		"listen localhost:1\npolicy p 1/1s\n",
+		"listen unix:/tmp/x.sock\npolicy p 1/1s\n",
+		"listen 0.0.0.0:1\nallow-remote-listen\nmetrics 0.0.0.0:9102\npolicy p 1/1s\n",
+	};
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_int_equal(parse(&c, cases[i].text, err), 0);
+		assert_int_equal(config_validate(&c, err, sizeof(err)), -1);
+		if (strcmp(err, cases[i].err) != 0)
+			fail_msg("case %zu:\n  got  %s\n  want %s", i, err, cases[i].err);
+		config_release(&c);
+	}
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		assert_int_equal(parse(&c, good[i], err), 0);
+		if (config_validate(&c, err, sizeof(err)) != 0)
+			fail_msg("case %zu: %s", i, err);
+		config_release(&c);
+	}
+
+	/* Flags write fields directly: validate re-checks their shape, and names
+	 * the file when there is one. */
+	assert_int_equal(parse(&c, "policy p 1/1s\n", err), 0);
+	snprintf(c.path, sizeof(c.path), "/etc/x.conf");
+	snprintf(c.redis, sizeof(c.redis), "redis://:hunter2@nohost");
+	assert_int_equal(config_validate(&c, err, sizeof(err)), -1);
+	assert_null(strstr(err, "hunter2"));
+	assert_non_null(strstr(err, "/etc/x.conf: redis: missing port"));
+	snprintf(c.redis, sizeof(c.redis), "redis://127.0.0.1:6379/0");
+	snprintf(c.listen, sizeof(c.listen), "nowhere");
+	assert_int_equal(config_validate(&c, err, sizeof(err)), -1);
+	assert_string_equal(err, "/etc/x.conf: listen 'nowhere': missing port");
+	snprintf(c.listen, sizeof(c.listen), "127.0.0.1:1");
+	c.threads = 0;
+	assert_int_equal(config_validate(&c, err, sizeof(err)), -1);
+	assert_string_equal(err, "/etc/x.conf: threads must be 1..64");
+	c.threads = 1;
+	c.redis_timeout_ms = 0;
+	assert_int_equal(config_validate(&c, err, sizeof(err)), -1);
+	assert_string_equal(err, "/etc/x.conf: redis-timeout must be 1ms..60s");
+	config_release(&c);
+}
+
+/* A second text layers on the first: overrides join, duplicates are caught. */
+static void test_layered(void **state)
+{
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+	static const char a[] = "policy t 3/1s\noverride t M 1/1s\noverride t C 1/1s\n";
+	static const char b[] = "override t A 2/1s\noverride t Z 2/1s\nthreads 2\n";
+	static const char dup[] = "override t C 9/1s\n";
+	static const char dup_policy[] = "policy t 1/1m\n";
+
+	(void)state;
+	config_init(&c);
+	assert_int_equal(config_parse(&c, "a", a, strlen(a), err, sizeof(err)), 0);
+	assert_int_equal(config_parse(&c, "b", b, strlen(b), err, sizeof(err)), 0);
+	assert_int_equal(c.policies[0].noverrides, 4);
+	assert_memory_equal(c.policies[0].overrides[0].key, "A", 1);
+	assert_memory_equal(c.policies[0].overrides[1].key, "C", 1);
+	assert_memory_equal(c.policies[0].overrides[2].key, "M", 1);
+	assert_memory_equal(c.policies[0].overrides[3].key, "Z", 1);
+	assert_int_equal(config_parse(&c, "c", dup, strlen(dup), err, sizeof(err)), -1);
+	assert_string_equal(err, "c:1: duplicate override 'C' for policy 't'");
+	assert_int_equal(config_parse(&c, "d", dup_policy, strlen(dup_policy), err, sizeof(err)), -1);
+	assert_string_equal(err, "d:1: duplicate policy 't'");
+	config_release(&c);
+}
+
+/* Many overrides: growth, sorting and lookup all hold. */
+static void test_many_overrides(void **state)
+{
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+	char *text = malloc(64 * 1024);
+	size_t len = 0, i;
+	const struct window_limit *l;
+	unsigned nwin;
+
+	(void)state;
+	assert_non_null(text);
+	len += (size_t)sprintf(text + len, "policy t 3/1s\n");
+	for (i = 1000; i > 0; i--)
+		len += (size_t)sprintf(text + len, "override t ACC-%zu %zu/1s\n", i, i);
+	config_init(&c);
+	assert_int_equal(config_parse(&c, "t", text, len, err, sizeof(err)), 0);
+	assert_int_equal(c.policies[0].noverrides, 1000);
+	for (i = 1; i <= 1000; i++) {
+		char key[32];
+		int n = snprintf(key, sizeof(key), "ACC-%zu", i);
+
+		l = window_limits_for(&c.policies[0], key, (size_t)n, &nwin);
+		assert_int_equal(l[0].limit, i);
+	}
+	l = window_limits_for(&c.policies[0], "ACC-0", 5, &nwin);
+	assert_int_equal(l[0].limit, 3);
+	free(text);
+	config_release(&c);
+}
+
+static void test_copy(void **state)
+{
+	struct config c, d;
+	char err[CONFIG_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse(&c, "policy t 3/1s\npolicy u 1/1m\noverride t K 5/1s\n"
+	                           "override u L 2/1m\n", err), 0);
+	assert_int_equal(config_copy(&d, &c), 0);
+	assert_ptr_not_equal(d.policies[0].overrides, c.policies[0].overrides);
+	assert_int_equal(d.policies[0].noverrides, 1);
+	assert_memory_equal(d.policies[1].overrides[0].key, "L", 1);
+	config_release(&c);
+	/* The copy survives the original. */
+	assert_int_equal(d.policies[0].overrides[0].win[0].limit, 5);
+	assert_int_equal(config_validate(&d, err, sizeof(err)), 0);
+	config_release(&d);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_strings),
+		cmocka_unit_test(test_durations),
+		cmocka_unit_test(test_full),
+		cmocka_unit_test(test_etc_file),
+		cmocka_unit_test(test_load_file_errors),
+		cmocka_unit_test(test_parse_errors),
+		cmocka_unit_test(test_nul_byte),
+		cmocka_unit_test(test_error_truncation),
+		cmocka_unit_test(test_windows_and_urls),
+		cmocka_unit_test(test_validate),
+		cmocka_unit_test(test_layered),
+		cmocka_unit_test(test_many_overrides),
+		cmocka_unit_test(test_copy),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
