@@ -1,0 +1,266 @@
+/*
+ * metrics - latency histogram and Prometheus text rendering (see metrics.h).
+ *
+ * Rendering sums the per-thread blocks with relaxed loads and writes the
+ * text exposition format 0.0.4: every family has # HELP and # TYPE, every
+ * sample is "name{labels} value". Series exist from the start (zeros
+ * included) so that rate() and absent() behave from the first scrape.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "metrics.h"
+
+#define METRICS_PREFIX "ratelimit_spoa_"
+
+/* Bucket upper bounds (le) in microseconds, and the same in seconds as
+ * text: printing them from a table avoids float formatting surprises. */
+static const uint64_t lat_bounds_us[METRICS_LAT_BUCKETS] = {
+	100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
+	250000, 500000, 1000000, 2500000,
+};
+
+static const char *const lat_bounds_s[METRICS_LAT_BUCKETS] = {
+	"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025",
+	"0.05", "0.1", "0.25", "0.5", "1", "2.5",
+};
+
+static const char *const redis_err_names[METRICS_REDIS_ERR_COUNT] = {
+	[METRICS_REDIS_ERR_TIMEOUT]  = "timeout",
+	[METRICS_REDIS_ERR_REFUSED]  = "refused",
+	[METRICS_REDIS_ERR_SCRIPT]   = "script",
+	[METRICS_REDIS_ERR_NOSCRIPT] = "noscript",
+};
+
+/* Frame types by index of frames_in[] / frames_out[] (0 = anything else). */
+static const char *const frame_in_names[4] = {
+	"other", "haproxy-hello", "haproxy-disconnect", "notify",
+};
+static const char *const frame_out_names[4] = {
+	"other", "agent-hello", "agent-disconnect", "ack",
+};
+
+/* SPOP status codes as label values. Kept here rather than taken from the
+ * codec so that metrics links without it. */
+static const char *const spop_status_names[SPOP_ST_COUNT] = {
+	[SPOP_ST_NORMAL]              = "normal",
+	[SPOP_ST_IO]                  = "io-error",
+	[SPOP_ST_TIMEOUT]             = "timeout",
+	[SPOP_ST_TOO_BIG]             = "too-big",
+	[SPOP_ST_INVALID]             = "invalid",
+	[SPOP_ST_NO_VSN]              = "no-version",
+	[SPOP_ST_NO_FRAME_SIZE]       = "no-frame-size",
+	[SPOP_ST_NO_CAP]              = "no-capabilities",
+	[SPOP_ST_BAD_VSN]             = "bad-version",
+	[SPOP_ST_BAD_FRAME_SIZE]      = "bad-frame-size",
+	[SPOP_ST_FRAG_NOT_SUPPORTED]  = "fragmentation-not-supported",
+	[SPOP_ST_INTERLACED_FRAMES]   = "interlaced-frames",
+	[SPOP_ST_FRAMEID_NOTFOUND]    = "frame-id-not-found",
+	[SPOP_ST_RES]                 = "resource-allocation",
+};
+
+/* Count one Redis call of <us> microseconds in <m> (this thread's block). */
+void metrics_observe_redis_latency(struct metrics *m, uint64_t us)
+{
+	unsigned i = 0;
+
+	while (i < METRICS_LAT_BUCKETS && us > lat_bounds_us[i])
+		i++;
+	metrics_add(&m->redis_latency[i], 1);
+	metrics_add(&m->redis_latency_sum_us, us);
+	metrics_add(&m->redis_latency_count, 1);
+}
+
+/* The text being built in the caller's buffer; <failed> once it is full. */
+struct render {
+	char *dst;
+	size_t cap;
+	size_t len;
+	int failed;
+};
+
+__attribute__((format(printf, 2, 3)))
+static void out(struct render *r, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (r->failed)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(r->dst + r->len, r->cap - r->len, fmt, ap);
+	va_end(ap);
+	/* Keep room for the NUL: the result is also a C string. */
+	if (n < 0 || (size_t)n >= r->cap - r->len) {
+		r->failed = 1;
+		return;
+	}
+	r->len += (size_t)n;
+}
+
+/* "# HELP" and "# TYPE" of one family. */
+static void family(struct render *r, const char *name, const char *type, const char *help)
+{
+	out(r, "# HELP " METRICS_PREFIX "%s %s\n# TYPE " METRICS_PREFIX "%s %s\n",
+	    name, help, name, type);
+}
+
+/* Label value <s> escaped per the exposition format (\\, \", \n), written
+ * into <dst>/<cap> (truncated, always NUL-terminated). */
+static void escape_label(char *dst, size_t cap, const char *s)
+{
+	size_t o = 0;
+
+	for (; *s && o + 3 < cap; s++) {
+		if (*s == '\\' || *s == '"') {
+			dst[o++] = '\\';
+			dst[o++] = *s;
+		} else if (*s == '\n') {
+			dst[o++] = '\\';
+			dst[o++] = 'n';
+		} else {
+			dst[o++] = *s;
+		}
+	}
+	dst[o] = '\0';
+}
+
+/* Sum over the <n> thread blocks <ms> of the counter at byte <offset>
+ * (a NULL block is skipped). */
+static uint64_t sum_at(const struct metrics *const *ms, size_t n, size_t offset)
+{
+	uint64_t v = 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (ms[i]) {
+			const _Atomic uint64_t *c =
+				(const _Atomic uint64_t *)(const void *)((const char *)ms[i] + offset);
+
+			v += atomic_load_explicit(c, memory_order_relaxed);
+		}
+	}
+	return v;
+}
+
+/* Offsets are taken on a real object: offsetof() with a run-time array
+ * index is an extension, pointer arithmetic on <layout> is plain C. */
+static const struct metrics layout;
+#define SUM(field) \
+	sum_at(ms, n, (size_t)((const char *)&layout.field - (const char *)&layout))
+
+/* One unlabelled sample <name> with the summed value <v>. */
+static void scalar(struct render *r, const char *name, const char *type, const char *help,
+                   uint64_t v)
+{
+	family(r, name, type, help);
+	out(r, METRICS_PREFIX "%s %" PRIu64 "\n", name, v);
+}
+
+/* Render <n> blocks <ms> named by <c> into <dst>/<cap>; see metrics.h. */
+int metrics_render(const struct metrics *const *ms, size_t n, const struct config *c,
+                   const char *version, char *dst, size_t cap)
+{
+	struct render r = { .dst = dst, .cap = cap, .len = 0, .failed = 0 };
+	size_t np = c ? c->npolicies : 0, i;
+	unsigned s;
+	uint64_t cum;
+	char ver[128];
+
+	if (!dst || cap == 0)
+		return -1;
+	if (np > CONFIG_MAX_POLICIES)
+		np = CONFIG_MAX_POLICIES;
+
+	family(&r, "decisions_total", "counter",
+	       "Decisions answered to HAProxy, by policy and status (shadow denies count as allow).");
+	for (i = 0; i < np; i++)
+		for (s = 0; s < WINDOW_STATUS_COUNT; s++)
+			out(&r, METRICS_PREFIX "decisions_total{policy=\"%s\",status=\"%s\"} %" PRIu64 "\n",
+			    c->policies[i].name, window_status_str((enum window_status)s),
+			    SUM(decisions[i][s]));
+
+	family(&r, "shadow_denies_total", "counter",
+	       "Requests a shadow policy would have denied (answered allow).");
+	for (i = 0; i < np; i++)
+		out(&r, METRICS_PREFIX "shadow_denies_total{policy=\"%s\"} %" PRIu64 "\n",
+		    c->policies[i].name, SUM(shadow_denies[i]));
+
+	family(&r, "local_cache_answers_total", "counter",
+	       "Denies answered from the agent's local deny cache without asking Redis.");
+	for (i = 0; i < np; i++)
+		out(&r, METRICS_PREFIX "local_cache_answers_total{policy=\"%s\"} %" PRIu64 "\n",
+		    c->policies[i].name, SUM(cache_denies[i]));
+
+	family(&r, "errors_total", "counter",
+	       "Decisions that carried a reason (errors and fail-open allows), by reason.");
+	for (s = 1; s < WINDOW_REASON_COUNT; s++)
+		out(&r, METRICS_PREFIX "errors_total{reason=\"%s\"} %" PRIu64 "\n",
+		    window_reason_str((enum window_reason)s), SUM(errors_by_reason[s]));
+
+	family(&r, "redis_call_duration_seconds", "histogram",
+	       "Time from sending a script call to Redis to its reply.");
+	cum = 0;
+	for (s = 0; s < METRICS_LAT_BUCKETS; s++) {
+		cum += SUM(redis_latency[s]);
+		out(&r, METRICS_PREFIX "redis_call_duration_seconds_bucket{le=\"%s\"} %" PRIu64 "\n",
+		    lat_bounds_s[s], cum);
+	}
+	cum += SUM(redis_latency[METRICS_LAT_BUCKETS]);
+	out(&r, METRICS_PREFIX "redis_call_duration_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n", cum);
+	{
+		uint64_t sum_us = SUM(redis_latency_sum_us);
+
+		/* Integer arithmetic: exact at any magnitude, no float rounding. */
+		out(&r, METRICS_PREFIX "redis_call_duration_seconds_sum %" PRIu64 ".%06" PRIu64 "\n",
+		    sum_us / 1000000, sum_us % 1000000);
+	}
+	/* _count is the +Inf bucket by definition; summing the buckets (rather
+	 * than the separate counter) keeps the two equal within one scrape. */
+	out(&r, METRICS_PREFIX "redis_call_duration_seconds_count %" PRIu64 "\n", cum);
+
+	family(&r, "redis_errors_total", "counter", "Failed Redis calls, by kind.");
+	for (s = 0; s < METRICS_REDIS_ERR_COUNT; s++)
+		out(&r, METRICS_PREFIX "redis_errors_total{kind=\"%s\"} %" PRIu64 "\n",
+		    redis_err_names[s], SUM(redis_errors[s]));
+
+	scalar(&r, "redis_reconnects_total", "counter", "Reconnections to Redis.",
+	       SUM(redis_reconnects));
+	scalar(&r, "redis_connected", "gauge",
+	       "Worker threads currently connected to Redis (equals the thread count when healthy).",
+	       SUM(redis_connected));
+	scalar(&r, "connections_accepted_total", "counter", "Connections accepted from HAProxy.",
+	       SUM(conn_accepted));
+	scalar(&r, "connections_open", "gauge", "Connections from HAProxy open now.",
+	       SUM(conn_open));
+	scalar(&r, "connections_rejected_total", "counter",
+	       "Connections refused because max-connections was reached.", SUM(conn_rejected));
+
+	family(&r, "frames_received_total", "counter", "SPOP frames received, by type.");
+	for (s = 0; s < 4; s++)
+		out(&r, METRICS_PREFIX "frames_received_total{type=\"%s\"} %" PRIu64 "\n",
+		    frame_in_names[s], SUM(frames_in[s]));
+	family(&r, "frames_sent_total", "counter", "SPOP frames sent, by type.");
+	for (s = 0; s < 4; s++)
+		out(&r, METRICS_PREFIX "frames_sent_total{type=\"%s\"} %" PRIu64 "\n",
+		    frame_out_names[s], SUM(frames_out[s]));
+
+	family(&r, "malformed_frames_total", "counter",
+	       "Connections closed for a protocol error, by SPOP status sent.");
+	for (s = 0; s < SPOP_ST_COUNT; s++)
+		out(&r, METRICS_PREFIX "malformed_frames_total{status=\"%s\"} %" PRIu64 "\n",
+		    spop_status_names[s], SUM(malformed[s]));
+
+	scalar(&r, "notify_inflight", "gauge", "NOTIFY frames waiting for a decision.",
+	       SUM(notify_inflight));
+
+	escape_label(ver, sizeof(ver), version ? version : "");
+	family(&r, "build_info", "gauge", "Build information; the value is always 1.");
+	out(&r, METRICS_PREFIX "build_info{version=\"%s\"} 1\n", ver);
+
+	if (r.failed)
+		return -1;
+	return (int)r.len;
+}
