@@ -121,3 +121,119 @@ t_done() {
 	echo "# $(basename "$0"): $T_PASS passed, $T_FAIL failed"
 	[ "$T_FAIL" -eq 0 ]
 }
+
+# --- Edge helpers (end-to-end tests): HAProxy, demo backends, tokens ---------
+#   jwt_setup                    # RS256 key pair in $T/jwt, exports RL_JWT_PUBKEY
+#   mint_token SUB [opts]        # a token for SUB (tools/jwt.sh mint options)
+#   start_backend                # haproxy/backend.cfg; TRANSFERS_PORT, ACCOUNTS_PORT
+#   start_haproxy NAME [CFG]     # the edge (haproxy/haproxy.cfg); HAP_PORT_<NAME>, HAP_PID_<NAME>
+#   reload_haproxy NAME          # seamless reload: -x <stats socket> -sf <old pid>
+#   stop_haproxy NAME
+#   edge_policies                # the agent policies haproxy.cfg names
+#   req NAME METHOD PATH [TOKEN] [curl args]   # RSP_STATUS, rsp_hdr H, $T/rsp.body
+
+jwt_setup() {
+	"$ROOT/tools/jwt.sh" keygen "$T/jwt" >/dev/null || return 1
+	export RL_JWT_PUBKEY=$T/jwt/jwt-public.pem
+}
+
+mint_token() {
+	local sub=$1; shift
+	"$ROOT/tools/jwt.sh" mint --key "$T/jwt/jwt-private.pem" --sub "$sub" "$@"
+}
+
+edge_policies() { cat "$ROOT/haproxy/ratelimit-spoa-policies.conf"; }
+
+start_backend() {
+	TRANSFERS_PORT=$(free_port)
+	ACCOUNTS_PORT=$(free_port)
+	RL_LOG=stdout RL_TRANSFERS_BIND=127.0.0.1:$TRANSFERS_PORT RL_ACCOUNTS_BIND=127.0.0.1:$ACCOUNTS_PORT \
+		haproxy -db -f "$ROOT/haproxy/backend.cfg" >>"$T/backend.log" 2>&1 &
+	BACKEND_PID=$!
+	t_track "$BACKEND_PID"
+	wait_port "$TRANSFERS_PORT" && wait_port "$ACCOUNTS_PORT" || { echo "backend did not start"; return 1; }
+}
+
+# _hap_exec NAME CFG [haproxy args]: run haproxy in the background with the
+# edge environment of instance NAME (kept in $T so a reload sees the same).
+_hap_exec() {
+	local name=$1 cfg=$2; shift 2
+	(
+		# shellcheck disable=SC1090
+		. "$T/haproxy-$name.env"
+		exec haproxy -db -f "$cfg" "$@"
+	) >>"$T/haproxy-$name.log" 2>&1 &
+	_HAP_NEW_PID=$!
+	t_track "$_HAP_NEW_PID"
+}
+
+start_haproxy() {
+	local name=$1 cfg=${2:-$ROOT/haproxy/haproxy.cfg} port
+	port=$(free_port)
+	cat > "$T/haproxy-$name.env" <<-ENV
+	export RL_BIND=127.0.0.1:$port RL_INSTANCE=$name RL_LOG=stdout
+	export RL_AGENT_ADDR=127.0.0.1:${AGENT_PORT:-12345}
+	export RL_TRANSFERS_ADDR=127.0.0.1:${TRANSFERS_PORT:-8091} RL_ACCOUNTS_ADDR=127.0.0.1:${ACCOUNTS_PORT:-8092}
+	export RL_HAPROXY_DIR=$ROOT/haproxy RL_JWT_PUBKEY=${RL_JWT_PUBKEY:-$T/jwt/jwt-public.pem}
+	export RL_ADMIN_SOCK=$T/haproxy-$name.sock RL_SPOE_TIMEOUT=${RL_SPOE_TIMEOUT:-500ms}
+	ENV
+	echo "$cfg" > "$T/haproxy-$name.cfgpath"
+	_hap_exec "$name" "$cfg"
+	printf -v "HAP_PID_$name" '%s' "$_HAP_NEW_PID"
+	printf -v "HAP_PORT_$name" '%s' "$port"
+	wait_port "$port" || { echo "haproxy $name did not start"; tail "$T/haproxy-$name.log"; return 1; }
+}
+
+# reload_haproxy NAME: start a new process on the same config, taking the
+# listening sockets over the stats socket, and tell the old one to finish.
+reload_haproxy() {
+	local name=$1 old new_var="HAP_PID_$1"
+	old=${!new_var}
+	_hap_exec "$name" "$(cat "$T/haproxy-$name.cfgpath")" -x "$T/haproxy-$name.sock" -sf "$old"
+	printf -v "HAP_PID_$name" '%s' "$_HAP_NEW_PID"
+	HAP_OLD_PID=$old
+}
+
+stop_haproxy() {
+	local v="HAP_PID_$1"
+	kill -TERM "${!v}" 2>/dev/null
+	wait_gone "${!v}"
+}
+
+# req NAME METHOD PATH [TOKEN] [curl args...]: one request to edge instance
+# NAME. RSP_STATUS is the HTTP status (000 if none); rsp_hdr reads headers.
+req() {
+	local name=$1 method=$2 path=$3 token=${4:-} pv="HAP_PORT_$1"
+	shift 3; [ $# -gt 0 ] && shift
+	local auth=()
+	[ -n "$token" ] && auth=(-H "Authorization: Bearer $token")
+	RSP_STATUS=$(curl -s -m 10 -X "$method" "${auth[@]}" "$@" -D "$T/rsp.hdr" -o "$T/rsp.body" \
+		-w '%{http_code}' "http://127.0.0.1:${!pv}$path")
+}
+
+# rsp_hdr NAME: the value of header NAME in the last req response, "" if absent.
+rsp_hdr() {
+	awk -v h="$(echo "$1" | tr 'A-Z' 'a-z')" -F': ' \
+		'{ k = tolower($1); sub(/\r$/, ""); if (k == h) { sub(/^[^:]*: /, ""); print; exit } }' "$T/rsp.hdr"
+}
+
+# req_seq METHOD TOKEN NAME PATH [NAME PATH...]: the requests one after the
+# other from a single curl process (one burst, no per-request fork), so a
+# sequence meant to fit in a short window does. Line i of $T/seq.out is
+# "<status> <headers as JSON, lowercase names>", the body is $T/seq.body.<i>.
+req_seq() {
+	local method=$1 token=$2 i=0 pv args=()
+	shift 2
+	while [ $# -ge 2 ]; do
+		i=$((i + 1)); pv="HAP_PORT_$1"
+		args+=(-o "$T/seq.body.$i" "http://127.0.0.1:${!pv}$2")
+		shift 2
+	done
+	curl -s -m 30 -X "$method" -H "Authorization: Bearer $token" \
+		-w '{"s":"%{http_code}","h":%{header_json}}\n' "${args[@]}" \
+		| jq -r '"\(.s) \(.h | with_entries(.value |= .[0]) | tojson)"' > "$T/seq.out"
+}
+
+# seq_hdr I NAME: header NAME (any case) of response I of the last req_seq.
+seq_hdr() { sed -n "$1p" "$T/seq.out" | cut -d' ' -f2- | jq -r --arg h "${2,,}" '.[$h] // ""'; }
+seq_status() { sed -n "$1p" "$T/seq.out" | cut -d' ' -f1; }

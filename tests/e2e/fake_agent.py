@@ -7,9 +7,12 @@ runs the HAProxy config against it to show that haproxy/ depends on the
 contract, not on one implementation.
 
     fake_agent.py --listen 127.0.0.1:PORT --policy transfer=3/1 --policy reads=100/60
+    fake_agent.py -f agent.conf          (reads listen and policy lines, ignores the rest)
 
 --policy NAME=LIMIT/WINDOW_SECONDS; --error REASON answers status=error for
-every decision (what the real agent does when Redis is unreachable).
+every decision (what the real agent does when Redis is unreachable). With -f
+it takes the same command line as ratelimit-spoa, so the test harness can run
+it as $AGENT.
 """
 import argparse
 import math
@@ -198,13 +201,44 @@ def handle(conn, limiter):
         conn.close()
 
 
+UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+
+
+def window_seconds(text):
+    num = text.rstrip("mshMSH")
+    unit = text[len(num):]
+    return float(num or 1) * UNITS[unit]
+
+
+def load_config(path, policies):
+    """listen address and policies from an agent config file."""
+    listen = None
+    with open(path) as f:
+        for line in f:
+            words = line.split("#", 1)[0].split()
+            if not words:
+                continue
+            if words[0] == "listen":
+                listen = words[1]
+            elif words[0] == "policy":
+                limit, window = words[2].split("/", 1)
+                policies[words[1]] = (int(limit), window_seconds(window))
+    return listen
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--listen", required=True)
+    ap.add_argument("-f", dest="config")
+    ap.add_argument("--listen")
+    ap.add_argument("--redis")
     ap.add_argument("--policy", action="append", default=[])
     ap.add_argument("--error", default="")
     a = ap.parse_args()
     policies = {}
+    listen = load_config(a.config, policies) if a.config else None
+    a.listen = a.listen or listen
+    if not a.listen:
+        ap.error("no listen address")
     for p in a.policy:
         name, spec = p.split("=", 1)
         limit, window = spec.split("/", 1)

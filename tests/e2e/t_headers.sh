@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The response contract: RateLimit-Limit/-Remaining/-Reset and the draft's
+# RateLimit-Policy / RateLimit on every response that carries a decision
+# (backend success, backend error, HAProxy's own 429), consistent with each
+# other, and on nothing else (401, 404). Each case uses its own account, so
+# only the 429 case depends on requests sharing a window (one curl burst).
+. "$(dirname "$0")/../lib.sh"
+t_setup
+jwt_setup
+start_redis
+start_agent "$(edge_policies)"
+start_backend
+start_haproxy A
+start_haproxy B
+
+# consistent WHAT POLICY LIMIT WINDOW: the five headers of the last req agree.
+consistent() {
+	local what=$1 pol=$2 lim=$3 win=$4 rem reset
+	rem=$(rsp_hdr RateLimit-Remaining); reset=$(rsp_hdr RateLimit-Reset)
+	eq "$what: RateLimit-Limit" "$lim" "$(rsp_hdr RateLimit-Limit)"
+	check "$what: RateLimit-Remaining is an integer in 0..$lim ('$rem')" \
+		test -n "$rem" -a "$rem" -ge 0 -a "$rem" -le "$lim"
+	check "$what: RateLimit-Reset is whole seconds in 0..$win ('$reset')" \
+		test -n "$reset" -a "$reset" -ge 0 -a "$reset" -le "$win"
+	eq "$what: RateLimit-Policy" "\"$pol\";q=$lim;w=$win" "$(rsp_hdr RateLimit-Policy)"
+	eq "$what: RateLimit" "\"$pol\";r=$rem;t=$reset" "$(rsp_hdr RateLimit)"
+}
+
+req A POST /transfers "$(mint_token ACC-H1)"
+eq "allowed transfer: 201 from the backend" 201 "$RSP_STATUS"
+consistent "allowed transfer" transfer 3 1
+eq "allowed transfer: remaining after the first" 2 "$(rsp_hdr RateLimit-Remaining)"
+
+req B POST /transfers "$(mint_token ACC-H2)" -H "X-Demo-Status: 500"
+eq "backend error: 500 passes through" 500 "$RSP_STATUS"
+consistent "backend error" transfer 3 1
+
+req B GET /accounts/ACC-H3 "$(mint_token ACC-H3)"
+eq "read route: 200" 200 "$RSP_STATUS"
+consistent "read route" reads 100 60
+eq "read route: remaining" 99 "$(rsp_hdr RateLimit-Remaining)"
+
+# Four transfers in one burst: the fourth is HAProxy's own 429.
+req_seq POST "$(mint_token ACC-H4)" A /transfers B /transfers A /transfers B /transfers
+eq "burst: 3 pass then 429" "201 201 201 429" "$(cut -d' ' -f1 "$T/seq.out" | xargs)"
+eq "429: RateLimit-Limit" 3 "$(seq_hdr 4 RateLimit-Limit)"
+eq "429: RateLimit-Remaining" 0 "$(seq_hdr 4 RateLimit-Remaining)"
+eq "429: RateLimit-Policy" '"transfer";q=3;w=1' "$(seq_hdr 4 RateLimit-Policy)"
+eq "429: RateLimit matches the trio" "\"transfer\";r=0;t=$(seq_hdr 4 RateLimit-Reset)" "$(seq_hdr 4 RateLimit)"
+ra=$(seq_hdr 4 Retry-After); rs=$(seq_hdr 4 RateLimit-Reset)
+check "429: Retry-After ($ra) >= 1 and not before the reset ($rs)" test -n "$ra" -a "$ra" -ge 1 -a "$ra" -ge "$rs"
+eq "429: body retry_after equals the header" "$ra" "$(jq -r .retry_after "$T/seq.body.4")"
+eq "429: problem type" "https://iana.org/assignments/http-problem-types#quota-exceeded" "$(jq -r .type "$T/seq.body.4")"
+eq "429: problem status" 429 "$(jq -r .status "$T/seq.body.4")"
+for i in 1 2 3; do
+	eq "allowed #$i: no Retry-After" "" "$(seq_hdr $i Retry-After)"
+done
+
+# No decision, no headers.
+req A POST /transfers ""
+eq "401: no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
+eq "401: no RateLimit" "" "$(rsp_hdr RateLimit)"
+req A GET /nowhere "$(mint_token ACC-H5)"
+eq "unknown route: 404" 404 "$RSP_STATUS"
+eq "404: no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
+eq "404 never asked the agent" 0 "$(rcli exists transfer:limit:v1:ACC-H5 reads:limit:v1:ACC-H5)"
+t_done

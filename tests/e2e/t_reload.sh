@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# An HAProxy reload (-x <stats socket> -sf <old pid>) in the middle of
+# traffic: every request before, during and after gets a decision (201 or
+# 429 with RateLimit headers), none is refused for lack of one, and the new
+# process keeps talking to the agent once the old one has gone.
+. "$(dirname "$0")/../lib.sh"
+t_setup
+jwt_setup
+start_redis
+# A quota the traffic below cannot exhaust, so every answer should be 201;
+# a 429 would still be a decision and is accepted.
+start_agent "policy transfer 100000/1m
+policy reads    100/1m  on-redis-error=allow"
+start_backend
+start_haproxy A
+
+tok=$(mint_token ACC-RELOAD)
+url="http://127.0.0.1:$HAP_PORT_A/transfers"
+
+# Client loop: a new connection per request, as independent clients would.
+(
+	while [ ! -e "$T/stop" ]; do
+		curl -s -m 10 -o /dev/null -X POST -H "Authorization: Bearer $tok" \
+			-w '%{http_code} %header{ratelimit-limit}\n' "$url"
+	done
+) > "$T/loop.out" 2>&1 &
+loop_pid=$!
+
+# Let some traffic through, reload, let more through (counted, not timed).
+wait_lines() { local n=$1 i; for i in $(seq 400); do [ "$(wc -l < "$T/loop.out")" -ge "$n" ] && return 0; sleep 0.05; done; return 1; }
+wait_lines 20
+old_pid=$HAP_PID_A
+reload_haproxy A
+before=$(wc -l < "$T/loop.out")
+check "the old process hands over and exits" wait_gone "$old_pid" 40
+wait_lines $((before + 20))
+touch "$T/stop"
+wait "$loop_pid"
+
+total=$(wc -l < "$T/loop.out")
+echo "# $total requests across the reload: $(cut -d' ' -f1 "$T/loop.out" | sort | uniq -c | xargs)"
+check "traffic flowed before and after the reload ($total requests)" test "$total" -ge 40
+eq "every request got a decision (201/429)" 0 "$(grep -vcE '^(201|429) ' "$T/loop.out")"
+eq "every response carried RateLimit-Limit" 0 "$(grep -vc ' 100000$' "$T/loop.out")"
+check "the new process is running" kill -0 "$HAP_PID_A"
+
+req A POST /transfers "$tok"
+eq "after the reload: allowed" 201 "$RSP_STATUS"
+eq "after the reload: decided by the agent" 100000 "$(rsp_hdr RateLimit-Limit)"
+eq "after the reload: every admitted request is in the window" \
+	"$(grep -c '^201 ' "$T/loop.out" | awk '{ print $1 + 1 }')" "$(rcli zcard transfer:limit:v1:ACC-RELOAD)"
+
+# A second reload while idle, then decide again.
+reload_haproxy A
+wait_gone "$HAP_OLD_PID" 40
+req A POST /transfers "$tok"
+eq "after a second reload: still deciding" 100000 "$(rsp_hdr RateLimit-Limit)"
+t_done
