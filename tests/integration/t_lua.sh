@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# lua/sliding_window.lua against a real redis-server: admission, denial that
+# records nothing, reset/retry values, the trim boundary, cost > 1, several
+# windows all-or-nothing, PEXPIRE, unique members.
+#
+# Two clocks: the real script (Redis TIME) for behaviour, and a copy whose
+# TIME is read from a hash the test sets, for exact boundaries (an entry
+# exactly one window old is out) that real time cannot pin down.
+. "$(dirname "$0")/../lib.sh"
+t_setup
+start_redis || { fail "redis-server started"; t_done; exit 1; }
+
+SCRIPT=$ROOT/lua/sliding_window.lua
+SHA=$(rcli SCRIPT LOAD "$(cat "$SCRIPT")")
+check "script loads (sha $SHA)" test ${#SHA} -eq 40
+
+SEQ=0
+# ev NKEYS KEYS... COST LIMIT MS [LIMIT MS...]: one decision with a fresh
+# member prefix; the reply goes into R[0..5].
+ev() {
+	local nkeys=$1; shift
+	local keys=("${@:1:nkeys}"); shift "$nkeys"
+	local cost=$1; shift
+	SEQ=$((SEQ + 1))
+	mapfile -t R < <(rcli EVALSHA "$SHA" "$nkeys" "${keys[@]}" "$cost" "req-$SEQ" "$@")
+}
+# in_range what value lo hi: lo <= value <= hi
+in_range() {
+	if [ "$2" -ge "$3" ] 2>/dev/null && [ "$2" -le "$4" ]; then ok "$1"
+	else fail "$1: $2 not in [$3, $4]"; fi
+}
+redis_now_us() { local t; mapfile -t t < <(rcli TIME); echo $((t[0] * 1000000 + 10#${t[1]})); }
+
+# --- 3 per 1s: three admitted, then denied -----------------------------------
+K=transfer:limit:v1:ACC-1001
+ev 1 $K 1 3 1000
+eq "1st allowed" "1 3 2 0 0" "${R[0]} ${R[1]} ${R[2]} ${R[4]} ${R[5]}"
+eq "1st: empty set, reset is the whole window" 1000000 "${R[3]}"
+ev 1 $K 1 3 1000
+eq "2nd allowed, remaining 1" "1 1" "${R[0]} ${R[2]}"
+in_range "2nd: reset within the window" "${R[3]}" 1 1000000
+ev 1 $K 1 3 1000
+eq "3rd allowed, remaining 0" "1 0" "${R[0]} ${R[2]}"
+ev 1 $K 1 3 1000
+eq "4th denied, limit 3, remaining 0" "0 3 0" "${R[0]} ${R[1]} ${R[2]}"
+in_range "4th: retry within the window" "${R[4]}" 1 1000000
+eq "4th: cost 1 fits when the oldest leaves (retry = reset)" "${R[3]}" "${R[4]}"
+ev 1 $K 1 3 1000
+eq "5th denied" 0 "${R[0]}"
+eq "denials are not recorded (ZCARD stays 3)" 3 "$(rcli ZCARD $K)"
+in_range "PTTL set, at most the window" "$(rcli PTTL $K)" 1 1000
+mapfile -t M < <(rcli ZRANGE $K 0 -1)
+eq "members unique, one per admitted request" 3 "$(printf '%s\n' "${M[@]}" | sort -u | wc -l)"
+eq "members are <prefix>:<n>" "req-1:1 req-2:1 req-3:1" "$(printf '%s\n' "${M[@]}" | sort | xargs)"
+
+# A denial does not touch the TTL: mark it, deny, look again.
+rcli PEXPIRE $K 123456789 >/dev/null
+ev 1 $K 1 3 1000
+eq "denied again" 0 "${R[0]}"
+in_range "a denial leaves the TTL alone" "$(rcli PTTL $K)" 123000000 123456789
+rcli PEXPIRE $K 1000 >/dev/null
+
+sleep 1.1
+ev 1 $K 1 3 1000
+eq "after the window passed: admitted again, remaining 2" "1 2" "${R[0]} ${R[2]}"
+eq "old entries trimmed" 1 "$(rcli ZCARD $K)"
+
+# --- trim boundary with real time and a generous window ----------------------
+K=b:limit:v1:trim
+NOW=$(redis_now_us)
+W=10000000
+rcli ZADD $K $((NOW - W - 5000000)) older $((NOW - W)) one-window-old \
+	$((NOW - W + 5000000)) five-s-old $((NOW - 1000000)) one-s-old >/dev/null
+ev 1 $K 1 100 10000
+eq "trim: allowed with 2 entries left in the window" "1 97" "${R[0]} ${R[2]}"
+eq "trim: 3 entries after the call" 3 "$(rcli ZCARD $K)"
+eq "trim: the entry exactly one window old is gone" "" "$(rcli ZSCORE $K one-window-old)"
+eq "trim: older entries are gone" "" "$(rcli ZSCORE $K older)"
+in_range "trim: reset follows the oldest kept entry" "${R[3]}" 1 5000000
+
+# --- cost > 1 ----------------------------------------------------------------
+K=c:limit:v1:cost
+ev 1 $K 2 5 10000
+eq "cost 2: allowed, remaining 3" "1 3" "${R[0]} ${R[2]}"
+eq "cost 2: two members" 2 "$(rcli ZCARD $K)"
+ev 1 $K 3 5 10000
+eq "cost 3: allowed, remaining 0" "1 0" "${R[0]} ${R[2]}"
+ev 1 $K 1 5 10000
+eq "cost 1 at the limit: denied" 0 "${R[0]}"
+eq "members unique across costs" 5 "$(rcli ZRANGE $K 0 -1 | sort -u | wc -l)"
+
+# A large cost is added in chunks (Lua's unpack() has a stack limit).
+K=c:limit:v1:big
+ev 1 $K 1234 2000 10000
+eq "cost 1234: allowed, remaining 766" "1 766" "${R[0]} ${R[2]}"
+eq "cost 1234: 1234 unique members" 1234 "$(rcli ZRANGE $K 0 -1 | sort -u | wc -l)"
+
+# retry for cost 3 with 5 in the window: the 3rd oldest must leave.
+K=c:limit:v1:retry
+for i in 1 2 3 4 5; do ev 1 $K 1 5 10000; done
+ev 1 $K 3 5 10000
+eq "cost 3 over 5/5: denied, remaining 0" "0 0" "${R[0]} ${R[2]}"
+mapfile -t S < <(rcli ZRANGE $K 0 -1 WITHSCORES)
+# reset = s0 + W - now, so now = s0 + W - reset; retry must be s2 + W - now.
+S0=${S[1]}; S2=${S[5]}
+eq "retry = score of rank (count+cost-limit-1) + window - now" \
+	$((S2 - S0 + R[3])) "${R[4]}"
+
+# cost above the limit: never admissible, no loop, nothing written.
+K=c:limit:v1:toobig
+ev 1 $K 5 3 1000
+eq "cost > limit: denied, retry = the window" "0 3 3 1000000 1000000" \
+	"${R[0]} ${R[1]} ${R[2]} ${R[3]} ${R[4]}"
+eq "cost > limit: nothing written" 0 "$(rcli EXISTS $K)"
+
+# --- several windows: all-or-nothing -----------------------------------------
+A='m:limit:v1:{ACC-7}:10s'; B='m:limit:v1:{ACC-7}:1h'
+ev 2 "$A" "$B" 2 3 10000 4 3600000
+eq "2 windows: cost 2 allowed; deciding = least remaining (10s: 1)" "1 3 1 0" \
+	"${R[0]} ${R[1]} ${R[2]} ${R[5]}"
+ev 2 "$A" "$B" 2 3 10000 4 3600000
+eq "2 windows: the 10s window denies" "0 3 1 0" "${R[0]} ${R[1]} ${R[2]} ${R[5]}"
+eq "2 windows: nothing recorded in the 1h window either" 2 "$(rcli ZCARD "$B")"
+eq "2 windows: nor in the 10s window" 2 "$(rcli ZCARD "$A")"
+in_range "PTTL of the 10s key" "$(rcli PTTL "$A")" 1 10000
+in_range "PTTL of the 1h key" "$(rcli PTTL "$B")" 10001 3600000
+
+A='m:limit:v1:{ACC-8}:10s'; B='m:limit:v1:{ACC-8}:1h'
+ev 2 "$A" "$B" 1 10 10000 2 3600000
+ev 2 "$A" "$B" 1 10 10000 2 3600000
+eq "2 windows: second admitted, deciding is the 1h window" "1 2 0 1" \
+	"${R[0]} ${R[1]} ${R[2]} ${R[5]}"
+ev 2 "$A" "$B" 1 10 10000 2 3600000
+eq "2 windows: the 1h window denies (index 1, limit 2)" "0 2 0 1" \
+	"${R[0]} ${R[1]} ${R[2]} ${R[5]}"
+eq "2 windows: the 10s window kept its 2" 2 "$(rcli ZCARD "$A")"
+
+A='m:limit:v1:{ACC-9}:10s'; B='m:limit:v1:{ACC-9}:1h'
+ev 2 "$A" "$B" 1 1 10000 1 3600000
+ev 2 "$A" "$B" 1 1 10000 1 3600000
+eq "both windows deny: the longest retry decides (1h)" "0 1" "${R[0]} ${R[5]}"
+in_range "both windows deny: retry close to an hour" "${R[4]}" 3500000000 3600000000
+
+# --- bad arguments are errors, not crashes -----------------------------------
+out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 0 p 3 1000)
+check "cost 0 is an error reply" grep -q "bad arguments" <<<"$out"
+out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 p 3)
+check "missing window length is an error reply" grep -q "bad arguments" <<<"$out"
+out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 p 0 1000)
+check "limit 0 is an error reply" grep -q "bad limit" <<<"$out"
+eq "redis still answers" PONG "$(rcli PING)"
+
+# --- exact boundaries on a clock the test controls ---------------------------
+# Same script, TIME replaced by a hash read (test copy only).
+sed "s/local t = redis.call('TIME')/local t = redis.call('HMGET', 'test:clock', 's', 'us')/" \
+	"$SCRIPT" > "$T/clocked.lua"
+check "test copy reads the fake clock" grep -q "test:clock" "$T/clocked.lua"
+CSHA=$(rcli SCRIPT LOAD "$(cat "$T/clocked.lua")")
+cev() {
+	local key=$1 cost=$2 limit=$3 ms=$4
+	SEQ=$((SEQ + 1))
+	mapfile -t R < <(rcli EVALSHA "$CSHA" 1 "$key" "$cost" "req-$SEQ" "$limit" "$ms")
+}
+K=clk:limit:v1:edge
+rcli HSET test:clock s 1000 us 0 >/dev/null          # now = 1000000000 us
+rcli ZADD $K 999000000 exactly-one-window 999000001 one-us-younger >/dev/null
+cev $K 1 2 1000
+eq "clock: entry exactly one window old is out" "" "$(rcli ZSCORE $K exactly-one-window)"
+eq "clock: 1 us younger stays; allowed with remaining 0, reset 1 us" "1 2 0 1 0" \
+	"${R[0]} ${R[1]} ${R[2]} ${R[3]} ${R[4]}"
+cev $K 1 2 1000
+eq "clock: full, denied; retry and reset 1 us" "0 0 1 1" "${R[0]} ${R[2]} ${R[3]} ${R[4]}"
+rcli HSET test:clock us 1 >/dev/null                  # 1 us later
+cev $K 1 2 1000
+eq "clock: 1 us later the edge entry left: admitted" "1 0" "${R[0]} ${R[2]}"
+eq "clock: the new entry is scored at Redis time" 1000000001 "$(rcli ZSCORE $K "req-$SEQ:1")"
+eq "clock: reset counts from the oldest kept entry" 999999 "${R[3]}"
+
+t_done
