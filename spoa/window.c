@@ -263,6 +263,14 @@ int64_t window_us_to_s_ceil(int64_t us)
 	return us / US_PER_S + (us % US_PER_S != 0);
 }
 
+/* Is <why> a failure of Redis (what on-redis-error is about), rather than
+ * of the request (bad key, bad cost) or of the agent (overload)? */
+static bool reason_is_redis(enum window_reason why)
+{
+	return why == WINDOW_REASON_REDIS_UNAVAILABLE || why == WINDOW_REASON_REDIS_TIMEOUT ||
+	       why == WINDOW_REASON_REDIS_ERROR;
+}
+
 /* The error decision of <p> (which may be NULL: no policy) for <why>. */
 void window_decide_error(const struct window_policy *p, enum window_reason why,
                          struct window_decision *d)
@@ -270,7 +278,9 @@ void window_decide_error(const struct window_policy *p, enum window_reason why,
 	memset(d, 0, sizeof(*d));
 	d->status = WINDOW_ERROR;
 	d->reason = why;
-	if (p && p->on_error == WINDOW_ON_ERROR_ALLOW) {
+	/* A malformed request stays an error even on a fail-open policy:
+	 * fail-open covers Redis being away, not a bad cost or key. */
+	if (p && p->on_error == WINDOW_ON_ERROR_ALLOW && reason_is_redis(why)) {
 		/* Fail-open: HAProxy still learns the limit, but no remaining or
 		 * reset it could mistake for a real count. */
 		d->status = WINDOW_ALLOW;

@@ -146,7 +146,9 @@ int window_decide_reply(const struct window_policy *p, const struct redisReply *
                         struct window_decision *d);
 
 /* The decision when Redis cannot decide: error, or fail-open allow when the
- * policy says on-redis-error=allow (status=allow, reason, limit only). */
+ * policy says on-redis-error=allow (status=allow, reason, limit only).
+ * Fail-open applies to the REDIS_* reasons only: any other <why> (bad key,
+ * bad cost, unknown policy, overload) is status=error on every policy. */
 void window_decide_error(const struct window_policy *p, enum window_reason why,
                          struct window_decision *d);
 

@@ -478,6 +478,20 @@ static void test_fail_open(void **state)
 	assert_int_equal(d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
 	assert_int_equal(d.limit, 100);
 	assert_false(d.has_quota);
+	window_decide_error(&p, WINDOW_REASON_REDIS_TIMEOUT, &d);
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_TIMEOUT);
+
+	/* A bad request is no Redis failure: error even when failing open. */
+	window_decide_error(&p, WINDOW_REASON_BAD_COST, &d);
+	assert_int_equal(d.status, WINDOW_ERROR);
+	assert_int_equal(d.reason, WINDOW_REASON_BAD_COST);
+	window_decide_error(&p, WINDOW_REASON_BAD_KEY, &d);
+	assert_int_equal(d.status, WINDOW_ERROR);
+	window_decide_error(&p, WINDOW_REASON_UNKNOWN_POLICY, &d);
+	assert_int_equal(d.status, WINDOW_ERROR);
+	window_decide_error(&p, WINDOW_REASON_OVERLOAD, &d);
+	assert_int_equal(d.status, WINDOW_ERROR);
 }
 
 static void test_fail_closed(void **state)
