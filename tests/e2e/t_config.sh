@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Static checks of what an SRE copies: haproxy -c with zero warnings, the SPOE
+# directives both 2.6 and 3.x need, every txn.rl.* variable referenced (P7),
+# the agent accepting the policies haproxy.cfg names, compose.yaml.
+. "$(dirname "$0")/../lib.sh"
+t_setup
+jwt_setup
+H=$ROOT/haproxy
+
+# haproxy_check CFG: "haproxy -c" with warnings fatal (-dW); prints its output.
+haproxy_check() {
+	RL_HAPROXY_DIR=$H RL_ADMIN_SOCK=$T/admin.sock RL_BIND=127.0.0.1:1 \
+		haproxy -c -dW -f "$1" 2>&1
+}
+
+out=$(haproxy_check "$H/haproxy.cfg"); rc=$?
+eq "haproxy -c -dW haproxy.cfg passes" 0 "$rc"
+eq "haproxy -c haproxy.cfg prints no warning or notice" "Configuration file is valid" "$out"
+out=$(haproxy_check "$H/backend.cfg"); rc=$?
+eq "haproxy -c -dW backend.cfg passes" 0 "$rc"
+eq "haproxy -c backend.cfg prints no warning or notice" "Configuration file is valid" "$out"
+
+# The SPOE file: each directive of the 2.6/3.x compatibility recipe.
+spoe=$(sed 's/#.*//' "$H/spoe-ratelimit.conf")
+for d in 'timeout hello ' 'timeout idle ' 'timeout processing ' 'option pipelining' \
+	'no option async' 'no option send-frag-payload' 'option var-prefix rl' \
+	'option set-on-error ' 'spoe-group rl-check' 'use-backend be_ratelimit_agent' \
+	'args policy=.* key=.* cost='; do
+	check "spoe-ratelimit.conf: $d" grep -Eq "^ *$d" <<<"$spoe"
+done
+check "spoe-ratelimit.conf: no message sent on an event (only via send-spoe-group)" \
+	test -z "$(grep -E '^ *event ' <<<"$spoe")"
+
+cfg=$(sed 's/#.*//' "$H/haproxy.cfg")
+check "haproxy.cfg: agent backend in mode tcp (2.6 rejects mode spop)" \
+	grep -Pzq 'backend be_ratelimit_agent\n( +[^\n]*\n)*? +mode tcp\n' <<<"$cfg"
+check "haproxy.cfg: option spop-check" grep -q 'option spop-check' <<<"$cfg"
+check "haproxy.cfg: no mode spop" test -z "$(grep 'mode spop' <<<"$cfg")"
+check "haproxy.cfg: send-spoe-group" grep -q 'http-request send-spoe-group ratelimit rl-check' <<<"$cfg"
+check "haproxy.cfg: 503 unless allow or deny" grep -q 'acl rl_decided var(txn.rl.status) -m str allow deny' <<<"$cfg"
+check "haproxy.cfg: never keyed by the client address" test -z "$(grep -E 'set-var\(txn\.account\) +(src|req\.hdr\(x-forwarded)' <<<"$cfg")"
+for v in status limit remaining reset retry_after reason; do
+	check "haproxy.cfg references txn.rl.$v (HAProxy drops unknown vars)" grep -q "var(txn\.rl\.$v[,)]" <<<"$cfg"
+done
+check "register-var-names lists the agent's variables" \
+	grep -Eq '^ *register-var-names +status limit remaining reset retry_after reason$' <<<"$spoe"
+
+# jwt_verify must be given a literal algorithm and the key file, not the
+# token's own header.
+check "jwt_verify pins RS256" grep -q 'jwt_verify("RS256",' <<<"$cfg"
+
+# The policies named by the routes exist in the shipped agent policy file,
+# and the agent accepts that file.
+for p in $(grep -oP 'set-var\(txn\.rl_policy\) str\(\K[a-z_]+' <<<"$cfg" | sort -u); do
+	check "policy '$p' used by a route is defined for the agent" \
+		grep -Eq "^policy +$p " "$H/ratelimit-spoa-policies.conf"
+done
+{ echo "listen 127.0.0.1:12345"; echo "redis redis://127.0.0.1:6379/0"; edge_policies; } > "$T/agent-check.conf"
+out=$("$AGENT" -c -f "$T/agent-check.conf" 2>&1); rc=$?
+eq "the agent accepts the shipped policies ($out)" 0 "$rc"
+
+# Tokens.
+dec=$("$ROOT/tools/jwt.sh" decode "$(mint_token ACC-1001)")
+eq "jwt.sh mints RS256" RS256 "$(sed -n 1p <<<"$dec" | jq -r .alg)"
+eq "jwt.sh puts the account in sub" ACC-1001 "$(sed -n 2p <<<"$dec" | jq -r .sub)"
+check "no private key is committed" test -z "$(cd "$ROOT" && git ls-files | xargs grep -l 'PRIVATE KEY-----' 2>/dev/null | grep -v '^tools/jwt.sh$')"
+
+# Compose: validated only (no Docker engine on these machines).
+check "Dockerfile builds from debian:bookworm" grep -q '^FROM debian:bookworm' "$ROOT/Dockerfile"
+if command -v docker-compose >/dev/null; then
+	out=$(cd "$ROOT" && docker-compose -f compose.yaml config -q 2>&1); rc=$?
+	eq "docker-compose config -q accepts compose.yaml ($out)" 0 "$rc"
+	svcs=$(cd "$ROOT" && docker-compose -f compose.yaml config --services 2>/dev/null | sort | xargs)
+	eq "compose.yaml has the demo topology" "agent backend haproxy-a haproxy-b keys redis" "$svcs"
+else
+	ok "compose.yaml not validated: docker-compose is not installed # skip"
+fi
+t_done
