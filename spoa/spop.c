@@ -257,12 +257,14 @@ bool spop_str_eq(struct spop_str s, const char *cstr)
 	return s.len == n && (n == 0 || memcmp(s.ptr, cstr, n) == 0);
 }
 
+/* Borrows <p>: the 4 bytes there as a big-endian number. */
 static uint32_t spop_get_be32(const unsigned char *p)
 {
 	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
 	       ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
+/* Writes <v> big-endian into the caller's 4 bytes at <p>. */
 static void spop_put_be32(unsigned char *p, uint32_t v)
 {
 	p[0] = (unsigned char)(v >> 24);
@@ -661,11 +663,13 @@ static void spop_put_bytes(struct spop_ack *w, const void *src, size_t n)
 	w->len += n;
 }
 
+/* Writes byte <b> into <w>'s buffer, or latches overflow. */
 static void spop_put_byte(struct spop_ack *w, unsigned char b)
 {
 	spop_put_bytes(w, &b, 1);
 }
 
+/* Writes varint <v> into <w>'s buffer, or latches overflow. */
 static void spop_put_varint(struct spop_ack *w, uint64_t v)
 {
 	unsigned char tmp[SPOP_VARINT_MAX_LEN];

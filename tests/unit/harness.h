@@ -167,7 +167,8 @@ out:
 	return r;
 }
 
-/* Borrowed from the environment or a literal: do not free. */
+/* Returns $SHARED_DIR, else "../shared". Borrowed from the environment
+ * or a literal: do not free. */
 static inline const char *harness_shared_dir(void)
 {
 	const char *d = getenv("SHARED_DIR");

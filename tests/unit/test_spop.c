@@ -27,6 +27,7 @@ struct tb {
 	size_t len;
 };
 
+/* Borrows <p>: appends its <n> bytes to <t>. */
 static void tb_bytes(struct tb *t, const void *p, size_t n)
 {
 	assert_true(n <= sizeof(t->b) - t->len);
@@ -34,6 +35,7 @@ static void tb_bytes(struct tb *t, const void *p, size_t n)
 	t->len += n;
 }
 
+/* Appends byte <v> to <t>. */
 static void tb_byte(struct tb *t, unsigned v)
 {
 	unsigned char c = (unsigned char)v;
@@ -41,6 +43,7 @@ static void tb_byte(struct tb *t, unsigned v)
 	tb_bytes(t, &c, 1);
 }
 
+/* Appends varint <v> to <t>. */
 static void tb_varint(struct tb *t, uint64_t v)
 {
 	int n = spop_encode_varint(v, t->b + t->len, sizeof(t->b) - t->len);
@@ -49,12 +52,15 @@ static void tb_varint(struct tb *t, uint64_t v)
 	t->len += (size_t)n;
 }
 
+/* Borrows <s>: appends it to <t> as a bare STRING. */
 static void tb_str(struct tb *t, const char *s)
 {
 	tb_varint(t, strlen(s));
 	tb_bytes(t, s, strlen(s));
 }
 
+/* Restarts <t> with a frame header: a length placeholder, <type>,
+ * <flags>, <sid>, <fid>. */
 static void tb_begin(struct tb *t, unsigned type, uint32_t flags,
                      uint64_t sid, uint64_t fid)
 {
@@ -71,6 +77,7 @@ static void tb_begin(struct tb *t, unsigned type, uint32_t flags,
 	tb_varint(t, fid);
 }
 
+/* Fills <t>'s length prefix. Returns the frame's total size. */
 static size_t tb_end(struct tb *t)
 {
 	size_t n = t->len - 4;
@@ -82,6 +89,7 @@ static size_t tb_end(struct tb *t)
 	return t->len;
 }
 
+/* Appends KV item <name> = STR <val> to <t>. */
 static void tb_kv_str(struct tb *t, const char *name, const char *val)
 {
 	tb_str(t, name);
@@ -89,6 +97,7 @@ static void tb_kv_str(struct tb *t, const char *name, const char *val)
 	tb_str(t, val);
 }
 
+/* Appends KV item <name> = integer <v> of <type> to <t>. */
 static void tb_kv_int(struct tb *t, const char *name, unsigned type, uint64_t v)
 {
 	tb_str(t, name);
@@ -96,6 +105,7 @@ static void tb_kv_int(struct tb *t, const char *name, unsigned type, uint64_t v)
 	tb_varint(t, v);
 }
 
+/* Borrows <p>: its 4 bytes, big-endian. */
 static uint32_t be32(const unsigned char *p)
 {
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
@@ -130,6 +140,8 @@ struct frame_ctx {
 	enum spop_status st;
 };
 
+/* harness feed callback: spop_decode_frame() with <ctx>'s max, keeping
+ * the frame and status in <ctx>. */
 static int frame_cb(const unsigned char *buf, size_t len, void *ctx)
 {
 	struct frame_ctx *c = ctx;
@@ -137,11 +149,14 @@ static int frame_cb(const unsigned char *buf, size_t len, void *ctx)
 	return spop_decode_frame(buf, len, c->max, &c->f, &c->st);
 }
 
+/* True when slice <s> holds exactly C string <c> (the test's own
+ * comparison, not spop_str_eq's). */
 static bool str_is(struct spop_str s, const char *c)
 {
 	return s.len == strlen(c) && memcmp(s.ptr, c, s.len) == 0;
 }
 
+/* Writes into <dst>: hex text <h> as bytes; fails the test if malformed. */
 static size_t hex(const char *h, unsigned char *dst, size_t cap)
 {
 	long n = harness_hex_decode(h, dst, cap);
@@ -174,6 +189,7 @@ static const struct {
 	{ UINT64_MAX, "ff f0 fe fe fe fe fe fe fe 0e" },
 };
 
+/* HAProxy's varint layout, both ways, on exact-size guarded input. */
 static void test_varint_vectors(void **state)
 {
 	unsigned char want[16], got[16];
@@ -224,6 +240,8 @@ static int varint_len_oracle(uint64_t v)
 	return 10;
 }
 
+/* Round trip of <v> in <b>: length per the oracle, same value back, and
+ * refused one byte short of room. */
 static void check_roundtrip(struct harness_buf *b, uint64_t v)
 {
 	unsigned char tmp[16];
@@ -244,6 +262,7 @@ static void check_roundtrip(struct harness_buf *b, uint64_t v)
 		         n - 1);
 }
 
+/* All values up to 300000, every power of two +-1, and random ones. */
 static void test_varint_roundtrip(void **state)
 {
 	struct harness_buf b;
@@ -272,6 +291,7 @@ static void test_varint_roundtrip(void **state)
 	harness_buf_free(&b);
 }
 
+/* Over 10 bytes, over 64 bits, truncated: all refused. */
 static void test_varint_reject(void **state)
 {
 	static const char *bad[] = {
@@ -316,6 +336,7 @@ static void test_varint_reject(void **state)
 /* Typed data                                                          */
 /* ------------------------------------------------------------------ */
 
+/* Every TYPED-DATA type, its cuts, and the reserved types. */
 static void test_data_types(void **state)
 {
 	static const struct {
@@ -423,6 +444,7 @@ struct vec {
 	size_t len;
 };
 
+/* Sets <v>'s kind, HAProxy version and N from its path. */
 static void vec_classify(struct vec *v)
 {
 	const char *base = strrchr(v->path, '/');
@@ -468,6 +490,7 @@ static size_t vec_load_all(struct vec *vs, size_t max)
 	return n;
 }
 
+/* <s> looks like the random UUID HAProxy uses as engine-id. */
 static void check_uuid(struct spop_str s)
 {
 	size_t i;
@@ -561,6 +584,8 @@ static void vec_check_fields(const struct vec *v, const struct spop_frame *f)
 	}
 }
 
+/* Every captured frame: whole (fields checked), byte by byte, with a
+ * following frame, and against a max one byte too small. */
 static void test_vectors_decode(void **state)
 {
 	static struct vec vs[64];
@@ -704,6 +729,7 @@ static void test_vectors_truncated_content(void **state)
 /* Malformed frames                                                    */
 /* ------------------------------------------------------------------ */
 
+/* The length prefix alone: need more, bounds, both statuses. */
 static void test_peek_length(void **state)
 {
 	unsigned char in[8];
@@ -731,6 +757,7 @@ static void test_peek_length(void **state)
 	assert_int_equal(flen, 1);
 }
 
+/* Broken headers, ids and flags, each with its status code. */
 static void test_malformed_hex(void **state)
 {
 	static const struct {
@@ -934,6 +961,8 @@ static void decode_hello(struct tb *t, struct spop_hello *h)
 	harness_buf_free(&b);
 }
 
+/* HELLO leniency: version and capability lists with blanks, integer
+ * types of max-frame-size, unknown keys skipped. */
 static void test_hello_variants(void **state)
 {
 	static const struct {
@@ -1052,6 +1081,7 @@ static void test_hello_variants(void **state)
 	assert_false(h.healthcheck);
 }
 
+/* Empty NOTIFY, and several messages of every shape, walked fully. */
 static void test_notify_iterators(void **state)
 {
 	struct harness_buf b;
@@ -1139,6 +1169,7 @@ static void test_notify_iterators(void **state)
 	harness_buf_free(&b);
 }
 
+/* Types we do not know: header decoded, success, payload untouched. */
 static void test_unknown_frame_types(void **state)
 {
 	static const unsigned types[] = { 0, 4, 42, 101, 103, 200, 255 };
@@ -1191,6 +1222,7 @@ static void expect_bytes(const unsigned char *got, int len, const char *want)
 	"0b 73 74 61 74 75 73 2d 63 6f 64 65  03 03" \
 	"07 6d 65 73 73 61 67 65  08 10 66 72 61 6d 65 20 69 73 20 74 6f 6f 20 62 69 67"
 
+/* AGENT-HELLO bytes, with and without pipelining, at every cap. */
 static void test_encode_agent_hello(void **state)
 {
 	unsigned char out[256];
@@ -1222,6 +1254,7 @@ static void test_encode_agent_hello(void **state)
 	assert_int_equal(spop_encode_agent_hello(NULL, 0, 16380, true), -1);
 }
 
+/* AGENT-DISCONNECT bytes and every cap. */
 static void test_encode_agent_disconnect(void **state)
 {
 	unsigned char out[256];
@@ -1260,6 +1293,7 @@ static void test_encode_agent_disconnect(void **state)
 	"02 02 02  06 72 65 61 73 6f 6e" \
 	"01 03 00  01 6e  04 ff f0 fe fe fe fe fe fe fe 0e"
 
+/* Writes ACK_ALLOW into <dst> (<cap> bytes). Returns spop_ack_end(). */
 static int build_ack(unsigned char *dst, size_t cap)
 {
 	struct spop_ack a;
@@ -1274,6 +1308,7 @@ static int build_ack(unsigned char *dst, size_t cap)
 	return spop_ack_end(&a);
 }
 
+/* ACK bytes for set-var str/int and unset-var, every cap, bad args. */
 static void test_encode_ack(void **state)
 {
 	unsigned char out[256];
@@ -1391,6 +1426,7 @@ static void test_agent_hello_roundtrip(void **state)
 	harness_buf_free(&b);
 }
 
+/* Status texts and spop_str_eq. */
 static void test_misc(void **state)
 {
 	struct spop_str s = { "abc", 3 }, e = { NULL, 0 };
