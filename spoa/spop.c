@@ -227,7 +227,8 @@ int spop_decode_data(const unsigned char *p, size_t len, struct spop_data *d)
 {
 	const unsigned char *cur = p;
 
-	if (len == 0 || spop_get_data(&cur, p + len, d) < 0)
+	if (len == 0 || spop_get_data(&cur, p + len, d) < 0 ||
+	    cur - p > INT_MAX)
 		return -1;
 	return (int)(cur - p);
 }
@@ -509,7 +510,8 @@ int spop_peek_length(const unsigned char *buf, size_t len, uint32_t max,
 	if (len < 4)
 		return 0;
 	n = spop_get_be32(buf);
-	if (n == 0 || n > max) {
+	/* the INT32_MAX bound keeps 4 + n representable as the int we return */
+	if (n == 0 || n > max || n > INT32_MAX - 4) {
 		if (st != NULL)
 			*st = n == 0 ? SPOP_ST_INVALID : SPOP_ST_TOO_BIG;
 		return -1;
