@@ -87,12 +87,11 @@ static int parse_fail(struct parse_ctx *x, const char *fmt, ...)
 
 	if (!x->err || !x->errlen)
 		return -1;
+	va_start(ap, fmt);
 	n = snprintf(x->err, x->errlen, "%s:%u: ", x->name, x->line);
-	if (n >= 0 && (size_t)n < x->errlen) {
-		va_start(ap, fmt);
+	if (n >= 0 && (size_t)n < x->errlen)
 		vsnprintf(x->err + n, x->errlen - (size_t)n, fmt, ap);
-		va_end(ap);
-	}
+	va_end(ap);
 	return -1;
 }
 
@@ -106,12 +105,11 @@ static int validate_fail(const struct config *c, char *err, size_t errlen,
 
 	if (!err || !errlen)
 		return -1;
+	va_start(ap, fmt);
 	n = snprintf(err, errlen, "%s: ", c->path[0] ? c->path : "config");
-	if (n >= 0 && (size_t)n < errlen) {
-		va_start(ap, fmt);
+	if (n >= 0 && (size_t)n < errlen)
 		vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-		va_end(ap);
-	}
+	va_end(ap);
 	return -1;
 }
 

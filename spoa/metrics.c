@@ -127,29 +127,46 @@ static void escape_label(char *dst, size_t cap, const char *s)
 	dst[o] = '\0';
 }
 
-/* Sum over the <n> thread blocks <ms> of the counter at byte <offset>
- * (a NULL block is skipped). */
-static uint64_t sum_at(const struct metrics *const *ms, size_t n, size_t offset)
+/* *<dst> += *<src>, both read relaxed: <dst> is the caller's private total. */
+static void acc(_Atomic uint64_t *dst, const _Atomic uint64_t *src)
 {
-	uint64_t v = 0;
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		if (ms[i]) {
-			const _Atomic uint64_t *c =
-				(const _Atomic uint64_t *)(const void *)((const char *)ms[i] + offset);
-
-			v += atomic_load_explicit(c, memory_order_relaxed);
-		}
-	}
-	return v;
+	metrics_add(dst, atomic_load_explicit(src, memory_order_relaxed));
 }
 
-/* Offsets are taken on a real object: offsetof() with a run-time array
- * index is an extension, pointer arithmetic on <layout> is plain C. */
-static const struct metrics layout;
-#define SUM(field) \
-	sum_at(ms, n, (size_t)((const char *)&layout.field - (const char *)&layout))
+/* Add the counters of <m> into <t> field by field. */
+static void metrics_sum_into(struct metrics *t, const struct metrics *m)
+{
+	size_t i, s;
+
+	for (i = 0; i < CONFIG_MAX_POLICIES; i++) {
+		for (s = 0; s < WINDOW_STATUS_COUNT; s++)
+			acc(&t->decisions[i][s], &m->decisions[i][s]);
+		acc(&t->shadow_denies[i], &m->shadow_denies[i]);
+		acc(&t->cache_denies[i], &m->cache_denies[i]);
+	}
+	for (s = 0; s < WINDOW_REASON_COUNT; s++)
+		acc(&t->errors_by_reason[s], &m->errors_by_reason[s]);
+	for (s = 0; s <= METRICS_LAT_BUCKETS; s++)
+		acc(&t->redis_latency[s], &m->redis_latency[s]);
+	acc(&t->redis_latency_sum_us, &m->redis_latency_sum_us);
+	acc(&t->redis_latency_count, &m->redis_latency_count);
+	for (s = 0; s < METRICS_REDIS_ERR_COUNT; s++)
+		acc(&t->redis_errors[s], &m->redis_errors[s]);
+	acc(&t->redis_reconnects, &m->redis_reconnects);
+	acc(&t->redis_connected, &m->redis_connected);
+	acc(&t->conn_accepted, &m->conn_accepted);
+	acc(&t->conn_open, &m->conn_open);
+	acc(&t->conn_rejected, &m->conn_rejected);
+	for (s = 0; s < 4; s++) {
+		acc(&t->frames_in[s], &m->frames_in[s]);
+		acc(&t->frames_out[s], &m->frames_out[s]);
+	}
+	for (s = 0; s < SPOP_ST_COUNT; s++)
+		acc(&t->malformed[s], &m->malformed[s]);
+	acc(&t->notify_inflight, &m->notify_inflight);
+}
+
+#define SUM(field) atomic_load_explicit(&t.field, memory_order_relaxed)
 
 /* One unlabelled sample <name> with the summed value <v>. */
 static void scalar(struct render *r, const char *name, const char *type, const char *help,
@@ -164,6 +181,7 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
                    const char *version, char *dst, size_t cap)
 {
 	struct render r = { .dst = dst, .cap = cap, .len = 0, .failed = 0 };
+	struct metrics t;                  /* ~3 KB, sums of all threads */
 	size_t np = c ? c->npolicies : 0, i;
 	unsigned s;
 	uint64_t cum;
@@ -171,6 +189,11 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 
 	if (!dst || cap == 0)
 		return -1;
+	/* One pass over the threads, then render from the private total. */
+	memset(&t, 0, sizeof(t));
+	for (i = 0; i < n; i++)
+		if (ms[i])
+			metrics_sum_into(&t, ms[i]);
 	if (np > CONFIG_MAX_POLICIES)
 		np = CONFIG_MAX_POLICIES;
 

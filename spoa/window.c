@@ -71,10 +71,9 @@ const struct window_limit *window_limits_for(const struct window_policy *p,
 	/* Only the key fields of <probe> are read: keys longer than an override
 	 * key can hold cannot match anyway. */
 	if (p->noverrides && key_len <= WINDOW_KEY_MAX) {
-		struct window_override probe;
+		struct window_override probe = { .key_len = key_len };
 
 		memcpy(probe.key, key, key_len);
-		probe.key_len = key_len;
 		o = bsearch(&probe, p->overrides, p->noverrides, sizeof(*p->overrides),
 		            window_override_cmp);
 	}
