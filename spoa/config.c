@@ -113,6 +113,7 @@ static int validate_fail(const struct config *c, char *err, size_t errlen,
 	return -1;
 }
 
+/* Is <w> exactly the C string <s>? */
 static int word_is(struct word w, const char *s)
 {
 	size_t n = strlen(s);
@@ -506,7 +507,8 @@ static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 	return 0;
 }
 
-/* override <policy> <key> <limit>/<window>... */
+/* override <policy> <key> <limit>/<window>... Grows the policy's override
+ * table (owned by the config) and this parse's line table (owned by <x>). */
 static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 {
 	struct config *c = x->c;
@@ -566,6 +568,7 @@ struct ov_ref {
 	unsigned line;                 /* 0 = from an earlier parse */
 };
 
+/* Order of struct ov_ref <a>, <b>: by key, then by line. */
 static int ov_ref_cmp(const void *a, const void *b)
 {
 	const struct ov_ref *x = a, *y = b;
@@ -579,7 +582,8 @@ static int ov_ref_cmp(const void *a, const void *b)
 /*
  * Sort the overrides of policy <pi> (window.h's order, for bsearch) and
  * refuse duplicate keys, naming the later line. The sorted table replaces
- * the old one at its exact size. Returns 0 or -1.
+ * the old one at its exact size (the old one is freed; the config owns the
+ * new one); the temporary reference array is freed here. Returns 0 or -1.
  */
 static int overrides_finish(struct parse_ctx *x, size_t pi)
 {

@@ -36,6 +36,7 @@ void log_set_level(enum config_log_level l)
 	atomic_store_explicit(&log_level, (int)l, memory_order_relaxed);
 }
 
+/* The current level. */
 enum config_log_level log_get_level(void)
 {
 	return (enum config_log_level)atomic_load_explicit(&log_level, memory_order_relaxed);
