@@ -1,0 +1,849 @@
+#!/usr/bin/env bash
+# bench.sh - `make bench`: what the rate limiter costs, measured in one run on
+# loopback and given as ratios (absolute numbers drift between machines;
+# ratios within one run hold).
+#
+#   (a) Redis ceiling     redis-benchmark EVALSHA of lua/sliding_window.lua,
+#                         pipeline 1 and 16
+#   (b) agent path        spoa-bench -> ratelimit-spoa -> Redis, at the same
+#                         number of requests in flight as (a)
+#   (c) end to end        wrk -> HAProxy alone (same JWT check, no SPOE) vs
+#                         wrk -> HAProxy + agent + Redis (haproxy/haproxy.cfg),
+#                         runs: uniform, mixed (20% on 5 abusers), abuse (100%)
+#   (d) memory            agent RSS with 1,000 idle SPOP connections, and
+#                         malloc calls per decision (an LD_PRELOAD counter)
+#   (e) profile           where the agent's cycles go (perf, when it works)
+#
+# It prints one table and writes docs/benchmarks.md and docs/bench.svg.
+# Every process it starts runs on an ephemeral 127.0.0.1 port and is stopped
+# by PID at exit. Whole run: about 3-4 minutes (the first one also mints
+# 10,000 tokens, ~15 s).
+#
+# Knobs (environment):
+#   BENCH_SECS=5              seconds per measured run
+#   BENCH_ROUNDS=3            rounds of (a)-(c); each figure is the median round
+#   BENCH_WRK_THREADS=2       wrk threads
+#   BENCH_WRK_CONNS=32        wrk connections
+#   BENCH_ACCOUNTS=10000      accounts (= tokens) in uniform runs
+#   BENCH_OUT=docs/benchmarks.md   report file ('' = print only)
+#   BENCH_PLOT=docs/bench.svg      plot file ('' = none)
+#   BENCH_PERF=1              profile the agent with perf (0 = skip)
+#   BENCH_CACHE=build/bench-cache  JWT key pair and tokens, reused while valid
+#   BENCH_SECTIONS="a b c d e"     the parts to run (the report shows '-' for
+#                                  the others)
+#   T_KEEP=1                  keep the temp dir with every log
+set -u
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=../tests/lib.sh
+. tests/lib.sh
+
+SECS=${BENCH_SECS:-5}
+WRK_THREADS=${BENCH_WRK_THREADS:-2}
+WRK_CONNS=${BENCH_WRK_CONNS:-32}
+ACCOUNTS=${BENCH_ACCOUNTS:-10000}
+OUT=${BENCH_OUT-docs/benchmarks.md}
+PLOT=${BENCH_PLOT-docs/bench.svg}
+PERF=${BENCH_PERF:-1}
+SECTIONS=" ${BENCH_SECTIONS:-a b c d e} "
+ROUNDS=${BENCH_ROUNDS:-3}
+CACHE=${BENCH_CACHE:-$ROOT/build/bench-cache}
+HOT_N=5
+MIXED_PCT=20
+# The bench policy: 100/1s per account. Uniform traffic over 10,000 accounts
+# stays far below it (all allowed); the 5 hot accounts get hundreds per
+# second each, far above it.
+POLICY_LIMIT=100
+POLICY_WINDOW_MS=1000
+# (a)/(b) concurrency: requests in flight = connections x pipeline depth
+C_P1=16
+C_P16=8
+
+declare -A R          # results: R[name]=value
+ERRORS=()             # runs that did not come out clean
+
+say() { printf '%s\n' "$*" >&2; }
+want() { [[ $SECTIONS == *" $1 "* ]]; }
+die() { say "bench: $*"; exit 1; }
+note_error() { ERRORS+=("$*"); say "  ! $*"; }
+
+# ---------------------------------------------------------------------------
+# Step 0: tools and binaries
+# ---------------------------------------------------------------------------
+for b in "$AGENT" "$BENCH"; do
+	[ -x "$b" ] || die "$b is missing: run make first"
+done
+for t in redis-server redis-cli redis-benchmark haproxy wrk python3 curl; do
+	command -v "$t" >/dev/null || die "$t is not installed (make deps)"
+done
+python3 -c 'import cryptography' 2>/dev/null || tools/deps.sh python3-cryptography \
+	|| die "python3-cryptography is needed to mint 10,000 tokens"
+
+t_setup
+say "bench: temp dir $T, $(nproc) CPU(s), ${SECS}s per run"
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+
+# rss_kb PID: resident set in kB (VmRSS).
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+hwm_kb() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
+
+# json_get FILE KEY...: a value out of spoa-bench --json (dotted keys).
+json_get() {
+	python3 - "$@" <<-'PY'
+	import json, sys
+	d = json.load(open(sys.argv[1]))
+	for k in sys.argv[2:]:
+	    v = d
+	    for part in k.split('.'):
+	        v = v[part]
+	    print(v)
+	PY
+}
+
+# start_bench_agent NAME EXTRA-CONFIG [env...]: an agent with the bench
+# policies on a fresh port (or $WANT_PORT); sets AGENT_PORT, AGENT_PID,
+# METRICS_PORT.
+start_bench_agent() {
+	local name=$1 extra=$2; shift 2
+	AGENT_PORT=${WANT_PORT:-$(free_port)}
+	METRICS_PORT=$(free_port)
+	cat > "$T/agent-$name.conf" <<-CONF
+	listen        127.0.0.1:$AGENT_PORT
+	redis         redis://127.0.0.1:$REDIS_PORT/0
+	# generous: on a loaded 2-core box a 50ms budget turns scheduling delay
+	# into errors, and we measure throughput, not the timeout path
+	redis-timeout 500ms
+	threads       1
+	log-level     warn
+	metrics       127.0.0.1:$METRICS_PORT
+	max-connections 4000
+	policy transfer $POLICY_LIMIT/${POLICY_WINDOW_MS}ms
+	policy reads    100/1m on-redis-error=allow
+	$extra
+	CONF
+	"$AGENT" -c -f "$T/agent-$name.conf" >"$T/agent-$name.check" 2>&1 \
+		|| { cat "$T/agent-$name.check" >&2; die "agent config $name refused"; }
+	env "$@" "$AGENT" -f "$T/agent-$name.conf" >>"$T/agent-$name.log" 2>&1 &
+	AGENT_PID=$!
+	t_track "$AGENT_PID"
+	wait_port "$AGENT_PORT" 10 || { tail "$T/agent-$name.log" >&2; die "agent $name did not start"; }
+	wait_port "$METRICS_PORT" 10 || true
+}
+
+stop_bench_agent() {
+	kill -TERM "$AGENT_PID" 2>/dev/null
+	wait_gone "$AGENT_PID" 10 || kill -KILL "$AGENT_PID" 2>/dev/null
+}
+
+# metric NAME: sum of a Prometheus series of the agent (all label sets),
+# e.g. metric local_cache_answers_total.
+metric() {
+	curl -s --max-time 2 "http://127.0.0.1:$METRICS_PORT/metrics" 2>/dev/null |
+		awk -v n="ratelimit_spoa_$1" '$1 == n || substr($1, 1, length(n) + 1) == n"{" { s += $2 }
+			END { printf "%d\n", s }'
+}
+
+# run_spoa_bench NAME ARGS...: spoa-bench against the current agent for
+# $SECS; keeps its JSON in $T/sb-NAME.json and fills R[sb_NAME_*].
+run_spoa_bench() {
+	local name=$1; shift
+	local f=$T/sb-$name.json rc
+	timeout $((SECS + 60)) "$BENCH" -a "127.0.0.1:$AGENT_PORT" -t "${SECS}s" -k "$ACCOUNTS" \
+		-p transfer --json "$@" >"$f" 2>"$T/sb-$name.err"
+	rc=$?
+	[ $rc -eq 0 ] || note_error "spoa-bench $name exited $rc: $(tail -n1 "$T/sb-$name.err")"
+	[ -s "$f" ] || { echo '{}' >"$f"; return 1; }
+	read -r R[sb_${name}_rps] R[sb_${name}_p50] R[sb_${name}_p99] R[sb_${name}_p999] \
+		R[sb_${name}_allow] R[sb_${name}_deny] R[sb_${name}_error] < <(json_get "$f" msgs_per_s \
+		latency_us.p50 latency_us.p99 latency_us.p999 allow deny error | tr '\n' ' ')
+	say "  spoa-bench $name: ${R[sb_${name}_rps]} msgs/s p50 ${R[sb_${name}_p50]} us p99 ${R[sb_${name}_p99]} us (allow ${R[sb_${name}_allow]} deny ${R[sb_${name}_deny]} error ${R[sb_${name}_error]})"
+}
+
+# redis_ceiling NAME CONNS PIPELINE: redis-benchmark EVALSHA of the project's
+# script with the agent's key and argv shapes, uniform over $ACCOUNTS keys,
+# sized to run about $SECS seconds. Fills R[rb_NAME_*].
+declare -A RB_N       # redis-benchmark -n per shape, from one calibration
+redis_ceiling() {
+	local name=$1 c=$2 p=$3 n rps line
+	local args=(EVALSHA "$SHA" 1 "transfer:limit:v1:ACC-__rand_int__" 1 "rb:__rand_int__"
+	            "$POLICY_LIMIT" "$POLICY_WINDOW_MS")
+	# redis-benchmark has no duration: size -n from a short calibration
+	if [ -z "${RB_N[$c-$p]:-}" ]; then
+		line=$(redis-benchmark -p "$REDIS_PORT" -c "$c" -P "$p" -n 20000 -r "$ACCOUNTS" --csv "${args[@]}" | tail -n1)
+		rps=$(echo "$line" | awk -F'"' '{ printf "%d", $4 }')
+		n=$(( rps * SECS ))
+		[ "$n" -ge 20000 ] || n=20000
+		RB_N[$c-$p]=$n
+	fi
+	n=${RB_N[$c-$p]}
+	line=$(timeout $((SECS * 4 + 30)) redis-benchmark -p "$REDIS_PORT" -c "$c" -P "$p" -n "$n" \
+		-r "$ACCOUNTS" --csv "${args[@]}" | tail -n1)
+	# "test","rps","avg","min","p50","p95","p99","max" (ms)
+	R[rb_${name}_rps]=$(echo "$line" | awk -F'"' '{ printf "%.1f", $4 }')
+	R[rb_${name}_p50]=$(echo "$line" | awk -F'"' '{ printf "%.1f", $10 * 1000 }')
+	R[rb_${name}_p99]=$(echo "$line" | awk -F'"' '{ printf "%.1f", $14 * 1000 }')
+	say "  redis-benchmark $name (-c $c -P $p, $n calls): ${R[rb_${name}_rps]} calls/s p50 ${R[rb_${name}_p50]} us p99 ${R[rb_${name}_p99]} us"
+}
+
+# to_us VALUE-WITH-UNIT: wrk's "812.00us" / "2.31ms" / "1.02s" in microseconds.
+to_us() {
+	awk -v v="$1" 'BEGIN {
+		n = v + 0
+		if (v ~ /us$/) m = 1; else if (v ~ /ms$/) m = 1000; else if (v ~ /m$/) m = 60e6; else if (v ~ /s$/) m = 1e6; else m = 1
+		printf "%.1f", n * m }'
+}
+
+# run_wrk NAME PORT HOT_N HOT_PCT: wrk for $SECS against an edge; fills
+# R[wrk_NAME_*] (req/s, p50/p99 us, status counts).
+run_wrk() {
+	local name=$1 port=$2 hot=$3 pct=$4 f=$T/wrk-$1.out
+	timeout $((SECS + 30)) wrk -t "$WRK_THREADS" -c "$WRK_CONNS" -d "${SECS}s" --latency \
+		-s tools/bench-wrk.lua "http://127.0.0.1:$port/transfers" -- "$TOKENS" "$hot" "$pct" >"$f" 2>&1 \
+		|| note_error "wrk $name failed: $(tail -n1 "$f")"
+	R[wrk_${name}_rps]=$(awk '/^Requests\/sec:/ { printf "%.1f", $2 }' "$f")
+	R[wrk_${name}_p50]=$(to_us "$(awk '$1 == "50%" { print $2 }' "$f")")
+	R[wrk_${name}_p99]=$(to_us "$(awk '$1 == "99%" { print $2 }' "$f")")
+	local st
+	st=$(grep '^STATUS ' "$f")
+	for code in 201 429 503 401 other; do
+		R[wrk_${name}_$code]=$(echo "$st" | tr ' ' '\n' | awk -F= -v c="$code" '$1 == c { print $2 }')
+	done
+	grep -q 'Socket errors' "$f" && note_error "wrk $name: $(grep 'Socket errors' "$f")"
+	say "  wrk $name: ${R[wrk_${name}_rps]} req/s p50 ${R[wrk_${name}_p50]} us p99 ${R[wrk_${name}_p99]} us ($st)"
+}
+
+# pick_median KIND NAME: of the rounds KIND_NAME_r1.._rN, copy the one with
+# the median throughput to KIND_NAME_* (latency and counts of the same run,
+# not medians of each), and keep the spread of the rounds.
+pick_median() {
+	local kind=$1 name=$2 i best k list=()
+	for i in $(seq "$ROUNDS"); do
+		[ -n "${R[${kind}_${name}_r${i}_rps]:-}" ] && list+=("${R[${kind}_${name}_r${i}_rps]} $i")
+	done
+	[ ${#list[@]} -gt 0 ] || return 0
+	best=$(printf '%s\n' "${list[@]}" | sort -g | awk '{ a[NR] = $2 } END { print a[int((NR + 1) / 2)] }')
+	for k in "${!R[@]}"; do
+		[[ $k == "${kind}_${name}_r${best}_"* ]] && R[${kind}_${name}_${k#"${kind}_${name}_r${best}_"}]=${R[$k]}
+	done
+	R[${kind}_${name}_rounds]=$(printf '%s\n' "${list[@]}" | sort -g | awk '{ printf "%s%.0f", (NR > 1 ? "/" : ""), $1 }')
+}
+
+flush_redis() { redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null; }
+
+# edge_ready PORT: until one request through the edge gets 201 (the agent
+# was restarted: HAProxy's spop-check must see it UP again).
+edge_ready() {
+	local code i
+	for i in $(seq 100); do
+		code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 -X POST \
+			-H "Authorization: Bearer $(head -n1 "$TOKENS")" "http://127.0.0.1:$1/transfers")
+		[ "$code" = 201 ] && return 0
+		sleep 0.2
+	done
+	return 1
+}
+
+# ---------------------------------------------------------------------------
+# Step 1: Redis and the script
+# ---------------------------------------------------------------------------
+start_redis >/dev/null || die "redis did not start"
+SHA=$(redis-cli -p "$REDIS_PORT" SCRIPT LOAD "$(cat lua/sliding_window.lua)")
+[ ${#SHA} -eq 40 ] || die "SCRIPT LOAD failed: $SHA"
+say "bench: redis on $REDIS_PORT, script $SHA"
+
+# ---------------------------------------------------------------------------
+# Step 2: (a) the Redis ceiling
+# ---------------------------------------------------------------------------
+# (a) and (b) alternate, round after round, so that a slow spell of the
+# shared machine hits both sides of a ratio alike; each figure is the
+# median round. The agent idles while redis-benchmark runs.
+DENY_CACHE_OFF=
+printf 'policy transfer 3/1s\ndeny-cache off\n' >"$T/probe.conf"
+"$AGENT" -c -f "$T/probe.conf" >/dev/null 2>&1 && DENY_CACHE_OFF='deny-cache off'
+
+start_bench_agent main ""
+MAIN_AGENT_PID=$AGENT_PID
+MAIN_AGENT_PORT=$AGENT_PORT
+MAIN_METRICS_PORT=$METRICS_PORT
+"$BENCH" -a "127.0.0.1:$AGENT_PORT" -c 4 -d 4 -n 2000 -q -k "$ACCOUNTS" || note_error "spoa-bench warm-up failed"
+want a || want b && say "== (a) Redis ceiling (redis-benchmark EVALSHA) and (b) agent path (spoa-bench -> agent -> Redis), $ROUNDS rounds"
+for i in $(seq "$ROUNDS"); do
+	if want a; then
+		redis_ceiling "p1_r$i" "$C_P1" 1; flush_redis
+		redis_ceiling "p16_r$i" "$C_P16" 16; flush_redis
+	fi
+	if want b; then
+		run_spoa_bench "p1_r$i" -c "$C_P1" -d 1; flush_redis
+		run_spoa_bench "p16_r$i" -c "$C_P16" -d 16; flush_redis
+		# the same with abusers: the deny cache at work
+		c0=$(metric local_cache_answers_total)
+		run_spoa_bench "mixed_r$i" -c "$C_P16" -d 16 --hot "$HOT_N" --hot-pct "$MIXED_PCT"; flush_redis
+		R[sb_mixed_r${i}_cache]=$(( $(metric local_cache_answers_total) - c0 ))
+		c0=$(metric local_cache_answers_total)
+		run_spoa_bench "abuse_r$i" -c "$C_P16" -d 16 --hot "$HOT_N" --hot-pct 100; flush_redis
+		R[sb_abuse_r${i}_cache]=$(( $(metric local_cache_answers_total) - c0 ))
+	fi
+done
+for n in p1 p16; do pick_median rb $n; done
+for n in p1 p16 mixed abuse; do pick_median sb $n; done
+
+# ---------------------------------------------------------------------------
+# Step 4: (c) end to end through HAProxy
+# ---------------------------------------------------------------------------
+# (sections c and d are long: their bodies are not indented under the if)
+if want c; then
+say "== (c) end to end: wrk -> HAProxy [-> agent -> Redis]"
+mkdir -p "$CACHE"
+TOKENS=$CACHE/tokens-$ACCOUNTS.txt
+now=$(date +%s)
+exp=$(cat "$CACHE/tokens-$ACCOUNTS.exp" 2>/dev/null || echo 0)
+if [ ! -s "$CACHE/jwt/jwt-private.pem" ]; then
+	tools/jwt.sh keygen "$CACHE/jwt" >/dev/null || die "jwt.sh keygen failed"
+	rm -f "$TOKENS"
+fi
+if [ ! -s "$TOKENS" ] || [ "$exp" -lt $((now + 3600)) ] || [ "$(wc -l <"$TOKENS")" -ne "$ACCOUNTS" ]; then
+	say "  minting $ACCOUNTS RS256 tokens (ACC-0..ACC-$((ACCOUNTS - 1)), valid 7 days) ..."
+	# tools/jwt.sh mints one token per call (~4 openssl processes); the same
+	# header and claims, signed in one process, take seconds instead of an hour
+	python3 - "$CACHE/jwt/jwt-private.pem" "$ACCOUNTS" $((7 * 86400)) >"$TOKENS.tmp" <<-'PY' || die "minting failed"
+	import base64, sys, time
+	from cryptography.hazmat.primitives import hashes, serialization
+	from cryptography.hazmat.primitives.asymmetric import padding
+	key = serialization.load_pem_private_key(open(sys.argv[1], 'rb').read(), None)
+	n, ttl = int(sys.argv[2]), int(sys.argv[3])
+	b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b'=').decode()
+	head = b64(b'{"alg":"RS256","typ":"JWT"}')
+	now = int(time.time())
+	for i in range(n):
+	    body = b64(('{"iss":"ratelimit-spoa-demo","iat":%d,"sub":"ACC-%d","exp":%d}'
+	                % (now, i, now + ttl)).encode())
+	    signing = head + '.' + body
+	    sig = key.sign(signing.encode(), padding.PKCS1v15(), hashes.SHA256())
+	    sys.stdout.write(signing + '.' + b64(sig) + '\n')
+	PY
+	mv "$TOKENS.tmp" "$TOKENS"
+	echo $((now + 7 * 86400)) >"$CACHE/tokens-$ACCOUNTS.exp"
+fi
+[ "$(tools/jwt.sh decode "$(head -n1 "$TOKENS")" | tail -n1 | grep -c '"sub":"ACC-0"')" = 1 ] \
+	|| die "token 0 does not decode as ACC-0"
+
+# The demo backend (a separate HAProxy answering canned JSON).
+BE_T=$(free_port)
+BE_A=$(free_port)
+RL_LOG=stdout RL_TRANSFERS_BIND=127.0.0.1:$BE_T RL_ACCOUNTS_BIND=127.0.0.1:$BE_A \
+	haproxy -db -f haproxy/backend.cfg >/dev/null 2>"$T/backend.log" &
+t_track $!
+wait_port "$BE_T" || die "backend did not start"
+
+# HAProxy alone: the edge config with the SPOE filter and the rules that act
+# on its verdict removed; the JWT checks, routes and headers stay.
+sed -e '/^[[:space:]]*filter spoe /d' -e '/send-spoe-group/d' \
+    -e '/return status 503 .* unless rl_decided$/d' -e '/return status 429 .* if rl_denied$/d' \
+    -e '/^backend be_ratelimit_agent/,$d' haproxy/haproxy.cfg >"$T/haproxy-alone.cfg"
+grep -v '^[[:space:]]*#' "$T/haproxy-alone.cfg" | grep -qE 'filter spoe|send-spoe|unless rl_decided|if rl_denied' \
+	&& die "could not strip the limiter out of haproxy/haproxy.cfg (did its layout change?)"
+
+# start_edge NAME CFG: HAProxy with the edge environment; sets EDGE_PORT.
+start_edge() {
+	local name=$1 cfg=$2
+	EDGE_PORT=$(free_port)
+	local envs=(RL_BIND=127.0.0.1:$EDGE_PORT RL_INSTANCE=bench-$name RL_AGENT_ADDR=127.0.0.1:$MAIN_AGENT_PORT
+	            RL_TRANSFERS_ADDR=127.0.0.1:$BE_T RL_ACCOUNTS_ADDR=127.0.0.1:$BE_A
+	            RL_JWT_PUBKEY=$CACHE/jwt/jwt-public.pem RL_HAPROXY_DIR=$ROOT/haproxy
+	            RL_ADMIN_SOCK=$T/admin-$name.sock RL_LOG=stdout)
+	env "${envs[@]}" haproxy -c -q -f "$cfg" >"$T/edge-$name.check" 2>&1 \
+		|| { cat "$T/edge-$name.check" >&2; die "haproxy refused $cfg"; }
+	# the per-request log line is formatted as in production, written to /dev/null
+	env "${envs[@]}" haproxy -db -f "$cfg" >/dev/null 2>"$T/edge-$name.log" &
+	t_track $!
+	wait_port "$EDGE_PORT" || die "edge $name did not start"
+}
+
+# smoke EDGE_PORT EXPECT: one request with token 0 must get EXPECT.
+smoke() {
+	local code
+	code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -X POST \
+		-H "Authorization: Bearer $(head -n1 "$TOKENS")" "http://127.0.0.1:$1/transfers")
+	[ "$code" = "$2" ] || die "smoke request on :$1 got $code, expected $2 (see $T/edge-*.log)"
+}
+
+start_edge alone "$T/haproxy-alone.cfg"
+ALONE_PORT=$EDGE_PORT
+start_edge full haproxy/haproxy.cfg
+FULL_PORT=$EDGE_PORT
+smoke "$ALONE_PORT" 201
+edge_ready "$FULL_PORT" || die "the edge never answered 201 through the agent (see $T/edge-full.log)"
+flush_redis
+
+# scenario_args SCEN: the wrk hot-set arguments of a scenario.
+scenario_args() {
+	case $1 in
+	uniform) echo "0 0" ;;
+	mixed) echo "$HOT_N $MIXED_PCT" ;;
+	abuse) echo "$HOT_N 100" ;;
+	esac
+}
+
+# Each round: HAProxy alone then end to end, scenario by scenario, so the
+# two sides of each ratio run back to back.
+AGENT_PORT=$MAIN_AGENT_PORT; METRICS_PORT=$MAIN_METRICS_PORT; AGENT_PID=$MAIN_AGENT_PID
+for i in $(seq "$ROUNDS"); do
+	for scen in uniform mixed abuse; do
+		# shellcheck disable=SC2046
+		run_wrk "alone_${scen}_r$i" "$ALONE_PORT" $(scenario_args $scen)
+		c0=$(metric local_cache_answers_total)
+		# shellcheck disable=SC2046
+		run_wrk "full_${scen}_r$i" "$FULL_PORT" $(scenario_args $scen)
+		R[wrk_full_${scen}_r${i}_cache]=$(( $(metric local_cache_answers_total) - c0 ))
+		flush_redis
+	done
+done
+for scen in uniform mixed abuse; do pick_median wrk "alone_$scen"; pick_median wrk "full_$scen"; done
+R[agent_hwm_kb]=$(hwm_kb "$MAIN_AGENT_PID")
+
+# The deny cache off, for comparison (when the agent has the switch).
+if [ -n "$DENY_CACHE_OFF" ]; then
+	say "  deny cache off ($DENY_CACHE_OFF):"
+	stop_bench_agent
+	# the edge keeps its agent address: same port
+	WANT_PORT=$MAIN_AGENT_PORT start_bench_agent nocache "$DENY_CACHE_OFF"
+	edge_ready "$FULL_PORT" || die "the edge never answered 201 through the restarted agent"
+	for i in $(seq "$ROUNDS"); do
+		for scen in mixed abuse; do
+			# shellcheck disable=SC2046
+			run_wrk "alone_${scen}_nc_r$i" "$ALONE_PORT" $(scenario_args $scen)
+			# shellcheck disable=SC2046
+			run_wrk "full_${scen}_nocache_r$i" "$FULL_PORT" $(scenario_args $scen)
+			flush_redis
+		done
+		run_spoa_bench "abuse_nocache_r$i" -c "$C_P16" -d 16 --hot "$HOT_N" --hot-pct 100
+		flush_redis
+	done
+	for scen in mixed abuse; do pick_median wrk "alone_${scen}_nc"; pick_median wrk "full_${scen}_nocache"; done
+	pick_median sb abuse_nocache
+fi
+fi # want c
+stop_bench_agent
+
+# ---------------------------------------------------------------------------
+# Step 5: (d) memory: RSS with 1,000 idle connections; mallocs per decision
+# ---------------------------------------------------------------------------
+if want d; then
+say "== (d) memory"
+start_bench_agent idle ""
+sleep 0.5
+R[rss_start_kb]=$(rss_kb "$AGENT_PID")
+"$BENCH" -a "127.0.0.1:$AGENT_PORT" -c 0 --idle 1000 -t $((SECS + 3))s -T 2 -q 2>"$T/idle.err" &
+IDLE_PID=$!
+t_track "$IDLE_PID"
+for _ in $(seq 200); do grep -q 'idle connection(s) ready' "$T/idle.err" && break; sleep 0.1; done
+grep -q 'idle connection(s) ready' "$T/idle.err" || note_error "1,000 idle connections did not come up: $(tail -n1 "$T/idle.err")"
+sleep 1
+R[rss_idle_kb]=$(rss_kb "$AGENT_PID")
+R[idle_conns]=$(metric connections_open)
+wait "$IDLE_PID" || note_error "spoa-bench --idle exited non-zero: $(tail -n1 "$T/idle.err")"
+say "  agent RSS: ${R[rss_start_kb]} kB at start, ${R[rss_idle_kb]} kB with 1,000 idle connections (open per metrics: ${R[idle_conns]})"
+stop_bench_agent
+
+# Count malloc/calloc/realloc calls by the object that called them, into a
+# shared file we can read while the agent runs.
+cat >"$T/mcount.c" <<'C'
+/* LD_PRELOAD malloc counter for bench.sh: counts allocation calls by the
+ * caller's object (agent, libhiredis, libev, other) into a shared mapping. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+
+enum { MC_AGENT = 0, MC_HIREDIS, MC_LIBEV, MC_OTHER, MC_COUNT };
+struct mc_range { uintptr_t lo, hi; int obj; };
+static struct mc_range mc_ranges[64];
+static int mc_nranges;
+static uint64_t *mc_counters;
+
+static int mc_classify(uintptr_t a)
+{
+	for (int i = 0; i < mc_nranges; i++)
+		if (a >= mc_ranges[i].lo && a < mc_ranges[i].hi)
+			return mc_ranges[i].obj;
+	return MC_OTHER;
+}
+
+static void mc_count(void *ret)
+{
+	if (mc_counters)
+		__atomic_fetch_add(&mc_counters[mc_classify((uintptr_t)ret)], 1, __ATOMIC_RELAXED);
+}
+
+void *malloc(size_t n) { mc_count(__builtin_return_address(0)); return __libc_malloc(n); }
+void *calloc(size_t a, size_t b) { mc_count(__builtin_return_address(0)); return __libc_calloc(a, b); }
+void *realloc(void *p, size_t n) { mc_count(__builtin_return_address(0)); return __libc_realloc(p, n); }
+
+__attribute__((constructor)) static void mc_init(void)
+{
+	static char maps[65536], exe[4096];
+	const char *path = getenv("MCOUNT_FILE");
+	ssize_t n, len = 0, el;
+	int fd;
+
+	if (path == NULL)
+		return;
+	el = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[el > 0 ? el : 0] = '\0';
+	fd = open("/proc/self/maps", O_RDONLY);
+	while (fd != -1 && (n = read(fd, maps + len, sizeof(maps) - 1 - (size_t)len)) > 0)
+		len += n;
+	if (fd != -1)
+		close(fd);
+	maps[len] = '\0';
+	for (char *line = maps; line && *line && mc_nranges < 64; ) {
+		char *nl = strchr(line, '\n'), *p, *file;
+		uintptr_t lo, hi;
+		int obj = -1;
+
+		if (nl)
+			*nl = '\0';
+		lo = strtoul(line, &p, 16);
+		hi = strtoul(p + 1, &p, 16);
+		file = strchr(line, '/');
+		if (file && strstr(p, "x")) {
+			if (strcmp(file, exe) == 0) obj = MC_AGENT;
+			else if (strstr(file, "libhiredis")) obj = MC_HIREDIS;
+			else if (strstr(file, "libev.so")) obj = MC_LIBEV;
+		}
+		if (obj != -1) {
+			mc_ranges[mc_nranges].lo = lo;
+			mc_ranges[mc_nranges].hi = hi;
+			mc_ranges[mc_nranges++].obj = obj;
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (fd == -1 || ftruncate(fd, 4096) == -1)
+		return;
+	mc_counters = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (mc_counters == MAP_FAILED)
+		mc_counters = NULL;
+	close(fd);
+}
+C
+# mc_read: "agent hiredis libev other" counts so far.
+mc_read() { od -An -t u8 -N 32 -w32 "$T/mcount.bin" | awk '{ print $1, $2, $3, $4 }'; }
+
+# mc_per_request NAME N BENCH-ARGS...: mallocs per decision over N requests.
+mc_per_request() {
+	local name=$1 n=$2 a b; shift 2
+	a=$(mc_read)
+	"$BENCH" -a "127.0.0.1:$AGENT_PORT" -n "$n" -k "$ACCOUNTS" -q "$@" || note_error "spoa-bench (malloc $name) failed"
+	sleep 0.2
+	b=$(mc_read)
+	read -r R[mc_${name}_agent] R[mc_${name}_hiredis] R[mc_${name}_libev] R[mc_${name}_other] < <(
+		awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { split(a, x, " "); split(b, y, " ");
+			for (i = 1; i <= 4; i++) printf "%.3f ", (y[i] - x[i]) / n; print "" }')
+	say "  mallocs per decision ($name): agent ${R[mc_${name}_agent]}, libhiredis ${R[mc_${name}_hiredis]}, libev ${R[mc_${name}_libev]}, other ${R[mc_${name}_other]}"
+}
+
+if cc -shared -fPIC -O2 -o "$T/mcount.so" "$T/mcount.c" 2>"$T/mcount.err"; then
+	start_bench_agent malloc "" MCOUNT_FILE="$T/mcount.bin" LD_PRELOAD="$T/mcount.so"
+	# warm-up: connections, pools and the deny cache reach their steady size
+	"$BENCH" -a "127.0.0.1:$AGENT_PORT" -c 8 -d 16 -n 50000 -q -k "$ACCOUNTS" \
+		--hot "$HOT_N" --hot-pct "$MIXED_PCT" || note_error "spoa-bench warm-up (malloc) failed"
+	mc_per_request uniform 100000 -c 8 -d 16
+	mc_per_request abuse 100000 -c 8 -d 16 --hot "$HOT_N" --hot-pct 100
+	stop_bench_agent
+else
+	note_error "could not build the malloc counter: $(head -n3 "$T/mcount.err")"
+fi
+fi # want d
+
+# ---------------------------------------------------------------------------
+# Step 6: (e) profile of the agent path
+# ---------------------------------------------------------------------------
+PROFILE=
+if want e && [ "$PERF" = 1 ] && command -v perf >/dev/null; then
+	say "== (e) profile: perf record on the agent during spoa-bench -c $C_P16 -d 16"
+	start_bench_agent perf ""
+	"$BENCH" -a "127.0.0.1:$AGENT_PORT" -c "$C_P16" -d 16 -t $((SECS + 2))s -k "$ACCOUNTS" -q &
+	PB=$!; t_track "$PB"
+	sleep 1
+	if timeout $((SECS + 10)) perf record -q -o "$T/perf.data" -p "$AGENT_PID" -- sleep "$SECS" \
+		>"$T/perf.log" 2>&1; then
+		# by object, then the hottest symbols (perf pads with '-' columns: cut them)
+		PROFILE=$( { perf report -q -i "$T/perf.data" --no-children --sort dso --stdio </dev/null
+			echo
+			perf report -q -i "$T/perf.data" --no-children --sort dso,symbol --percent-limit 2 \
+				--stdio </dev/null | head -n 15
+			} 2>/dev/null | sed -e 's/\([[:space:]]*-\)*[[:space:]]*$//')
+	else
+		note_error "perf record failed: $(tail -n1 "$T/perf.log")"
+	fi
+	wait "$PB"
+	stop_bench_agent
+fi
+
+# ---------------------------------------------------------------------------
+# Step 7: the table, docs/benchmarks.md and the plot
+# ---------------------------------------------------------------------------
+R[date]=$(date -u '+%Y-%m-%d %H:%M UTC')
+R[nproc]=$(nproc)
+R[cpu]=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+R[kernel]=$(uname -r)
+R[haproxy]=$(haproxy -v | awk 'NR == 1 { print $3 }')
+R[redis]=$(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')
+R[wrk_threads]=$WRK_THREADS; R[wrk_conns]=$WRK_CONNS; R[secs]=$SECS
+R[c_p1]=$C_P1; R[c_p16]=$C_P16; R[accounts]=$ACCOUNTS; R[hot]=$HOT_N; R[mixed_pct]=$MIXED_PCT
+R[limit]=$POLICY_LIMIT; R[deny_cache_switch]=${DENY_CACHE_OFF:+yes}
+R[errors]=
+[ ${#ERRORS[@]} -eq 0 ] || R[errors]=$(printf '%s; ' "${ERRORS[@]}")
+R[profile]=$PROFILE
+R[rounds]=$ROUNDS
+R[commit]=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
+
+for k in "${!R[@]}"; do printf '%s\t%s\n' "$k" "${R[$k]//$'\n'/\\n}"; done >"$T/results.tsv"
+python3 - "$T/results.tsv" "$OUT" "$PLOT" "$T" <<'PY' || die "report failed"
+# results.tsv -> the table on stdout, the generated section of
+# docs/benchmarks.md (between the bench:begin/end markers; text outside them
+# is kept) and the plot (gnuplot, tools/bench-plot.gp).
+import os, subprocess, sys
+
+tsv, out, plot, tmp = sys.argv[1:5]
+R = {}
+for line in open(tsv):
+    k, _, v = line.rstrip('\n').partition('\t')
+    R[k] = v.replace('\\n', '\n')
+
+def num(k):
+    try:
+        return float(R.get(k, ''))
+    except ValueError:
+        return None
+
+def n0(v):
+    return '-' if v is None else f'{v:,.0f}'
+
+def us(v):
+    return '-' if v is None else (f'{v:,.0f}' if v >= 100 else f'{v:.1f}')
+
+def ms(v):
+    return '-' if v is None else f'{v / 1000:.1f}'
+
+def ratio(a, b):
+    a, b = num(a), num(b)
+    return None if a is None or not b else a / b
+
+def pct(r):
+    return '-' if r is None else f'{100 * r:.0f}%'
+
+c1, c16, hot, mp = R.get('c_p1'), R.get('c_p16'), R.get('hot'), R.get('mixed_pct')
+rounds = R.get('rounds')
+
+# --- (a)/(b) ---------------------------------------------------------------
+ab = []     # run, in flight, rps, p50, p99, p999, ratio, rounds, notes
+def ab_row(run, inflight, k, rat='', notes=''):
+    ab.append((run, inflight, n0(num(k + '_rps')), us(num(k + '_p50')), us(num(k + '_p99')),
+               us(num(k + '_p999')), rat, R.get(k + '_rounds', '-'), notes))
+def dec(k):
+    if k + '_allow' not in R:
+        return ''
+    s = f"allow {R[k + '_allow']}, deny {R[k + '_deny']}, error {R[k + '_error']}"
+    if k + '_cache' in R:
+        s += f"; {R[k + '_cache']} from the deny cache"
+    return s
+r_b1, r_b16 = ratio('sb_p1_rps', 'rb_p1_rps'), ratio('sb_p16_rps', 'rb_p16_rps')
+ab_row(f'(a) redis-benchmark EVALSHA, {c1} conns x pipeline 1', c1, 'rb_p1')
+ab_row(f'(b) spoa-bench {c1} conns x depth 1 -> agent -> Redis', c1, 'sb_p1',
+       f'{pct(r_b1)} of (a)', dec('sb_p1'))
+ab_row(f'(a) redis-benchmark EVALSHA, {c16} conns x pipeline 16', str(int(c16) * 16), 'rb_p16')
+ab_row(f'(b) spoa-bench {c16} conns x depth 16 -> agent -> Redis', str(int(c16) * 16), 'sb_p16',
+       f'{pct(r_b16)} of (a)', dec('sb_p16'))
+ab_row(f'(b) mixed: {mp}% of requests on {hot} accounts', str(int(c16) * 16), 'sb_mixed',
+       f"{pct(ratio('sb_mixed_rps', 'sb_p16_rps'))} of uniform", dec('sb_mixed'))
+ab_row(f'(b) abuse: every request on {hot} accounts', str(int(c16) * 16), 'sb_abuse',
+       f"{pct(ratio('sb_abuse_rps', 'sb_p16_rps'))} of uniform", dec('sb_abuse'))
+if 'sb_abuse_nocache_rps' in R:
+    ab_row('(b) abuse, deny cache off', str(int(c16) * 16), 'sb_abuse_nocache',
+           f"{pct(ratio('sb_abuse_nocache_rps', 'sb_p16_rps'))} of uniform", dec('sb_abuse_nocache'))
+
+# --- (c) ---------------------------------------------------------------------
+cc = []     # scenario, alone rps, e2e rps, ratio, alone p50/p99, e2e p50/p99, statuses, rounds
+def st(k):
+    if k + '_201' not in R:
+        return '-'
+    s = ' '.join(f'{c}: {R.get(k + "_" + c) or 0}' for c in ('201', '429', '503', '401'))
+    if R.get(k + '_other') not in (None, '', '0'):
+        s += f" other: {R[k + '_other']}"
+    if k + '_cache' in R:
+        s += f"; deny cache answers: {R[k + '_cache']}"
+    return s
+def c_row(label, alone, full):
+    a, f = f'wrk_{alone}', f'wrk_{full}'
+    cc.append((label, n0(num(a + '_rps')), n0(num(f + '_rps')),
+               pct(ratio(f + '_rps', a + '_rps')),
+               f"{ms(num(a + '_p50'))} / {ms(num(a + '_p99'))}",
+               f"{ms(num(f + '_p50'))} / {ms(num(f + '_p99'))}", st(f),
+               f"{R.get(a + '_rounds', '-')} vs {R.get(f + '_rounds', '-')}"))
+c_row(f"uniform: {R.get('accounts')} accounts, all allowed", 'alone_uniform', 'full_uniform')
+c_row(f'mixed: {mp}% of requests on {hot} accounts over their limit', 'alone_mixed', 'full_mixed')
+c_row(f'abuse: every request from {hot} accounts over their limit', 'alone_abuse', 'full_abuse')
+for scen in ('mixed', 'abuse'):
+    if f'wrk_full_{scen}_nocache_rps' in R:
+        c_row(f'{scen}, deny cache off', f'alone_{scen}_nc', f'full_{scen}_nocache')
+
+# --- targets -------------------------------------------------------------------
+def verdict(ok):
+    return '-' if ok is None else ('met' if ok else 'MISSED')
+r_uni = ratio('wrk_full_uniform_rps', 'wrk_alone_uniform_rps')
+r_mix = ratio('wrk_full_mixed_rps', 'wrk_full_uniform_rps')
+r_abu = ratio('wrk_full_abuse_rps', 'wrk_alone_abuse_rps')
+rss = num('rss_idle_kb')
+mc_u, mc_a = num('mc_uniform_agent'), num('mc_abuse_agent')
+mc_hu, mc_ha = num('mc_uniform_hiredis'), num('mc_abuse_hiredis')
+agent_ok = None if r_b1 is None or r_b16 is None else (r_b1 >= 0.9 and r_b16 >= 0.9)
+targets = [
+    ('agent path (b) >= 90% of the Redis ceiling (a) at equal concurrency',
+     f'{pct(r_b1)} at 16 in flight, {pct(r_b16)} at 128 in flight', verdict(agent_ok)),
+    ('end-to-end uniform >= 45% of HAProxy alone', pct(r_uni),
+     verdict(None if r_uni is None else r_uni >= 0.45)),
+    ('end-to-end mixed >= end-to-end uniform', f'mixed = {pct(r_mix)} of uniform',
+     verdict(None if r_mix is None else r_mix >= 1.0)),
+    ('end-to-end abuse >= 70% of HAProxy alone', pct(r_abu),
+     verdict(None if r_abu is None else r_abu >= 0.70)),
+    ('agent RSS <= 16 MB with 1,000 idle HAProxy connections',
+     '-' if rss is None else f"{rss / 1024:.1f} MB ({num('rss_start_kb') / 1024:.1f} MB at start)",
+     verdict(None if rss is None else rss <= 16 * 1024)),
+    ('no malloc per request on the hot path (agent code)',
+     '-' if mc_u is None else f'{mc_u:.3f} per decision via Redis, {mc_a:.3f} per cached deny '
+     f'(libhiredis: {mc_hu:.2f} and {mc_ha:.2f})',
+     verdict(None if mc_u is None else (mc_u < 0.01 and mc_a < 0.01))),
+]
+
+# --- stdout ------------------------------------------------------------------
+def table(head, rows):
+    w = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+    print('  ' + '  '.join(f'{h:<{w[i]}}' for i, h in enumerate(head)).rstrip())
+    for r in rows:
+        print('  ' + '  '.join(f'{str(c):<{w[i]}}' for i, c in enumerate(r)).rstrip())
+print()
+print(f"ratelimit-spoa bench, {R.get('date')}, nproc {R.get('nproc')}, {R.get('cpu')}; "
+      f"median of {rounds} rounds, {R.get('secs')} s each")
+print()
+table(('(a)/(b)', 'in flight', 'calls/s', 'p50 us', 'p99 us', 'p99.9 us', 'ratio'),
+      [r[:7] for r in ab])
+print()
+table(('(c) wrk -> HAProxy', 'alone req/s', 'e2e req/s', 'ratio', 'alone p50/p99 ms', 'e2e p50/p99 ms'),
+      [r[:6] for r in cc])
+print()
+print(f"  (d) agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB "
+      f"with 1,000 idle connections")
+print()
+for t in targets:
+    print(f'  {t[2]:7} {t[0]}: {t[1]}')
+if R.get('errors'):
+    print(f"\n  not clean: {R['errors']}")
+print()
+
+# --- plot --------------------------------------------------------------------
+plotted = ''
+if plot:
+    def dat(name, items):
+        lines = []
+        for label, key in items:
+            v = [num(key + s) for s in ('_rps', '_p50', '_p99')]
+            if v[0] is not None:
+                lines.append(f'"{label}" {v[0]:.1f} {v[1] or 0:.1f} {v[2] or 0:.1f}')
+        with open(os.path.join(tmp, name), 'w') as f:
+            f.write('\n'.join(lines or ['"(not run)" 0 0 0']) + '\n')
+    dat('plot-spop.dat', [('Redis P1', 'rb_p1'), ('agent d1', 'sb_p1'), ('Redis P16', 'rb_p16'),
+                          ('agent d16', 'sb_p16'), ('agent mixed', 'sb_mixed'),
+                          ('agent abuse', 'sb_abuse')])
+    dat('plot-http.dat', [(f'{a} {s}', f'wrk_{k}_{s}') for s in ('uniform', 'mixed', 'abuse')
+                          for a, k in (('alone', 'alone'), ('e2e', 'full'))])
+    title = (f"ratelimit-spoa make bench, {R.get('date')}, nproc {R.get('nproc')}, "
+             f"median of {rounds} rounds")
+    cmd = ['gnuplot', '-e', f"spop='{tmp}/plot-spop.dat'; http='{tmp}/plot-http.dat'; "
+           f"outfile='{plot}'; plottitle='{title}'", 'tools/bench-plot.gp']
+    try:
+        with open(os.path.join(tmp, 'gnuplot.log'), 'w') as log:
+            subprocess.run(cmd, check=True, stderr=log)
+        plotted = os.path.basename(plot)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f'  (no plot: {e}; see {tmp}/gnuplot.log)', file=sys.stderr)
+
+# --- docs/benchmarks.md ------------------------------------------------------------
+if not out:
+    sys.exit(0)
+def md(head, rows, align):
+    g = ['| ' + ' | '.join(head) + ' |', '|' + '|'.join(align) + '|']
+    g += ['| ' + ' | '.join(str(c) for c in r) + ' |' for r in rows]
+    return '\n'.join(g) + '\n'
+g = []
+g.append(f"Latest run: `make bench` on {R.get('date')}, commit `{R.get('commit')}`. "
+         f"Machine: `nproc` = {R.get('nproc')}, {R.get('cpu')}, Linux {R.get('kernel')}; "
+         f"HAProxy {R.get('haproxy')}, Redis {R.get('redis')}. Every process on loopback. "
+         f"Each figure is the median of {rounds} rounds of {R.get('secs')} s "
+         f"(the rounds column lists all of them, sorted).\n")
+g.append('### Targets\n')
+g.append(md(('target', 'measured', 'verdict'), targets, ('---', '---', '---')))
+if plotted:
+    g.append(f'![throughput and latency]({plotted})\n')
+g.append('### (a) Redis ceiling and (b) the agent path\n')
+g.append(f"Policy `transfer {R.get('limit')}/1s`, keys uniform over {R.get('accounts')} accounts "
+         "(all allowed) unless noted. \"In flight\" = connections x pipeline depth.\n")
+g.append(md(('run', 'in flight', 'calls/s', 'p50 µs', 'p99 µs', 'p99.9 µs', 'ratio', 'rounds', 'decisions'),
+            ab, ('---', '---:', '---:', '---:', '---:', '---:', '---', '---', '---')))
+g.append(f"### (c) End to end: wrk -> HAProxy\n")
+g.append(f"wrk {R.get('wrk_threads')} threads x {R.get('wrk_conns')} connections, `POST /transfers` "
+         "with one pre-minted RS256 token per account. *Alone*: the edge config without the SPOE "
+         "filter (same JWT checks, routes and headers); *e2e*: `haproxy/haproxy.cfg` + agent + Redis. "
+         "Both forward allowed requests to the demo backend.\n")
+g.append(md(('scenario', 'alone req/s', 'e2e req/s', 'e2e / alone', 'alone p50 / p99 ms',
+             'e2e p50 / p99 ms', 'e2e statuses', 'rounds (alone vs e2e)'),
+            cc, ('---', '---:', '---:', '---:', '---:', '---:', '---', '---')))
+g.append('### (d) Memory\n')
+g.append(f"Agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB with "
+         f"1,000 idle SPOP connections (the agent's own gauge: {R.get('idle_conns', '-')} open). "
+         f"Peak RSS of the agent that served (b) and (c): {R.get('agent_hwm_kb', '-')} kB.\n")
+if mc_u is not None:
+    g.append('Allocation calls (malloc + calloc + realloc) per decision, by the object that made '
+             'the call, after a warm-up:\n')
+    g.append(md(('decisions', 'agent code', 'libhiredis', 'libev', 'other (libc, ...)'),
+                [(label, R.get(f'mc_{k}_agent'), R.get(f'mc_{k}_hiredis'), R.get(f'mc_{k}_libev'),
+                  R.get(f'mc_{k}_other'))
+                 for k, label in (('uniform', 'via Redis (uniform keys)'),
+                                  ('abuse', 'abuse (deny cache answers)'))],
+                ('---', '---:', '---:', '---:', '---:')))
+if R.get('profile'):
+    g.append('### (e) Where the agent spends its cycles\n')
+    g.append(f"`perf record` on the agent during `spoa-bench -c {c16} -d 16` (self time by object, "
+             "then by symbol for entries over 2%):\n")
+    g.append('```\n' + R['profile'].strip('\n') + '\n```\n')
+if R.get('errors'):
+    g.append(f"Runs that were not clean: {R['errors']}\n")
+gen = '\n'.join(g)
+
+begin, end = '<!-- bench:begin -->', '<!-- bench:end -->'
+try:
+    doc = open(out).read()
+except OSError:
+    doc = ''
+if begin in doc and end in doc:
+    head, _, rest = doc.partition(begin)
+    _, _, tail = rest.partition(end)
+else:
+    head = '# Benchmarks\n\n'
+    tail = '\n'
+with open(out, 'w') as f:
+    f.write(head + begin + '\n' + gen + end + tail)
+print(f'  wrote {out}' + (f' and {plot}' if plotted else ''), file=sys.stderr)
+PY
+[ ${#ERRORS[@]} -eq 0 ] || { say "bench: ${#ERRORS[@]} run(s) not clean:"; printf '  %s\n' "${ERRORS[@]}" >&2; }
+exit 0
