@@ -139,7 +139,7 @@ valgrind: $(UNIT_TESTS)
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c
-	clang-tidy --quiet spoa/spop.c spoa/window.c spoa/config.c -- $(CFLAGS_BASE) -Ispoa
+	clang-tidy --quiet spoa/*.c -- $(CFLAGS_BASE) -Ispoa
 
 bench: all
 	$(Q)tools/bench.sh

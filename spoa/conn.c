@@ -804,10 +804,13 @@ void conn_env_drain(struct conn_env *env)
 
 void conn_env_close_all(struct conn_env *env)
 {
+	struct conn *c, *next;
 	struct conn_req *r;
 
-	while (env->conns)
-		conn_close(env->conns, "shutdown");
+	for (c = env->conns; c; c = next) {
+		next = c->next;
+		conn_close(c, "shutdown");
+	}
 	while ((r = env->free_reqs)) {
 		env->free_reqs = r->next;
 		free(r);

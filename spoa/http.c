@@ -205,10 +205,14 @@ struct http_server *http_new(struct ev_loop *loop, const char *addr,
 
 void http_free(struct http_server *h)
 {
+	struct http_client *c, *next;
+
 	if (!h)
 		return;
-	while (h->clients)
-		http_client_free(h->clients);
+	for (c = h->clients; c; c = next) {
+		next = c->next;
+		http_client_free(c);
+	}
 	ev_io_stop(h->loop, &h->accept_w);
 	close(h->fd);
 	if (h->unix_path[0])
