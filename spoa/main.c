@@ -51,6 +51,10 @@ struct main_state {
 	unsigned nworkers;
 	unsigned next_worker;
 	struct http_server *http;
+	/* Counters written by the main thread only (refused connections,
+	 * reloads): the scraper sums it with the workers' blocks. */
+	struct metrics metrics;
+	bool debug;                     /* -d: debug survives a reload */
 	bool stopping;
 };
 
@@ -67,27 +71,37 @@ static const char main_usage[] =
 "  -c, --check         check the configuration, print 'file:line: reason' on\n"
 "                      error, exit 0 (valid) or 1 (invalid)\n"
 "      --listen ADDR   override 'listen' (host:port, [v6]:port, unix:/path)\n"
-"      --redis URL     override 'redis' (redis://[user:pass@]host:port[/db],\n"
-"                      unix:///path)\n"
-"  -d, --debug         log-level debug\n"
+"      --redis URL     override 'redis' (same forms as the directive)\n"
+"  -d, --debug         log-level debug (kept across reloads)\n"
 "  -v, --version       print the version and the hiredis/libev versions\n"
 "  -h, --help          this text\n"
 "\n"
 "Configuration directives (one per line, '#' comments):\n"
 "  listen ADDR                 default 127.0.0.1:12345 (loopback or unix only\n"
 "                              unless 'allow-remote-listen')\n"
-"  redis URL                   default redis://127.0.0.1:6379/0\n"
-"  redis-timeout DURATION      per-decision deadline, default 50ms\n"
-"  threads N                   worker threads, default 1\n"
+"  redis URL                   default redis://127.0.0.1:6379/0; also\n"
+"                              redis://user:pass@host:port/db, unix:///path,\n"
+"                              cluster://h:p[,h:p...], sentinel://h:p[,h:p...]/name\n"
+"  redis-timeout DURATION      per-decision deadline, default 50ms (1ms..60s)\n"
+"  threads N                   worker threads, default 1 (1..64)\n"
 "  policy NAME LIMIT/WINDOW [LIMIT/WINDOW...] [on-redis-error=deny|allow] [shadow]\n"
+"                              shadow: decide and count, but answer allow with\n"
+"                              reason=shadow-deny where it would deny\n"
 "  override POLICY KEY LIMIT/WINDOW [LIMIT/WINDOW...]\n"
+"                              limits of one account (e.g. a partner) in POLICY\n"
 "  log-level error|warn|info|debug     default info\n"
-"  metrics ADDR                Prometheus endpoint, e.g. 127.0.0.1:9102\n"
+"  metrics ADDR|off            Prometheus text on http://ADDR/metrics, e.g.\n"
+"                              127.0.0.1:9102; default off\n"
 "  max-connections N           default 10000\n"
 "  max-inflight N              NOTIFYs in flight per connection, default 256\n"
+"  allow-remote-listen         permit a non-loopback listen/metrics address\n"
 "\n"
 "Signals: SIGTERM/SIGINT drain (stop accepting, finish in-flight decisions,\n"
-"exit 0); SIGHUP reloads the file (a bad file is rejected, the old one stays).\n"
+"exit 0); SIGHUP reloads the file: policies, overrides, redis, redis-timeout,\n"
+"log-level, metrics, max-* change live, connections stay open; listen and\n"
+"threads need a restart; a bad file is logged as 'file:line: reason' and the\n"
+"running configuration stays.\n"
+"Logs: one key=value line per event on stderr. Exit status: 0 ok, 1 error.\n"
 "Durations: 50ms, 1s, 10m, 1h. Redis key of a request: <policy>:limit:v1:<key>.\n";
 
 /* Parse, merge flags, validate. Returns 0 or -1 with <err>. <c> is filled
@@ -146,6 +160,7 @@ static void main_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 		if (m->cfg.max_connections && main_open_conns(m) >= m->cfg.max_connections) {
 			log_warn("conn_refused", "reason=\"max-connections %u reached\"",
 			         m->cfg.max_connections);
+			metrics_add(&m->metrics.conn_rejected, 1);
 			conn_refuse(fd, SPOP_ST_RES, "too many connections");
 			continue;
 		}
@@ -179,6 +194,98 @@ static void main_on_term(struct ev_loop *loop, ev_signal *s, int revents)
 	ev_break(loop, EVBREAK_ALL);
 }
 
+/* Render every worker's counters and the main thread's (<arg> is the
+ * main_state) into <dst>/<cap>; http_render_fn contract. Main thread. */
+static int main_render_metrics(void *arg, char *dst, size_t cap)
+{
+	struct main_state *m = arg;
+	const struct metrics *ms[MAIN_MAX_THREADS + 1];
+	unsigned i;
+
+	for (i = 0; i < m->nworkers; i++)
+		ms[i] = worker_metrics(m->workers[i]);
+	ms[i] = &m->metrics;
+	return metrics_render(ms, m->nworkers + 1, &m->cfg, SPOA_VERSION, dst, cap);
+}
+
+/*
+ * Reorder the policies of <next> so that every policy also in <prev> keeps
+ * its index there. Counters are kept per policy index (metrics.h), so this
+ * keeps a policy's series continuous across a reload that adds policies
+ * anywhere in the file; new policies take the free indices in file order.
+ * A removed policy frees an index; the workers move counters by name for
+ * the policies that had to change index (worker_apply_config).
+ */
+static void main_keep_policy_slots(const struct config *prev, struct config *next)
+{
+	struct window_policy slots[CONFIG_MAX_POLICIES];
+	bool taken[CONFIG_MAX_POLICIES] = { false }, placed[CONFIG_MAX_POLICIES] = { false };
+	size_t i, j, n = next->npolicies;
+
+	for (i = 0; i < n; i++) {
+		const struct window_policy *p = &next->policies[i];
+		const struct window_policy *old = config_find_policy(prev, p->name, p->name_len);
+
+		j = old ? (size_t)(old - prev->policies) : n;
+		if (j < n && !taken[j]) {
+			slots[j] = *p;
+			taken[j] = true;
+			placed[i] = true;
+		}
+	}
+	for (i = 0, j = 0; i < n; i++) {
+		if (placed[i])
+			continue;
+		while (taken[j])
+			j++;
+		slots[j] = next->policies[i];
+		taken[j] = true;
+	}
+	/* the override tables move with their policy: ownership unchanged */
+	memcpy(next->policies, slots, n * sizeof(*slots));
+}
+
+/* Point the metrics endpoint at <next>'s address if it changed. On failure
+ * the old endpoint stays and <next> records its address, so the next reload
+ * compares against what really runs. */
+static void main_reload_metrics(struct main_state *m, struct config *next)
+{
+	struct http_server *h = NULL;
+	char err[CONFIG_ERR_LEN];
+
+	if (strcmp(next->metrics, m->cfg.metrics) == 0)
+		return;
+	if (next->metrics[0]) {
+		/* the old endpoint may hold the port the new one wants
+		 * ("localhost:9102" after "127.0.0.1:9102"): then close it and
+		 * try again, rather than close first and risk ending with none */
+		h = http_new(m->loop, next->metrics, main_render_metrics, m, err, sizeof(err));
+		if (!h && m->http) {
+			http_free(m->http);
+			m->http = NULL;
+			h = http_new(m->loop, next->metrics, main_render_metrics, m, err, sizeof(err));
+		}
+		if (!h) {
+			log_error("metrics_reload_failed", "error=\"%s\" action=\"metrics endpoint %s\"",
+			          err, m->http ? "unchanged" : "off");
+			snprintf(next->metrics, sizeof(next->metrics), "%s",
+			         m->http ? m->cfg.metrics : "");
+			return;
+		}
+	}
+	if (m->http)
+		http_free(m->http);
+	m->http = h;
+	if (!h)
+		log_info("metrics_stopped", "addr=%s", m->cfg.metrics);
+}
+
+/*
+ * SIGHUP: parse the file again and hand the new generation to the workers;
+ * each switches between two decisions, so connections and decisions in
+ * flight carry on. A file that does not parse or validate changes nothing
+ * and is logged with its "file:line: reason".
+ */
 static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
 {
 	struct main_state *m = s->data;
@@ -189,30 +296,39 @@ static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
 
 	(void)loop;
 	(void)revents;
+	log_info("reloading", "file=%s", m->cfg_path ? m->cfg_path : "-");
 	if (main_load_config(m, &next, err, sizeof(err)) == -1) {
+		metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_FAILURE], 1);
 		log_error("reload_rejected", "error=\"%s\" action=\"keeping the running configuration\"", err);
 		config_release(&next);
 		return;
 	}
 	if (strcmp(next.listen, m->cfg.listen) != 0 || next.threads != m->cfg.threads)
 		log_warn("reload_partial", "reason=\"listen and threads change only on restart\"");
+	/* keep what cannot change live, so the next comparison stays honest */
+	snprintf(next.listen, sizeof(next.listen), "%s", m->cfg.listen);
+	next.threads = m->cfg.threads;
+	main_keep_policy_slots(&m->cfg, &next);
 	g = cfg_gen_new(&next);
 	if (!g) {
+		metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_FAILURE], 1);
 		log_error("reload_rejected", "error=\"out of memory\"");
 		config_release(&next);
 		return;
 	}
-	/* keep what cannot change live, so the next comparison stays honest */
-	snprintf(next.listen, sizeof(next.listen), "%s", m->cfg.listen);
-	next.threads = m->cfg.threads;
+	/* the workers never read the metrics address: <g> may keep the asked one */
+	main_reload_metrics(m, &next);
 	for (i = 0; i < m->nworkers; i++)
 		worker_set_config(m->workers[i], g);
 	cfg_gen_put(g);
 	config_release(&m->cfg);
 	m->cfg = next;
-	log_set_level(m->cfg.log_level);
-	log_info("reloaded", "file=%s policies=%zu", m->cfg_path ? m->cfg_path : "-",
-	         m->cfg.npolicies);
+	log_set_level(m->debug ? CONFIG_LOG_DEBUG : m->cfg.log_level);
+	metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_SUCCESS], 1);
+	log_info("reloaded", "file=%s policies=%zu log_level=%s metrics=%s",
+	         m->cfg_path ? m->cfg_path : "-", m->cfg.npolicies,
+	         config_log_level_str(log_get_level()),
+	         m->cfg.metrics[0] ? m->cfg.metrics : "off");
 }
 
 static void main_print_version(void)
@@ -220,18 +336,6 @@ static void main_print_version(void)
 	printf("ratelimit-spoa %s (hiredis %d.%d.%d, libev %d.%d)\n", SPOA_VERSION,
 	       HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH, ev_version_major(),
 	       ev_version_minor());
-}
-
-/* Gather every worker's counters for a scrape (main thread). */
-static int main_render_metrics(void *arg, char *dst, size_t cap)
-{
-	struct main_state *m = arg;
-	const struct metrics *ms[MAIN_MAX_THREADS];
-	unsigned i;
-
-	for (i = 0; i < m->nworkers; i++)
-		ms[i] = worker_metrics(m->workers[i]);
-	return metrics_render(ms, m->nworkers, &m->cfg, SPOA_VERSION, dst, cap);
 }
 
 int main(int argc, char **argv)
@@ -282,6 +386,7 @@ int main(int argc, char **argv)
 		config_release(&m.cfg);
 		return 0;
 	}
+	m.debug = debug;
 	if (debug)
 		m.cfg.log_level = CONFIG_LOG_DEBUG;
 	log_set_level(m.cfg.log_level);

@@ -35,6 +35,11 @@ static const char *const redis_err_names[METRICS_REDIS_ERR_COUNT] = {
 };
 
 /* Frame types by index of frames_in[] / frames_out[] (0 = anything else). */
+static const char *const reload_names[METRICS_RELOAD_COUNT] = {
+	[METRICS_RELOAD_SUCCESS] = "success",
+	[METRICS_RELOAD_FAILURE] = "failure",
+};
+
 static const char *const frame_in_names[4] = {
 	"other", "haproxy-hello", "haproxy-disconnect", "notify",
 };
@@ -164,6 +169,8 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 	for (s = 0; s < SPOP_ST_COUNT; s++)
 		acc(&t->malformed[s], &m->malformed[s]);
 	acc(&t->notify_inflight, &m->notify_inflight);
+	for (s = 0; s < METRICS_RELOAD_COUNT; s++)
+		acc(&t->config_reloads[s], &m->config_reloads[s]);
 }
 
 #define SUM(field) atomic_load_explicit(&t.field, memory_order_relaxed)
@@ -278,6 +285,12 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 
 	scalar(&r, "notify_inflight", "gauge", "NOTIFY frames waiting for a decision.",
 	       SUM(notify_inflight));
+
+	family(&r, "config_reloads_total", "counter",
+	       "SIGHUP reloads, by result (failure: the file was rejected, the old one serves).");
+	for (s = 0; s < METRICS_RELOAD_COUNT; s++)
+		out(&r, METRICS_PREFIX "config_reloads_total{result=\"%s\"} %" PRIu64 "\n",
+		    reload_names[s], SUM(config_reloads[s]));
 
 	escape_label(ver, sizeof(ver), version ? version : "");
 	family(&r, "build_info", "gauge", "Build information; the value is always 1.");

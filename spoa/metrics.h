@@ -2,9 +2,12 @@
  * metrics - counters and gauges, and their Prometheus text rendering.
  *
  * Each worker thread owns one struct metrics and is its only writer, so the
- * hot path is a plain relaxed load+store (no lock, no RMW). The scraper in the
- * main thread sums the threads with relaxed loads: a scrape may be one event
- * behind, never torn.
+ * hot path is a plain relaxed load+store (no lock, no RMW); the main thread
+ * owns one more (refused connections, reloads). The scraper in the main
+ * thread sums the blocks with relaxed loads: a scrape may be one event
+ * behind, never torn. Per-policy counters are indexed like the policies of
+ * the configuration the worker runs (a reload keeps a policy's index when it
+ * can, and the worker moves the counters by name when it cannot).
  */
 #ifndef SPOA_METRICS_H
 #define SPOA_METRICS_H
@@ -23,6 +26,12 @@ enum metrics_redis_error {
 	METRICS_REDIS_ERR_SCRIPT,      /* error reply or bad shape */
 	METRICS_REDIS_ERR_NOSCRIPT,
 	METRICS_REDIS_ERR_COUNT
+};
+
+enum metrics_reload {
+	METRICS_RELOAD_SUCCESS = 0,
+	METRICS_RELOAD_FAILURE,        /* the file was rejected, the old one serves */
+	METRICS_RELOAD_COUNT
 };
 
 /* Histogram bucket bounds in microseconds (le); last bucket is +Inf. */
@@ -47,6 +56,7 @@ struct metrics {
 	_Atomic uint64_t frames_out[4];            /* 1 hello, 2 disconnect, 3 ack */
 	_Atomic uint64_t malformed[SPOP_ST_COUNT];
 	_Atomic uint64_t notify_inflight;          /* gauge */
+	_Atomic uint64_t config_reloads[METRICS_RELOAD_COUNT]; /* main thread's block */
 };
 
 static inline void metrics_add(_Atomic uint64_t *c, uint64_t n)

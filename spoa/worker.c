@@ -99,10 +99,78 @@ static struct worker_cfg *worker_cfg_new(struct cfg_gen *g)
 	return wc;
 }
 
+/* One decision on its way back to its connection, kept only while debug
+ * logging is on, so that the outcome can be logged with what was asked. */
+struct worker_trace {
+	limiter_cb cb;
+	void *arg;
+	unsigned worker;
+	uint64_t cost;
+	char policy[WINDOW_NAME_MAX + 1];
+	char key[WINDOW_KEY_MAX + 1];
+	size_t key_len;
+};
+
+/* Copy <src>/<len> into <dst>/<cap> with '"' and '\\' escaped, so a key from
+ * the network cannot close its quotes and forge fields (log_event escapes
+ * control bytes). Always NUL-terminates; cuts what does not fit. */
+static void worker_quote(char *dst, size_t cap, const char *src, size_t len)
+{
+	size_t o = 0, i;
+
+	for (i = 0; i < len && o + 3 < cap; i++) {
+		if (src[i] == '"' || src[i] == '\\')
+			dst[o++] = '\\';
+		dst[o++] = src[i];
+	}
+	dst[o] = '\0';
+}
+
+/* Limiter callback while tracing: log <d> for the trace <arg> (owned here,
+ * freed here), then pass <d> on to the connection's callback. */
+static void worker_on_traced(void *arg, const struct window_decision *d)
+{
+	struct worker_trace *t = arg;
+	char key[2 * WINDOW_KEY_MAX + 1];
+
+	worker_quote(key, sizeof(key), t->key, t->key_len);
+	log_debug("decision", "worker=%u policy=%s key=\"%s\" cost=%llu status=%s limit=%lld "
+	          "remaining=%lld reset=%lld retry_after=%lld reason=%s",
+	          t->worker, t->policy, key, (unsigned long long)t->cost,
+	          window_status_str(d->status), (long long)d->limit,
+	          (long long)d->remaining, (long long)d->reset,
+	          (long long)(d->status == WINDOW_DENY ? d->retry_after : 0),
+	          d->reason == WINDOW_REASON_NONE ? "-" : window_reason_str(d->reason));
+	t->cb(t->arg, d);
+	free(t);
+}
+
+/*
+ * The connections' limiter_ops.check (<ctx> is the worker): limiter_check()
+ * with its contract. At debug level each decision is wrapped in a trace so
+ * it can be logged; otherwise nothing is added to the hot path.
+ */
 static int worker_ops_check(void *ctx, const struct window_policy *p, const char *key,
                             size_t key_len, uint64_t cost, limiter_cb cb, void *arg)
 {
-	return limiter_check(ctx, p, key, key_len, cost, cb, arg);
+	struct worker *w = ctx;
+	struct worker_trace *t;
+
+	if (!log_enabled(CONFIG_LOG_DEBUG) || !(t = malloc(sizeof(*t))))
+		return limiter_check(w->limiter, p, key, key_len, cost, cb, arg);
+	t->cb = cb;
+	t->arg = arg;
+	t->worker = w->id;
+	t->cost = cost;
+	snprintf(t->policy, sizeof(t->policy), "%s", p->name);
+	t->key_len = key_len > WINDOW_KEY_MAX ? WINDOW_KEY_MAX : key_len;
+	memcpy(t->key, key, t->key_len);
+	if (limiter_check(w->limiter, p, key, key_len, cost, worker_on_traced, t) == -1) {
+		/* the contract: -1 means the callback never runs */
+		free(t);
+		return -1;
+	}
+	return 0;
 }
 
 static void worker_fill_settings(struct worker *w, const struct config *c,
@@ -117,6 +185,49 @@ static void worker_fill_settings(struct worker *w, const struct config *c,
 	s->metrics = &w->metrics;
 	s->policies = c->policies;
 	s->npolicies = c->npolicies;
+}
+
+/* Per-policy counters follow their policy's name from <prev> to <next>;
+ * a policy new in <next> starts at 0, one gone from it is dropped. Main
+ * keeps indices stable when it can (then nothing moves). Worker thread
+ * only: it is the counters' only writer. */
+static void worker_remap_metrics(struct worker *w, const struct config *prev,
+                                 const struct config *next)
+{
+	struct {
+		uint64_t decisions[WINDOW_STATUS_COUNT];
+		uint64_t shadow, cache;
+	} v[CONFIG_MAX_POLICIES];
+	struct metrics *m = &w->metrics;
+	size_t from[CONFIG_MAX_POLICIES], i, j, s;
+	bool moved = false;
+
+	for (j = 0; j < next->npolicies; j++) {
+		const struct window_policy *old = config_find_policy(prev, next->policies[j].name,
+		                                                     next->policies[j].name_len);
+
+		from[j] = old ? (size_t)(old - prev->policies) : CONFIG_MAX_POLICIES;
+		if (from[j] != j)
+			moved = true;
+	}
+	if (!moved && next->npolicies == prev->npolicies)
+		return;
+	memset(v, 0, sizeof(v));
+	for (j = 0; j < next->npolicies; j++) {
+		i = from[j];
+		if (i >= CONFIG_MAX_POLICIES)
+			continue;
+		for (s = 0; s < WINDOW_STATUS_COUNT; s++)
+			v[j].decisions[s] = atomic_load_explicit(&m->decisions[i][s], memory_order_relaxed);
+		v[j].shadow = atomic_load_explicit(&m->shadow_denies[i], memory_order_relaxed);
+		v[j].cache = atomic_load_explicit(&m->cache_denies[i], memory_order_relaxed);
+	}
+	for (j = 0; j < CONFIG_MAX_POLICIES; j++) {
+		for (s = 0; s < WINDOW_STATUS_COUNT; s++)
+			atomic_store_explicit(&m->decisions[j][s], v[j].decisions[s], memory_order_relaxed);
+		atomic_store_explicit(&m->shadow_denies[j], v[j].shadow, memory_order_relaxed);
+		atomic_store_explicit(&m->cache_denies[j], v[j].cache, memory_order_relaxed);
+	}
 }
 
 /* Switch to <g> in the worker's own thread: new requests use it, requests
@@ -135,6 +246,7 @@ static void worker_apply_config(struct worker *w, struct cfg_gen *g)
 	worker_fill_settings(w, &g->cfg, &s);
 	if (limiter_reconfigure(w->limiter, &s, err, sizeof(err)) == -1)
 		log_error("reload_failed", "worker=%u reason=\"%s\"", w->id, err);
+	worker_remap_metrics(w, w->env.cfg->cfg, &g->cfg);
 	if (--w->env.cfg->refs == 0)
 		w->env.cfg->release(w->env.cfg);
 	w->env.cfg = &wc->ref;
@@ -236,7 +348,7 @@ struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
 	w->env.loop = w->loop;
 	w->env.cfg = &wc->ref;
 	w->env.ops.check = worker_ops_check;
-	w->env.ops.ctx = w->limiter;
+	w->env.ops.ctx = w;
 	w->env.metrics = &w->metrics;
 	w->env.hello_timeout = 10.0;
 	w->env.frame_timeout = 10.0;

@@ -205,6 +205,8 @@ static void test_render_sums(void **state)
 	metrics_add(&a->frames_out[3], 150);
 	metrics_add(&b->malformed[SPOP_ST_TOO_BIG], 1);
 	metrics_add(&a->notify_inflight, 4);
+	metrics_add(&b->config_reloads[METRICS_RELOAD_SUCCESS], 2);
+	metrics_add(&a->config_reloads[METRICS_RELOAD_FAILURE], 1);
 	metrics_observe_redis_latency(a, 80);
 	metrics_observe_redis_latency(b, 300);
 	metrics_observe_redis_latency(b, 3000000);
@@ -216,8 +218,9 @@ static void test_render_sums(void **state)
 	assert_true(n > 0);
 	samples = check_format(out);
 	/* 2 policies x (3 statuses + shadow + cache) + 8 reasons + 17 histogram
-	 * + 4 redis kinds + 5 scalars + 8 frames + 14 statuses + 2 */
-	assert_int_equal(samples, 2 * 5 + 8 + 17 + 4 + 5 + 8 + 14 + 2);
+	 * + 4 redis kinds + 5 scalars + 8 frames + 14 statuses + inflight
+	 * + 2 reload results + build_info */
+	assert_int_equal(samples, 2 * 5 + 8 + 17 + 4 + 5 + 8 + 14 + 1 + 2 + 1);
 
 	assert_line(out, "ratelimit_spoa_decisions_total{policy=\"transfer\",status=\"allow\"} 7");
 	assert_line(out, "ratelimit_spoa_decisions_total{policy=\"transfer\",status=\"deny\"} 2");
@@ -238,6 +241,8 @@ static void test_render_sums(void **state)
 	assert_line(out, "ratelimit_spoa_frames_sent_total{type=\"ack\"} 150");
 	assert_line(out, "ratelimit_spoa_malformed_frames_total{status=\"too-big\"} 1");
 	assert_line(out, "ratelimit_spoa_notify_inflight 4");
+	assert_line(out, "ratelimit_spoa_config_reloads_total{result=\"success\"} 2");
+	assert_line(out, "ratelimit_spoa_config_reloads_total{result=\"failure\"} 1");
 
 	/* Cumulative buckets; +Inf equals _count. */
 	assert_line(out, "# TYPE ratelimit_spoa_redis_call_duration_seconds histogram");
