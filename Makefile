@@ -10,7 +10,8 @@
 #   make lint       cppcheck + clang-tidy on spoa/
 #   make bench      load figures into docs/benchmarks.md
 #   make fuzz       libFuzzer harnesses (FUZZ_SECONDS=60 each)
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make install    PREFIX=/usr/local DESTDIR= (binary, config, systemd unit, man page,
+#                   HAProxy examples); make uninstall removes them but the config
 #   make deps       apt-get the Debian packages that are missing
 #   make clean
 #
@@ -68,7 +69,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 
 DEB_PKGS := build-essential pkg-config libev-dev libhiredis-dev libcmocka-dev \
             redis-server redis-tools haproxy curl openssl python3 jq wrk \
-            gnuplot-nox valgrind cppcheck clang
+            gnuplot-nox valgrind cppcheck clang systemd
 
 .PHONY: all test check integration e2e sanitize valgrind lint bench fuzz install \
         uninstall demo up down deps clean help
@@ -147,15 +148,56 @@ bench: all
 fuzz:
 	$(Q)tools/fuzz.sh $(or $(FUZZ_SECONDS),60)
 
-install: $(AGENT)
-	install -Dm755 $(AGENT) $(DESTDIR)$(PREFIX)/sbin/ratelimit-spoa
-	install -Dm755 $(BENCH) $(DESTDIR)$(PREFIX)/bin/spoa-bench
-	install -Dm644 lua/sliding_window.lua $(DESTDIR)$(PREFIX)/share/ratelimit-spoa/sliding_window.lua
-	install -Dm644 etc/ratelimit-spoa.conf $(DESTDIR)/etc/ratelimit-spoa/ratelimit-spoa.conf
-	install -Dm644 etc/ratelimit-spoa.service $(DESTDIR)$(PREFIX)/lib/systemd/system/ratelimit-spoa.service
-	install -Dm644 docs/ratelimit-spoa.8 $(DESTDIR)$(PREFIX)/share/man/man8/ratelimit-spoa.8
-	install -Dm644 haproxy/spoe-ratelimit.conf $(DESTDIR)$(PREFIX)/share/ratelimit-spoa/haproxy/spoe-ratelimit.conf
-	install -Dm644 haproxy/haproxy.cfg $(DESTDIR)$(PREFIX)/share/ratelimit-spoa/haproxy/haproxy.cfg
+# Where install puts things (DESTDIR stages, e.g. for a package).
+SYSCONFDIR     ?= /etc
+SBINDIR        ?= $(PREFIX)/sbin
+BINDIR         ?= $(PREFIX)/bin
+DATADIR        ?= $(PREFIX)/share/ratelimit-spoa
+DOCDIR         ?= $(PREFIX)/share/doc/ratelimit-spoa
+MAN8DIR        ?= $(PREFIX)/share/man/man8
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+CONF           := $(DESTDIR)$(SYSCONFDIR)/ratelimit-spoa/ratelimit-spoa.conf
+HAPROXY_EXAMPLES := haproxy/haproxy.cfg haproxy/spoe-ratelimit.conf \
+                    haproxy/ratelimit-spoa-policies.conf haproxy/backend.cfg
+INSTALLED := $(SBINDIR)/ratelimit-spoa $(BINDIR)/spoa-bench \
+             $(DATADIR)/sliding_window.lua $(SYSTEMDUNITDIR)/ratelimit-spoa.service \
+             $(MAN8DIR)/ratelimit-spoa.8 \
+             $(addprefix $(DATADIR)/,$(HAPROXY_EXAMPLES) $(wildcard haproxy/errors/*.json)) \
+             $(addprefix $(DOCDIR)/,$(notdir $(wildcard docs/*.md)))
+
+# The unit and the man page name the installed paths: rewritten for PREFIX.
+# An existing config is never overwritten (it is the site's): the new
+# default goes beside it as ratelimit-spoa.conf.dist.
+install: $(AGENT) $(BENCH)
+	install -Dm755 $(AGENT) $(DESTDIR)$(SBINDIR)/ratelimit-spoa
+	install -Dm755 $(BENCH) $(DESTDIR)$(BINDIR)/spoa-bench
+	install -Dm644 lua/sliding_window.lua $(DESTDIR)$(DATADIR)/sliding_window.lua
+	$(Q)if [ -e $(CONF) ]; then \
+		install -Dm644 etc/ratelimit-spoa.conf $(CONF).dist; \
+		echo "install: kept $(CONF); the new default is $(CONF).dist"; \
+	else \
+		install -Dm644 etc/ratelimit-spoa.conf $(CONF); \
+	fi
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(MAN8DIR)
+	sed -e 's|/usr/local/sbin/|$(SBINDIR)/|g' -e 's|/etc/ratelimit-spoa/|$(SYSCONFDIR)/ratelimit-spoa/|g' \
+		etc/ratelimit-spoa.service > $(DESTDIR)$(SYSTEMDUNITDIR)/ratelimit-spoa.service
+	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/ratelimit-spoa.service
+	sed -e 's|"ratelimit-spoa [0-9][^"]*"|"ratelimit-spoa $(VERSION)"|' \
+		-e 's|/usr/local/share/doc/ratelimit\\-spoa/|$(DOCDIR)/|g' \
+		-e 's|/usr/local/share/ratelimit\\-spoa/|$(DATADIR)/|g' \
+		-e 's|/etc/ratelimit\\-spoa/|$(SYSCONFDIR)/ratelimit\\-spoa/|g' \
+		docs/ratelimit-spoa.8 > $(DESTDIR)$(MAN8DIR)/ratelimit-spoa.8
+	chmod 644 $(DESTDIR)$(MAN8DIR)/ratelimit-spoa.8
+	$(Q)for f in $(HAPROXY_EXAMPLES) haproxy/errors/*.json; do \
+		install -Dm644 $$f $(DESTDIR)$(DATADIR)/$$f || exit 1; done
+	$(Q)for f in docs/*.md; do \
+		install -Dm644 $$f $(DESTDIR)$(DOCDIR)/$${f#docs/} || exit 1; done
+
+# Removes what install put, except the config (the site's).
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	-rmdir $(DESTDIR)$(DATADIR)/haproxy/errors $(DESTDIR)$(DATADIR)/haproxy \
+		$(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 demo: deps all
 	$(Q)tools/demo.sh story
