@@ -185,6 +185,17 @@ def scrape(port):
     return Metrics(body)
 
 
+def wait_ready(port, workers, timeout=15.0):
+    """Until the metrics endpoint on <port> answers and <workers> threads
+    are connected to Redis (the SPOP port listens a little earlier)."""
+    def ready():
+        try:
+            return scrape(port).get("redis_connected") == workers
+        except OSError:
+            return False
+    return wait_for(ready, timeout)
+
+
 def monotonic_violations(a, b):
     """Counter samples (and histogram parts) of scrape <a> that are bigger
     than in the later scrape <b>."""
