@@ -578,10 +578,11 @@ if want e && [ "$PERF" = 1 ] && command -v perf >/dev/null; then
 	if timeout $((SECS + 10)) perf record -q -o "$T/perf.data" -p "$AGENT_PID" -- sleep "$SECS" \
 		>"$T/perf.log" 2>&1; then
 		# by object, then the hottest symbols (perf pads with '-' columns: cut them)
-		PROFILE=$( { perf report -q -i "$T/perf.data" --no-children --sort dso --stdio </dev/null
+		PROFILE=$( { perf report -q -i "$T/perf.data" --no-children --sort dso --stdio </dev/null |
+				grep -v '^[[:space:]]*$'
 			echo
 			perf report -q -i "$T/perf.data" --no-children --sort dso,symbol --percent-limit 2 \
-				--stdio </dev/null | head -n 15
+				--stdio </dev/null | grep -v '^[[:space:]]*$' | head -n 15
 			} 2>/dev/null | sed -e 's/\([[:space:]]*-\)*[[:space:]]*$//')
 	else
 		note_error "perf record failed: $(tail -n1 "$T/perf.log")"
