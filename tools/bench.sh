@@ -607,6 +607,7 @@ R[errors]=
 [ ${#ERRORS[@]} -eq 0 ] || R[errors]=$(printf '%s; ' "${ERRORS[@]}")
 R[profile]=$PROFILE
 R[rounds]=$ROUNDS
+R[command]="make bench (BENCH_SECS=$SECS BENCH_ROUNDS=$ROUNDS BENCH_WRK_CONNS=$WRK_CONNS${BENCH_SECTIONS:+ BENCH_SECTIONS=\"$BENCH_SECTIONS\"})"
 R[commit]=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
 
 for k in "${!R[@]}"; do printf '%s\t%s\n' "$k" "${R[$k]//$'\n'/\\n}"; done >"$T/results.tsv"
@@ -702,6 +703,9 @@ for scen in ('mixed', 'abuse'):
 # --- targets -------------------------------------------------------------------
 def verdict(ok):
     return '-' if ok is None else ('met' if ok else 'MISSED')
+def margin(r, floor):
+    return '' if r is None else f'{100 * (r - floor):+.0f} pts'
+
 r_uni = ratio('wrk_full_uniform_rps', 'wrk_alone_uniform_rps')
 r_mix = ratio('wrk_full_mixed_rps', 'wrk_full_uniform_rps')
 r_abu = ratio('wrk_full_abuse_rps', 'wrk_alone_abuse_rps')
@@ -709,22 +713,25 @@ rss = num('rss_idle_kb')
 mc_u, mc_a = num('mc_uniform_agent'), num('mc_abuse_agent')
 mc_hu, mc_ha = num('mc_uniform_hiredis'), num('mc_abuse_hiredis')
 agent_ok = None if r_b1 is None or r_b16 is None else (r_b1 >= 0.9 and r_b16 >= 0.9)
+r_bmin = None if r_b1 is None or r_b16 is None else min(r_b1, r_b16)
 targets = [
     ('agent path (b) >= 90% of the Redis ceiling (a) at equal concurrency',
-     f'{pct(r_b1)} at 16 in flight, {pct(r_b16)} at 128 in flight', verdict(agent_ok)),
+     f'{pct(r_b1)} at {c1} in flight, {pct(r_b16)} at {int(c16) * 16} in flight',
+     verdict(agent_ok), margin(r_bmin, 0.9)),
     ('end-to-end uniform >= 45% of HAProxy alone', pct(r_uni),
-     verdict(None if r_uni is None else r_uni >= 0.45)),
+     verdict(None if r_uni is None else r_uni >= 0.45), margin(r_uni, 0.45)),
     ('end-to-end mixed >= end-to-end uniform', f'mixed = {pct(r_mix)} of uniform',
-     verdict(None if r_mix is None else r_mix >= 1.0)),
+     verdict(None if r_mix is None else r_mix >= 1.0), margin(r_mix, 1.0)),
     ('end-to-end abuse >= 70% of HAProxy alone', pct(r_abu),
-     verdict(None if r_abu is None else r_abu >= 0.70)),
+     verdict(None if r_abu is None else r_abu >= 0.70), margin(r_abu, 0.7)),
     ('agent RSS <= 16 MB with 1,000 idle HAProxy connections',
      '-' if rss is None else f"{rss / 1024:.1f} MB ({num('rss_start_kb') / 1024:.1f} MB at start)",
-     verdict(None if rss is None else rss <= 16 * 1024)),
+     verdict(None if rss is None else rss <= 16 * 1024),
+     '' if rss is None else f'{16 - rss / 1024:+.1f} MB'),
     ('no malloc per request on the hot path (agent code)',
      '-' if mc_u is None else f'{mc_u:.3f} per decision via Redis, {mc_a:.3f} per cached deny '
      f'(libhiredis: {mc_hu:.2f} and {mc_ha:.2f})',
-     verdict(None if mc_u is None else (mc_u < 0.01 and mc_a < 0.01))),
+     verdict(None if mc_u is None else (mc_u < 0.01 and mc_a < 0.01)), ''),
 ]
 
 # --- stdout ------------------------------------------------------------------
@@ -747,7 +754,7 @@ print(f"  (d) agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_i
       f"with 1,000 idle connections")
 print()
 for t in targets:
-    print(f'  {t[2]:7} {t[0]}: {t[1]}')
+    print(f'  {t[2]:7} {t[0]}: {t[1]}' + (f' ({t[3]})' if t[3] else ''))
 if R.get('errors'):
     print(f"\n  not clean: {R['errors']}")
 print()
@@ -759,20 +766,23 @@ if plot:
         lines = []
         for label, key in items:
             v = [num(key + s) for s in ('_rps', '_p50', '_p99')]
-            if v[0] is not None:
+            if v[0]:
                 lines.append(f'"{label}" {v[0]:.1f} {v[1] or 0:.1f} {v[2] or 0:.1f}')
         with open(os.path.join(tmp, name), 'w') as f:
-            f.write('\n'.join(lines or ['"(not run)" 0 0 0']) + '\n')
-    dat('plot-spop.dat', [('Redis P1', 'rb_p1'), ('agent d1', 'sb_p1'), ('Redis P16', 'rb_p16'),
+            f.write('\n'.join(lines) + '\n')
+        return len(lines)
+    plot_rows = dat('plot-spop.dat', [('Redis P1', 'rb_p1'), ('agent d1', 'sb_p1'), ('Redis P16', 'rb_p16'),
                           ('agent d16', 'sb_p16'), ('agent mixed', 'sb_mixed'),
                           ('agent abuse', 'sb_abuse')])
-    dat('plot-http.dat', [(f'{a} {s}', f'wrk_{k}_{s}') for s in ('uniform', 'mixed', 'abuse')
+    plot_rows *= dat('plot-http.dat', [(f'{a} {s}', f'wrk_{k}_{s}') for s in ('uniform', 'mixed', 'abuse')
                           for a, k in (('alone', 'alone'), ('e2e', 'full'))])
     title = (f"ratelimit-spoa make bench, {R.get('date')}, nproc {R.get('nproc')}, "
              f"median of {rounds} rounds")
     cmd = ['gnuplot', '-e', f"spop='{tmp}/plot-spop.dat'; http='{tmp}/plot-http.dat'; "
            f"outfile='{plot}'; plottitle='{title}'", 'tools/bench-plot.gp']
     try:
+        if not plot_rows:
+            raise OSError('sections (a)/(b) or (c) were not run')
         with open(os.path.join(tmp, 'gnuplot.log'), 'w') as log:
             subprocess.run(cmd, check=True, stderr=log)
         plotted = os.path.basename(plot)
@@ -793,7 +803,14 @@ g.append(f"Latest run: `make bench` on {R.get('date')}, commit `{R.get('commit')
          f"Each figure is the median of {rounds} rounds of {R.get('secs')} s "
          f"(the rounds column lists all of them, sorted).\n")
 g.append('### Targets\n')
-g.append(md(('target', 'measured', 'verdict'), targets, ('---', '---', '---')))
+g.append(md(('target', 'measured', 'verdict', 'margin'), targets, ('---', '---', '---', '---:')))
+missed = [t for t in targets if t[2] == 'MISSED']
+unmeasured = sum(1 for t in targets if t[2] == '-')
+g.append(f"Command: `{R.get('command')}`. "
+         + (f"{len(missed)} target(s) missed: " + '; '.join(f'{t[0]} ({t[3] or t[1]})' for t in missed)
+            + '. See "What bounds each figure" below.' if missed else
+            'All targets measured in this run were met.')
+         + (f' {unmeasured} target(s) not measured in this run.' if unmeasured else '') + '\n')
 if plotted:
     g.append(f'![throughput and latency]({plotted})\n')
 g.append('### (a) Redis ceiling and (b) the agent path\n')
