@@ -24,6 +24,8 @@
 #define CONFIG_THREADS_MAX    64u
 #define CONFIG_CONN_MAX       1000000u
 #define CONFIG_INFLIGHT_MAX   65536u
+#define CONFIG_PEER_TIMEOUT_MIN_MS 10u
+#define CONFIG_PEER_TIMEOUT_MAX_MS (3600u * 1000u)
 #define CONFIG_FILE_MAX       (16u << 20)
 #define CONFIG_UNIX_PATH_MAX  107u      /* sun_path minus its NUL */
 
@@ -43,6 +45,8 @@ enum config_dir {
 	CONFIG_DIR_METRICS,
 	CONFIG_DIR_MAX_CONNECTIONS,
 	CONFIG_DIR_MAX_INFLIGHT,
+	CONFIG_DIR_HELLO_TIMEOUT,
+	CONFIG_DIR_FRAME_TIMEOUT,
 	CONFIG_DIR_ALLOW_REMOTE_LISTEN,
 	CONFIG_DIR_POLICY,             /* repeatable from here on */
 	CONFIG_DIR_OVERRIDE,
@@ -684,6 +688,18 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 			return parse_fail(x, "max-inflight must be an integer 1..%u", CONFIG_INFLIGHT_MAX);
 		c->max_inflight = (unsigned)u;
 		return 0;
+	case CONFIG_DIR_HELLO_TIMEOUT:
+	case CONFIG_DIR_FRAME_TIMEOUT:
+		/* a floor keeps a typo ("1ms") from cutting every peer off */
+		if (config_parse_duration(v.p, v.len, &u) == -1 || u < CONFIG_PEER_TIMEOUT_MIN_MS ||
+		    u > CONFIG_PEER_TIMEOUT_MAX_MS)
+			return parse_fail(x, "%.*s must be a duration 10ms..1h, e.g. 10s; got '%.*s'",
+			                  word_plen(key), key.p, word_plen(v), v.p);
+		if (d == CONFIG_DIR_HELLO_TIMEOUT)
+			c->hello_timeout_ms = u;
+		else
+			c->frame_timeout_ms = u;
+		return 0;
 	case CONFIG_DIR_LOG_LEVEL:
 		for (i = 0; i < CONFIG_LOG_COUNT; i++) {
 			if (word_is(v, log_level_names[i])) {
@@ -711,6 +727,8 @@ static const struct {
 	{ "metrics",             CONFIG_DIR_METRICS },
 	{ "max-connections",     CONFIG_DIR_MAX_CONNECTIONS },
 	{ "max-inflight",        CONFIG_DIR_MAX_INFLIGHT },
+	{ "hello-timeout",       CONFIG_DIR_HELLO_TIMEOUT },
+	{ "frame-timeout",       CONFIG_DIR_FRAME_TIMEOUT },
 	{ "allow-remote-listen", CONFIG_DIR_ALLOW_REMOTE_LISTEN },
 	{ "policy",              CONFIG_DIR_POLICY },
 	{ "override",            CONFIG_DIR_OVERRIDE },
@@ -883,6 +901,8 @@ void config_init(struct config *c)
 	c->log_level = CONFIG_LOG_INFO;
 	c->max_connections = 10000;
 	c->max_inflight = 256;
+	c->hello_timeout_ms = 10000;
+	c->frame_timeout_ms = 10000;
 }
 
 /* Whole-config checks on <c> once file and flags are merged. */
@@ -919,6 +939,11 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 		return validate_fail(c, err, errlen, "threads must be 1..%u", CONFIG_THREADS_MAX);
 	if (c->max_connections < 1 || c->max_inflight < 1)
 		return validate_fail(c, err, errlen, "max-connections and max-inflight must be >= 1");
+	if (c->hello_timeout_ms < CONFIG_PEER_TIMEOUT_MIN_MS ||
+	    c->hello_timeout_ms > CONFIG_PEER_TIMEOUT_MAX_MS ||
+	    c->frame_timeout_ms < CONFIG_PEER_TIMEOUT_MIN_MS ||
+	    c->frame_timeout_ms > CONFIG_PEER_TIMEOUT_MAX_MS)
+		return validate_fail(c, err, errlen, "hello-timeout and frame-timeout must be 10ms..1h");
 	if ((unsigned)c->log_level >= CONFIG_LOG_COUNT)
 		return validate_fail(c, err, errlen, "bad log level");
 	for (i = 0; i < c->npolicies; i++) {

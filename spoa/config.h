@@ -15,6 +15,8 @@
  *   metrics       127.0.0.1:9102
  *   max-connections 10000
  *   max-inflight  256             (NOTIFYs in flight per connection)
+ *   hello-timeout 10s             (a new connection must send HAPROXY-HELLO)
+ *   frame-timeout 10s             (a started frame must arrive whole)
  *   allow-remote-listen           (permit a non-loopback listen address)
  * Durations: <n>ms|s|m|h. Windows: <n>ms|s|m|h with an implicit 1 ("1s" or "s").
  */
@@ -50,6 +52,8 @@ struct config {
 	char metrics[CONFIG_ADDR_MAX];         /* "" = off */
 	unsigned max_connections;
 	unsigned max_inflight;
+	uint64_t hello_timeout_ms;             /* HAPROXY-HELLO deadline */
+	uint64_t frame_timeout_ms;             /* a partial frame's deadline */
 	bool allow_remote_listen;
 	size_t npolicies;
 	struct window_policy policies[CONFIG_MAX_POLICIES];

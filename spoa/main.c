@@ -94,6 +94,8 @@ static const char main_usage[] =
 "                              127.0.0.1:9102; default off\n"
 "  max-connections N           default 10000\n"
 "  max-inflight N              NOTIFYs in flight per connection, default 256\n"
+"  hello-timeout DURATION      a new connection must send its HELLO, default 10s\n"
+"  frame-timeout DURATION      a started frame must arrive whole, default 10s\n"
 "  allow-remote-listen         permit a non-loopback listen/metrics address\n"
 "\n"
 "Signals: SIGTERM/SIGINT drain (stop accepting, finish in-flight decisions,\n"
@@ -222,6 +224,7 @@ static void main_keep_policy_slots(const struct config *prev, struct config *nex
 	bool taken[CONFIG_MAX_POLICIES] = { false }, placed[CONFIG_MAX_POLICIES] = { false };
 	size_t i, j, n = next->npolicies;
 
+	memset(slots, 0, sizeof(slots));
 	for (i = 0; i < n; i++) {
 		const struct window_policy *p = &next->policies[i];
 		const struct window_policy *old = config_find_policy(prev, p->name, p->name_len);

@@ -250,6 +250,9 @@ static void worker_apply_config(struct worker *w, struct cfg_gen *g)
 	if (--w->env.cfg->refs == 0)
 		w->env.cfg->release(w->env.cfg);
 	w->env.cfg = &wc->ref;
+	/* deadlines armed from now on use the new values */
+	w->env.hello_timeout = (double)g->cfg.hello_timeout_ms / 1000.0;
+	w->env.frame_timeout = (double)g->cfg.frame_timeout_ms / 1000.0;
 	log_info("config_applied", "worker=%u policies=%zu", w->id, g->cfg.npolicies);
 }
 
@@ -350,8 +353,8 @@ struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
 	w->env.ops.check = worker_ops_check;
 	w->env.ops.ctx = w;
 	w->env.metrics = &w->metrics;
-	w->env.hello_timeout = 10.0;
-	w->env.frame_timeout = 10.0;
+	w->env.hello_timeout = (double)g->cfg.hello_timeout_ms / 1000.0;
+	w->env.frame_timeout = (double)g->cfg.frame_timeout_ms / 1000.0;
 	w->env.on_idle = worker_on_idle;
 	ev_async_init(&w->wake, worker_on_wake);
 	w->wake.data = w;

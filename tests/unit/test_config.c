@@ -36,6 +36,8 @@ static void test_defaults(void **state)
 	assert_string_equal(c.metrics, "");
 	assert_int_equal(c.max_connections, 10000);
 	assert_int_equal(c.max_inflight, 256);
+	assert_int_equal(c.hello_timeout_ms, 10000);
+	assert_int_equal(c.frame_timeout_ms, 10000);
 	assert_false(c.allow_remote_listen);
 	assert_int_equal(c.npolicies, 0);
 	/* The defaults alone are not a usable config: no policy. */
@@ -92,6 +94,8 @@ static void test_full(void **state)
 		"metrics 127.0.0.1:9102\n"
 		"max-connections 500\n"
 		"max-inflight 64\n"
+		"hello-timeout 2s\n"
+		"frame-timeout 500ms\n"
 		"policy transfer 3/1s\n"
 		"policy api 10/s 1000/1h 50/500ms 2/24h on-redis-error=allow shadow\n"
 		"policy x.y_z-1 1000000/1ms on-redis-error=deny\n"
@@ -116,6 +120,8 @@ static void test_full(void **state)
 	assert_string_equal(c.metrics, "127.0.0.1:9102");
 	assert_int_equal(c.max_connections, 500);
 	assert_int_equal(c.max_inflight, 64);
+	assert_int_equal(c.hello_timeout_ms, 2000);
+	assert_int_equal(c.frame_timeout_ms, 500);
 	assert_true(c.allow_remote_listen);
 	assert_int_equal(c.npolicies, 3);
 
@@ -298,6 +304,14 @@ static void test_parse_errors(void **state)
 		{ "threads two\n", "t.conf:1: threads must be an integer 1..64" },
 		{ "max-connections 0\n", "t.conf:1: max-connections must be an integer 1..1000000" },
 		{ "max-inflight 65537\n", "t.conf:1: max-inflight must be an integer 1..65536" },
+		{ "hello-timeout 5ms\n",
+		  "t.conf:1: hello-timeout must be a duration 10ms..1h, e.g. 10s; got '5ms'" },
+		{ "frame-timeout 2h\n",
+		  "t.conf:1: frame-timeout must be a duration 10ms..1h, e.g. 10s; got '2h'" },
+		{ "frame-timeout 10\n",
+		  "t.conf:1: frame-timeout must be a duration 10ms..1h, e.g. 10s; got '10'" },
+		{ "frame-timeout 1s\nframe-timeout 2s\n",
+		  "t.conf:2: duplicate directive 'frame-timeout' (first at line 1)" },
 		{ "log-level verbose\n",
 		  "t.conf:1: log-level must be error, warn, info or debug; got 'verbose'" },
 		{ "allow-remote-listen yes\n", "t.conf:1: allow-remote-listen takes no argument" },
