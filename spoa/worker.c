@@ -238,9 +238,9 @@ static void worker_apply_config(struct worker *w, struct cfg_gen *g)
 	struct limiter_settings s;
 	char err[256];
 
-	cfg_gen_put(g);         /* the mailbox's reference */
 	if (!wc) {
 		log_error("reload_failed", "worker=%u reason=\"out of memory\"", w->id);
+		cfg_gen_put(g);         /* the mailbox's reference */
 		return;
 	}
 	worker_fill_settings(w, &g->cfg, &s);
@@ -254,6 +254,9 @@ static void worker_apply_config(struct worker *w, struct cfg_gen *g)
 	w->env.hello_timeout = (double)g->cfg.hello_timeout_ms / 1000.0;
 	w->env.frame_timeout = (double)g->cfg.frame_timeout_ms / 1000.0;
 	log_info("config_applied", "worker=%u policies=%zu", w->id, g->cfg.npolicies);
+	/* the mailbox's reference, dropped last: <wc> holds its own, but
+	 * keeping <g> pinned while reading it needs no argument */
+	cfg_gen_put(g);
 }
 
 static void worker_on_idle(struct conn_env *env)
