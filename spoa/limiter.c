@@ -194,6 +194,7 @@ static const char *limiter_state_str(enum limiter_state s)
 /* ------------------------------------------------------------------ */
 /* small helpers                                                       */
 
+/* Microseconds of CLOCK_MONOTONIC (see "Clock" above). */
 static int64_t limiter_now_us(void)
 {
 	struct timespec ts;
@@ -236,12 +237,14 @@ static int64_t limiter_stall_us(const struct limiter *l)
 	return (int64_t)ms * 1000;
 }
 
+/* Count one failed Redis call of <kind> in <l>'s metrics, if any. */
 static void limiter_count_error(struct limiter *l, enum metrics_redis_error kind)
 {
 	if (l->metrics)
 		metrics_add(&l->metrics->redis_errors[kind], 1);
 }
 
+/* Set <l>'s connected gauge to <up>. */
 static void limiter_set_connected(struct limiter *l, bool up)
 {
 	if (l->metrics)
@@ -423,11 +426,10 @@ static bool limiter_url_same(const struct limiter_url *a, const struct limiter_u
 /* ------------------------------------------------------------------ */
 /* answers that need no Redis                                          */
 
-static void limiter_on_kick(struct ev_loop *loop, ev_timer *w, int revents);
-
 /* Queue <d> for <cb>/<arg>, delivered on the next loop iteration (never from
- * inside limiter_check(), so callers need not be reentrant). The queue grows
- * by doubling and is reused. Returns 0, or -1 when memory runs out. */
+ * inside limiter_check(), so callers need not be reentrant). The queue is
+ * owned by <l>, grows by doubling and is reused. Returns 0, or -1 when
+ * memory runs out. */
 static int limiter_defer(struct limiter *l, limiter_cb cb, void *arg,
                          const struct window_decision *d)
 {
@@ -502,7 +504,8 @@ static struct limiter_call *limiter_call_get(struct limiter *l)
 	return c;
 }
 
-/* Give <c> back to its limiter's pool (hiredis no longer holds it). */
+/* Give <c> back to its limiter's pool, which owns it (hiredis no longer
+ * holds it). */
 static void limiter_call_put(struct limiter_call *c)
 {
 	struct limiter *l = c->l;
@@ -549,6 +552,7 @@ static uint64_t limiter_cache_hash(const struct limiter *l, const char *name, si
 	return h ? h : 1;
 }
 
+/* Does entry <e> hold (<name>, <key>) with hash <h>? */
 static bool limiter_cache_match(const struct limiter_cache_entry *e, uint64_t h,
                                 const char *name, size_t name_len,
                                 const char *key, size_t key_len)
@@ -557,6 +561,7 @@ static bool limiter_cache_match(const struct limiter_cache_entry *e, uint64_t h,
 	       memcmp(e->name, name, name_len) == 0 && memcmp(e->key, key, key_len) == 0;
 }
 
+/* Frees <l>'s deny cache table; the next deny allocates a new one. */
 static void limiter_cache_clear(struct limiter *l)
 {
 	free(l->cache); l->cache = NULL;
@@ -608,7 +613,8 @@ static bool limiter_cache_lookup(struct limiter *l, const struct window_policy *
 }
 
 /*
- * Remember that (<c>'s policy, key) was denied: it cannot pass before
+ * Remember that (<c>'s policy, key) was denied (copied into the table, which
+ * <l> owns and allocates on the first deny): it cannot pass before
  * <c>->sent_us + retry_after. The deadline counts from when the request was
  * sent, before Redis read its clock, so it can only expire early, never
  * deny what Redis would allow. Replaces the same key's entry, else an empty
@@ -674,6 +680,7 @@ static unsigned limiter_policy_index(const struct limiter *l, const struct windo
 	return UINT_MAX;
 }
 
+/* Copy the policy names of <s> into <l> (nothing stays borrowed). */
 static void limiter_copy_policy_names(struct limiter *l, const struct limiter_settings *s)
 {
 	size_t i, n = s->policies ? s->npolicies : 0;
@@ -722,7 +729,8 @@ static void limiter_lost(struct limiter *l)
 }
 
 /*
- * Close the connection now: every call hiredis holds comes back with a NULL
+ * Close and free <l>'s connection now: every call hiredis holds comes back
+ * with a NULL
  * reply (answered "unavailable" unless already answered) before this
  * returns, except when we are inside one of this context's callbacks, where
  * hiredis finishes the job once the callback returns.
@@ -751,6 +759,8 @@ static void limiter_log_failure(struct limiter *l, const char *why)
 		          l->url.addr, why, l->failures);
 }
 
+/* hiredis: the TCP (or unix) connect of <ac> finished with <status>. On
+ * failure hiredis frees <ac> once this returns: never free it here. */
 static void limiter_on_connect(const redisAsyncContext *ac, int status)
 {
 	struct limiter *l = ac->data;
@@ -767,6 +777,8 @@ static void limiter_on_connect(const redisAsyncContext *ac, int status)
 	log_debug("redis_socket_connected", "addr=%s", l->url.addr);
 }
 
+/* hiredis: connected context <ac> is going away (its pending calls have
+ * had their NULL replies already); hiredis frees it once this returns. */
 static void limiter_on_disconnect(const redisAsyncContext *ac, int status)
 {
 	struct limiter *l = ac->data;
@@ -848,6 +860,8 @@ static int limiter_send_script_load(struct limiter *l)
 	return 0;
 }
 
+/* CONNECTING lasted longer than the stall limit (e.g. a frozen Redis that
+ * still accepts TCP): give up this attempt. */
 static void limiter_on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct limiter *l = w->data;
@@ -861,6 +875,7 @@ static void limiter_on_connect_timeout(struct ev_loop *loop, ev_timer *w, int re
 	limiter_drop(l, "connect timeout");
 }
 
+/* The backoff wait is over: try to connect again. */
 static void limiter_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct limiter *l = w->data;
@@ -872,7 +887,9 @@ static void limiter_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 /*
- * Start one connection attempt: non-blocking connect, then AUTH, SELECT and
+ * Start one connection attempt for <l> (the context it creates is owned by
+ * <l>, freed through limiter_drop() or by hiredis on a connection error):
+ * non-blocking connect, then AUTH, SELECT and
  * SCRIPT LOAD pipelined behind it (hiredis sends them once connected). On
  * an immediate failure, plan the next attempt. (A host name is resolved
  * with a blocking getaddrinfo() inside hiredis: use addresses.)
@@ -984,9 +1001,10 @@ static void limiter_warn_reply(struct limiter *l, const redisReply *reply, int64
 }
 
 /*
- * hiredis hands call <privdata> back: with the script's reply, or NULL when
- * the connection is gone. The call is answered if it still waits, then
- * returns to the pool (or is re-sent once as EVAL after NOSCRIPT).
+ * hiredis hands call <privdata> back on <ac>: with the script's reply <r>
+ * (borrowed: hiredis frees it after this returns), or NULL when the
+ * connection is gone. The call is answered if it still waits, then returns
+ * to the pool (or is re-sent once as EVAL after NOSCRIPT).
  */
 static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 {
@@ -1060,14 +1078,19 @@ static void limiter_on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 }
 
-/* Member prefix of the next request into <dst>: unique per limiter
- * instance (random), thread and request. At most 38 bytes and the NUL. */
+/* Member prefix of the next request into <dst>/<cap>: unique per limiter
+ * instance (random), thread and request; at most 38 bytes and the NUL. The
+ * random part is drawn per limiter, not once per process: a limiter
+ * re-created for the same thread restarts its counter, and would otherwise
+ * repeat members still in a window (ZADD would then move, not add, them). */
 static void limiter_next_member(struct limiter *l, char *dst, size_t cap)
 {
 	snprintf(dst, cap, "%016llx-%x-%llx", (unsigned long long)l->instance,
 	         l->thread_id & 0xffffu, (unsigned long long)l->counter++);
 }
 
+/* Borrows <p> and <key> for the call only: a call sent to Redis keeps its
+ * own copies (in a pool call owned by <l>). Contract in limiter.h. */
 int limiter_check(struct limiter *l, const struct window_policy *p,
                   const char *key, size_t key_len, uint64_t cost,
                   limiter_cb cb, void *arg)
@@ -1195,6 +1218,8 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	return l;
 }
 
+/* Borrows <s>'s script until limiter_free() or the next reconfigure; the URL
+ * and policy names are copied. Contract in limiter.h. */
 int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
                         char *err, size_t errlen)
 {
@@ -1239,6 +1264,7 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 	return 0;
 }
 
+/* Turning <on> off frees the cache table of <l>. */
 void limiter_set_deny_cache(struct limiter *l, bool on)
 {
 	l->cache_on = on;
@@ -1246,6 +1272,8 @@ void limiter_set_deny_cache(struct limiter *l, bool on)
 		limiter_cache_clear(l);
 }
 
+/* Calls of <l> whose callback has not run yet: sent and unanswered, plus
+ * answers queued for the next loop iteration. */
 unsigned limiter_pending(const struct limiter *l)
 {
 	return l->unanswered + (unsigned)l->nanswers;
