@@ -100,9 +100,9 @@ static const char main_usage[] =
 "\n"
 "Signals: SIGTERM/SIGINT drain (stop accepting, finish in-flight decisions,\n"
 "exit 0); SIGHUP reloads the file: policies, overrides, redis, redis-timeout,\n"
-"log-level, metrics, max-* change live, connections stay open; listen and\n"
-"threads need a restart; a bad file is logged as 'file:line: reason' and the\n"
-"running configuration stays.\n"
+"log-level, metrics, max-*, *-timeout change live, connections stay open;\n"
+"listen and threads need a restart; a bad file is logged as\n"
+"'file:line: reason' and the running configuration stays.\n"
 "Logs: one key=value line per event on stderr. Exit status: 0 ok, 1 error.\n"
 "Durations: 50ms, 1s, 10m, 1h. Redis key of a request: <policy>:limit:v1:<key>.\n";
 
