@@ -144,6 +144,12 @@ mint_token() {
 
 edge_policies() { cat "$ROOT/haproxy/ratelimit-spoa-policies.conf"; }
 
+# Decision budgets for a shared, loaded machine: the tests check outcomes,
+# never latency, so a slow Redis call must not turn into a 503 here. The
+# agent's redis-timeout (a config line for start_agent) stays below the SPOE
+# "timeout processing" that start_haproxy gives HAProxy.
+E2E_REDIS_TIMEOUT="redis-timeout 1s"
+
 start_backend() {
 	TRANSFERS_PORT=$(free_port)
 	ACCOUNTS_PORT=$(free_port)
@@ -175,7 +181,7 @@ start_haproxy() {
 	export RL_AGENT_ADDR=127.0.0.1:${AGENT_PORT:-12345}
 	export RL_TRANSFERS_ADDR=127.0.0.1:${TRANSFERS_PORT:-8091} RL_ACCOUNTS_ADDR=127.0.0.1:${ACCOUNTS_PORT:-8092}
 	export RL_HAPROXY_DIR=$ROOT/haproxy RL_JWT_PUBKEY=${RL_JWT_PUBKEY:-$T/jwt/jwt-public.pem}
-	export RL_ADMIN_SOCK=$T/haproxy-$name.sock RL_SPOE_TIMEOUT=${RL_SPOE_TIMEOUT:-500ms}
+	export RL_ADMIN_SOCK=$T/haproxy-$name.sock RL_SPOE_TIMEOUT=${RL_SPOE_TIMEOUT:-2s}
 	ENV
 	echo "$cfg" > "$T/haproxy-$name.cfgpath"
 	_hap_exec "$name" "$cfg"

@@ -16,11 +16,12 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 AGENT=${AGENT:-$ROOT/spoa/ratelimit-spoa}
 UP_DIR=${RL_DEMO_DIR:-${TMPDIR:-/tmp}/ratelimit-spoa-demo.$(id -u)}
 ACCOUNT=ACC-1001
+KEEP=0   # story: keep the temp dir (logs) when something failed
 
 if [ -t 1 ]; then B=$'\e[1m'; G=$'\e[32m'; R=$'\e[31m'; Y=$'\e[33m'; N=$'\e[0m'; else B= G= R= Y= N=; fi
 say()  { printf '%s\n' "$*"; }
 step() { printf '\n%s==> %s%s\n' "$B" "$*" "$N"; }
-die()  { printf '%sdemo: %s%s\n' "$R" "$*" "$N" >&2; exit 1; }
+die()  { KEEP=1; printf '%sdemo: %s%s\n' "$R" "$*" "$N" >&2; exit 1; }
 
 # port_free PORT: nothing listens on 127.0.0.1:PORT and we may bind it.
 port_free() {
@@ -95,6 +96,9 @@ start_stack() {
 	{
 		echo "listen 127.0.0.1:$AGENT_PORT"
 		echo "redis redis://127.0.0.1:$REDIS_PORT/0"
+		# Above the 50ms default: a demo on a busy laptop should show the
+		# story, not a Redis call that took 60ms.
+		echo "redis-timeout 200ms"
 		cat "$ROOT/haproxy/ratelimit-spoa-policies.conf"
 	} > "$S/agent.conf"
 	spawn agent "$(basename "$AGENT")" "$AGENT" -f "$S/agent.conf"
@@ -128,8 +132,8 @@ token() { "$ROOT/tools/jwt.sh" mint --key "$S/jwt-private.pem" --sub "$1" "${@:2
 # ---------------------------------------------------------------------------
 cmd_story() {
 	S=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-spoa-story.XXXXXX")
-	local keep=0
-	trap 'stop_all "$S"; if [ $keep = 1 ]; then echo "logs kept in $S"; else rm -rf "$S"; fi' EXIT
+	KEEP=0
+	trap 'stop_all "$S"; if [ $KEEP = 1 ]; then echo "logs kept in $S"; else rm -rf "$S"; fi' EXIT
 	trap 'exit 130' INT TERM
 	local fails=0
 	expect() { # expect WHAT OK?
@@ -198,7 +202,7 @@ cmd_story() {
 
 	step "Tearing down"
 	if [ $fails -gt 0 ]; then
-		keep=1
+		KEEP=1
 		say "${R}The story did not hold ($fails check(s) failed).${N}"
 		exit 1
 	fi

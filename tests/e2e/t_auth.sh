@@ -5,7 +5,8 @@
 t_setup
 jwt_setup
 start_redis
-start_agent "$(edge_policies)"
+start_agent "$E2E_REDIS_TIMEOUT
+$(edge_policies)"
 start_backend
 start_haproxy A
 

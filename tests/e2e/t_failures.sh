@@ -7,7 +7,8 @@
 t_setup
 jwt_setup
 start_redis
-start_agent "$(edge_policies)"
+start_agent "$E2E_REDIS_TIMEOUT
+$(edge_policies)"
 start_backend
 start_haproxy A
 start_haproxy B
@@ -67,7 +68,8 @@ done
 req A POST /transfers "$tok"
 eq "agent down: still 503 later" 503 "$RSP_STATUS"
 
-start_agent "$(edge_policies)"
+start_agent "$E2E_REDIS_TIMEOUT
+$(edge_policies)"
 check "agent back, A: transfers recover" until_status 201 A POST /transfers
 check "agent back, B: transfers recover" until_status 201 B POST /transfers
 eq "agent back: RateLimit headers again" 3 "$(rsp_hdr RateLimit-Limit)"

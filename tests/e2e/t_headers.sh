@@ -8,7 +8,8 @@
 t_setup
 jwt_setup
 start_redis
-start_agent "$(edge_policies)"
+start_agent "$E2E_REDIS_TIMEOUT
+$(edge_policies)"
 start_backend
 start_haproxy A
 start_haproxy B
@@ -64,4 +65,12 @@ req A GET /nowhere "$(mint_token ACC-H5)"
 eq "unknown route: 404" 404 "$RSP_STATUS"
 eq "404: no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
 eq "404 never asked the agent" 0 "$(rcli exists transfer:limit:v1:ACC-H5 reads:limit:v1:ACC-H5)"
+
+# The backend itself is down: HAProxy's own 503 comes after an allow, so it
+# still carries the decision (and is not the no-decision problem document).
+kill -TERM "$BACKEND_PID"; wait_gone "$BACKEND_PID"
+req A POST /transfers "$(mint_token ACC-H6)"
+eq "backend down: HAProxy's 503" 503 "$RSP_STATUS"
+eq "backend down: RateLimit-Limit still there" 3 "$(rsp_hdr RateLimit-Limit)"
+eq "backend down: RateLimit-Remaining still there" 2 "$(rsp_hdr RateLimit-Remaining)"
 t_done

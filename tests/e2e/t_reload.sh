@@ -9,7 +9,8 @@ jwt_setup
 start_redis
 # A quota the traffic below cannot exhaust, so every answer should be 201;
 # a 429 would still be a decision and is accepted.
-start_agent "policy transfer 100000/1m
+start_agent "$E2E_REDIS_TIMEOUT
+policy transfer 100000/1m
 policy reads    100/1m  on-redis-error=allow"
 start_backend
 start_haproxy A

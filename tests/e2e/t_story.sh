@@ -8,7 +8,8 @@
 t_setup
 jwt_setup
 start_redis
-start_agent "$(edge_policies)"
+start_agent "$E2E_REDIS_TIMEOUT
+$(edge_policies)"
 start_backend
 start_haproxy A
 start_haproxy B
@@ -37,9 +38,6 @@ for i in 1 2 3 4 5 6; do
 	fi
 done
 eq "6 transfers alternating A/B" " 201 201 201 429 429 429" "$statuses"
-
-# A refusal does not count: only the 3 admitted transfers are in the window.
-eq "denied requests were not recorded" 3 "$(rcli zcard transfer:limit:v1:ACC-1001)"
 
 # Wait as long as the edge told the client to wait (the window is 1s); the
 # loop tolerates a slow machine instead of asserting on timing.
