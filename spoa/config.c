@@ -48,6 +48,7 @@ enum config_dir {
 	CONFIG_DIR_HELLO_TIMEOUT,
 	CONFIG_DIR_FRAME_TIMEOUT,
 	CONFIG_DIR_ALLOW_REMOTE_LISTEN,
+	CONFIG_DIR_DENY_CACHE,
 	CONFIG_DIR_POLICY,             /* repeatable from here on */
 	CONFIG_DIR_OVERRIDE,
 	CONFIG_DIR_COUNT
@@ -700,6 +701,15 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 		else
 			c->frame_timeout_ms = u;
 		return 0;
+	case CONFIG_DIR_DENY_CACHE:
+		if (word_is(v, "on"))
+			c->deny_cache = true;
+		else if (word_is(v, "off"))
+			c->deny_cache = false;
+		else
+			return parse_fail(x, "deny-cache must be on or off; got '%.*s'",
+			                  word_plen(v), v.p);
+		return 0;
 	case CONFIG_DIR_LOG_LEVEL:
 		for (i = 0; i < CONFIG_LOG_COUNT; i++) {
 			if (word_is(v, log_level_names[i])) {
@@ -730,6 +740,7 @@ static const struct {
 	{ "hello-timeout",       CONFIG_DIR_HELLO_TIMEOUT },
 	{ "frame-timeout",       CONFIG_DIR_FRAME_TIMEOUT },
 	{ "allow-remote-listen", CONFIG_DIR_ALLOW_REMOTE_LISTEN },
+	{ "deny-cache",          CONFIG_DIR_DENY_CACHE },
 	{ "policy",              CONFIG_DIR_POLICY },
 	{ "override",            CONFIG_DIR_OVERRIDE },
 };
@@ -903,6 +914,7 @@ void config_init(struct config *c)
 	c->max_inflight = 256;
 	c->hello_timeout_ms = 10000;
 	c->frame_timeout_ms = 10000;
+	c->deny_cache = true;
 }
 
 /* Whole-config checks on <c> once file and flags are merged. */

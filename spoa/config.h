@@ -18,6 +18,7 @@
  *   hello-timeout 10s             (a new connection must send HAPROXY-HELLO)
  *   frame-timeout 10s             (a started frame must arrive whole)
  *   allow-remote-listen           (permit a non-loopback listen address)
+ *   deny-cache    on|off          (answer known denials locally until retry_after)
  * Durations: <n>ms|s|m|h. Windows: <n>ms|s|m|h with an implicit 1 ("1s" or "s").
  */
 #ifndef SPOA_CONFIG_H
@@ -55,6 +56,7 @@ struct config {
 	uint64_t hello_timeout_ms;             /* HAPROXY-HELLO deadline */
 	uint64_t frame_timeout_ms;             /* a partial frame's deadline */
 	bool allow_remote_listen;
+	bool deny_cache;                       /* local deny cache, default on */
 	size_t npolicies;
 	struct window_policy policies[CONFIG_MAX_POLICIES];
 };

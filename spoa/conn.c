@@ -72,6 +72,7 @@ static void conn_on_read(struct ev_loop *loop, ev_io *w, int revents);
 static void conn_on_write(struct ev_loop *loop, ev_io *w, int revents);
 static void conn_on_timer(struct ev_loop *loop, ev_timer *w, int revents);
 static void conn_close(struct conn *c, const char *why);
+static int conn_read_some(struct conn *c);
 
 const char *conn_state_str(enum conn_state s)
 {
@@ -611,26 +612,25 @@ static int conn_in_make_room(struct conn *c)
 	return 0;
 }
 
-static void conn_on_read(struct ev_loop *loop, ev_io *w, int revents)
+/* Read what the socket holds and process it. Returns 0, or -1 when the
+ * conn was closed (do not touch it). */
+static int conn_read_some(struct conn *c)
 {
-	struct conn *c = w->data;
 	ssize_t n;
 
-	(void)loop;
-	(void)revents;
 	if (conn_in_make_room(c) == -1)
 		goto out;
 	n = read(c->fd, c->in + c->in_len, c->in_cap - c->in_len);
 	if (n == 0) {
 		/* HAProxy 3.1+ may close (or RST) instead of DISCONNECT: normal */
 		conn_close(c, "peer closed");
-		return;
+		return -1;
 	}
 	if (n == -1) {
 		if (errno == EAGAIN || errno == EINTR)
-			return;
+			return 0;
 		conn_close(c, errno == ECONNRESET ? "peer reset" : "read error");
-		return;
+		return -1;
 	}
 	c->in_len += (size_t)n;
 	/* a complete length prefix may now announce a bigger frame */
@@ -638,8 +638,18 @@ static void conn_on_read(struct ev_loop *loop, ev_io *w, int revents)
 		goto out;
 	conn_process(c);
 out:
-	if (c->state == CONN_ST_CLOSING && c->out_len == c->out_off && !(c->flags & CONN_F_IN_FLUSH))
+	if (c->state == CONN_ST_CLOSING && c->out_len == c->out_off && !(c->flags & CONN_F_IN_FLUSH)) {
 		conn_close(c, "closing");
+		return -1;
+	}
+	return 0;
+}
+
+static void conn_on_read(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	conn_read_some(w->data);
 }
 
 /* Write what is queued. Returns 0, or -1 when the conn was closed. */
@@ -793,9 +803,15 @@ void conn_env_drain(struct conn_env *env)
 	env->draining = true;
 	for (c = env->conns; c; c = next) {
 		next = c->next;
-		if (c->state == CONN_ST_HELLO)
+		if (c->state == CONN_ST_HELLO) {
 			conn_close(c, "draining");
-		else if (c->state == CONN_ST_READY && c->inflight == 0)
+			continue;
+		}
+		/* a NOTIFY HAProxy already sent is in flight for HAProxy: take it in
+		 * before calling the connection idle */
+		if (c->state == CONN_ST_READY && conn_read_some(c) == -1)
+			continue;
+		if (c->state == CONN_ST_READY && c->inflight == 0)
 			conn_send_disconnect(c, SPOP_ST_NORMAL, "agent is shutting down");
 	}
 	if (env->nconns == 0 && env->on_idle)

@@ -246,6 +246,7 @@ static void worker_apply_config(struct worker *w, struct cfg_gen *g)
 	worker_fill_settings(w, &g->cfg, &s);
 	if (limiter_reconfigure(w->limiter, &s, err, sizeof(err)) == -1)
 		log_error("reload_failed", "worker=%u reason=\"%s\"", w->id, err);
+	limiter_set_deny_cache(w->limiter, g->cfg.deny_cache);
 	worker_remap_metrics(w, w->env.cfg->cfg, &g->cfg);
 	if (--w->env.cfg->refs == 0)
 		w->env.cfg->release(w->env.cfg);
@@ -351,6 +352,7 @@ struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
 	w->limiter = limiter_new(w->loop, &s, err, errlen);
 	if (!w->limiter)
 		goto fail;
+	limiter_set_deny_cache(w->limiter, g->cfg.deny_cache);
 	w->env.loop = w->loop;
 	w->env.cfg = &wc->ref;
 	w->env.ops.check = worker_ops_check;

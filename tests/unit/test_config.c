@@ -39,6 +39,7 @@ static void test_defaults(void **state)
 	assert_int_equal(c.hello_timeout_ms, 10000);
 	assert_int_equal(c.frame_timeout_ms, 10000);
 	assert_false(c.allow_remote_listen);
+	assert_true(c.deny_cache);
 	assert_int_equal(c.npolicies, 0);
 	/* The defaults alone are not a usable config: no policy. */
 	assert_int_equal(config_validate(&c, err, sizeof(err)), -1);
@@ -315,6 +316,9 @@ static void test_parse_errors(void **state)
 		{ "log-level verbose\n",
 		  "t.conf:1: log-level must be error, warn, info or debug; got 'verbose'" },
 		{ "allow-remote-listen yes\n", "t.conf:1: allow-remote-listen takes no argument" },
+		{ "deny-cache maybe\n", "t.conf:1: deny-cache must be on or off; got 'maybe'" },
+		{ "deny-cache off\ndeny-cache on\n",
+		  "t.conf:2: duplicate directive 'deny-cache' (first at line 1)" },
 		{ "policy\n", "t.conf:1: policy: expected 'policy <name> <limit>/<window> [options]'" },
 		{ "policy transfer\n",
 		  "t.conf:1: policy: expected 'policy <name> <limit>/<window> [options]'" },
@@ -554,6 +558,19 @@ static void test_many_overrides(void **state)
 	config_release(&c);
 }
 
+static void test_deny_cache_switch(void **state)
+{
+	static const char text[] = "deny-cache off\npolicy transfer 3/1s\n";
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+
+	(void)state;
+	config_init(&c);
+	assert_int_equal(config_parse(&c, "t.conf", text, sizeof(text) - 1, err, sizeof(err)), 0);
+	assert_false(c.deny_cache);
+	config_release(&c);
+}
+
 static void test_copy(void **state)
 {
 	struct config c, d;
@@ -590,6 +607,7 @@ int main(void)
 		cmocka_unit_test(test_layered),
 		cmocka_unit_test(test_many_overrides),
 		cmocka_unit_test(test_copy),
+		cmocka_unit_test(test_deny_cache_switch),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
