@@ -57,7 +57,9 @@ spawn() {
 # (a recycled PID fails at least one of the two).
 ours() {
 	local pid=$1 bin=$2 sid argv
-	sid=$(ps -o sid= -p "$pid" 2>/dev/null | tr -d ' ') || return 1
+	# Field 6 of /proc/PID/stat is the session id; the command name before
+	# it is in parentheses and may hold spaces, so cut after the last ')'.
+	sid=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f4) || return 1
 	[ "$sid" = "$pid" ] || return 1
 	argv=$(tr '\0' '\n' 2>/dev/null < "/proc/$pid/cmdline" | head -2 | xargs -n1 basename 2>/dev/null)
 	grep -qxF "$bin" <<<"$argv"
