@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Build and run the libFuzzer harnesses in tests/fuzz/ (clang, ASan + UBSan).
+#
+#   tools/fuzz.sh [SECONDS] [HARNESS...]     default 60 s each, all harnesses
+#
+# Each harness fuzzes a working corpus in $FUZZ_OUT/corpus/<name>, seeded
+# from tests/fuzz/corpus/<name>; crashes land in $FUZZ_OUT/artifacts/ and
+# make the script fail. The last line of each run (cov, ft, exec/s) is
+# summarised at the end.
+#
+# Knobs (environment):
+#   FUZZ_OUT=build/fuzz   where binaries, logs, corpora and artifacts go
+#   FUZZ_PARALLEL=1       run the harnesses at the same time (one process
+#                         each; the default runs them one after the other)
+#   FUZZ_MERGE=1          afterwards, minimise the working corpus together
+#                         with tests/fuzz/corpus/<name> back into the latter
+#   FUZZ_REPLAY=1         no fuzzing: run every committed seed once (a fast
+#                         regression pass, what CI can afford)
+#   CLANG=clang           the compiler (Debian's clang 14 has libFuzzer)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+secs=${1:-60}
+shift || true
+all=(fuzz_spop fuzz_conn fuzz_config)
+names=("${@:-${all[@]}}")
+out=${FUZZ_OUT:-build/fuzz}
+clang=${CLANG:-clang}
+mkdir -p "$out/corpus" "$out/artifacts"
+
+# Modules each harness links (spoa/<module>.c) and extra libraries.
+modules() {
+	case $1 in
+	fuzz_spop)   echo "spop" ;;
+	fuzz_conn)   echo "conn spop window config log metrics" ;;
+	fuzz_config) echo "config window" ;;
+	*) echo "unknown harness: $1" >&2; return 1 ;;
+	esac
+}
+
+build() {
+	local name=$1 srcs=() m
+	for m in $(modules "$name"); do srcs+=("spoa/$m.c"); done
+	"$clang" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
+		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+		-Wall -Wextra -Werror -Wno-unused-parameter -pthread -Ispoa \
+		-DSPOA_VERSION='"fuzz"' \
+		"tests/fuzz/$name.c" "${srcs[@]}" -o "$out/$name" -lev -lhiredis -lm
+}
+
+# run NAME: fuzz for $secs seconds; prints the summary line to $out/NAME.summary
+run() {
+	local name=$1 seeds=tests/fuzz/corpus/$1 work=$out/corpus/$1 dict=() rc=0
+	mkdir -p "$work"
+	[ -f "tests/fuzz/$name.dict" ] && dict=(-dict="tests/fuzz/$name.dict")
+	if [ "${FUZZ_REPLAY:-0}" = 1 ]; then
+		"$out/$name" -runs=0 "${dict[@]}" "$seeds" >"$out/$name.log" 2>&1 || rc=$?
+	else
+		ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+		"$out/$name" -max_total_time="$secs" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+			-artifact_prefix="$out/artifacts/$name-" "${dict[@]}" \
+			"$work" "$seeds" >"$out/$name.log" 2>&1 || rc=$?
+	fi
+	{
+		printf '%-12s rc=%d ' "$name" "$rc"
+		grep -E '^#[0-9]+' "$out/$name.log" | tail -n 1 | sed 's/^#\([0-9]*\)[[:space:]]*\([A-Z]*\)/runs=\1 \2/'
+		grep -E 'stat::average_exec_per_sec' "$out/$name.log" | sed 's/stat::average_exec_per_sec:[[:space:]]*/  avg exec\/s=/'
+	} | tr -s ' \n' ' ' > "$out/$name.summary"
+	echo >> "$out/$name.summary"
+	return "$rc"
+}
+
+merge() {
+	local name=$1 seeds=tests/fuzz/corpus/$1 new=$out/merge-$1
+	rm -rf "$new"; mkdir -p "$new"
+	"$out/$name" -merge=1 "$new" "$seeds" "$out/corpus/$name" >"$out/$name.merge.log" 2>&1
+	rm -rf "$seeds"; mv "$new" "$seeds"
+	echo "merged $name: $(ls "$seeds" | wc -l) files in $seeds"
+}
+
+for n in "${names[@]}"; do
+	echo "== build $n"
+	build "$n"
+done
+
+status=0
+pids=()
+for n in "${names[@]}"; do
+	echo "== fuzz $n (${secs}s)"
+	if [ "${FUZZ_PARALLEL:-0}" = 1 ]; then
+		run "$n" & pids+=($!)
+	else
+		run "$n" || status=1
+	fi
+done
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+
+for n in "${names[@]}"; do
+	cat "$out/$n.summary"
+	if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error|SUMMARY:' "$out/$n.log"; then
+		echo "   crash: see $out/$n.log and $out/artifacts/"
+		status=1
+	fi
+done
+if [ "${FUZZ_MERGE:-0}" = 1 ] && [ $status -eq 0 ]; then
+	for n in "${names[@]}"; do merge "$n"; done
+fi
+exit $status
