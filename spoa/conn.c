@@ -21,12 +21,15 @@
 #define CONN_PRE_HELLO_MAX 16380u          /* HAProxy's default, before negotiation */
 #define CONN_ACK_ROOM     512u             /* an ACK with every variable fits */
 #define CONN_REQ_POOL_MAX 4096u            /* recycled requests kept per worker */
+#define CONN_OUT_HIGH     (256u * 1024u)   /* unsent bytes that pause reading */
+#define CONN_OUT_LOW      (64u * 1024u)    /* ... and that resume it */
 
 enum conn_flag {
 	CONN_F_HEALTHCHECK = 1u << 0,   /* close after AGENT-HELLO */
 	CONN_F_PIPELINING  = 1u << 1,
 	CONN_F_IN_FLUSH    = 1u << 2,   /* on env->flush_head list */
 	CONN_F_DISCO_SENT  = 1u << 3,
+	CONN_F_RD_PAUSED   = 1u << 4,   /* peer not reading: input paused */
 };
 
 struct conn {
@@ -652,6 +655,30 @@ static void conn_on_read(struct ev_loop *loop, ev_io *w, int revents)
 	conn_read_some(w->data);
 }
 
+/*
+ * Backpressure on <c>: a peer that sends NOTIFYs but does not read its ACKs
+ * would make the output buffer grow without bound, so reading stops while
+ * more than CONN_OUT_HIGH bytes wait to be sent and resumes below
+ * CONN_OUT_LOW. What is already buffered or in flight still completes, so
+ * the output stays under CONN_OUT_HIGH plus one read's worth of ACKs plus
+ * max-inflight ACKs.
+ */
+static void conn_out_backpressure(struct conn *c)
+{
+	size_t pending = c->out_len - c->out_off;
+
+	if (!(c->flags & CONN_F_RD_PAUSED) && pending >= CONN_OUT_HIGH) {
+		c->flags |= CONN_F_RD_PAUSED;
+		ev_io_stop(c->env->loop, &c->rd);
+		log_debug("conn_paused", "conn=%llu unsent=%zu", (unsigned long long)c->id, pending);
+	} else if ((c->flags & CONN_F_RD_PAUSED) && pending < CONN_OUT_LOW) {
+		c->flags &= ~(unsigned)CONN_F_RD_PAUSED;
+		/* a closing conn stopped reading for good */
+		if (c->state != CONN_ST_CLOSING)
+			ev_io_start(c->env->loop, &c->rd);
+	}
+}
+
 /* Write what is queued. Returns 0, or -1 when the conn was closed. */
 static int conn_flush(struct conn *c)
 {
@@ -664,6 +691,7 @@ static int conn_flush(struct conn *c)
 				continue;
 			if (errno == EAGAIN) {
 				ev_io_start(c->env->loop, &c->wr);
+				conn_out_backpressure(c);
 				return 0;
 			}
 			conn_close(c, "write error");
@@ -673,6 +701,7 @@ static int conn_flush(struct conn *c)
 	}
 	c->out_off = c->out_len = 0;
 	ev_io_stop(c->env->loop, &c->wr);
+	conn_out_backpressure(c);
 	if (c->out_cap > CONN_SHRINK_ABOVE) {
 		free(c->out);
 		c->out = NULL;
