@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,38 @@ static int main_load_config(struct main_state *m, struct config *c, char *err, s
 	return config_validate(c, err, errlen);
 }
 
+/*
+ * Tell systemd <state> ("READY=1", ...) for a Type=notify unit: one
+ * datagram to $NOTIFY_SOCKET (a path, or '@' for the abstract namespace).
+ * Nothing happens without it, and a failure is not an error: the protocol
+ * is small enough not to need libsystemd.
+ */
+static void main_sd_notify(const char *state)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sun;
+	size_t len;
+	int fd;
+
+	if (!path || (path[0] != '/' && path[0] != '@'))
+		return;
+	len = strlen(path);
+	if (len >= sizeof(sun.sun_path))
+		return;
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	memcpy(sun.sun_path, path, len);
+	if (sun.sun_path[0] == '@')
+		sun.sun_path[0] = '\0';
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd == -1)
+		return;
+	if (sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sun,
+	           (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) == -1)
+		log_debug("sd_notify_failed", "state=%s reason=\"%s\"", state, strerror(errno));
+	close(fd);
+}
+
 /* ------------------------------------------------------------ listener */
 
 static unsigned main_open_conns(const struct main_state *m)
@@ -183,6 +216,7 @@ static void main_on_term(struct ev_loop *loop, ev_signal *s, int revents)
 		return;
 	m->stopping = true;
 	log_info("draining", "signal=%d workers=%u", s->signum, m->nworkers);
+	main_sd_notify("STOPPING=1");
 	ev_io_stop(loop, &m->accept_w);
 	ev_timer_stop(loop, &m->accept_pause);
 	close(m->listen_fd);
@@ -300,10 +334,12 @@ static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
 	(void)loop;
 	(void)revents;
 	log_info("reloading", "file=%s", m->cfg_path ? m->cfg_path : "-");
+	main_sd_notify("RELOADING=1");
 	if (main_load_config(m, &next, err, sizeof(err)) == -1) {
 		metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_FAILURE], 1);
 		log_error("reload_rejected", "error=\"%s\" action=\"keeping the running configuration\"", err);
 		config_release(&next);
+		main_sd_notify("READY=1");
 		return;
 	}
 	if (strcmp(next.listen, m->cfg.listen) != 0 || next.threads != m->cfg.threads)
@@ -317,6 +353,7 @@ static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
 		metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_FAILURE], 1);
 		log_error("reload_rejected", "error=\"out of memory\"");
 		config_release(&next);
+		main_sd_notify("READY=1");
 		return;
 	}
 	/* the workers never read the metrics address: <g> may keep the asked one */
@@ -332,6 +369,7 @@ static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
 	         m->cfg_path ? m->cfg_path : "-", m->cfg.npolicies,
 	         config_log_level_str(log_get_level()),
 	         m->cfg.metrics[0] ? m->cfg.metrics : "off");
+	main_sd_notify("READY=1");
 }
 
 static void main_print_version(void)
@@ -396,6 +434,16 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	m.loop = ev_default_loop(EVFLAG_AUTO);
+	/* Handlers first: a SIGHUP sent as soon as the port answers (or right
+	 * after `systemctl start`) must not kill the agent with the default
+	 * action. Signals wait for ev_run(), when everything below exists. */
+	ev_signal_init(&m.sig_term, main_on_term, SIGTERM);
+	ev_signal_init(&m.sig_int, main_on_term, SIGINT);
+	ev_signal_init(&m.sig_hup, main_on_hup, SIGHUP);
+	m.sig_term.data = m.sig_int.data = m.sig_hup.data = &m;
+	ev_signal_start(m.loop, &m.sig_term);
+	ev_signal_start(m.loop, &m.sig_int);
+	ev_signal_start(m.loop, &m.sig_hup);
 	m.listen_fd = net_listen(m.cfg.listen, m.unix_path, sizeof(m.unix_path), err, sizeof(err));
 	if (m.listen_fd == -1) {
 		log_error("startup_failed", "error=\"%s\"", err);
@@ -426,16 +474,10 @@ int main(int argc, char **argv)
 	ev_io_start(m.loop, &m.accept_w);
 	ev_timer_init(&m.accept_pause, main_on_accept_resume, 0.1, 0.0);
 	m.accept_pause.data = &m;
-	ev_signal_init(&m.sig_term, main_on_term, SIGTERM);
-	ev_signal_init(&m.sig_int, main_on_term, SIGINT);
-	ev_signal_init(&m.sig_hup, main_on_hup, SIGHUP);
-	m.sig_term.data = m.sig_int.data = m.sig_hup.data = &m;
-	ev_signal_start(m.loop, &m.sig_term);
-	ev_signal_start(m.loop, &m.sig_int);
-	ev_signal_start(m.loop, &m.sig_hup);
 	log_info("started", "version=%s listen=%s threads=%u policies=%zu metrics=%s",
 	         SPOA_VERSION, m.cfg.listen, m.nworkers, m.cfg.npolicies,
 	         m.cfg.metrics[0] ? m.cfg.metrics : "off");
+	main_sd_notify("READY=1");
 
 	ev_run(m.loop, 0);
 

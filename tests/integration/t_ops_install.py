@@ -9,13 +9,15 @@ directives."""
 import os
 import re
 import shutil
+import signal
+import socket
 import stat
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import AGENT, ROOT, Harness  # noqa: E402
+from harness import AGENT, ROOT, Harness, free_port  # noqa: E402
 import ops_util as u  # noqa: E402
 
 BENCH = os.environ.get("BENCH", os.path.join(ROOT, "spoa", "spoa-bench"))
@@ -107,6 +109,8 @@ h.check("unit: ExecReload checks, then sends SIGHUP",
         keys.get("ExecReload"))
 h.check("unit: the config path", "CONFIG=/etc/ratelimit-spoa/ratelimit-spoa.conf" in keys.get("Environment", []))
 h.check("unit: documented", "man:ratelimit-spoa(8)" in keys.get("Documentation", []))
+h.eq("unit: Type=notify (the agent says READY=1 once it listens)", (["notify"], ["main"]),
+     (keys.get("Type"), keys.get("NotifyAccess")))
 
 if shutil.which("systemd-analyze"):
     # verify checks that the Exec binaries exist and the man page resolves:
@@ -175,6 +179,46 @@ with open(os.path.join(ROOT, "docs", "configuration.md")) as f:
 h.eq("... and docs/configuration.md's table too", sorted(help_dirs), sorted(table))
 for sig in ("SIGHUP", "SIGTERM"):
     h.check("--help and the man page both explain %s" % sig, sig in helptext and sig in man_text)
+
+# -- the sd_notify protocol the unit relies on ----------------------------------------------------
+def notify_run(addr, bind_to):
+    """Start the agent with NOTIFY_SOCKET=<addr>; collect its datagrams over
+    start, SIGHUP (good, then bad file) and SIGTERM."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(bind_to)
+    s.settimeout(15)
+    port = free_port()
+    cfg = os.path.join(h.tmp, "notify.conf")
+    with open(cfg, "w") as f:
+        f.write("listen 127.0.0.1:%d\nredis redis://127.0.0.1:1/0\npolicy transfer 3/1s\n" % port)
+    log = open(os.path.join(h.tmp, "notify.log"), "ab")
+    p = subprocess.Popen([AGENT, "-f", cfg], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                         env=dict(os.environ, NOTIFY_SOCKET=addr))
+    h.procs.append(p)
+    got = []
+    try:
+        got.append(s.recv(256).decode())
+        p.send_signal(signal.SIGHUP)
+        got += [s.recv(256).decode(), s.recv(256).decode()]
+        with open(cfg, "a") as f:
+            f.write("policy oops 1/1x\n")
+        p.send_signal(signal.SIGHUP)
+        got += [s.recv(256).decode(), s.recv(256).decode()]
+        p.send_signal(signal.SIGTERM)
+        got.append(s.recv(256).decode())
+    except OSError as e:
+        got.append("error: %s" % e)
+    p.wait(15)
+    s.close()
+    return got
+
+
+want = ["READY=1", "RELOADING=1", "READY=1", "RELOADING=1", "READY=1", "STOPPING=1"]
+sock = os.path.join(h.tmp, "notify.sock")
+h.eq("sd_notify (path): READY, RELOADING/READY per reload (good or rejected), STOPPING", want,
+     notify_run(sock, sock))
+name = "rlspoa-notify-%d" % os.getpid()
+h.eq("sd_notify (abstract socket '@...')", want, notify_run("@" + name, "\0" + name))
 
 # -- a second install keeps an edited config ---------------------------------------------------------
 conf = L("/etc/ratelimit-spoa/ratelimit-spoa.conf")
