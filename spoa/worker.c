@@ -148,7 +148,8 @@ static void worker_on_traced(void *arg, const struct window_decision *d)
 /*
  * The connections' limiter_ops.check (<ctx> is the worker): limiter_check()
  * with its contract. At debug level each decision is wrapped in a trace so
- * it can be logged; otherwise nothing is added to the hot path.
+ * it can be logged (allocated here; freed by worker_on_traced, or here when
+ * the limiter refuses the call); otherwise nothing is added to the hot path.
  */
 static int worker_ops_check(void *ctx, const struct window_policy *p, const char *key,
                             size_t key_len, uint64_t cost, limiter_cb cb, void *arg)
