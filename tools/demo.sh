@@ -18,7 +18,7 @@ UP_DIR=${RL_DEMO_DIR:-${TMPDIR:-/tmp}/ratelimit-spoa-demo.$(id -u)}
 ACCOUNT=ACC-1001
 KEEP=0   # story: keep the temp dir (logs) when something failed
 
-if [ -t 1 ]; then B=$'\e[1m'; G=$'\e[32m'; R=$'\e[31m'; Y=$'\e[33m'; N=$'\e[0m'; else B= G= R= Y= N=; fi
+if [ -t 1 ]; then B=$'\e[1m'; G=$'\e[32m'; R=$'\e[31m'; Y=$'\e[33m'; N=$'\e[0m'; else B='' G='' R='' Y='' N=''; fi
 say()  { printf '%s\n' "$*"; }
 step() { printf '\n%s==> %s%s\n' "$B" "$*" "$N"; }
 die()  { KEEP=1; printf '%sdemo: %s%s\n' "$R" "$*" "$N" >&2; exit 1; }
@@ -181,7 +181,7 @@ cmd_story() {
 
 	step "Waiting ${maxra}s (the Retry-After), then one more transfer"
 	sleep "$maxra"
-	local code= h=
+	local code='' h=''
 	for i in $(seq 20); do
 		inst=A; [ $((i % 2)) = 0 ] && inst=B
 		local port=$A_PORT; [ "$inst" = B ] && port=$B_PORT

@@ -57,7 +57,7 @@ cmd_keygen() {
 }
 
 cmd_mint() {
-	local alg=RS256 key= sub= have_sub=1 ttl=3600 exp= no_exp=0 nbf= tamper=0
+	local alg=RS256 key='' sub='' have_sub=1 ttl=3600 exp='' no_exp=0 nbf='' tamper=0
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--alg) alg=${2:?}; shift 2 ;;

@@ -35,7 +35,7 @@ cases=(
 for c in "${cases[@]}"; do
 	name=${c%%|*}; tok=${c#*|}
 	for route in "POST /transfers" "GET /accounts/ACC-EVIL"; do
-		req A ${route% *} "${route#* }" "$tok"
+		req A "${route% *}" "${route#* }" "$tok"
 		eq "$name, $route: 401" 401 "$RSP_STATUS"
 		eq "$name, $route: problem+json" application/problem+json "$(rsp_hdr Content-Type)"
 		check "$name, $route: WWW-Authenticate Bearer" grep -q '^Bearer ' <<<"$(rsp_hdr WWW-Authenticate)"

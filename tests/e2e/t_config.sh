@@ -40,7 +40,7 @@ check "haproxy.cfg: send-spoe-group" grep -q 'http-request send-spoe-group ratel
 check "haproxy.cfg: 503 unless allow or deny" grep -q 'acl rl_decided var(txn.rl.status) -m str allow deny' <<<"$cfg"
 check "haproxy.cfg: never keyed by the client address" test -z "$(grep -E 'set-var\(txn\.account\) +(src|req\.hdr\(x-forwarded)' <<<"$cfg")"
 for v in status limit remaining reset retry_after reason; do
-	check "haproxy.cfg references txn.rl.$v (HAProxy drops unknown vars)" grep -q "var(txn\.rl\.$v[,)]" <<<"$cfg"
+	check "haproxy.cfg references txn.rl.$v (HAProxy drops unknown vars)" grep -q "var(txn\.rl\.${v}[,)]" <<<"$cfg"
 done
 check "register-var-names lists the agent's variables" \
 	grep -Eq '^ *register-var-names +status limit remaining reset retry_after reason$' <<<"$spoe"

@@ -17,8 +17,8 @@ tok=$(mint_token ACC-F1)
 
 # until_status WANT NAME METHOD PATH: retry for up to ~30s until WANT.
 until_status() {
-	local want=$1 i; shift
-	for i in $(seq 120); do
+	local want=$1; shift
+	for _ in $(seq 120); do
 		req "$1" "$2" "$3" "$tok"
 		[ "$RSP_STATUS" = "$want" ] && return 0
 		sleep 0.25

@@ -28,7 +28,7 @@ url="http://127.0.0.1:$HAP_PORT_A/transfers"
 loop_pid=$!
 
 # Let some traffic through, reload, let more through (counted, not timed).
-wait_lines() { local n=$1 i; for i in $(seq 400); do [ "$(wc -l < "$T/loop.out")" -ge "$n" ] && return 0; sleep 0.05; done; return 1; }
+wait_lines() { local n=$1; for _ in $(seq 400); do [ "$(wc -l < "$T/loop.out")" -ge "$n" ] && return 0; sleep 0.05; done; return 1; }
 wait_lines 20
 old_pid=$HAP_PID_A
 reload_haproxy A
