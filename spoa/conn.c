@@ -571,9 +571,14 @@ static void conn_process(struct conn *c)
 		c->in = NULL;
 		c->in_cap = 0;
 	}
-	/* a partial frame must complete in time; a quiet line may stay open */
-	if (c->state == CONN_ST_READY) {
-		if (c->in_len && !ev_is_active(&c->timer)) {
+	/* a partial frame must complete in time; a quiet line may stay open;
+	 * while reading is paused the stall is ours, not the peer's. The
+	 * deadline runs from the first byte of the frame now at the head: a
+	 * busy peer whose reads keep ending mid-frame is making progress, so
+	 * a completed frame restarts it */
+	if (c->state == CONN_ST_READY && !(c->flags & CONN_F_RD_PAUSED)) {
+		if (c->in_len && (off || !ev_is_active(&c->timer))) {
+			ev_timer_stop(c->env->loop, &c->timer);
 			ev_timer_set(&c->timer, c->env->frame_timeout, 0.0);
 			ev_timer_start(c->env->loop, &c->timer);
 		} else if (!c->in_len && ev_is_active(&c->timer)) {
@@ -661,7 +666,8 @@ static void conn_on_read(struct ev_loop *loop, ev_io *w, int revents)
  * more than CONN_OUT_HIGH bytes wait to be sent and resumes below
  * CONN_OUT_LOW. What is already buffered or in flight still completes, so
  * the output stays under CONN_OUT_HIGH plus one read's worth of ACKs plus
- * max-inflight ACKs.
+ * max-inflight ACKs. The frame deadline is off while paused: a frame we
+ * stopped reading is not the peer's stall.
  */
 static void conn_out_backpressure(struct conn *c)
 {
@@ -670,12 +676,20 @@ static void conn_out_backpressure(struct conn *c)
 	if (!(c->flags & CONN_F_RD_PAUSED) && pending >= CONN_OUT_HIGH) {
 		c->flags |= CONN_F_RD_PAUSED;
 		ev_io_stop(c->env->loop, &c->rd);
+		/* a frame left half-read now waits on us: no frame deadline */
+		if (c->state == CONN_ST_READY)
+			ev_timer_stop(c->env->loop, &c->timer);
 		log_debug("conn_paused", "conn=%llu unsent=%zu", (unsigned long long)c->id, pending);
 	} else if ((c->flags & CONN_F_RD_PAUSED) && pending < CONN_OUT_LOW) {
 		c->flags &= ~(unsigned)CONN_F_RD_PAUSED;
 		/* a closing conn stopped reading for good */
-		if (c->state != CONN_ST_CLOSING)
-			ev_io_start(c->env->loop, &c->rd);
+		if (c->state != CONN_ST_READY)
+			return;
+		ev_io_start(c->env->loop, &c->rd);
+		if (c->in_len && !ev_is_active(&c->timer)) {
+			ev_timer_set(&c->timer, c->env->frame_timeout, 0.0);
+			ev_timer_start(c->env->loop, &c->timer);
+		}
 	}
 }
 

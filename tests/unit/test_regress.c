@@ -9,7 +9,9 @@
  *    the same way: a cheap pass over a few hundred interesting inputs.
  * 3. Bugs found by the end-to-end limit tests, pinned at unit level:
  *    a peer that sends NOTIFYs but never reads its ACKs must be pushed back
- *    (the agent stops reading) instead of growing the output buffer.
+ *    (the agent stops reading) instead of growing the output buffer; a busy
+ *    peer whose every read ends mid-frame is making progress and must not
+ *    hit the frame deadline (it used to run from the first partial frame).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -170,6 +172,93 @@ static size_t regress_notify(unsigned char *dst, uint64_t sid)
 	return (size_t)n;
 }
 
+static const unsigned char regress_hello[] = {
+	0, 0, 0, 0x4b, SPOP_FRAME_HAPROXY_HELLO, 0, 0, 0, 1, 0, 0,
+	18, 's', 'u', 'p', 'p', 'o', 'r', 't', 'e', 'd', '-', 'v', 'e', 'r', 's', 'i', 'o', 'n', 's',
+	SPOP_T_STR, 3, '2', '.', '0',
+	14, 'm', 'a', 'x', '-', 'f', 'r', 'a', 'm', 'e', '-', 's', 'i', 'z', 'e',
+	SPOP_T_UINT32, 0xfc, 0xf0, 0x06,
+	12, 'c', 'a', 'p', 'a', 'b', 'i', 'l', 'i', 't', 'i', 'e', 's',
+	SPOP_T_STR, 10, 'p', 'i', 'p', 'e', 'l', 'i', 'n', 'i', 'n', 'g',
+};
+
+static void test_busy_peer_keeps_its_connection(void **state)
+{
+	static const char text[] = "policy transfer 1000000/1s\n";
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct conn_env env;
+	struct conn_cfg_ref ref;
+	struct config cfg;
+	char err[256];
+	unsigned char frame[64], stream[128], rd[65536];
+	size_t flen, half, got = 0, nacks = 0, nframes = 0, k;
+	int sv[2], disco = 0;
+	ev_tstamp start;
+	ssize_t n;
+
+	(void)state;
+	assert_non_null(loop);
+	config_init(&cfg);
+	assert_int_equal(config_parse(&cfg, "t.conf", text, sizeof(text) - 1, err, sizeof(err)), 0);
+	memset(&ref, 0, sizeof(ref));
+	ref.cfg = &cfg;
+	ref.refs = 1;
+	ref.release = fuzz_release;
+	memset(&env, 0, sizeof(env));
+	env.loop = loop;
+	env.cfg = &ref;
+	env.ops.check = fuzz_check;     /* fz.mode 0: a synchronous allow */
+	env.hello_timeout = 30.0;
+	env.frame_timeout = 1.0;
+	memset(&fz, 0, sizeof(fz));
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+	assert_int_equal(conn_accept(&env, sv[1]), 0);
+	assert_int_equal(write(sv[0], regress_hello, sizeof(regress_hello)),
+	                 (ssize_t)sizeof(regress_hello));
+
+	/* Every write is the second half of a frame, then the first half of
+	 * the next one: the agent always holds a partial frame, and completes
+	 * one every 10 ms, for 2.5 times the frame deadline. Only a stall of
+	 * a whole second between two turns of this loop could fail it. */
+	flen = regress_notify(frame, 1);
+	half = flen / 2;
+	memcpy(stream, frame, flen);
+	memcpy(stream + flen, frame, flen);
+	assert_int_equal(write(sv[0], frame, half), (ssize_t)half);
+	start = ev_time();
+	while (ev_time() - start < 2.5 && env.nconns == 1) {
+		assert_int_equal(write(sv[0], stream + half, flen), (ssize_t)flen);
+		nframes++;
+		for (k = 0; k < 4; k++) {
+			ev_run(loop, EVRUN_NOWAIT);
+			conn_env_flush(&env);
+		}
+		while ((n = read(sv[0], rd + got, sizeof(rd) - got)) > 0)
+			got += (size_t)n;
+		while (got >= 4) {
+			size_t len = (size_t)rd[0] << 24 | (size_t)rd[1] << 16 | (size_t)rd[2] << 8 | rd[3];
+
+			if (got < len + 4)
+				break;
+			nacks += rd[4] == SPOP_FRAME_ACK;
+			disco += rd[4] == SPOP_FRAME_AGENT_DISCONNECT;
+			memmove(rd, rd + len + 4, got - len - 4);
+			got -= len + 4;
+		}
+		usleep(10000);
+	}
+	printf("# %zu frames over %.1f s, each write ending mid-frame; %zu ACKs\n",
+	       nframes, ev_time() - start, nacks);
+	assert_int_equal(disco, 0);
+	assert_int_equal(env.nconns, 1);
+	assert_int_equal(nacks, nframes);
+
+	conn_env_close_all(&env);
+	close(sv[0]);
+	ev_loop_destroy(loop);
+	config_release(&cfg);
+}
+
 static void test_unread_acks_push_back(void **state)
 {
 	static const char text[] = "policy transfer 1000000/1s\n";
@@ -284,6 +373,7 @@ int main(void)
 		cmocka_unit_test(test_corpus_conn),
 		cmocka_unit_test(test_corpus_config),
 		cmocka_unit_test(test_unread_acks_push_back),
+		cmocka_unit_test(test_busy_peer_keeps_its_connection),
 	};
 
 	log_set_level(CONFIG_LOG_ERROR);
