@@ -10,6 +10,7 @@
 #   make lint       cppcheck + clang-tidy on spoa/
 #   make bench      load figures into docs/benchmarks.md
 #   make fuzz       libFuzzer harnesses (FUZZ_SECONDS=60 each)
+#   make chaos      fault injection under load (Redis/agent kill -9, SIGSTOP, reload; limits)
 #   make install    PREFIX=/usr/local DESTDIR= (binary, config, systemd unit, man page,
 #                   HAProxy examples); make uninstall removes them but the config
 #   make deps       apt-get the Debian packages that are missing
@@ -71,7 +72,7 @@ DEB_PKGS := build-essential pkg-config libev-dev libhiredis-dev libcmocka-dev \
             redis-server redis-tools haproxy curl openssl python3 jq wrk \
             gnuplot-nox valgrind cppcheck clang systemd
 
-.PHONY: all test check integration e2e sanitize valgrind lint bench fuzz install \
+.PHONY: all test check integration e2e chaos sanitize valgrind lint bench fuzz install \
         uninstall demo up down deps clean help
 
 all: $(AGENT) $(BENCH)
@@ -120,6 +121,10 @@ integration: $(AGENT) $(BENCH)
 
 e2e: $(AGENT)
 	$(Q)AGENT=$(CURDIR)/$(AGENT) tests/run.sh e2e
+
+# Fault injection under load and resource limits (tests/chaos, ~2 min).
+chaos: $(AGENT) $(BENCH)
+	$(Q)AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) tests/run.sh chaos
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory all
