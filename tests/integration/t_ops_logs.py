@@ -72,7 +72,7 @@ start_redis()
 URL = "redis://user:%s@127.0.0.1:%d/0" % (SECRET, rport)
 
 # -- debug level, a password in the URL ----------------------------------------------------------
-path = start_agent("redis %s\nlog-level debug\nthreads 2\npolicy transfer 3/1s\n" % URL)
+path = start_agent("redis %s\nlog-level debug\nthreads 2\nredis-timeout 1s\npolicy transfer 3/1m\n" % URL)
 h.check("both workers connect (info)", u.wait_log(h, "level=info event=redis_connected", 2))
 c = conn()
 statuses = [c.ratelimit("ACC-LOG")["actions"]["status"] for _ in range(4)]
@@ -107,14 +107,14 @@ h.check("Redis back: redis_connected at info", u.wait_log(h, "level=info event=r
 
 # A wrong password, then a URL that does not parse, then the right one.
 conf("listen 127.0.0.1:%d\nredis redis://user:wrong%s@127.0.0.1:%d/0\nlog-level debug\nthreads 2\n"
-     "policy transfer 3/1s\n" % (h.agent_port, SECRET, rport))
+     "policy transfer 3/1m\n" % (h.agent_port, SECRET, rport))
 h.check("reload with a wrong password applied", u.hup(h, workers=2))
 h.check("the refusal is logged (warn)", u.wait_log(h, "event=redis_setup_failed", 1))
-conf("listen 127.0.0.1:%d\nredis redis://user:%s@127.0.0.1\npolicy transfer 3/1s\n" % (h.agent_port, SECRET))
+conf("listen 127.0.0.1:%d\nredis redis://user:%s@127.0.0.1\nredis-timeout 1s\npolicy transfer 3/1m\n" % (h.agent_port, SECRET))
 h.check("a URL without a port is rejected", u.hup(h, needle="event=reload_rejected"))
 line = [l for l in u.log_text(h).splitlines() if "reload_rejected" in l][-1]
 h.check("... naming file:line", ("%s:2: redis: missing port" % path) in line, line)
-conf("listen 127.0.0.1:%d\nredis %s\nlog-level debug\nthreads 2\npolicy transfer 3/1s\n" % (h.agent_port, URL))
+conf("listen 127.0.0.1:%d\nredis %s\nlog-level debug\nthreads 2\nredis-timeout 1s\npolicy transfer 3/1m\n" % (h.agent_port, URL))
 before = u.log_count(h, "level=info event=redis_connected")
 h.check("reload back to the right password", u.hup(h, workers=2))
 h.check("connected again", u.wait_log(h, "level=info event=redis_connected", before + 2, 20))
@@ -123,7 +123,7 @@ h.eq("decides again", "allow", c.ratelimit("ACC-LOG2")["actions"]["status"])
 c.close()
 
 # -c and --redis print no password either.
-bad = conf("redis redis://user:%s@127.0.0.1:99999/0\npolicy transfer 3/1s\n" % SECRET, "bad.conf")
+bad = conf("redis redis://user:%s@127.0.0.1:99999/0\nredis-timeout 1s\npolicy transfer 3/1m\n" % SECRET, "bad.conf")
 p = subprocess.run([AGENT, "-c", "-f", bad], capture_output=True, text=True)
 h.check("-c on a bad URL: exit 1, file:line, no password",
         p.returncode == 1 and (bad + ":1:") in p.stderr and SECRET not in p.stdout + p.stderr, p.stderr)
@@ -138,7 +138,7 @@ leaks = [l for l in lines if SECRET in l]
 h.eq("the password never appears in the log, at debug level", [], leaks)
 
 # -- info: no per-decision line ---------------------------------------------------------------------
-start_agent("redis %s\nlog-level info\npolicy transfer 3/1s\n" % URL, log="agent-info.log")
+start_agent("redis %s\nlog-level info\nredis-timeout 1s\npolicy transfer 3/1m\n" % URL, log="agent-info.log")
 h.check("info: redis_connected logged", u.wait_log(h, "level=info event=redis_connected"))
 c = conn()
 for _ in range(4):
@@ -151,7 +151,7 @@ h.check("info: started/redis_connected/stopped are there",
         all(any(" event=%s " % e in l + " " for l in lines) for e in ("started", "redis_connected", "stopped")))
 
 # -- warn: nothing below warn -------------------------------------------------------------------------
-start_agent("redis %s\nlog-level warn\npolicy transfer 3/1s\n" % URL, log="agent-warn.log")
+start_agent("redis %s\nlog-level warn\nredis-timeout 1s\npolicy transfer 3/1m\n" % URL, log="agent-warn.log")
 c = conn()
 for _ in range(4):
     c.ratelimit("ACC-WARN")
@@ -166,7 +166,7 @@ h.eq("warn: only warn and error lines", [], [l for l in lines if not re.search(r
 h.check("warn: the protocol error is there", any("event=spop_error" in l for l in lines))
 
 # -- -d survives a reload to a file that says info ------------------------------------------------
-start_agent("redis %s\nlog-level info\npolicy transfer 3/1s\n" % URL, args=["-d"], log="agent-d.log")
+start_agent("redis %s\nlog-level info\nredis-timeout 1s\npolicy transfer 3/1m\n" % URL, args=["-d"], log="agent-d.log")
 h.check("reload with -d", u.hup(h, workers=1))
 c = conn()
 c.ratelimit("ACC-D")

@@ -17,8 +17,11 @@ from harness import Harness, free_port  # noqa: E402
 import ops_util as u  # noqa: E402
 import spop  # noqa: E402
 
+# A generous redis-timeout: a loaded machine must not turn a slow call
+# into an error answer (the timeout path is t_ops_metrics' business).
 CONF = """
 threads 2
+redis-timeout 1s
 policy transfer 3/1s
 policy wire 3/1m
 policy next 2/1m shadow
