@@ -73,6 +73,7 @@ unsigned cluster_key_slot(const char *key, size_t len)
 /* The slot map                                                               */
 /* ------------------------------------------------------------------------ */
 
+/* Empty <m>: no node, every slot unserved. */
 void cluster_map_init(struct cluster_map *m)
 {
 	m->nnodes = 0;
@@ -80,6 +81,7 @@ void cluster_map_init(struct cluster_map *m)
 	memset(m->slot_node, CLUSTER_NO_NODE, sizeof(m->slot_node));
 }
 
+/* Index of <host>:<port> among <m>'s nodes, or -1. */
 int cluster_map_find(const struct cluster_map *m, const char *host, int port)
 {
 	unsigned i;
@@ -90,6 +92,7 @@ int cluster_map_find(const struct cluster_map *m, const char *host, int port)
 	return -1;
 }
 
+/* Index of <host>:<port> in <m>, a copy appended when new; -1 when refused. */
 int cluster_map_add(struct cluster_map *m, const char *host, int port)
 {
 	size_t len = strlen(host);
@@ -105,6 +108,7 @@ int cluster_map_add(struct cluster_map *m, const char *host, int port)
 	return (int)m->nnodes++;
 }
 
+/* Route <slot> of <m> to node <idx>, counting newly served slots. */
 int cluster_map_set_slot(struct cluster_map *m, unsigned slot, unsigned idx)
 {
 	if (slot >= CLUSTER_SLOTS || idx >= m->nnodes)
@@ -115,6 +119,7 @@ int cluster_map_set_slot(struct cluster_map *m, unsigned slot, unsigned idx)
 	return 0;
 }
 
+/* Node of <slot> in <m>, borrowed from <m>, or NULL. */
 const struct cluster_addr *cluster_map_node_for(const struct cluster_map *m, unsigned slot)
 {
 	unsigned idx;
@@ -167,6 +172,8 @@ static int slots_node_host(const redisReply *n, const char *from_host, char *dst
 	return 0;
 }
 
+/* <m> from CLUSTER SLOTS reply <r> (borrowed) asked of <from_host>; see
+ * cluster.h. Everything is checked before it is read. */
 int cluster_map_from_slots(struct cluster_map *m, const struct redisReply *r,
                            const char *from_host, char *err, size_t errlen)
 {
@@ -222,6 +229,7 @@ fail:
 	return -1;
 }
 
+/* Do <a> and <b> name the same nodes, in order, and route alike? */
 bool cluster_map_equal(const struct cluster_map *a, const struct cluster_map *b)
 {
 	unsigned i;
@@ -247,6 +255,7 @@ static bool starts_with_word(const char *s, size_t len, const char *w)
 	return len >= n && memcmp(s, w, n) == 0 && (len == n || s[n] == ' ');
 }
 
+/* Kind of the error text <s>/<len>; OTHER for anything not cluster's. */
 enum cluster_reply_kind cluster_classify_error(const char *s, size_t len)
 {
 	if (!s)
@@ -286,6 +295,8 @@ static int parse_small_uint(const char *s, size_t len, unsigned max, unsigned *o
 	return 0;
 }
 
+/* MOVED/ASK text <s>/<len> into <out> (<from_host> stands in for an empty
+ * host). Returns 0 or -1; see cluster.h. */
 int cluster_parse_redirect(const char *s, size_t len, const char *from_host,
                            struct cluster_redirect *out)
 {

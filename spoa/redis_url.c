@@ -198,6 +198,8 @@ static void url_format_addr(struct redis_url *u)
 		snprintf(u->addr + n, sizeof(u->addr) - n, "/%d", u->db);
 }
 
+/* Parse <s> into <u>, which then holds copies of the URL's secrets (wipe
+ * with redis_url_wipe()). Returns 0, or -1 with <err>. */
 int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen)
 {
 	static const struct { const char *scheme; enum redis_url_mode mode; } schemes[] = {
@@ -373,6 +375,8 @@ static int url_secret_from_env(const char *var, char *dst, size_t cap, bool *has
 	return 0;
 }
 
+/* Secrets the URL of <u> lacks, from the environment (see redis_url.h),
+ * copied into <u>. Returns 0, or -1 with <err>. */
 int redis_url_load_secrets(struct redis_url *u, char *err, size_t errlen)
 {
 	const char *user;
@@ -402,6 +406,7 @@ int redis_url_load_secrets(struct redis_url *u, char *err, size_t errlen)
 	return 0;
 }
 
+/* Do <a> and <b> name the same servers, mode and credentials? */
 bool redis_url_same(const struct redis_url *a, const struct redis_url *b)
 {
 	unsigned i;
@@ -418,6 +423,7 @@ bool redis_url_same(const struct redis_url *a, const struct redis_url *b)
 	return true;
 }
 
+/* Overwrite <u>'s secrets (explicit_bzero: the compiler may not skip it). */
 void redis_url_wipe(struct redis_url *u)
 {
 	explicit_bzero(u->user, sizeof(u->user));
