@@ -54,7 +54,7 @@ else
 Q := @
 endif
 
-SPOA_MODULES := spop window config log metrics limiter conn worker http net
+SPOA_MODULES := spop window config log metrics limiter conn worker http net cluster redis_url
 AGENT_OBJS   := $(addprefix $(BUILD)/spoa/,$(addsuffix .o,$(SPOA_MODULES)))
 MAIN_OBJ     := $(BUILD)/spoa/main.o
 BENCH_OBJ    := $(BUILD)/spoa/bench.o
@@ -70,7 +70,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 
 DEB_PKGS := build-essential pkg-config libev-dev libhiredis-dev libcmocka-dev \
             redis-server redis-tools haproxy curl openssl python3 jq wrk \
-            gnuplot-nox valgrind cppcheck clang systemd
+            gnuplot-nox valgrind cppcheck clang systemd redis-sentinel
 
 .PHONY: all test check integration e2e chaos sanitize valgrind lint bench fuzz install \
         uninstall demo up down deps clean help

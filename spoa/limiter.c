@@ -12,13 +12,35 @@
  *   call answered by its deadline stays out of the pool until then, and its
  *   late reply is ignored.
  *
- * Connection: IDLE (waiting to retry) -> CONNECTING (TCP, then AUTH, SELECT
- * and SCRIPT LOAD pipelined) -> READY (SCRIPT LOAD answered with a SHA).
- * Anything else goes back to IDLE with exponential backoff and jitter. Our
- * own timer bounds CONNECTING; a READY connection on which nothing has been
- * answered for max(1 s, 10 x timeout) while calls wait (a frozen Redis) is
- * dropped, so new calls are answered "unavailable" at once instead of
- * piling up in hiredis's output buffer.
+ * Links: each connection to one Redis server is a struct limiter_link.
+ * IDLE (waiting to retry) -> CONNECTING (TCP, then AUTH, SELECT and SCRIPT
+ * LOAD pipelined) -> READY (SCRIPT LOAD answered with a SHA). Anything else
+ * goes back to IDLE with exponential backoff and jitter. Our own timer
+ * bounds CONNECTING; a READY link on which nothing has been answered for
+ * max(1 s, 10 x timeout) while calls wait (a frozen Redis) is dropped, so
+ * new calls are answered "unavailable" at once instead of piling up in
+ * hiredis's output buffer.
+ *
+ * Topologies (the `redis` URL, parsed by redis_url):
+ *   redis:// and unix://  one link.
+ *   sentinel://           one link whose address a sentinel gives
+ *                         (SENTINEL get-master-addr-by-name), checked with
+ *                         ROLE; asked again whenever the link is lost, and
+ *                         switched at once on +switch-master (a subscription
+ *                         to one sentinel). The new primary gets SCRIPT LOAD
+ *                         like any new link.
+ *   cluster://            one link per primary, from a slot map (CLUSTER
+ *                         SLOTS, see cluster.h). A call goes to the primary
+ *                         of its key's slot; MOVED patches the map and
+ *                         re-sends, ASK re-sends once after ASKING, TRYAGAIN
+ *                         waits a few ms and re-sends, all within the call's
+ *                         deadline. The map is refreshed on redirects, and
+ *                         on a timer: fast while a primary is missing, slow
+ *                         otherwise. A slot whose primary is away is
+ *                         answered "unavailable" (fail-closed) until the
+ *                         map names a reachable one.
+ * Link structs are never freed before limiter_free(): a dropped link is only
+ * retired (late hiredis callbacks compare their context to link->ac).
  *
  * Clock: every time kept here (latency, stall detection, deny cache
  * deadlines) is CLOCK_MONOTONIC, not ev_now(): libev's ev_now() follows the
@@ -43,9 +65,11 @@
 #include <hiredis/async.h>
 #include <hiredis/adapters/libev.h>
 
+#include "cluster.h"
 #include "limiter.h"
 #include "log.h"
 #include "metrics.h"
+#include "redis_url.h"
 #include "window.h"
 
 #define LIMITER_MAX_HELD        65536u  /* calls hiredis may hold at once */
@@ -56,9 +80,13 @@
 #define LIMITER_BACKOFF_MIN_MS  100
 #define LIMITER_BACKOFF_MAX_MS  2000
 #define LIMITER_STALL_MIN_MS    1000    /* floor of connect and stall limits */
-#define LIMITER_ADDR_MAX        300
-#define LIMITER_SECRET_MAX      256
 #define LIMITER_SHA_MAX         64
+#define LIMITER_LINKS_MAX       (CLUSTER_NODES_MAX + REDIS_URL_HOSTS_MAX)
+#define LIMITER_REDIRECTS_MAX   5       /* MOVED/ASK/TRYAGAIN hops per call */
+#define LIMITER_TRYAGAIN_MS     5       /* wait before re-sending a TRYAGAIN */
+#define LIMITER_TOPO_TICK_MS    250     /* cluster map check cadence */
+#define LIMITER_TOPO_MIN_MS     100     /* no two CLUSTER SLOTS closer than this */
+#define LIMITER_TOPO_IDLE_MS    5000    /* refresh at least this often */
 
 enum limiter_state {
 	LIMITER_ST_IDLE = 0,    /* not connected; the retry timer may run */
@@ -73,27 +101,39 @@ static const char *const limiter_state_names[LIMITER_ST_COUNT] = {
 	[LIMITER_ST_READY] = "ready",
 };
 
-/* A parsed Redis address. <addr> is what logs show: never the password. */
-struct limiter_url {
+/* One connection to one Redis server (the only one, a sentinel's primary,
+ * or a cluster primary). <addr> is what logs show: never a password. */
+struct limiter_link {
+	struct limiter *l;
+	enum limiter_state state;
+	redisAsyncContext *ac;          /* NULL when IDLE */
+	bool in_use;                    /* false: retired, may be reused */
 	bool is_unix;
-	char host[LIMITER_ADDR_MAX];    /* TCP host, or the unix socket path */
+	char host[REDIS_URL_HOST_MAX];  /* TCP host, or the unix socket path */
 	int port;
-	char user[LIMITER_SECRET_MAX];  /* "" = no ACL user */
-	char pass[LIMITER_SECRET_MAX];  /* "" = no AUTH */
-	bool has_pass;
-	int db;                         /* -1 = no SELECT */
-	char addr[LIMITER_ADDR_MAX + 16];
+	char addr[REDIS_URL_ADDR_MAX];
+	bool script_loading;            /* a SCRIPT LOAD is in flight */
+	ev_timer retry;                 /* IDLE: next connect attempt */
+	ev_timer connect_timer;         /* CONNECTING: give up */
+	unsigned backoff_ms;
+	bool attempted;                 /* a first connect was tried */
+	unsigned failures;              /* failed attempts since last ready */
+	unsigned held;                  /* calls hiredis holds on this link */
+	int64_t quiet_since_us;         /* last reply, or when <held> left 0 */
 };
 
 struct limiter_call {
 	struct limiter *l;
-	struct limiter_call *next;      /* pool freelist */
+	struct limiter_call *next;      /* pool freelist, or the parked list */
 	limiter_cb cb;                  /* NULL once answered */
 	void *arg;
 	ev_timer deadline;
 	int64_t sent_us;                /* monotonic, when EVALSHA was queued */
 	bool retried;                   /* already re-sent as EVAL */
+	bool asking;                    /* last sent after ASKING */
 	bool cacheable;                 /* a deny may go to the deny cache */
+	unsigned redirects;             /* MOVED/ASK/TRYAGAIN hops so far */
+	struct limiter_link *link;      /* where hiredis holds it */
 	unsigned policy_index;          /* UINT_MAX = unknown */
 	uint64_t cost;
 	/* Copies: <p> and <key> are only borrowed during limiter_check(). The
@@ -131,25 +171,50 @@ struct limiter_cache_entry {
 	char key[WINDOW_KEY_MAX];
 };
 
+/* Redis Cluster state: the slot map and the link of each of its nodes. */
+struct limiter_cluster {
+	struct cluster_map map;
+	struct cluster_map next;        /* scratch for a CLUSTER SLOTS reply */
+	struct limiter_link *route[CLUSTER_NODES_MAX];  /* map.nodes[i] -> link */
+	ev_timer topo;                  /* LIMITER_TOPO_TICK_MS, repeating */
+	redisAsyncContext *topo_ac;     /* where CLUSTER SLOTS waits, or NULL */
+	int64_t topo_last_us;           /* when the last refresh was sent */
+	bool topo_dirty;                /* a redirect or an error asked for one */
+	bool have_map;
+};
+
+/* Sentinel state: who the primary is, and the +switch-master subscription. */
+struct limiter_sentinel {
+	bool master_known;              /* the link's host/port came from a sentinel */
+	unsigned next;                  /* sentinel to ask next (round robin) */
+	redisAsyncContext *query;       /* get-master-addr-by-name in flight */
+	redisAsyncContext *sub;         /* SUBSCRIBE +switch-master */
+	unsigned sub_next;
+	unsigned sub_backoff_ms;
+	ev_timer sub_retry;
+};
+
 struct limiter {
 	struct ev_loop *loop;
-	enum limiter_state state;
-	redisAsyncContext *ac;          /* NULL when IDLE */
-	struct limiter_url url;
+	struct redis_url url;           /* secrets included: wiped on free */
 	uint64_t timeout_ms;
 	const char *script;             /* borrowed from the settings */
 	size_t script_len;
-	char sha[LIMITER_SHA_MAX];      /* "" until SCRIPT LOAD answered */
-	bool script_loading;            /* a re-load after NOSCRIPT is in flight */
+	char sha[LIMITER_SHA_MAX];      /* "" until a SCRIPT LOAD answered */
 	struct metrics *metrics;
 
-	ev_timer retry;                 /* IDLE: next connect attempt */
-	ev_timer connect_timer;         /* CONNECTING: give up */
+	/* every link ever made (retired ones included) */
+	struct limiter_link *links[LIMITER_LINKS_MAX];
+	unsigned nlinks;                /* allocated */
+	struct limiter_link *main_link;     /* the one link, unless cluster:// */
+	struct limiter_cluster *cluster;    /* cluster:// only */
+	struct limiter_sentinel *sentinel;  /* sentinel:// only */
+
 	ev_timer kick;                  /* deliver queued answers */
-	unsigned backoff_ms;
-	bool attempted;                 /* a first connect was tried */
-	unsigned failures;              /* failed attempts since last ready */
+	ev_timer park;                  /* re-send calls parked by TRYAGAIN */
+	struct limiter_call *parked;
 	bool closing;                   /* inside limiter_free() */
+	bool connected;                 /* what the metrics gauge says */
 
 	/* member prefix: random per limiter, thread id, counter */
 	uint64_t instance;
@@ -163,7 +228,6 @@ struct limiter {
 	unsigned ncalls;                /* allocated */
 	unsigned held;                  /* held by hiredis */
 	unsigned unanswered;            /* held and not answered yet */
-	int64_t quiet_since_us;         /* last reply, or when <held> left 0 */
 
 	struct limiter_answer *answers;
 	size_t nanswers, answers_cap;
@@ -182,8 +246,10 @@ struct limiter {
 	uint64_t warn_suppressed;
 };
 
-static void limiter_connect(struct limiter *l);
-static void limiter_drop(struct limiter *l, const char *why);
+static void limiter_link_connect(struct limiter_link *k);
+static void limiter_link_drop(struct limiter_link *k, const char *why);
+static void limiter_topo_refresh(struct limiter *l, const char *why);
+static void limiter_sentinel_query(struct limiter_link *k);
 
 /* Name of connection state <s>, for logs. */
 static const char *limiter_state_str(enum limiter_state s)
@@ -247,180 +313,29 @@ static void limiter_count_error(struct limiter *l, enum metrics_redis_error kind
 /* Set <l>'s connected gauge to <up>. */
 static void limiter_set_connected(struct limiter *l, bool up)
 {
+	l->connected = up;
 	if (l->metrics)
 		atomic_store_explicit(&l->metrics->redis_connected, up ? 1 : 0,
 		                      memory_order_relaxed);
 }
 
-/* ------------------------------------------------------------------ */
-/* URL parsing                                                         */
-
-/* Decode %XX escapes of <src>/<len> into <dst>/<cap> (NUL-terminated).
- * Returns 0, or -1 on a bad escape or when it does not fit. */
-static int limiter_unescape(const char *src, size_t len, char *dst, size_t cap)
+/* Recompute the redis_connected gauge: the one link is READY, or (cluster)
+ * every slot has a primary whose link is READY. */
+static void limiter_update_connected(struct limiter *l)
 {
-	size_t i, n = 0;
+	struct limiter_cluster *cl = l->cluster;
+	bool up = true;
+	unsigned i;
 
-	for (i = 0; i < len; i++) {
-		int c = (unsigned char)src[i];
-
-		if (c == '%') {
-			char hex[3];
-			char *end;
-
-			if (i + 2 >= len)
-				return -1;
-			hex[0] = src[i + 1];
-			hex[1] = src[i + 2];
-			hex[2] = '\0';
-			c = (int)strtol(hex, &end, 16);
-			if (end != hex + 2)
-				return -1;
-			i += 2;
-		}
-		if (n + 1 >= cap)
-			return -1;
-		dst[n++] = (char)c;
-	}
-	dst[n] = '\0';
-	return 0;
-}
-
-/*
- * Parse <s> into <u>: "redis://[user[:password]@]host[:port][/db]" (an IPv6
- * host in brackets, user and password %-escaped if need be, port 6379 by
- * default) or "unix:///absolute/path". Returns 0, or -1 with <err>. The
- * error text never contains the password.
- */
-static int limiter_parse_url(const char *s, struct limiter_url *u, char *err, size_t errlen)
-{
-	static const char tcp_scheme[] = "redis://";
-	static const char unix_scheme[] = "unix://";
-	const char *p, *at, *host, *host_end, *port_s = NULL, *slash;
-	size_t len;
-
-	memset(u, 0, sizeof(*u));
-	u->db = -1;
-	if (!s || !*s) {
-		snprintf(err, errlen, "empty redis address");
-		return -1;
-	}
-	if (strncmp(s, unix_scheme, sizeof(unix_scheme) - 1) == 0) {
-		p = s + sizeof(unix_scheme) - 1;
-		len = strlen(p);
-		if (len < 2 || p[0] != '/') {
-			snprintf(err, errlen, "redis unix address needs an absolute path (unix:///path)");
-			return -1;
-		}
-		if (len >= sizeof(u->host) || len >= 108) {
-			snprintf(err, errlen, "redis unix socket path too long");
-			return -1;
-		}
-		u->is_unix = true;
-		memcpy(u->host, p, len + 1);
-		snprintf(u->addr, sizeof(u->addr), "unix:%s", u->host);
-		return 0;
-	}
-	if (strncmp(s, tcp_scheme, sizeof(tcp_scheme) - 1) != 0) {
-		snprintf(err, errlen, "redis address must start with redis:// or unix://");
-		return -1;
-	}
-	p = s + sizeof(tcp_scheme) - 1;
-
-	/* The last '@' ends the user info, so a password may hold '@' or '/'. */
-	at = strrchr(p, '@');
-	if (at) {
-		const char *colon = memchr(p, ':', (size_t)(at - p));
-
-		if (!colon) {
-			snprintf(err, errlen, "redis user info must be user:password or :password");
-			return -1;
-		}
-		if (limiter_unescape(p, (size_t)(colon - p), u->user, sizeof(u->user)) == -1 ||
-		    limiter_unescape(colon + 1, (size_t)(at - colon - 1), u->pass,
-		                     sizeof(u->pass)) == -1) {
-			snprintf(err, errlen, "redis user or password: bad %%-escape or too long");
-			return -1;
-		}
-		if (!u->pass[0]) {
-			snprintf(err, errlen, "redis password is empty");
-			return -1;
-		}
-		u->has_pass = true;
-		p = at + 1;
-	}
-
-	host = p;
-	if (*p == '[') {
-		host_end = strchr(p, ']');
-		if (!host_end) {
-			snprintf(err, errlen, "redis address: missing ']'");
-			return -1;
-		}
-		host = p + 1;
-		p = host_end + 1;
+	if (!cl) {
+		up = l->main_link && l->main_link->state == LIMITER_ST_READY;
+	} else if (!cl->have_map || cl->map.covered != CLUSTER_SLOTS) {
+		up = false;
 	} else {
-		p += strcspn(p, ":/");
-		host_end = p;
+		for (i = 0; i < cl->map.nnodes && up; i++)
+			up = cl->route[i] && cl->route[i]->state == LIMITER_ST_READY;
 	}
-	len = (size_t)(host_end - host);
-	if (len == 0 || len >= sizeof(u->host)) {
-		snprintf(err, errlen, "redis address: bad host");
-		return -1;
-	}
-	memcpy(u->host, host, len);
-	u->host[len] = '\0';
-
-	u->port = 6379;
-	if (*p == ':') {
-		char *end;
-		long v;
-
-		port_s = p + 1;
-		errno = 0;
-		v = strtol(port_s, &end, 10);
-		if (end == port_s || errno || v < 1 || v > 65535 || (*end && *end != '/')) {
-			snprintf(err, errlen, "redis address: bad port");
-			return -1;
-		}
-		u->port = (int)v;
-		p = end;
-	}
-	if (*p && *p != '/') {
-		snprintf(err, errlen, "redis address: unexpected text after the host");
-		return -1;
-	}
-	slash = p;
-	if (*slash == '/' && slash[1]) {
-		char *end;
-		long v;
-
-		errno = 0;
-		v = strtol(slash + 1, &end, 10);
-		if (end == slash + 1 || *end || errno || v < 0 || v > 65535) {
-			snprintf(err, errlen, "redis address: bad database number");
-			return -1;
-		}
-		u->db = (int)v;
-	}
-	if (strchr(u->host, ':'))
-		snprintf(u->addr, sizeof(u->addr), "[%s]:%d", u->host, u->port);
-	else
-		snprintf(u->addr, sizeof(u->addr), "%s:%d", u->host, u->port);
-	if (u->db >= 0) {
-		size_t n = strlen(u->addr);
-
-		snprintf(u->addr + n, sizeof(u->addr) - n, "/%d", u->db);
-	}
-	return 0;
-}
-
-/* Same target and credentials? (a change means reconnecting) */
-static bool limiter_url_same(const struct limiter_url *a, const struct limiter_url *b)
-{
-	return a->is_unix == b->is_unix && a->port == b->port && a->db == b->db &&
-	       a->has_pass == b->has_pass && strcmp(a->host, b->host) == 0 &&
-	       strcmp(a->user, b->user) == 0 && strcmp(a->pass, b->pass) == 0;
+	limiter_set_connected(l, up);
 }
 
 /* ------------------------------------------------------------------ */
@@ -699,235 +614,369 @@ static void limiter_copy_policy_names(struct limiter *l, const struct limiter_se
 }
 
 /* ------------------------------------------------------------------ */
-/* connection                                                          */
+/* links                                                               */
 
-/* Arm the retry timer: 100 ms doubling to 2 s, each wait drawn in
- * [d/2, d] so threads and agents do not reconnect in step. */
-static void limiter_schedule_retry(struct limiter *l)
+static void limiter_link_on_retry(struct ev_loop *loop, ev_timer *w, int revents);
+static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents);
+
+/* Point <k> at <host>:<port> (<is_unix>: <host> is a socket path). */
+static void limiter_link_set_target(struct limiter_link *k, const char *host, int port,
+                                    bool is_unix)
 {
-	unsigned d = l->backoff_ms;
-	unsigned wait = d / 2 + (unsigned)(limiter_rand(l) % (d / 2 + 1));
-
-	if (l->closing)
-		return;
-	l->backoff_ms = d * 2 > LIMITER_BACKOFF_MAX_MS ? LIMITER_BACKOFF_MAX_MS : d * 2;
-	ev_timer_stop(l->loop, &l->retry);
-	ev_timer_set(&l->retry, (double)wait / 1000.0, 0.);
-	ev_timer_start(l->loop, &l->retry);
-}
-
-/* Forget the context (hiredis frees it, or already did) and plan a retry. */
-static void limiter_lost(struct limiter *l)
-{
-	l->ac = NULL;
-	l->state = LIMITER_ST_IDLE;
-	l->sha[0] = '\0';
-	l->script_loading = false;
-	ev_timer_stop(l->loop, &l->connect_timer);
-	limiter_set_connected(l, false);
-	limiter_schedule_retry(l);
+	snprintf(k->host, sizeof(k->host), "%s", host);
+	k->port = port;
+	k->is_unix = is_unix;
+	if (is_unix)
+		snprintf(k->addr, sizeof(k->addr), "unix:%s", host);
+	else
+		redis_url_format_host(host, port, k->addr, sizeof(k->addr));
 }
 
 /*
- * Close and free <l>'s connection now: every call hiredis holds comes back
- * with a NULL
- * reply (answered "unavailable" unless already answered) before this
- * returns, except when we are inside one of this context's callbacks, where
- * hiredis finishes the job once the callback returns.
+ * A link to <host>:<port> for <l>, which owns it until limiter_free(): the
+ * in-use one with that target, else a retired one that hiredis no longer
+ * holds anything on, else a new one. Does not connect. NULL when
+ * LIMITER_LINKS_MAX are in use or memory runs out.
  */
-static void limiter_drop(struct limiter *l, const char *why)
+static struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int port,
+                                             bool is_unix)
 {
-	redisAsyncContext *ac = l->ac;
+	struct limiter_link *k, *spare = NULL;
+	unsigned i;
+
+	for (i = 0; i < l->nlinks; i++) {
+		k = l->links[i];
+		if (k->in_use && k->port == port && k->is_unix == is_unix &&
+		    strcmp(k->host, host) == 0)
+			return k;
+		if (!k->in_use && !k->ac && k->held == 0 && !spare)
+			spare = k;
+	}
+	if (!spare) {
+		if (l->nlinks >= LIMITER_LINKS_MAX)
+			return NULL;
+		spare = calloc(1, sizeof(*spare));
+		if (!spare)
+			return NULL;
+		spare->l = l;
+		ev_timer_init(&spare->retry, limiter_link_on_retry, 0., 0.);
+		spare->retry.data = spare;
+		ev_timer_init(&spare->connect_timer, limiter_link_on_connect_timeout, 1., 0.);
+		spare->connect_timer.data = spare;
+		l->links[l->nlinks++] = spare;
+	}
+	k = spare;
+	k->in_use = true;
+	k->state = LIMITER_ST_IDLE;
+	k->script_loading = false;
+	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
+	k->attempted = false;
+	k->failures = 0;
+	limiter_link_set_target(k, host, port, is_unix);
+	return k;
+}
+
+/* hiredis now holds one more call on <k>. */
+static void limiter_link_hold(struct limiter_link *k)
+{
+	if (k->held == 0)
+		k->quiet_since_us = limiter_now_us();
+	k->held++;
+	k->l->held++;
+}
+
+/* Arm <k>'s retry timer: 100 ms doubling to 2 s, each wait drawn in
+ * [d/2, d] so threads and agents do not reconnect in step. */
+static void limiter_link_schedule_retry(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+	unsigned d = k->backoff_ms;
+	unsigned wait = d / 2 + (unsigned)(limiter_rand(l) % (d / 2 + 1));
+
+	if (l->closing || !k->in_use)
+		return;
+	k->backoff_ms = d * 2 > LIMITER_BACKOFF_MAX_MS ? LIMITER_BACKOFF_MAX_MS : d * 2;
+	ev_timer_stop(l->loop, &k->retry);
+	ev_timer_set(&k->retry, (double)wait / 1000.0, 0.);
+	ev_timer_start(l->loop, &k->retry);
+}
+
+/* Forget <k>'s context (hiredis frees it, or already did) and plan a retry. */
+static void limiter_link_lost(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+
+	k->ac = NULL;
+	k->state = LIMITER_ST_IDLE;
+	k->script_loading = false;
+	ev_timer_stop(l->loop, &k->connect_timer);
+	/* Whoever the primary is now, a sentinel says so on the next attempt. */
+	if (l->sentinel && k == l->main_link)
+		l->sentinel->master_known = false;
+	if (l->cluster)
+		l->cluster->topo_dirty = true;
+	limiter_update_connected(l);
+	limiter_link_schedule_retry(k);
+}
+
+/*
+ * Close <k>'s connection now: every call hiredis holds on it comes back
+ * with a NULL reply (answered "unavailable" unless already answered) before
+ * this returns, except when we are inside one of this context's callbacks,
+ * where hiredis finishes the job once the callback returns.
+ */
+static void limiter_link_drop(struct limiter_link *k, const char *why)
+{
+	redisAsyncContext *ac = k->ac;
 
 	if (!ac)
 		return;
-	log_info("redis_disconnected", "addr=%s state=%s reason=\"%s\"", l->url.addr,
-	         limiter_state_str(l->state), why);
-	limiter_lost(l);
+	log_info("redis_disconnected", "addr=%s state=%s reason=\"%s\"", k->addr,
+	         limiter_state_str(k->state), why);
+	limiter_link_lost(k);
 	redisAsyncFree(ac);
+}
+
+/* Stop using <k>: drop its connection (see limiter_link_drop) and its
+ * timers. The struct stays, for reuse or for late hiredis callbacks. */
+static void limiter_link_retire(struct limiter_link *k, const char *why)
+{
+	limiter_link_drop(k, why);
+	k->in_use = false;
+	k->state = LIMITER_ST_IDLE;
+	ev_timer_stop(k->l->loop, &k->retry);
+	ev_timer_stop(k->l->loop, &k->connect_timer);
 }
 
 /* One failed connect attempt: the first of a streak at info, the others at
  * debug (a Redis that stays away would otherwise log every 2 s a thread). */
-static void limiter_log_failure(struct limiter *l, const char *why)
+static void limiter_link_log_failure(struct limiter_link *k, const char *why)
 {
-	l->failures++;
-	if (l->failures == 1)
-		log_info("redis_connect_failed", "addr=%s reason=\"%s\"", l->url.addr, why);
+	k->failures++;
+	if (k->failures == 1)
+		log_info("redis_connect_failed", "addr=%s reason=\"%s\"", k->addr, why);
 	else
 		log_debug("redis_connect_failed", "addr=%s reason=\"%s\" attempt=%u",
-		          l->url.addr, why, l->failures);
+		          k->addr, why, k->failures);
 }
 
 /* hiredis: the TCP (or unix) connect of <ac> finished with <status>. On
  * failure hiredis frees <ac> once this returns: never free it here. */
-static void limiter_on_connect(const redisAsyncContext *ac, int status)
+static void limiter_link_on_connect(const redisAsyncContext *ac, int status)
 {
-	struct limiter *l = ac->data;
+	struct limiter_link *k = ac->data;
 
-	if (ac != l->ac)
+	if (ac != k->ac)
 		return;
 	if (status != REDIS_OK) {
 		/* hiredis frees <ac> right after this callback */
-		limiter_log_failure(l, ac->errstr ? ac->errstr : "connect failed");
-		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
-		limiter_lost(l);
+		limiter_link_log_failure(k, ac->errstr ? ac->errstr : "connect failed");
+		limiter_count_error(k->l, METRICS_REDIS_ERR_REFUSED);
+		limiter_link_lost(k);
 		return;
 	}
-	log_debug("redis_socket_connected", "addr=%s", l->url.addr);
+	log_debug("redis_socket_connected", "addr=%s", k->addr);
 }
 
 /* hiredis: connected context <ac> is going away (its pending calls have
  * had their NULL replies already); hiredis frees it once this returns. */
-static void limiter_on_disconnect(const redisAsyncContext *ac, int status)
+static void limiter_link_on_disconnect(const redisAsyncContext *ac, int status)
 {
-	struct limiter *l = ac->data;
+	struct limiter_link *k = ac->data;
 
 	(void)status;
-	if (ac != l->ac)
+	if (ac != k->ac)
 		return;   /* we dropped it ourselves and said so */
-	log_info("redis_disconnected", "addr=%s reason=\"%s\"", l->url.addr,
+	log_info("redis_disconnected", "addr=%s reason=\"%s\"", k->addr,
 	         ac->errstr && ac->err ? ac->errstr : "closed");
-	limiter_lost(l);
+	limiter_link_lost(k);
 }
 
 /* AUTH or SELECT during setup: anything but +OK drops the connection. */
-static void limiter_on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
+static void limiter_link_on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
 {
-	struct limiter *l = ac->data;
+	struct limiter_link *k = ac->data;
 	const redisReply *reply = r;
 	const char *what = privdata;
 
-	if (ac != l->ac || !reply)
+	if (ac != k->ac || !reply)
 		return;
-	l->quiet_since_us = limiter_now_us();
+	k->quiet_since_us = limiter_now_us();
 	if (reply->type == REDIS_REPLY_STATUS && reply->str && strcmp(reply->str, "OK") == 0)
 		return;
 	/* a misconfiguration repeats on every attempt: warn once a streak */
-	if (l->failures++ == 0)
-		log_warn("redis_setup_failed", "addr=%s step=%s reply=\"%.*s\"", l->url.addr, what,
+	if (k->failures++ == 0)
+		log_warn("redis_setup_failed", "addr=%s step=%s reply=\"%.*s\"", k->addr, what,
 		         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
 		         reply->type == REDIS_REPLY_ERROR ? reply->str : "");
-	limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
-	limiter_drop(l, "setup failed");
+	limiter_count_error(k->l, METRICS_REDIS_ERR_REFUSED);
+	limiter_link_drop(k, "setup failed");
 }
 
-/* SCRIPT LOAD answered: at setup this makes the connection ready; later
- * (after a NOSCRIPT, or a reload with a new script) it refreshes the SHA. */
-static void limiter_on_script_load(redisAsyncContext *ac, void *r, void *privdata)
+/* ROLE during setup (sentinel://): a sentinel's answer may be stale, and
+ * writing to a replica would fail every call, so only a primary will do. */
+static void limiter_link_on_role(redisAsyncContext *ac, void *r, void *privdata)
 {
-	struct limiter *l = ac->data;
+	struct limiter_link *k = ac->data;
+	const redisReply *reply = r;
+	const redisReply *role;
+
+	(void)privdata;
+	if (ac != k->ac || !reply)
+		return;
+	role = reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 && reply->element ?
+	       reply->element[0] : NULL;
+	if (role && role->type == REDIS_REPLY_STRING && role->len == 6 &&
+	    memcmp(role->str, "master", 6) == 0)
+		return;
+	log_warn("redis_not_primary", "addr=%s role=\"%.*s\"", k->addr,
+	         role && role->type == REDIS_REPLY_STRING ? (int)role->len : 0,
+	         role && role->type == REDIS_REPLY_STRING ? role->str : "");
+	limiter_count_error(k->l, METRICS_REDIS_ERR_REFUSED);
+	limiter_link_drop(k, "not a primary");
+}
+
+/* SCRIPT LOAD answered: at setup this makes the link ready; later (after a
+ * NOSCRIPT, or a reload with a new script) it refreshes the SHA. */
+static void limiter_link_on_script_load(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_link *k = ac->data;
+	struct limiter *l = k->l;
 	const redisReply *reply = r;
 
 	(void)privdata;
-	if (ac != l->ac || !reply)
+	if (ac != k->ac || !reply)
 		return;
-	l->quiet_since_us = limiter_now_us();
-	l->script_loading = false;
+	k->quiet_since_us = limiter_now_us();
+	k->script_loading = false;
 	if (reply->type != REDIS_REPLY_STRING || reply->len == 0 ||
 	    reply->len >= sizeof(l->sha)) {
-		if (l->state != LIMITER_ST_CONNECTING || l->failures++ == 0)
-			log_warn("redis_script_load_failed", "addr=%s reply=\"%.*s\"", l->url.addr,
+		if (k->state != LIMITER_ST_CONNECTING || k->failures++ == 0)
+			log_warn("redis_script_load_failed", "addr=%s reply=\"%.*s\"", k->addr,
 			         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
 			         reply->type == REDIS_REPLY_ERROR ? reply->str : "");
 		limiter_count_error(l, METRICS_REDIS_ERR_SCRIPT);
-		if (l->state == LIMITER_ST_CONNECTING)
-			limiter_drop(l, "script load failed");
+		if (k->state == LIMITER_ST_CONNECTING)
+			limiter_link_drop(k, "script load failed");
 		return;
 	}
 	memcpy(l->sha, reply->str, reply->len);
 	l->sha[reply->len] = '\0';
-	if (l->state != LIMITER_ST_CONNECTING)
+	if (k->state != LIMITER_ST_CONNECTING)
 		return;
-	ev_timer_stop(l->loop, &l->connect_timer);
-	l->state = LIMITER_ST_READY;
-	l->backoff_ms = LIMITER_BACKOFF_MIN_MS;
-	limiter_set_connected(l, true);
-	log_info("redis_connected", "addr=%s attempts=%u script=%s", l->url.addr,
-	         l->failures + 1, l->sha);
-	l->failures = 0;
+	ev_timer_stop(l->loop, &k->connect_timer);
+	k->state = LIMITER_ST_READY;
+	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
+	log_info("redis_connected", "addr=%s attempts=%u script=%s", k->addr,
+	         k->failures + 1, l->sha);
+	k->failures = 0;
+	limiter_update_connected(l);
+	if (l->cluster && (!l->cluster->have_map || l->cluster->topo_dirty))
+		limiter_topo_refresh(l, "connected");
 }
 
-/* Queue SCRIPT LOAD on the current connection. Returns 0 or -1. */
-static int limiter_send_script_load(struct limiter *l)
+/* Queue SCRIPT LOAD on <k>'s connection. Returns 0 or -1. */
+static int limiter_link_send_script_load(struct limiter_link *k)
 {
+	const struct limiter *l = k->l;
 	const char *argv[3] = { "SCRIPT", "LOAD", l->script };
 	size_t argvlen[3] = { 6, 4, l->script_len };
 
-	if (redisAsyncCommandArgv(l->ac, limiter_on_script_load, NULL, 3, argv, argvlen) != REDIS_OK)
+	if (redisAsyncCommandArgv(k->ac, limiter_link_on_script_load, NULL, 3, argv,
+	                          argvlen) != REDIS_OK)
 		return -1;
-	l->script_loading = true;
+	k->script_loading = true;
 	return 0;
 }
 
 /* CONNECTING lasted longer than the stall limit (e.g. a frozen Redis that
- * still accepts TCP): give up this attempt. */
-static void limiter_on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+ * still accepts TCP, or a sentinel that does not answer): give up this
+ * attempt. */
+static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct limiter *l = w->data;
+	struct limiter_link *k = w->data;
+	struct limiter *l = k->l;
 
 	(void)loop;
 	(void)revents;
-	if (l->state != LIMITER_ST_CONNECTING)
+	if (k->state != LIMITER_ST_CONNECTING)
 		return;
-	log_warn("redis_connect_timeout", "addr=%s", l->url.addr);
 	limiter_count_error(l, METRICS_REDIS_ERR_TIMEOUT);
-	limiter_drop(l, "connect timeout");
+	if (!k->ac && l->sentinel && l->sentinel->query) {
+		redisAsyncContext *q = l->sentinel->query;
+
+		/* its callbacks, run by the free, see it is no longer ours */
+		l->sentinel->query = NULL;
+		redisAsyncFree(q);
+		limiter_link_log_failure(k, "sentinel did not answer in time");
+		limiter_link_lost(k);
+		return;
+	}
+	log_warn("redis_connect_timeout", "addr=%s", k->addr);
+	limiter_link_drop(k, "connect timeout");
 }
 
 /* The backoff wait is over: try to connect again. */
-static void limiter_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
+static void limiter_link_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct limiter *l = w->data;
+	struct limiter_link *k = w->data;
 
 	(void)loop;
 	(void)revents;
-	if (l->state == LIMITER_ST_IDLE)
-		limiter_connect(l);
+	if (k->in_use && k->state == LIMITER_ST_IDLE)
+		limiter_link_connect(k);
 }
 
 /*
- * Start one connection attempt for <l> (the context it creates is owned by
- * <l>, freed through limiter_drop() or by hiredis on a connection error):
- * non-blocking connect, then AUTH, SELECT and
- * SCRIPT LOAD pipelined behind it (hiredis sends them once connected). On
- * an immediate failure, plan the next attempt. (A host name is resolved
- * with a blocking getaddrinfo() inside hiredis: use addresses.)
+ * Start one connection attempt on <k> (the context it creates is owned by
+ * <k>, freed through limiter_link_drop() or by hiredis on a connection
+ * error): non-blocking connect, then AUTH,
+ * SELECT, ROLE (sentinel://) and SCRIPT LOAD pipelined behind it (hiredis
+ * sends them once connected). Under sentinel:// with no primary known,
+ * ask a sentinel first. On an immediate failure, plan the next attempt. (A
+ * host name is resolved with a blocking getaddrinfo() inside hiredis: use
+ * addresses.)
  */
-static void limiter_connect(struct limiter *l)
+static void limiter_link_connect(struct limiter_link *k)
 {
-	struct limiter_url *u = &l->url;
+	struct limiter *l = k->l;
+	const struct redis_url *u = &l->url;
 	redisAsyncContext *ac;
 	int64_t stall = limiter_stall_us(l);
 
-	if (l->attempted && l->metrics)
+	if (!k->in_use || l->closing)
+		return;
+	if (k->attempted && l->metrics)
 		metrics_add(&l->metrics->redis_reconnects, 1);
-	l->attempted = true;
-	ac = u->is_unix ? redisAsyncConnectUnix(u->host) : redisAsyncConnect(u->host, u->port);
+	k->attempted = true;
+	if (l->sentinel && !l->sentinel->master_known) {
+		limiter_sentinel_query(k);
+		return;
+	}
+	ac = k->is_unix ? redisAsyncConnectUnix(k->host) : redisAsyncConnect(k->host, k->port);
 	if (!ac) {
-		limiter_log_failure(l, "out of memory");
-		limiter_schedule_retry(l);
+		limiter_link_log_failure(k, "out of memory");
+		limiter_link_schedule_retry(k);
 		return;
 	}
 	if (ac->err) {
-		limiter_log_failure(l, ac->errstr);
+		limiter_link_log_failure(k, ac->errstr);
 		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
 		redisAsyncFree(ac);
-		limiter_schedule_retry(l);
+		limiter_link_schedule_retry(k);
 		return;
 	}
-	ac->data = l;
+	ac->data = k;
 	if (redisLibevAttach(l->loop, ac) != REDIS_OK) {
 		redisAsyncFree(ac);
-		limiter_schedule_retry(l);
+		limiter_link_schedule_retry(k);
 		return;
 	}
-	redisAsyncSetConnectCallback(ac, limiter_on_connect);
-	redisAsyncSetDisconnectCallback(ac, limiter_on_disconnect);
-	l->ac = ac;
-	l->state = LIMITER_ST_CONNECTING;
-	l->sha[0] = '\0';
-	log_debug("redis_connecting", "addr=%s", u->addr);
+	redisAsyncSetConnectCallback(ac, limiter_link_on_connect);
+	redisAsyncSetDisconnectCallback(ac, limiter_link_on_disconnect);
+	k->ac = ac;
+	k->state = LIMITER_ST_CONNECTING;
+	log_debug("redis_connecting", "addr=%s", k->addr);
 
 	if (u->has_pass) {
 		/* "AUTH user pass" (ACL) or "AUTH pass" */
@@ -943,14 +992,476 @@ static void limiter_connect(struct limiter *l)
 		}
 		argv[argc] = u->pass;
 		argvlen[argc++] = strlen(u->pass);
-		redisAsyncCommandArgv(ac, limiter_on_setup_reply, (void *)"auth", argc, argv, argvlen);
+		redisAsyncCommandArgv(ac, limiter_link_on_setup_reply, (void *)"auth", argc, argv,
+		                      argvlen);
 	}
 	if (u->db >= 0)
-		redisAsyncCommand(ac, limiter_on_setup_reply, (void *)"select", "SELECT %d", u->db);
-	limiter_send_script_load(l);
+		redisAsyncCommand(ac, limiter_link_on_setup_reply, (void *)"select", "SELECT %d", u->db);
+	if (l->sentinel)
+		redisAsyncCommand(ac, limiter_link_on_role, NULL, "ROLE");
+	limiter_link_send_script_load(k);
 
-	ev_timer_set(&l->connect_timer, (double)stall / 1e6, 0.);
-	ev_timer_start(l->loop, &l->connect_timer);
+	ev_timer_set(&k->connect_timer, (double)stall / 1e6, 0.);
+	ev_timer_start(l->loop, &k->connect_timer);
+}
+
+/* ------------------------------------------------------------------ */
+/* sentinel                                                            */
+
+/* Queue AUTH for the sentinels on <ac> when they have a password (the
+ * reply is not needed: a refusal shows in the next command's reply). */
+static void limiter_sentinel_auth(const struct limiter *l, redisAsyncContext *ac)
+{
+	if (l->url.has_sentinel_pass)
+		redisAsyncCommand(ac, NULL, NULL, "AUTH %s", l->url.sentinel_pass);
+}
+
+/* Connect to the next sentinel of the URL, for <what> (logs). Returns the
+ * context with <data> set, or NULL with <why> set. */
+static redisAsyncContext *limiter_sentinel_connect(struct limiter *l, unsigned *next, void *data,
+                                                   char *where, size_t cap, const char **why)
+{
+	const struct redis_url_host *h = &l->url.hosts[(*next)++ % l->url.nhosts];
+	redisAsyncContext *ac;
+
+	redis_url_format_host(h->host, h->port, where, cap);
+	ac = redisAsyncConnect(h->host, h->port);
+	if (!ac) {
+		*why = "out of memory";
+		return NULL;
+	}
+	if (ac->err || redisLibevAttach(l->loop, ac) != REDIS_OK) {
+		*why = "connect failed";
+		redisAsyncFree(ac);
+		return NULL;
+	}
+	ac->data = data;
+	return ac;
+}
+
+/* The query to a sentinel failed or the connection closed before its
+ * answer: the next attempt of <k> asks the next sentinel. */
+static void limiter_sentinel_query_failed(struct limiter_link *k, const char *why)
+{
+	char msg[REDIS_URL_ADDR_MAX + 64];
+
+	k->l->sentinel->query = NULL;
+	snprintf(msg, sizeof(msg), "sentinel: %s", why);
+	limiter_link_log_failure(k, msg);
+	limiter_count_error(k->l, METRICS_REDIS_ERR_REFUSED);
+	limiter_link_lost(k);
+}
+
+/* hiredis: the query connection <ac> to a sentinel finished connecting with
+ * <status>; a failure makes the next attempt ask the next sentinel. */
+static void limiter_sentinel_on_query_connect(const redisAsyncContext *ac, int status)
+{
+	struct limiter_link *k = ac->data;
+
+	if (!k->l->sentinel || ac != k->l->sentinel->query || status == REDIS_OK)
+		return;
+	limiter_sentinel_query_failed(k, ac->errstr ? ac->errstr : "connect failed");
+}
+
+/* hiredis: the query connection <ac> closed; before its answer, that is a
+ * failed attempt (after it, we closed it ourselves). */
+static void limiter_sentinel_on_query_disconnect(const redisAsyncContext *ac, int status)
+{
+	struct limiter_link *k = ac->data;
+
+	(void)status;
+	if (!k->l->sentinel || ac != k->l->sentinel->query)
+		return;
+	limiter_sentinel_query_failed(k, "closed before answering");
+}
+
+/* A sentinel answered get-master-addr-by-name: point the link at that
+ * primary and connect (ROLE confirms it), or try again later. */
+static void limiter_sentinel_on_addr(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_link *k = ac->data;
+	struct limiter *l = k->l;
+	struct limiter_sentinel *s = l->sentinel;
+	const redisReply *reply = r;
+	char host[REDIS_URL_HOST_MAX];
+	char *end;
+	long port;
+
+	(void)privdata;
+	if (!s || ac != s->query)
+		return;
+	s->query = NULL;
+	/* done with this connection: hiredis closes it once we return */
+	redisAsyncDisconnect(ac);
+	if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+	    reply->element[0]->type != REDIS_REPLY_STRING ||
+	    reply->element[1]->type != REDIS_REPLY_STRING ||
+	    reply->element[0]->len == 0 || reply->element[0]->len >= sizeof(host)) {
+		log_warn("sentinel_no_primary", "master=%s reply=\"%.*s\"", l->url.master,
+		         reply && reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
+		         reply && reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+		k->failures++;
+		limiter_link_lost(k);
+		return;
+	}
+	memcpy(host, reply->element[0]->str, reply->element[0]->len);
+	host[reply->element[0]->len] = '\0';
+	errno = 0;
+	port = strtol(reply->element[1]->str, &end, 10);
+	if (errno || *end || port < 1 || port > 65535) {
+		k->failures++;
+		limiter_link_lost(k);
+		return;
+	}
+	if (strcmp(host, k->host) != 0 || (int)port != k->port)
+		log_info("sentinel_primary", "master=%s addr=%s:%ld", l->url.master, host, port);
+	limiter_link_set_target(k, host, (int)port, false);
+	s->master_known = true;
+	k->state = LIMITER_ST_IDLE;
+	ev_timer_stop(l->loop, &k->connect_timer);
+	limiter_link_connect(k);
+}
+
+/* Ask the next sentinel where the primary of the URL's master is; <k>
+ * stays CONNECTING meanwhile, bounded by its connect timer. */
+static void limiter_sentinel_query(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+	struct limiter_sentinel *s = l->sentinel;
+	char where[REDIS_URL_ADDR_MAX], msg[REDIS_URL_ADDR_MAX + 64];
+	const char *why = NULL;
+	redisAsyncContext *ac;
+
+	ac = limiter_sentinel_connect(l, &s->next, k, where, sizeof(where), &why);
+	if (!ac) {
+		snprintf(msg, sizeof(msg), "sentinel %s: %s", where, why);
+		limiter_link_log_failure(k, msg);
+		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+		limiter_link_schedule_retry(k);
+		return;
+	}
+	redisAsyncSetConnectCallback(ac, limiter_sentinel_on_query_connect);
+	redisAsyncSetDisconnectCallback(ac, limiter_sentinel_on_query_disconnect);
+	s->query = ac;
+	k->state = LIMITER_ST_CONNECTING;
+	log_debug("sentinel_query", "sentinel=%s master=%s", where, l->url.master);
+	limiter_sentinel_auth(l, ac);
+	redisAsyncCommand(ac, limiter_sentinel_on_addr, NULL,
+	                  "SENTINEL get-master-addr-by-name %s", l->url.master);
+	ev_timer_set(&k->connect_timer, (double)limiter_stall_us(l) / 1e6, 0.);
+	ev_timer_start(l->loop, &k->connect_timer);
+}
+
+static void limiter_sentinel_subscribe(struct limiter *l);
+
+/* The subscription is gone: try the next sentinel after a backoff. */
+static void limiter_sentinel_sub_lost(struct limiter *l)
+{
+	struct limiter_sentinel *s = l->sentinel;
+	unsigned d = s->sub_backoff_ms;
+
+	s->sub = NULL;
+	if (l->closing)
+		return;
+	s->sub_backoff_ms = d * 2 > LIMITER_BACKOFF_MAX_MS ? LIMITER_BACKOFF_MAX_MS : d * 2;
+	ev_timer_stop(l->loop, &s->sub_retry);
+	ev_timer_set(&s->sub_retry, (double)(d / 2 + limiter_rand(l) % (d / 2 + 1)) / 1000.0, 0.);
+	ev_timer_start(l->loop, &s->sub_retry);
+}
+
+/* hiredis: the subscription connection <ac> finished connecting with
+ * <status>; on failure, retry on the next sentinel. */
+static void limiter_sentinel_on_sub_connect(const redisAsyncContext *ac, int status)
+{
+	struct limiter *l = ac->data;
+
+	if (!l->sentinel || ac != l->sentinel->sub || status == REDIS_OK)
+		return;
+	limiter_sentinel_sub_lost(l);
+}
+
+/* hiredis: the subscription connection <ac> closed: subscribe again. */
+static void limiter_sentinel_on_sub_disconnect(const redisAsyncContext *ac, int status)
+{
+	struct limiter *l = ac->data;
+
+	(void)status;
+	if (!l->sentinel || ac != l->sentinel->sub)
+		return;
+	log_debug("sentinel_unsubscribed", "reason=\"%s\"", ac->err && ac->errstr ? ac->errstr : "closed");
+	limiter_sentinel_sub_lost(l);
+}
+
+/*
+ * A message on +switch-master: "<name> <old-ip> <old-port> <new-ip>
+ * <new-port>". For our master, drop the link to the old primary (its calls
+ * are answered "unavailable") and connect to the new one at once.
+ */
+static void limiter_sentinel_on_switch(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter *l = ac->data;
+	struct limiter_sentinel *s = l->sentinel;
+	const redisReply *reply = r, *kind, *msg;
+	char text[REDIS_URL_NAME_MAX + 2 * REDIS_URL_HOST_MAX + 32];
+	char name[REDIS_URL_NAME_MAX], oldh[REDIS_URL_HOST_MAX], newh[REDIS_URL_HOST_MAX];
+	int oldp, newp;
+	struct limiter_link *k;
+
+	(void)privdata;
+	if (!s || ac != s->sub || !reply)
+		return;
+	if (reply->type == REDIS_REPLY_ERROR) {
+		log_warn("sentinel_subscribe_failed", "reply=\"%.*s\"", (int)reply->len, reply->str);
+		s->sub = NULL;
+		redisAsyncDisconnect(ac);
+		limiter_sentinel_sub_lost(l);
+		return;
+	}
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3)
+		return;
+	kind = reply->element[0];
+	msg = reply->element[2];
+	if (kind->type != REDIS_REPLY_STRING)
+		return;
+	if (kind->len == 9 && memcmp(kind->str, "subscribe", 9) == 0) {
+		s->sub_backoff_ms = LIMITER_BACKOFF_MIN_MS;
+		log_debug("sentinel_subscribed", "channel=+switch-master");
+		return;
+	}
+	if (kind->len != 7 || memcmp(kind->str, "message", 7) != 0 ||
+	    msg->type != REDIS_REPLY_STRING || msg->len >= sizeof(text))
+		return;
+	memcpy(text, msg->str, msg->len);
+	text[msg->len] = '\0';
+	if (sscanf(text, "%63s %255s %d %255s %d", name, oldh, &oldp, newh, &newp) != 5 ||
+	    strcmp(name, l->url.master) != 0 || newp < 1 || newp > 65535)
+		return;
+	log_info("sentinel_switch_master", "master=%s from=%s:%d to=%s:%d", name, oldh, oldp,
+	         newh, newp);
+	k = l->main_link;
+	if (!k)
+		return;
+	limiter_link_drop(k, "+switch-master");
+	if (s->query) {
+		redisAsyncContext *q = s->query;
+
+		s->query = NULL;
+		redisAsyncFree(q);
+	}
+	limiter_link_set_target(k, newh, newp, false);
+	s->master_known = true;
+	k->state = LIMITER_ST_IDLE;
+	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
+	ev_timer_stop(l->loop, &k->retry);
+	ev_timer_stop(l->loop, &k->connect_timer);
+	limiter_link_connect(k);
+}
+
+/* Subscribe to +switch-master on the next sentinel. */
+static void limiter_sentinel_subscribe(struct limiter *l)
+{
+	struct limiter_sentinel *s = l->sentinel;
+	char where[REDIS_URL_ADDR_MAX];
+	const char *why = NULL;
+	redisAsyncContext *ac;
+
+	ac = limiter_sentinel_connect(l, &s->sub_next, l, where, sizeof(where), &why);
+	if (!ac) {
+		limiter_sentinel_sub_lost(l);
+		return;
+	}
+	redisAsyncSetConnectCallback(ac, limiter_sentinel_on_sub_connect);
+	redisAsyncSetDisconnectCallback(ac, limiter_sentinel_on_sub_disconnect);
+	s->sub = ac;
+	log_debug("sentinel_subscribing", "sentinel=%s", where);
+	limiter_sentinel_auth(l, ac);
+	redisAsyncCommand(ac, limiter_sentinel_on_switch, NULL, "SUBSCRIBE +switch-master");
+}
+
+/* The subscription's backoff wait is over: subscribe again. */
+static void limiter_sentinel_on_sub_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct limiter *l = w->data;
+
+	(void)loop;
+	(void)revents;
+	if (l->sentinel && !l->sentinel->sub && !l->closing)
+		limiter_sentinel_subscribe(l);
+}
+
+/* Close the sentinel connections of <l> (their callbacks, run by the
+ * frees, see they are no longer ours). */
+static void limiter_sentinel_stop(struct limiter *l)
+{
+	struct limiter_sentinel *s = l->sentinel;
+	redisAsyncContext *ac;
+
+	if (!s)
+		return;
+	ev_timer_stop(l->loop, &s->sub_retry);
+	if ((ac = s->query)) {
+		s->query = NULL;
+		redisAsyncFree(ac);
+	}
+	if ((ac = s->sub)) {
+		s->sub = NULL;
+		redisAsyncFree(ac);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* cluster                                                             */
+
+/* The link of map node <idx>, connecting it if new; NULL when out of links. */
+static struct limiter_link *limiter_cluster_link(struct limiter *l, unsigned idx)
+{
+	struct limiter_cluster *cl = l->cluster;
+	const struct cluster_addr *n = &cl->map.nodes[idx];
+	struct limiter_link *k = cl->route[idx];
+
+	if (k && k->in_use && k->port == n->port && strcmp(k->host, n->host) == 0)
+		return k;
+	k = limiter_link_get(l, n->host, n->port, false);
+	cl->route[idx] = k;
+	if (k && !k->attempted)
+		limiter_link_connect(k);
+	return k;
+}
+
+/* The map changed: a link for each primary in it, and the links nobody
+ * routes to any more (a failed primary, a seed that is a replica) retired. */
+static void limiter_cluster_apply(struct limiter *l)
+{
+	struct limiter_cluster *cl = l->cluster;
+	unsigned i, j;
+
+	memset(cl->route, 0, sizeof(cl->route));
+	for (i = 0; i < cl->map.nnodes; i++)
+		limiter_cluster_link(l, i);
+	for (i = 0; i < l->nlinks; i++) {
+		struct limiter_link *k = l->links[i];
+		bool routed = false;
+
+		if (!k || !k->in_use)
+			continue;
+		for (j = 0; j < cl->map.nnodes && !routed; j++)
+			routed = cl->route[j] == k;
+		if (!routed)
+			limiter_link_retire(k, "not a primary in the slot map");
+	}
+	limiter_update_connected(l);
+}
+
+/* No link can answer CLUSTER SLOTS: (re)connect the seeds of the URL. */
+static void limiter_cluster_seed(struct limiter *l)
+{
+	unsigned i;
+
+	for (i = 0; i < l->url.nhosts; i++) {
+		struct limiter_link *k = limiter_link_get(l, l->url.hosts[i].host,
+		                                          l->url.hosts[i].port, false);
+
+		if (k && !k->attempted)
+			limiter_link_connect(k);
+	}
+}
+
+/* CLUSTER SLOTS answered <r> on <ac> of link <privdata> (borrowed, freed by
+ * hiredis after this returns): a new map replaces the old one and the links
+ * follow it; a bad reply keeps the old map. */
+static void limiter_cluster_on_slots(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_link *k = privdata;
+	struct limiter *l = k->l;
+	struct limiter_cluster *cl = l->cluster;
+	const redisReply *reply = r;
+	char err[160];
+
+	if (!cl || ac != cl->topo_ac)
+		return;
+	cl->topo_ac = NULL;
+	if (!reply)
+		return;   /* that link went away; the tick asks another */
+	if (cluster_map_from_slots(&cl->next, reply, k->host, err, sizeof(err)) == -1) {
+		log_warn("cluster_slots_failed", "via=%s reason=\"%s\"", k->addr, err);
+		limiter_count_error(l, METRICS_REDIS_ERR_SCRIPT);
+		return;
+	}
+	cl->topo_dirty = false;
+	if (cl->have_map && cluster_map_equal(&cl->map, &cl->next))
+		return;
+	log_info("cluster_topology", "via=%s primaries=%u slots=%u", k->addr, cl->next.nnodes,
+	         cl->next.covered);
+	memcpy(&cl->map, &cl->next, sizeof(cl->map));
+	cl->have_map = true;
+	limiter_cluster_apply(l);
+}
+
+/* Ask a ready link for CLUSTER SLOTS (<why> for the debug log), unless one
+ * is in flight or the last was sent less than LIMITER_TOPO_MIN_MS ago (the
+ * tick then asks); with no ready link, connect the seeds. */
+static void limiter_topo_refresh(struct limiter *l, const char *why)
+{
+	struct limiter_cluster *cl = l->cluster;
+	struct limiter_link *k = NULL;
+	int64_t now = limiter_now_us();
+	unsigned i;
+
+	if (!cl || l->closing)
+		return;
+	cl->topo_dirty = true;
+	if (cl->topo_ac || now - cl->topo_last_us < LIMITER_TOPO_MIN_MS * 1000)
+		return;
+	/* a different node each time: one with a stale view cannot hold us */
+	for (i = 0; i < l->nlinks && !k; i++) {
+		struct limiter_link *x = l->links[(i + (unsigned)l->counter) % l->nlinks];
+
+		if (x->in_use && x->state == LIMITER_ST_READY && x->ac)
+			k = x;
+	}
+	if (!k) {
+		limiter_cluster_seed(l);
+		return;
+	}
+	if (redisAsyncCommand(k->ac, limiter_cluster_on_slots, k, "CLUSTER SLOTS") != REDIS_OK)
+		return;
+	cl->topo_ac = k->ac;
+	cl->topo_last_us = now;
+	log_debug("cluster_refresh", "via=%s why=%s", k->addr, why);
+}
+
+/* Every LIMITER_TOPO_TICK_MS: refresh when a primary is missing or a
+ * redirect asked for it, and at least every LIMITER_TOPO_IDLE_MS. */
+static void limiter_cluster_on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct limiter *l = w->data;
+	struct limiter_cluster *cl = l->cluster;
+
+	(void)loop;
+	(void)revents;
+	if (!cl)
+		return;
+	if (!l->connected || cl->topo_dirty ||
+	    limiter_now_us() - cl->topo_last_us >= LIMITER_TOPO_IDLE_MS * 1000)
+		limiter_topo_refresh(l, l->connected ? "timer" : "primary missing");
+}
+
+/* The link serving the Redis key <key>/<len> now: the only one, or the
+ * primary of the key's slot (NULL while the slot has none). */
+static struct limiter_link *limiter_route(struct limiter *l, const char *key, size_t len)
+{
+	struct limiter_cluster *cl = l->cluster;
+	unsigned idx;
+
+	if (!cl)
+		return l->main_link;
+	if (!cl->have_map)
+		return NULL;
+	idx = cl->map.slot_node[cluster_key_slot(key, len)];
+	if (idx == CLUSTER_NO_NODE || idx >= cl->map.nnodes)
+		return NULL;
+	return limiter_cluster_link(l, idx);
 }
 
 /* ------------------------------------------------------------------ */
@@ -959,16 +1470,50 @@ static void limiter_connect(struct limiter *l)
 static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata);
 
 /*
- * Re-send call <c> as EVAL with the full script (after NOSCRIPT: Redis lost
- * its script cache, e.g. restarted or SCRIPT FLUSH), and re-load the script
- * once so later calls find it again. Returns 0, or -1 when it cannot be sent.
+ * (Re-)send call <c> as EVALSHA on link <k> (ASKING first when <asking>),
+ * or on the link its key routes to when <k> is NULL. The link may still be
+ * connecting: hiredis sends once its setup is through. Returns 0 when
+ * hiredis holds <c>, -1 when it could not be sent.
  */
-static int limiter_call_retry_eval(struct limiter *l, redisAsyncContext *ac,
-                                   struct limiter_call *c)
+static int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
+                             bool asking)
 {
 	struct window_args a;
 	enum window_reason why;
 
+	if (window_build_args(&c->policy, l->sha, c->key, c->key_len, c->cost, c->member,
+	                      &a, &why) == -1)
+		return -1;
+	if (!k)
+		k = limiter_route(l, a.argv[3], a.argvlen[3]);
+	if (!k || !k->ac)
+		return -1;
+	if (asking && redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK)
+		return -1;
+	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK)
+		return -1;
+	c->redirects++;
+	c->asking = asking;
+	c->retried = false;
+	c->link = k;
+	limiter_link_hold(k);
+	return 0;
+}
+
+/*
+ * Re-send call <c> as EVAL with the full script on link <k>, whose context
+ * <ac> answered NOSCRIPT (Redis lost its script cache: restarted, failed
+ * over, SCRIPT FLUSH), and re-load the script there once so later calls
+ * find it again. Returns 0, or -1 when it cannot be sent.
+ */
+static int limiter_call_retry_eval(struct limiter *l, struct limiter_link *k,
+                                   redisAsyncContext *ac, struct limiter_call *c)
+{
+	struct window_args a;
+	enum window_reason why;
+
+	if (ac != k->ac)
+		return -1;
 	if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, c->member,
 	                      &a, &why) == -1)
 		return -1;
@@ -976,23 +1521,105 @@ static int limiter_call_retry_eval(struct limiter *l, redisAsyncContext *ac,
 	a.argvlen[0] = 4;
 	a.argv[1] = l->script;
 	a.argvlen[1] = l->script_len;
+	if (c->asking && redisAsyncCommand(ac, NULL, NULL, "ASKING") != REDIS_OK)
+		return -1;
 	if (redisAsyncCommandArgv(ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK)
 		return -1;
 	c->retried = true;
-	if (!l->script_loading && ac == l->ac && l->state == LIMITER_ST_READY)
-		limiter_send_script_load(l);
+	limiter_link_hold(k);
+	if (!k->script_loading && k->state == LIMITER_ST_READY)
+		limiter_link_send_script_load(k);
 	return 0;
+}
+
+static void limiter_call_park(struct limiter *l, struct limiter_call *c);
+
+/*
+ * A cluster node answered <c> with the MOVED or ASK in <reply>: learn it
+ * (MOVED patches the map and asks for a refresh) and re-send <c> to the
+ * node named, within LIMITER_REDIRECTS_MAX hops. Returns 0 when hiredis
+ * holds <c> again, -1 when the caller answers it.
+ */
+static int limiter_cluster_redirect(struct limiter *l, struct limiter_call *c,
+                                    const redisReply *reply)
+{
+	struct limiter_cluster *cl = l->cluster;
+	struct cluster_redirect rd;
+	struct limiter_link *k = NULL;
+	int idx;
+
+	if (!cl || cluster_parse_redirect(reply->str, reply->len, c->link->host, &rd) == -1)
+		return -1;
+	if (rd.kind == CLUSTER_REPLY_MOVED) {
+		idx = cluster_map_add(&cl->map, rd.to.host, rd.to.port);
+		if (idx >= 0 && cluster_map_set_slot(&cl->map, rd.slot, (unsigned)idx) == 0)
+			k = limiter_cluster_link(l, (unsigned)idx);
+		limiter_topo_refresh(l, "moved");
+	} else {
+		k = limiter_link_get(l, rd.to.host, rd.to.port, false);
+		if (k && !k->attempted)
+			limiter_link_connect(k);
+	}
+	log_debug("cluster_redirect", "kind=%s slot=%u from=%s to=%s:%d",
+	          cluster_reply_kind_str(rd.kind), rd.slot, c->link->addr, rd.to.host, rd.to.port);
+	if (!c->cb || !k || c->redirects >= LIMITER_REDIRECTS_MAX)
+		return -1;
+	/* MOVED again: two nodes disagree while a migration settles (the
+	 * source already points at the target, the target not yet at itself).
+	 * Give them a moment rather than bounce the call between them. */
+	if (rd.kind == CLUSTER_REPLY_MOVED && c->redirects >= 2) {
+		limiter_call_park(l, c);
+		return 0;
+	}
+	return limiter_call_send(l, c, k, rd.kind == CLUSTER_REPLY_ASK);
+}
+
+/* TRYAGAIN (the keys of a slot are mid-migration): park <c>; the park
+ * timer re-sends it LIMITER_TRYAGAIN_MS later, its deadline still running. */
+static void limiter_call_park(struct limiter *l, struct limiter_call *c)
+{
+	c->next = l->parked;
+	l->parked = c;
+	if (!ev_is_active(&l->park)) {
+		ev_timer_set(&l->park, LIMITER_TRYAGAIN_MS / 1000.0, 0.);
+		ev_timer_start(l->loop, &l->park);
+	}
+}
+
+/* Re-send the parked calls that still wait (else answer "unavailable"),
+ * return the others to the pool. */
+static void limiter_on_park(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct limiter *l = w->data;
+	struct limiter_call *c = l->parked, *next;
+	struct window_decision d;
+
+	(void)loop;
+	(void)revents;
+	l->parked = NULL;
+	for (; c; c = next) {
+		next = c->next;
+		c->next = NULL;
+		if (c->cb && !l->closing && limiter_call_send(l, c, NULL, false) == 0)
+			continue;
+		if (c->cb) {
+			window_decide_error(&c->policy, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
+			limiter_call_answer(c, &d);
+		}
+		limiter_call_put(c);
+	}
 }
 
 /* Log a script error at warn, at most once a second (with a count of those
  * left out), so a broken script cannot flood the log. */
-static void limiter_warn_reply(struct limiter *l, const redisReply *reply, int64_t now)
+static void limiter_warn_reply(struct limiter *l, const struct limiter_link *k,
+                               const redisReply *reply, int64_t now)
 {
 	if (l->warn_last_us && now - l->warn_last_us < 1000000) {
 		l->warn_suppressed++;
 		return;
 	}
-	log_warn("redis_script_error", "addr=%s reply=\"%.*s\" suppressed=%llu", l->url.addr,
+	log_warn("redis_script_error", "addr=%s reply=\"%.*s\" suppressed=%llu", k->addr,
 	         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
 	         reply->type == REDIS_REPLY_ERROR ? reply->str : "",
 	         (unsigned long long)l->warn_suppressed);
@@ -1003,17 +1630,22 @@ static void limiter_warn_reply(struct limiter *l, const redisReply *reply, int64
 /*
  * hiredis hands call <privdata> back on <ac>: with the script's reply <r>
  * (borrowed: hiredis frees it after this returns), or NULL when the
- * connection is gone. The call is answered if it still waits, then returns
- * to the pool (or is re-sent once as EVAL after NOSCRIPT).
+ * connection is gone. Cluster redirects and TRYAGAIN send it on again;
+ * NOSCRIPT re-sends it once as EVAL; CLUSTERDOWN and READONLY (a primary
+ * lost or demoted) are answered "unavailable"; otherwise the call is
+ * answered from the reply if it still waits, then returns to the pool.
  */
 static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 {
 	struct limiter_call *c = privdata;
 	struct limiter *l = c->l;
+	struct limiter_link *k = c->link;
 	const redisReply *reply = r;
 	struct window_decision d;
 	int64_t now = limiter_now_us();
 
+	k->held--;
+	l->held--;
 	if (!reply) {
 		/* The connection is going. A callback below may call
 		 * limiter_check(): hiredis refuses new commands on a dying context,
@@ -1025,17 +1657,44 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 		}
 		goto recycle;
 	}
-	l->quiet_since_us = now;
+	k->quiet_since_us = now;
+	if (reply->type == REDIS_REPLY_ERROR) {
+		switch (cluster_classify_error(reply->str, reply->len)) {
+		case CLUSTER_REPLY_MOVED:
+		case CLUSTER_REPLY_ASK:
+			if (limiter_cluster_redirect(l, c, reply) == 0)
+				return;   /* hiredis holds it again */
+			break;
+		case CLUSTER_REPLY_TRYAGAIN:
+			if (c->cb && c->redirects < LIMITER_REDIRECTS_MAX) {
+				limiter_call_park(l, c);
+				return;
+			}
+			break;
+		case CLUSTER_REPLY_CLUSTERDOWN:
+			/* the cluster lost a primary and has not promoted its replica */
+			limiter_topo_refresh(l, "clusterdown");
+			goto unavailable;
+		case CLUSTER_REPLY_READONLY:
+			/* our primary became a replica (failover): find the new one */
+			log_info("redis_read_only", "addr=%s", k->addr);
+			limiter_link_drop(k, "primary demoted to replica");
+			limiter_topo_refresh(l, "readonly");
+			goto unavailable;
+		default:
+			break;
+		}
+	}
 	if (window_reply_is_noscript(reply)) {
 		limiter_count_error(l, METRICS_REDIS_ERR_NOSCRIPT);
 		if (!c->cb) {
 			/* answered already: nothing to retry, but reload for the others */
-			if (!l->script_loading && ac == l->ac && l->state == LIMITER_ST_READY)
-				limiter_send_script_load(l);
+			if (!k->script_loading && ac == k->ac && k->state == LIMITER_ST_READY)
+				limiter_link_send_script_load(k);
 			goto recycle;
 		}
 		if (!c->retried) {
-			if (limiter_call_retry_eval(l, ac, c) == 0)
+			if (limiter_call_retry_eval(l, k, ac, c) == 0)
 				return;   /* hiredis holds it again */
 		}
 	}
@@ -1046,24 +1705,34 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 		metrics_observe_redis_latency(l->metrics, (uint64_t)(now - c->sent_us));
 	if (window_decide_reply(&c->policy, reply, &d) == -1) {
 		limiter_count_error(l, METRICS_REDIS_ERR_SCRIPT);
-		limiter_warn_reply(l, reply, now);
+		limiter_warn_reply(l, k, reply, now);
 	} else if (c->cacheable && d.status == WINDOW_DENY) {
 		limiter_cache_store(l, c, &d, now);
 	}
 	limiter_call_answer(c, &d);
+	goto recycle;
 
+unavailable:
+	/* Redis is there but cannot take writes for this key now: the same
+	 * answer as a lost connection, not a script error. */
+	if (c->cb) {
+		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+		window_decide_error(&c->policy, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
+		limiter_call_answer(c, &d);
+	}
 recycle:
-	l->held--;
 	limiter_call_put(c);
 }
 
 /* A call's deadline passed: answer "timeout" now; hiredis keeps the call
  * until Redis replies or the connection goes. If nothing at all has been
- * answered for the stall limit while calls wait, Redis is frozen: drop it. */
+ * answered on its link for the stall limit while calls wait, that Redis is
+ * frozen: drop it. */
 static void limiter_on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct limiter_call *c = w->data;
 	struct limiter *l = c->l;
+	struct limiter_link *k = c->link;
 	struct window_decision d;
 
 	(void)loop;
@@ -1071,10 +1740,11 @@ static void limiter_on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 	limiter_count_error(l, METRICS_REDIS_ERR_TIMEOUT);
 	window_decide_error(&c->policy, WINDOW_REASON_REDIS_TIMEOUT, &d);
 	limiter_call_answer(c, &d);
-	/* <c> may be recycled by limiter_drop() below: not used after this */
-	if (l->ac && l->held > 0 && limiter_now_us() - l->quiet_since_us >= limiter_stall_us(l)) {
-		log_warn("redis_stalled", "addr=%s waiting=%u", l->url.addr, l->held);
-		limiter_drop(l, "no reply within the stall limit");
+	/* <c> may be recycled by limiter_link_drop() below: not used after this */
+	if (k && k->ac && k->held > 0 &&
+	    limiter_now_us() - k->quiet_since_us >= limiter_stall_us(l)) {
+		log_warn("redis_stalled", "addr=%s waiting=%u", k->addr, k->held);
+		limiter_link_drop(k, "no reply within the stall limit");
 	}
 }
 
@@ -1098,6 +1768,7 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 	struct window_args a;
 	struct window_decision d;
 	struct limiter_call *c;
+	struct limiter_link *k;
 	enum window_reason why;
 	char member[LIMITER_MEMBER_MAX];
 	const struct window_limit *lim;
@@ -1129,8 +1800,12 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 		return limiter_defer(l, cb, arg, &d);
 	}
 
-	/* Step 3: without a ready connection, or over the bound, no queue. */
-	if (l->state != LIMITER_ST_READY || !l->ac) {
+	/* Step 3: the link that serves the key (a cluster: the primary of its
+	 * slot); without a ready one, or over the bound, no queue. */
+	k = limiter_route(l, a.argv[3], a.argvlen[3]);
+	if (!k || k->state != LIMITER_ST_READY || !k->ac) {
+		if (l->cluster && !k)
+			limiter_topo_refresh(l, "slot without primary");
 		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
 		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
 		return limiter_defer(l, cb, arg, &d);
@@ -1145,6 +1820,9 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 	c->arg = arg;
 	c->sent_us = now;
 	c->retried = false;
+	c->asking = false;
+	c->redirects = 0;
+	c->link = k;
 	c->cacheable = l->cache_on && !p->shadow;
 	c->cost = cost;
 	c->policy = *p;
@@ -1156,15 +1834,13 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 	memcpy(c->key, key, key_len);
 	c->key_len = key_len;
 	memcpy(c->member, member, sizeof(member));
-	if (redisAsyncCommandArgv(l->ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK) {
+	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK) {
 		limiter_call_put(c);
 		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
 		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
 		return limiter_defer(l, cb, arg, &d);
 	}
-	if (l->held == 0)
-		l->quiet_since_us = now;
-	l->held++;
+	limiter_link_hold(k);
 	l->unanswered++;
 	ev_timer_init(&c->deadline, limiter_on_deadline, (double)l->timeout_ms / 1000.0, 0.);
 	c->deadline.data = c;
@@ -1174,6 +1850,82 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 
 /* ------------------------------------------------------------------ */
 /* lifecycle                                                           */
+
+/* Start talking to what l->url names: one link (redis://, unix://), one
+ * link found through the sentinels plus the +switch-master subscription
+ * (sentinel://), or the seeds of a cluster (cluster://). <l> owns what is
+ * allocated here; limiter_backend_stop() undoes it. Returns 0, or -1 with
+ * <err> when memory runs out. */
+static int limiter_backend_start(struct limiter *l, char *err, size_t errlen)
+{
+	const struct redis_url *u = &l->url;
+	struct limiter_link *k;
+
+	switch (u->mode) {
+	case REDIS_URL_CLUSTER:
+		l->cluster = calloc(1, sizeof(*l->cluster));
+		if (!l->cluster)
+			goto fail;
+		cluster_map_init(&l->cluster->map);
+		ev_timer_init(&l->cluster->topo, limiter_cluster_on_tick, LIMITER_TOPO_TICK_MS / 1000.0,
+		              LIMITER_TOPO_TICK_MS / 1000.0);
+		l->cluster->topo.data = l;
+		ev_timer_start(l->loop, &l->cluster->topo);
+		limiter_cluster_seed(l);
+		limiter_update_connected(l);
+		return 0;
+	case REDIS_URL_SENTINEL:
+		l->sentinel = calloc(1, sizeof(*l->sentinel));
+		if (!l->sentinel)
+			goto fail;
+		l->sentinel->sub_backoff_ms = LIMITER_BACKOFF_MIN_MS;
+		ev_timer_init(&l->sentinel->sub_retry, limiter_sentinel_on_sub_retry, 0., 0.);
+		l->sentinel->sub_retry.data = l;
+		k = limiter_link_get(l, "", 0, false);
+		if (!k)
+			goto fail;
+		snprintf(k->addr, sizeof(k->addr), "%s", u->addr);
+		l->main_link = k;
+		limiter_update_connected(l);
+		limiter_sentinel_subscribe(l);
+		limiter_link_connect(k);
+		return 0;
+	default:
+		k = limiter_link_get(l, u->hosts[0].host, u->hosts[0].port, u->mode == REDIS_URL_UNIX);
+		if (!k)
+			goto fail;
+		/* the address as before: with its db */
+		snprintf(k->addr, sizeof(k->addr), "%s", u->addr);
+		l->main_link = k;
+		limiter_update_connected(l);
+		limiter_link_connect(k);
+		return 0;
+	}
+
+fail:
+	snprintf(err, errlen, "out of memory");
+	return -1;
+}
+
+/* Stop everything limiter_backend_start() started: every call hiredis holds
+ * is answered "unavailable" (as <why> says in the log). Links stay
+ * allocated (retired) until limiter_free(). */
+static void limiter_backend_stop(struct limiter *l, const char *why)
+{
+	unsigned i;
+
+	limiter_sentinel_stop(l);
+	l->main_link = NULL;
+	for (i = 0; i < l->nlinks; i++)
+		if (l->links[i]->in_use)
+			limiter_link_retire(l->links[i], why);
+	if (l->cluster) {
+		ev_timer_stop(l->loop, &l->cluster->topo);
+		free(l->cluster); l->cluster = NULL;
+	}
+	free(l->sentinel); l->sentinel = NULL;
+	limiter_set_connected(l, false);
+}
 
 /* Allocates the limiter; the caller owns it and frees it with limiter_free(). */
 struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings *s,
@@ -1190,12 +1942,13 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	if (limiter_parse_url(s->redis_url, &l->url, err, errlen) == -1) {
+	if (redis_url_parse(s->redis_url, &l->url, err, errlen) == -1 ||
+	    redis_url_load_secrets(&l->url, err, errlen) == -1) {
+		redis_url_wipe(&l->url);
 		free(l);
 		return NULL;
 	}
 	l->loop = loop;
-	l->state = LIMITER_ST_IDLE;
 	l->timeout_ms = s->timeout_ms ? s->timeout_ms : 1;
 	l->script = s->script;
 	l->script_len = s->script_len;
@@ -1205,33 +1958,40 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	l->rng = limiter_random64(l->instance ^ 0x5bd1e995u);
 	l->cache_seed = limiter_random64(l->rng);
 	l->cache_on = true;
-	l->backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	limiter_copy_policy_names(l, s);
-	ev_timer_init(&l->retry, limiter_on_retry, 0., 0.);
-	l->retry.data = l;
-	ev_timer_init(&l->connect_timer, limiter_on_connect_timeout, 1., 0.);
-	l->connect_timer.data = l;
 	ev_timer_init(&l->kick, limiter_on_kick, 0., 0.);
 	l->kick.data = l;
+	ev_timer_init(&l->park, limiter_on_park, 0., 0.);
+	l->park.data = l;
 	limiter_set_connected(l, false);
-	limiter_connect(l);
+	if (limiter_backend_start(l, err, errlen) == -1) {
+		limiter_free(l);
+		return NULL;
+	}
 	return l;
 }
 
 /* Borrows <s>'s script until limiter_free() or the next reconfigure; the URL
- * and policy names are copied. Contract in limiter.h. */
+ * and policy names are copied (a new URL or new secrets restart the
+ * connections). Contract in limiter.h. */
 int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
                         char *err, size_t errlen)
 {
-	struct limiter_url u;
+	struct redis_url u;
 	bool script_changed;
+	unsigned i;
+	int rc = 0;
 
 	if (!s || !s->script || !s->script_len) {
 		snprintf(err, errlen, "limiter: missing script");
 		return -1;
 	}
-	if (limiter_parse_url(s->redis_url, &u, err, errlen) == -1)
+	if (redis_url_parse(s->redis_url, &u, err, errlen) == -1)
 		return -1;
+	if (redis_url_load_secrets(&u, err, errlen) == -1) {
+		rc = -1;
+		goto out;
+	}
 	script_changed = s->script_len != l->script_len ||
 	                 memcmp(s->script, l->script, s->script_len) != 0;
 	l->script = s->script;
@@ -1240,28 +2000,31 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 	if (s->metrics != l->metrics) {
 		limiter_set_connected(l, false);
 		l->metrics = s->metrics;
-		limiter_set_connected(l, l->state == LIMITER_ST_READY);
+		limiter_update_connected(l);
+		limiter_set_connected(l, l->connected);
 	}
 	limiter_copy_policy_names(l, s);
 	/* limits or policies may have changed what a cached deny means */
 	limiter_cache_clear(l);
 
-	if (!limiter_url_same(&u, &l->url)) {
+	if (!redis_url_same(&u, &l->url)) {
 		log_info("redis_address_changed", "from=%s to=%s", l->url.addr, u.addr);
-		limiter_drop(l, "address changed");
+		limiter_backend_stop(l, "address changed");
+		redis_url_wipe(&l->url);
 		l->url = u;
-		l->backoff_ms = LIMITER_BACKOFF_MIN_MS;
-		ev_timer_stop(l->loop, &l->retry);
-		if (l->state == LIMITER_ST_IDLE)
-			limiter_connect(l);
+		rc = limiter_backend_start(l, err, errlen);
 	} else {
-		l->url = u;
 		/* calls in flight keep the old SHA, which Redis still knows */
-		if (script_changed && l->state == LIMITER_ST_READY)
-			limiter_send_script_load(l);
+		for (i = 0; i < l->nlinks && script_changed; i++) {
+			struct limiter_link *k = l->links[i];
+
+			if (k->in_use && k->state == LIMITER_ST_READY)
+				limiter_link_send_script_load(k);
+		}
 	}
-	explicit_bzero(&u, sizeof(u));
-	return 0;
+out:
+	redis_url_wipe(&u);
+	return rc;
 }
 
 /* Turning <on> off frees the cache table of <l>. */
@@ -1284,33 +2047,28 @@ unsigned limiter_pending(const struct limiter *l)
 void limiter_free(struct limiter *l)
 {
 	struct limiter_chunk *ch;
+	unsigned i;
 
 	if (!l)
 		return;
 	l->closing = true;
-	ev_timer_stop(l->loop, &l->retry);
-	ev_timer_stop(l->loop, &l->connect_timer);
-	if (l->ac) {
-		redisAsyncContext *ac = l->ac;
-
-		l->ac = NULL;
-		l->state = LIMITER_ST_IDLE;
-		/* answers every call hiredis holds with a NULL reply */
-		redisAsyncFree(ac);
-		log_info("redis_disconnected", "addr=%s reason=\"shutdown\"", l->url.addr);
-	}
-	limiter_set_connected(l, false);
+	/* answers every call hiredis holds with a NULL reply */
+	limiter_backend_stop(l, "shutdown");
+	limiter_on_park(l->loop, &l->park, 0);
+	ev_timer_stop(l->loop, &l->park);
 	ev_timer_stop(l->loop, &l->kick);
 	while (l->nanswers)
 		limiter_on_kick(l->loop, &l->kick, 0);
 	ev_timer_stop(l->loop, &l->kick);
+	for (i = 0; i < l->nlinks; i++) {
+		free(l->links[i]); l->links[i] = NULL;
+	}
 	while ((ch = l->chunks)) {
 		l->chunks = ch->next;
 		free(ch);
 	}
 	free(l->answers); l->answers = NULL;
 	limiter_cache_clear(l);
-	explicit_bzero(&l->url, sizeof(l->url));
+	redis_url_wipe(&l->url);
 	free(l);
 }
-
