@@ -78,7 +78,7 @@ DEB_PKGS := build-essential pkg-config libev-dev libhiredis-dev libcmocka-dev \
 all: $(AGENT) $(BENCH)
 
 help:
-	@sed -n '2,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
+	@awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' Makefile
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

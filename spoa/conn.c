@@ -29,6 +29,7 @@ enum conn_flag {
 	CONN_F_PIPELINING  = 1u << 1,
 	CONN_F_IN_FLUSH    = 1u << 2,   /* on env->flush_head list */
 	CONN_F_DISCO_SENT  = 1u << 3,
+	CONN_F_WAS_READY   = 1u << 4,   /* completed a traffic HELLO */
 	CONN_F_RD_PAUSED   = 1u << 4,   /* peer not reading: input paused */
 };
 
@@ -282,10 +283,12 @@ static void conn_count_decision(struct conn_env *env, const struct config *cfg,
 		return;
 	if (p && p >= cfg->policies && p < cfg->policies + cfg->npolicies) {
 		idx = (size_t)(p - cfg->policies);
-		if ((unsigned)d->status < WINDOW_STATUS_COUNT)
-			metrics_add(&env->metrics->decisions[idx][d->status], 1);
+		/* a shadow deny is its own status in the metrics, never an allow:
+		 * "allow" then means what the policy itself admitted */
 		if (d->reason == WINDOW_REASON_SHADOW_DENY)
 			metrics_add(&env->metrics->shadow_denies[idx], 1);
+		else if ((unsigned)d->status < WINDOW_STATUS_COUNT)
+			metrics_add(&env->metrics->decisions[idx][d->status], 1);
 	}
 	if (d->reason != WINDOW_REASON_NONE && (unsigned)d->reason < WINDOW_REASON_COUNT)
 		metrics_add(&env->metrics->errors_by_reason[d->reason], 1);
@@ -511,10 +514,12 @@ static void conn_handle_hello(struct conn *c, const struct spop_frame *f)
 		ev_io_stop(c->env->loop, &c->rd);
 		return;
 	}
-	log_debug("spop_hello", "conn=%llu max_frame_size=%u pipelining=%d engine=%.*s",
+	/* info: a handful per HAProxy process and reload, unlike healthchecks */
+	log_info("spop_hello", "conn=%llu max_frame_size=%u pipelining=%d engine=%.*s",
 	          (unsigned long long)c->id, max, h->cap_pipelining ? 1 : 0,
 	          (int)(h->engine_id.len > 64 ? 64 : h->engine_id.len),
 	          h->engine_id.ptr ? h->engine_id.ptr : "");
+	c->flags |= CONN_F_WAS_READY;
 	conn_set_state(c, CONN_ST_READY);
 	if (c->env->draining && c->inflight == 0)
 		conn_send_disconnect(c, SPOP_ST_NORMAL, "agent is shutting down");
@@ -775,8 +780,12 @@ static void conn_close(struct conn *c, const char *why)
 	struct conn_req *r;
 	struct conn **pp;
 
-	log_debug("conn_close", "conn=%llu state=%s reason=\"%s\" inflight=%u",
-	          (unsigned long long)c->id, conn_state_str(c->state), why, c->inflight);
+	if (c->flags & CONN_F_WAS_READY)
+		log_info("conn_close", "conn=%llu reason=\"%s\" inflight=%u",
+		         (unsigned long long)c->id, why, c->inflight);
+	else
+		log_debug("conn_close", "conn=%llu state=%s reason=\"%s\" inflight=%u",
+		          (unsigned long long)c->id, conn_state_str(c->state), why, c->inflight);
 	ev_io_stop(env->loop, &c->rd);
 	ev_io_stop(env->loop, &c->wr);
 	ev_timer_stop(env->loop, &c->timer);

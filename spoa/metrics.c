@@ -205,12 +205,16 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 		np = CONFIG_MAX_POLICIES;
 
 	family(&r, "decisions_total", "counter",
-	       "Decisions answered to HAProxy, by policy and status (shadow denies count as allow).");
-	for (i = 0; i < np; i++)
+	       "Decisions answered to HAProxy, by policy and status; shadow-deny: a shadow "
+	       "policy would have denied and answered allow (not counted under allow).");
+	for (i = 0; i < np; i++) {
 		for (s = 0; s < WINDOW_STATUS_COUNT; s++)
 			out(&r, METRICS_PREFIX "decisions_total{policy=\"%s\",status=\"%s\"} %" PRIu64 "\n",
 			    c->policies[i].name, window_status_str((enum window_status)s),
 			    SUM(decisions[i][s]));
+		out(&r, METRICS_PREFIX "decisions_total{policy=\"%s\",status=\"shadow-deny\"} %" PRIu64 "\n",
+		    c->policies[i].name, SUM(shadow_denies[i]));
+	}
 
 	family(&r, "shadow_denies_total", "counter",
 	       "Requests a shadow policy would have denied (answered allow).");

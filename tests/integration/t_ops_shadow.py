@@ -63,8 +63,9 @@ h.eq("shadow: Redis holds the admitted entries only, as the real policy would", 
 m1 = u.scrape(mport)
 h.eq("shadow: shadow_denies_total{next} +3", 3.0,
      m1.get("shadow_denies_total", policy="next") - m0.get("shadow_denies_total", policy="next"))
-h.eq("shadow: decisions_total{next,allow} +5, deny +0", (5.0, 0.0),
+h.eq("shadow: decisions_total{next} allow +2, shadow-deny +3, deny +0", (2.0, 3.0, 0.0),
      (m1.get("decisions_total", policy="next", status="allow"),
+      m1.get("decisions_total", policy="next", status="shadow-deny"),
       m1.get("decisions_total", policy="next", status="deny")))
 h.eq("shadow: the local deny cache never answers for it", 0.0,
      m1.get("local_cache_answers_total", policy="next"))
