@@ -4,9 +4,10 @@
 #   tools/fuzz.sh [SECONDS] [HARNESS...]     default 60 s each, all harnesses
 #
 # Each harness fuzzes a working corpus in $FUZZ_OUT/corpus/<name>, seeded
-# from tests/fuzz/corpus/<name>; crashes land in $FUZZ_OUT/artifacts/ and
-# make the script fail. The last line of each run (cov, ft, exec/s) is
-# summarised at the end.
+# from tests/fuzz/seeds/<name> (real HAProxy frames, example configs) and
+# tests/fuzz/corpus/<name> (the minimized corpus of earlier runs); crashes
+# land in $FUZZ_OUT/artifacts/ and make the script fail. The last line of
+# each run (cov, ft, exec/s) is summarised at the end.
 #
 # Knobs (environment):
 #   FUZZ_OUT=build/fuzz   where binaries, logs, corpora and artifacts go
@@ -14,8 +15,9 @@
 #                         each; the default runs them one after the other)
 #   FUZZ_MERGE=1          afterwards, minimise the working corpus together
 #                         with tests/fuzz/corpus/<name> back into the latter
-#   FUZZ_REPLAY=1         no fuzzing: run every committed seed once (a fast
-#                         regression pass, what CI can afford)
+#                         (the seeds stay as they are)
+#   FUZZ_REPLAY=1         no fuzzing: run every committed seed and corpus
+#                         input once (a fast regression pass)
 #   CLANG=clang           the compiler (Debian's clang 14 has libFuzzer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,16 +52,16 @@ build() {
 
 # run NAME: fuzz for $secs seconds; prints the summary line to $out/NAME.summary
 run() {
-	local name=$1 seeds=tests/fuzz/corpus/$1 work=$out/corpus/$1 dict=() rc=0
-	mkdir -p "$work"
+	local name=$1 seeds=tests/fuzz/seeds/$1 corpus=tests/fuzz/corpus/$1 work=$out/corpus/$1 dict=() rc=0
+	mkdir -p "$work" "$corpus"
 	[ -f "tests/fuzz/$name.dict" ] && dict=(-dict="tests/fuzz/$name.dict")
 	if [ "${FUZZ_REPLAY:-0}" = 1 ]; then
-		"$out/$name" -runs=0 "${dict[@]}" "$seeds" >"$out/$name.log" 2>&1 || rc=$?
+		"$out/$name" -runs=0 "${dict[@]}" "$seeds" "$corpus" >"$out/$name.log" 2>&1 || rc=$?
 	else
 		ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
 		"$out/$name" -max_total_time="$secs" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
 			-artifact_prefix="$out/artifacts/$name-" "${dict[@]}" \
-			"$work" "$seeds" >"$out/$name.log" 2>&1 || rc=$?
+			"$work" "$corpus" "$seeds" >"$out/$name.log" 2>&1 || rc=$?
 	fi
 	{
 		printf '%-12s rc=%d ' "$name" "$rc"
@@ -70,12 +72,14 @@ run() {
 	return "$rc"
 }
 
+# merge NAME: the smallest set of inputs from the committed corpus and the
+# working one that keeps every feature, written back as tests/fuzz/corpus/NAME.
 merge() {
-	local name=$1 seeds=tests/fuzz/corpus/$1 new=$out/merge-$1
-	rm -rf "$new"; mkdir -p "$new"
-	"$out/$name" -merge=1 "$new" "$seeds" "$out/corpus/$name" >"$out/$name.merge.log" 2>&1
-	rm -rf "$seeds"; mv "$new" "$seeds"
-	echo "merged $name: $(ls "$seeds" | wc -l) files in $seeds"
+	local name=$1 corpus=tests/fuzz/corpus/$1 new=$out/merge-$1
+	rm -rf "$new"; mkdir -p "$new" "$corpus"
+	"$out/$name" -merge=1 "$new" "$corpus" "$out/corpus/$name" >"$out/$name.merge.log" 2>&1
+	rm -rf "$corpus"; mv "$new" "$corpus"
+	echo "merged $name: $(ls "$corpus" | wc -l) files in $corpus"
 }
 
 for n in "${names[@]}"; do

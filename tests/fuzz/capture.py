@@ -5,9 +5,9 @@ Runs redis-server, the agent ($AGENT), a recording TCP proxy and the
 installed haproxy (tests/integration/haproxy/minimal.cfg) on loopback, sends
 a few requests (normal accounts, a 256-byte account, no account, a burst
 over the limit), then stops haproxy so it says goodbye. Every frame HAProxy
-sent is written to tests/fuzz/corpus/fuzz_spop/cap-*, and every connection's
+sent is written to tests/fuzz/seeds/fuzz_spop/cap26-*, and every connection's
 whole byte stream (prefixed with fuzz_conn's two mode bytes) to
-tests/fuzz/corpus/fuzz_conn/cap-*.
+tests/fuzz/seeds/fuzz_conn/cap26-*.
 
     AGENT=build/san/ratelimit-spoa python3 tests/fuzz/capture.py
 """
@@ -73,7 +73,7 @@ def frames(buf):
 
 
 def save(dirname, prefix, data):
-    d = os.path.join(HERE, "corpus", dirname)
+    d = os.path.join(HERE, "seeds", dirname)
     os.makedirs(d, exist_ok=True)
     name = "%s-%s" % (prefix, hashlib.sha1(data).hexdigest()[:12])
     with open(os.path.join(d, name), "wb") as f:

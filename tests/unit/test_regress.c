@@ -5,8 +5,9 @@
  *    through the very harness code that found it: tests/fuzz/fuzz_*.c are
  *    compiled in here, so their invariants (abort() on violation) and the
  *    sanitizers/valgrind of the unit-test builds guard the fix.
- * 2. The committed fuzz corpora (tests/fuzz/corpus/<harness>/), replayed
- *    the same way: a cheap pass over a few hundred interesting inputs.
+ * 2. The committed fuzz seeds and minimized corpora (tests/fuzz/seeds/ and
+ *    tests/fuzz/corpus/<harness>/), replayed the same way: a cheap pass
+ *    over a few hundred interesting inputs.
  * 3. Bugs found by the end-to-end limit tests, pinned at unit level:
  *    a peer that sends NOTIFYs but never reads its ACKs must be pushed back
  *    (the agent stops reading) instead of growing the output buffer; a busy
@@ -90,25 +91,25 @@ static void test_crash_inputs(void **state)
 
 /* ------------------------------------------------------------ corpora */
 
-/* Replay every file of tests/fuzz/corpus/<name>/ through harness <name>.
- * Run from the repository root (make test does). */
-static void regress_replay_corpus(const char *name)
+/* Replay every file of tests/fuzz/<kind>/<name>/ through harness <name>.
+ * Returns how many; -1 when the directory is not there (not run from the
+ * repository root, as make test does). */
+static long regress_replay_dir(const char *kind, const char *name)
 {
 	char dir[HARNESS_PATH_MAX], path[HARNESS_PATH_MAX * 2];
 	regress_fn fn = regress_harness(name);
 	unsigned char *buf = malloc(REGRESS_INPUT_MAX);
 	struct dirent *de;
-	unsigned n = 0;
+	long n = 0;
 	DIR *d;
 
 	assert_non_null(fn);
 	assert_non_null(buf);
-	snprintf(dir, sizeof(dir), "tests/fuzz/corpus/%s", name);
+	snprintf(dir, sizeof(dir), "tests/fuzz/%s/%s", kind, name);
 	d = opendir(dir);
 	if (!d) {
 		free(buf);
-		skip();     /* not run from the repository root */
-		return;
+		return -1;
 	}
 	while ((de = readdir(d))) {
 		FILE *f;
@@ -126,8 +127,20 @@ static void regress_replay_corpus(const char *name)
 	}
 	closedir(d);
 	free(buf);
-	printf("# %s: %u corpus inputs replayed\n", name, n);
-	assert_true(n > 0);
+	return n;
+}
+
+static void regress_replay_corpus(const char *name)
+{
+	long seeds = regress_replay_dir("seeds", name);
+	long corpus = regress_replay_dir("corpus", name);
+
+	if (seeds == -1 && corpus == -1) {
+		skip();     /* not run from the repository root */
+		return;
+	}
+	printf("# %s: %ld seeds and %ld corpus inputs replayed\n", name, seeds, corpus);
+	assert_true(seeds > 0);
 }
 
 static void test_corpus_spop(void **state)
