@@ -327,23 +327,6 @@ static void conn_on_decision(void *arg, const struct window_decision *d)
 
 /* ------------------------------------------------------------- frames */
 
-/* Read an integer-typed arg as a cost. Returns 0 or -1 (not an integer). */
-static int conn_arg_int(const struct spop_data *v, int64_t *out)
-{
-	switch (v->type) {
-	case SPOP_T_INT32:
-	case SPOP_T_INT64:
-		*out = v->v.i;
-		return 0;
-	case SPOP_T_UINT32:
-	case SPOP_T_UINT64:
-		*out = v->v.u > INT64_MAX ? INT64_MAX : (int64_t)v->v.u;
-		return 0;
-	default:
-		return -1;
-	}
-}
-
 /*
  * Decide one "ratelimit" message <m> for request <r>: validate the args,
  * then ask the limiter (which answers through conn_on_decision). Invalid
@@ -376,7 +359,7 @@ static void conn_decide_message(struct conn *c, struct conn_req *r,
 				key = a.value.v.s;
 		} else if (!have_cost && spop_str_eq(a.name, "cost")) {
 			have_cost = true;
-			if (conn_arg_int(&a.value, &cost) == -1)
+			if (spop_data_to_int64(&a.value, &cost) == -1)
 				cost = 0;   /* rejected below as bad-cost */
 		}
 	}

@@ -274,28 +274,33 @@ static void spop_put_be32(unsigned char *p, uint32_t v)
 	p[3] = (unsigned char)v;
 }
 
+int spop_data_to_int64(const struct spop_data *d, int64_t *out)
+{
+	switch (d->type) {
+	case SPOP_T_INT32:
+	case SPOP_T_INT64:
+		*out = d->v.i;
+		return 0;
+	case SPOP_T_UINT32:
+	case SPOP_T_UINT64:
+		*out = d->v.u > INT64_MAX ? INT64_MAX : (int64_t)d->v.u;
+		return 0;
+	default:
+		return -1;
+	}
+}
+
 /* Any of the four integer types as an unsigned 32-bit value, clamped:
  * negative gives 0 and more than 32 bits gives UINT32_MAX, so the caller's
  * range check rejects or caps it. Returns 0, or -1 when <d> is no integer. */
 static int spop_data_to_u32(const struct spop_data *d, uint32_t *out)
 {
-	switch (d->type) {
-	case SPOP_T_INT32:
-	case SPOP_T_INT64:
-		if (d->v.i < 0)
-			*out = 0;
-		else if ((uint64_t)d->v.i > UINT32_MAX)
-			*out = UINT32_MAX;
-		else
-			*out = (uint32_t)d->v.i;
-		return 0;
-	case SPOP_T_UINT32:
-	case SPOP_T_UINT64:
-		*out = d->v.u > UINT32_MAX ? UINT32_MAX : (uint32_t)d->v.u;
-		return 0;
-	default:
+	int64_t v;
+
+	if (spop_data_to_int64(d, &v) == -1)
 		return -1;
-	}
+	*out = v < 0 ? 0 : (uint64_t)v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+	return 0;
 }
 
 /*

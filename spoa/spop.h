@@ -203,6 +203,10 @@ int spop_next_message(struct spop_iter *it, struct spop_message *m);
 void spop_iter_args(const struct spop_message *m, struct spop_iter *it);
 int spop_next_arg(struct spop_iter *it, struct spop_arg *a);
 
+/* Any of the four integer types as a signed 64-bit value (unsigned ones
+ * above INT64_MAX are clamped). Returns 0, or -1 when <d> is no integer. */
+int spop_data_to_int64(const struct spop_data *d, int64_t *out);
+
 /* Compare a slice with a C string. */
 bool spop_str_eq(struct spop_str s, const char *cstr);
 
