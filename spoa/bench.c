@@ -228,6 +228,7 @@ static const char *const bench_status_names[BENCH_STATUS_COUNT] = {
  * Small helpers: clock, PRNG, histogram.
  */
 
+/* Monotonic nanoseconds: latencies must not jump with the wall clock. */
 static uint64_t bench_now_ns(void)
 {
 	struct timespec ts;
@@ -277,6 +278,7 @@ static uint64_t bench_hist_upper(unsigned i)
 	return ((BENCH_HIST_SUB + sub + 1u) << (b - 1u)) - 1u;
 }
 
+/* Count one latency of <ns> nanoseconds in <h>. */
 static void bench_hist_record(struct bench_hist *h, uint64_t ns)
 {
 	h->counts[bench_hist_index(ns)]++;
@@ -344,6 +346,7 @@ struct bench_enc {
 	bool overflow;
 };
 
+/* Append <n> bytes from <p> to <e>, or mark it overflowed. */
 static void bench_enc_bytes(struct bench_enc *e, const void *p, size_t n)
 {
 	if (e->overflow || e->cap - e->len < n) {
@@ -354,11 +357,13 @@ static void bench_enc_bytes(struct bench_enc *e, const void *p, size_t n)
 	e->len += n;
 }
 
+/* Append the byte <b> to <e>. */
 static void bench_enc_byte(struct bench_enc *e, unsigned char b)
 {
 	bench_enc_bytes(e, &b, 1);
 }
 
+/* Append <v> in HAProxy's varint encoding to <e>. */
 static void bench_enc_varint(struct bench_enc *e, uint64_t v)
 {
 	int n;
@@ -374,6 +379,7 @@ static void bench_enc_varint(struct bench_enc *e, uint64_t v)
 	e->len += (size_t)n;
 }
 
+/* Append <v> as 4 big-endian bytes to <e> (frame length, flags). */
 static void bench_enc_u32be(struct bench_enc *e, uint32_t v)
 {
 	unsigned char b[4] = {
@@ -413,6 +419,7 @@ static size_t bench_enc_frame_begin(struct bench_enc *e, enum spop_frame_type ty
 	return at;
 }
 
+/* Patch the length prefix at offset <at> of <e> now that the frame is whole. */
 static void bench_enc_frame_end(struct bench_enc *e, size_t at)
 {
 	uint32_t n;
@@ -544,7 +551,8 @@ struct bench_frame {
 };
 
 /* Split the frame of <flen> bytes at <buf> (length prefix included) into
- * <f>. Returns 0, or -1 with <err> when the header is cut short. */
+ * <f>. Returns 0, or -1 with <err> when the header is cut short. <f> borrows
+ * <buf>: its payload is valid until the read buffer is compacted. */
 static int bench_frame_split(const unsigned char *buf, size_t flen,
                              struct bench_frame *f, char *err, size_t errlen)
 {
@@ -578,7 +586,7 @@ static int bench_frame_split(const unsigned char *buf, size_t flen,
 }
 
 /* Read a bare STRING at <*p> (before <end>) into <s>, advancing <*p>.
- * Returns 0 or -1 when it runs past <end>. */
+ * Returns 0 or -1 when it runs past <end>. <s> borrows the input. */
 static int bench_dec_name(const unsigned char **p, const unsigned char *end,
                           struct spop_str *s)
 {
@@ -681,7 +689,8 @@ truncated:
 	return -1;
 }
 
-/* Count <reason> (an error's reason variable) in thread <t>'s small table. */
+/* Count <reason> (an error's reason variable) in thread <t>'s small table;
+ * the name is copied, <reason> is only borrowed. */
 static void bench_count_reason(struct bench_thread *t, struct spop_str reason)
 {
 	unsigned i;
@@ -1037,6 +1046,8 @@ static int bench_conn_process(struct bench_conn *c)
 	return 0;
 }
 
+/* Readable: pull what the agent sent into <w>'s conn, handle every whole
+ * frame, refill the freed slots. <loop> and <revents> are implied. */
 static void bench_conn_on_read(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct bench_conn *c = w->data;
@@ -1079,6 +1090,8 @@ static void bench_conn_hello(struct bench_conn *c)
 	bench_conn_flush(c);
 }
 
+/* Writable: finish the connect (then send HELLO) or the pending writes of
+ * <w>'s conn. <loop> and <revents> are implied. */
 static void bench_conn_on_write(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct bench_conn *c = w->data;
@@ -1209,6 +1222,9 @@ static void bench_thread_open_more(struct bench_thread *t)
 		bench_conn_open(&t->conns[t->next_open++]);
 }
 
+/* Every BENCH_TICK_S on <loop>: move <w>'s thread through its phases (setup
+ * done, time up or count reached, drain done or timed out) and obey abort
+ * and signals. */
 static void bench_thread_on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct bench_thread *t = w->data;
@@ -1254,6 +1270,9 @@ static void bench_thread_on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 }
 
+/* One client thread <arg> (a struct bench_thread): its connections, its
+ * loop, its counters. Borrows the options; owns nothing it must free (main
+ * releases the buffers after the join). */
 static void *bench_thread_main(void *arg)
 {
 	struct bench_thread *t = arg;
@@ -1307,6 +1326,7 @@ out:
  * Options and report.
  */
 
+/* The --help text, on <out>. */
 static void bench_usage(FILE *out)
 {
 	fprintf(out,
@@ -1747,6 +1767,7 @@ static void bench_json_str(const char *s)
 	}
 }
 
+/* Print <tot> for options <o> in the chosen output format. */
 static void bench_report(const struct bench_opts *o, const struct bench_total *tot)
 {
 	double rate = tot->elapsed_s > 0 ? (double)tot->acked / tot->elapsed_s : 0.0;
@@ -1827,6 +1848,7 @@ static void bench_report(const struct bench_opts *o, const struct bench_total *t
 	printf("\n");
 }
 
+/* SIGINT/SIGTERM (<sig>): stop sending, drain, report as usual. */
 static void bench_on_signal(int sig)
 {
 	(void)sig;

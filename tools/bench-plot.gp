@@ -12,7 +12,8 @@ set style histogram clustered gap 1
 set style fill solid 0.85 border -1
 set boxwidth 0.9
 set grid ytics lc rgb "#dddddd"
-set xtics rotate by -30 nomirror font "sans,10"
+set xtics nomirror font "sans,10"
+set bmargin 4
 set ytics nomirror
 set key top left
 set format y "%.0s%c"
