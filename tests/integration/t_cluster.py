@@ -10,6 +10,7 @@ Killing a primary is t_cluster_failover.py; both use class Cluster below.
 """
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -395,5 +396,30 @@ log-level debug
         log = f.read()
     h.check("the agent followed ASK and MOVED redirects",
             "kind=ask" in log and "kind=moved" in log)
+
+    # -- a reload moves the agent between one Redis and the cluster ----------------
+    conf = os.path.join(h.tmp, "agent.conf")
+    with open(conf) as f:
+        text = f.read()
+    h.start_redis()
+    with open(conf, "w") as f:
+        f.write(text.replace("redis cluster://%s" % cl.seeds(), "redis redis://127.0.0.1:%d/0" % h.redis_port))
+    h.agent.send_signal(signal.SIGHUP)
+    d = wait_decisions(a, "ACC-RELOAD", "burst")
+    h.eq("reload to redis://: decided on the single server", ("allow", "1"),
+         (d and d["status"], h.rcli("ZCARD", "burst:limit:v1:ACC-RELOAD")))
+    with open(conf, "w") as f:
+        f.write(text)
+    h.agent.send_signal(signal.SIGHUP)
+    d = None
+    end = time.time() + 20
+    while time.time() < end:
+        d = a.ratelimit("ACC-RELOAD2", policy="burst")["actions"]
+        if d["status"] in ("allow", "deny") and \
+                cl.cli(cl.owner("burst:limit:v1:ACC-RELOAD2"), "EXISTS", "burst:limit:v1:ACC-RELOAD2") == "1":
+            break
+        time.sleep(0.1)
+    h.eq("reload back to cluster://: decided on the cluster again", "allow", d and d["status"])
+    h.check("the agent ran through both reloads", h.agent.poll() is None)
 
     h.done()
