@@ -27,7 +27,7 @@ struct metrics;
 typedef void (*limiter_cb)(void *arg, const struct window_decision *d);
 
 struct limiter_settings {
-	const char *redis_url;          /* redis://[user:pass@]host:port[/db] or unix:///path */
+	const char *redis_url;          /* redis://, unix://, cluster://, sentinel:// (redis_url.h) */
 	uint64_t timeout_ms;            /* per-call deadline */
 	const char *script;             /* Lua source, borrowed until limiter_free() */
 	size_t script_len;
