@@ -158,8 +158,8 @@ run_spoa_bench() {
 	rc=$?
 	[ $rc -eq 0 ] || note_error "spoa-bench $name exited $rc: $(tail -n1 "$T/sb-$name.err")"
 	[ -s "$f" ] || { echo '{}' >"$f"; return 1; }
-	read -r R[sb_${name}_rps] R[sb_${name}_p50] R[sb_${name}_p99] R[sb_${name}_p999] \
-		R[sb_${name}_allow] R[sb_${name}_deny] R[sb_${name}_error] < <(json_get "$f" msgs_per_s \
+	read -r "R[sb_${name}_rps]" "R[sb_${name}_p50]" "R[sb_${name}_p99]" "R[sb_${name}_p999]" \
+		"R[sb_${name}_allow]" "R[sb_${name}_deny]" "R[sb_${name}_error]" < <(json_get "$f" msgs_per_s \
 		latency_us.p50 latency_us.p99 latency_us.p999 allow deny error | tr '\n' ' ')
 	say "  spoa-bench $name: ${R[sb_${name}_rps]} msgs/s p50 ${R[sb_${name}_p50]} us p99 ${R[sb_${name}_p99]} us (allow ${R[sb_${name}_allow]} deny ${R[sb_${name}_deny]} error ${R[sb_${name}_error]})"
 }
@@ -642,10 +642,11 @@ grep -v '^[[:space:]]*#' "$T/haproxy-alone.cfg" | grep -qE 'filter spoe|send-spo
 start_edge() {
 	local name=$1 cfg=$2
 	EDGE_PORT=$(free_port)
-	local envs=(RL_BIND=127.0.0.1:$EDGE_PORT RL_INSTANCE=bench-$name RL_AGENT_ADDR=127.0.0.1:$MAIN_AGENT_PORT
-	            RL_TRANSFERS_ADDR=127.0.0.1:$BE_T RL_ACCOUNTS_ADDR=127.0.0.1:$BE_A
-	            RL_JWT_PUBKEY=$CACHE/jwt/jwt-public.pem RL_HAPROXY_DIR=$ROOT/haproxy
-	            RL_ADMIN_SOCK=$T/admin-$name.sock RL_LOG=stdout)
+	local envs=("RL_BIND=127.0.0.1:$EDGE_PORT" "RL_INSTANCE=bench-$name"
+	            "RL_AGENT_ADDR=127.0.0.1:$MAIN_AGENT_PORT"
+	            "RL_TRANSFERS_ADDR=127.0.0.1:$BE_T" "RL_ACCOUNTS_ADDR=127.0.0.1:$BE_A"
+	            "RL_JWT_PUBKEY=$CACHE/jwt/jwt-public.pem" "RL_HAPROXY_DIR=$ROOT/haproxy"
+	            "RL_ADMIN_SOCK=$T/admin-$name.sock" RL_LOG=stdout)
 	env "${envs[@]}" haproxy -c -q -f "$cfg" >"$T/edge-$name.check" 2>&1 \
 		|| { cat "$T/edge-$name.check" >&2; die "haproxy refused $cfg"; }
 	# the per-request log line is formatted as in production, written to /dev/null
@@ -839,7 +840,7 @@ mc_per_request() {
 	"$BENCH" -a "127.0.0.1:$AGENT_PORT" -n "$n" -k "$ACCOUNTS" -q "$@" || note_error "spoa-bench (malloc $name) failed"
 	sleep 0.2
 	b=$(mc_read)
-	read -r R[mc_${name}_agent] R[mc_${name}_hiredis] R[mc_${name}_libev] R[mc_${name}_other] < <(
+	read -r "R[mc_${name}_agent]" "R[mc_${name}_hiredis]" "R[mc_${name}_libev]" "R[mc_${name}_other]" < <(
 		awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { split(a, x, " "); split(b, y, " ");
 			for (i = 1; i <= 4; i++) printf "%.3f ", (y[i] - x[i]) / n; print "" }')
 	say "  mallocs per decision ($name): agent ${R[mc_${name}_agent]}, libhiredis ${R[mc_${name}_hiredis]}, libev ${R[mc_${name}_libev]}, other ${R[mc_${name}_other]}"
