@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# spoa-bench against the real agent: pipelined load over several connections
+# and threads is answered in full, every ACK carries allow or deny, and the
+# totals match what Redis recorded. Counts only, no timing.
+. "$(dirname "$0")/../lib.sh"
+t_setup
+start_redis
+start_agent "policy transfer 5/1m
+threads 2"
+out=$("$BENCH" -a "127.0.0.1:$AGENT_PORT" -c 4 -T 2 -d 16 -n 2000 -k 50 --key-prefix BENCH- \
+	--strict --json 2>"$T/bench.err"); rc=$?
+eq "spoa-bench exits 0 (no protocol error, no error ACK)" 0 "$rc"
+field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$out" "$1" 2>/dev/null; }
+allow=$(field allow); deny=$(field deny); err=$(field error)
+eq "2000 NOTIFYs, 2000 answers" 2000 "$((allow + deny + err))"
+eq "no error answers" 0 "$err"
+# 50 accounts x 5 per minute: exactly 250 admitted, whatever the interleaving
+eq "exactly 50 x 5 admitted" 250 "$allow"
+members=0
+for i in $(seq 0 49); do members=$((members + $(rcli ZCARD "transfer:limit:v1:BENCH-$i"))); done
+eq "Redis holds one member per admitted request" 250 "$members"
+t_done
