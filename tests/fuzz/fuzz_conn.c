@@ -126,13 +126,14 @@ static void fuzz_answer_all(bool reverse)
 	}
 }
 
+/* The config generation <ref> is static here: nothing to free. */
 static void fuzz_release(struct conn_cfg_ref *ref)
 {
 	(void)ref;
 }
 
-/* Check the agent's output in <fz.out>: whole frames only, each valid.
- * Consumes the complete frames, keeps a partial tail. */
+/* Borrows fz.out: check the agent's output there, whole frames only, each
+ * valid. Consumes the complete frames, keeps a partial tail. */
 static void fuzz_check_output(void)
 {
 	size_t off = 0;
@@ -163,7 +164,8 @@ static void fuzz_check_output(void)
 	fz.out_len -= off;
 }
 
-/* Read what the agent wrote to <peer> into fz.out. */
+/* Read what the agent wrote to <peer> into fz.out (static storage); -1 or
+ * a deaf peer reads nothing. */
 static void fuzz_drain_peer(int peer)
 {
 	ssize_t n;

@@ -58,6 +58,7 @@ static const struct regress_crash regress_crashes[] = {
 	{ NULL, NULL, NULL },
 };
 
+/* The harness entry point called <name>, or NULL. */
 static regress_fn regress_harness(const char *name)
 {
 	if (strcmp(name, "fuzz_spop") == 0)
@@ -69,6 +70,8 @@ static regress_fn regress_harness(const char *name)
 	return NULL;
 }
 
+/* Owns a scratch buffer for the call: each crash input, decoded, through
+ * its harness. */
 static void test_crash_inputs(void **state)
 {
 	unsigned char *buf = malloc(REGRESS_INPUT_MAX);
@@ -91,7 +94,8 @@ static void test_crash_inputs(void **state)
 
 /* ------------------------------------------------------------ corpora */
 
-/* Replay every file of tests/fuzz/<kind>/<name>/ through harness <name>.
+/* Owns a scratch buffer for the call. Replay every file of
+ * tests/fuzz/<kind>/<name>/ through harness <name>.
  * Returns how many; -1 when the directory is not there (not run from the
  * repository root, as make test does). */
 static long regress_replay_dir(const char *kind, const char *name)
@@ -130,6 +134,7 @@ static long regress_replay_dir(const char *kind, const char *name)
 	return n;
 }
 
+/* Seeds and corpus of harness <name>; skipped outside the repository root. */
 static void regress_replay_corpus(const char *name)
 {
 	long seeds = regress_replay_dir("seeds", name);
@@ -163,8 +168,9 @@ static void test_corpus_config(void **state)
 
 /* ------------------------------------------------- a peer that never reads */
 
-/* One NOTIFY "ratelimit" (policy transfer, key ACC-BP) with <sid>, into
- * <dst> (room for 64 bytes). Returns its size. */
+/* Writes into the caller's <dst> (room for 64 bytes): one NOTIFY
+ * "ratelimit" (policy transfer, key ACC-BP) with stream-id <sid>. Returns
+ * its size. */
 static size_t regress_notify(unsigned char *dst, uint64_t sid)
 {
 	struct spop_ack w;  /* the codec's bounded writer, header only */
@@ -195,6 +201,8 @@ static const unsigned char regress_hello[] = {
 	SPOP_T_STR, 10, 'p', 'i', 'p', 'e', 'l', 'i', 'n', 'i', 'n', 'g',
 };
 
+/* Owns a loop, a socketpair and a config for the call: a peer whose every
+ * write ends mid-frame keeps its connection past the frame deadline. */
 static void test_busy_peer_keeps_its_connection(void **state)
 {
 	static const char text[] = "policy transfer 1000000/1s\n";
@@ -272,18 +280,11 @@ static void test_busy_peer_keeps_its_connection(void **state)
 	config_release(&cfg);
 }
 
+/* Owns a loop, a socketpair and a config for the call: a peer that never
+ * reads is pushed back, then gets every ACK once it reads. */
 static void test_unread_acks_push_back(void **state)
 {
 	static const char text[] = "policy transfer 1000000/1s\n";
-	static const unsigned char hello[] = {
-		0, 0, 0, 0x4b, SPOP_FRAME_HAPROXY_HELLO, 0, 0, 0, 1, 0, 0,
-		18, 's', 'u', 'p', 'p', 'o', 'r', 't', 'e', 'd', '-', 'v', 'e', 'r', 's', 'i', 'o', 'n', 's',
-		SPOP_T_STR, 3, '2', '.', '0',
-		14, 'm', 'a', 'x', '-', 'f', 'r', 'a', 'm', 'e', '-', 's', 'i', 'z', 'e',
-		SPOP_T_UINT32, 0xfc, 0xf0, 0x06,
-		12, 'c', 'a', 'p', 'a', 'b', 'i', 'l', 'i', 't', 'i', 'e', 's',
-		SPOP_T_STR, 10, 'p', 'i', 'p', 'e', 'l', 'i', 'n', 'i', 'n', 'g',
-	};
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct conn_env env;
 	struct conn_cfg_ref ref;
@@ -313,7 +314,8 @@ static void test_unread_acks_push_back(void **state)
 	setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
 	setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
 	assert_int_equal(conn_accept(&env, sv[1]), 0);
-	assert_int_equal(write(sv[0], hello, sizeof(hello)), (ssize_t)sizeof(hello));
+	assert_int_equal(write(sv[0], regress_hello, sizeof(regress_hello)),
+	                 (ssize_t)sizeof(regress_hello));
 
 	/* Step 1: send NOTIFYs and never read. Without backpressure the agent
 	 * takes them all and queues the ACKs (64 MB here); with it, the socket
