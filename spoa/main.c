@@ -434,6 +434,11 @@ int main(int argc, char **argv)
 		m.cfg.log_level = CONFIG_LOG_DEBUG;
 	log_set_level(m.cfg.log_level);
 	signal(SIGPIPE, SIG_IGN);
+	/* argv is world-readable (ps, /proc): say so rather than refuse, a
+	 * one-off debugging run may want it */
+	if (m.opt_redis && strchr(m.opt_redis, '@'))
+		log_warn("secret_in_argv", "reason=\"--redis carries credentials, visible in ps\" "
+		         "fix=\"put them in the config file or RATELIMIT_SPOA_REDIS_PASSWORD_FILE\"");
 
 	m.loop = ev_default_loop(EVFLAG_AUTO);
 	/* Handlers first: a SIGHUP sent as soon as the port answers (or right
