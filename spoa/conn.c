@@ -30,7 +30,7 @@ enum conn_flag {
 	CONN_F_IN_FLUSH    = 1u << 2,   /* on env->flush_head list */
 	CONN_F_DISCO_SENT  = 1u << 3,
 	CONN_F_WAS_READY   = 1u << 4,   /* completed a traffic HELLO */
-	CONN_F_RD_PAUSED   = 1u << 4,   /* peer not reading: input paused */
+	CONN_F_RD_PAUSED   = 1u << 5,   /* peer not reading: input paused */
 };
 
 struct conn {

@@ -97,6 +97,12 @@ h.check("a key with a quote and a newline cannot forge a field or a line",
         any('key="bad\\"key\\x0aforged=1"' in l for l in dec), [l for l in dec if "bad" in l])
 h.check("a protocol error is a warn line", re.search(r"level=warn event=spop_error .*status=3", text))
 h.check("HAProxy's DISCONNECT is an info line", "level=info event=spop_disconnect_received" in text)
+u.wait_log(h, "level=info event=conn_close")
+text = u.log_text(h)
+h.check("a traffic connection: HELLO and close are info lines",
+        "level=info event=spop_hello" in text and "level=info event=conn_close" in text)
+h.check("a healthcheck connection stays out of info (one per second per HAProxy)",
+        not any(" level=info " in l and "healthcheck" in l for l in text.splitlines()))
 
 # Redis goes away and comes back: state changes at info.
 h.stop(h.redis)
