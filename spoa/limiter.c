@@ -1755,8 +1755,26 @@ static void limiter_on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
  * repeat members still in a window (ZADD would then move, not add, them). */
 static void limiter_next_member(struct limiter *l, char *dst, size_t cap)
 {
-	snprintf(dst, cap, "%016llx-%x-%llx", (unsigned long long)l->instance,
-	         l->thread_id & 0xffffu, (unsigned long long)l->counter++);
+	static const char hex[] = "0123456789abcdef";
+	uint64_t parts[3] = { l->instance, l->thread_id & 0xffffu, l->counter++ };
+	char tmp[LIMITER_MEMBER_MAX];
+	size_t n = 0;
+	int i, shift;
+
+	/* "%016llx-%x-%llx" by hand: this runs once per decision */
+	for (shift = 60; shift >= 0; shift -= 4)
+		tmp[n++] = hex[(parts[0] >> shift) & 0xf];
+	for (i = 1; i < 3; i++) {
+		tmp[n++] = '-';
+		for (shift = 60; shift > 0 && !((parts[i] >> shift) & 0xf); shift -= 4)
+			;
+		for (; shift >= 0; shift -= 4)
+			tmp[n++] = hex[(parts[i] >> shift) & 0xf];
+	}
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(dst, tmp, n);
+	dst[n] = '\0';
 }
 
 /* Borrows <p> and <key> for the call only: a call sent to Redis keeps its

@@ -166,13 +166,18 @@ static void args_add(struct args_writer *w, const void *s, size_t len)
 		args_end(w, start, pos);
 }
 
-/* One argv entry holding the decimal text of <v>. */
+/* One argv entry holding the decimal text of <v>. By hand, not snprintf:
+ * four of these per decision showed up in the agent's profile. */
 static void args_add_u64(struct args_writer *w, uint64_t v)
 {
 	char tmp[24];
-	int n = snprintf(tmp, sizeof(tmp), "%" PRIu64, v);
+	size_t n = sizeof(tmp);
 
-	args_add(w, tmp, (size_t)n);
+	do {
+		tmp[--n] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	args_add(w, tmp + n, sizeof(tmp) - n);
 }
 
 /*
