@@ -130,6 +130,8 @@ t_done() {
 #   reload_haproxy NAME          # seamless reload: -x <stats socket> -sf <old pid>
 #   stop_haproxy NAME
 #   edge_policies                # the agent policies haproxy.cfg names
+#   start_edge [A B ...]         # the whole stack: keys, redis, agent (edge policies),
+#                                # backend, and the named HAProxy instances (default A B)
 #   req NAME METHOD PATH [TOKEN] [curl args]   # RSP_STATUS, rsp_hdr H, $T/rsp.body
 
 jwt_setup() {
@@ -149,6 +151,17 @@ edge_policies() { cat "$ROOT/haproxy/ratelimit-spoa-policies.conf"; }
 # agent's redis-timeout (a config line for start_agent) stays below the SPOE
 # "timeout processing" that start_haproxy gives HAProxy.
 E2E_REDIS_TIMEOUT="redis-timeout 1s"
+
+start_edge() {
+	local names=("$@") n
+	[ $# -gt 0 ] || names=(A B)
+	jwt_setup || return 1
+	start_redis || return 1
+	start_agent "$E2E_REDIS_TIMEOUT
+$(edge_policies)" || return 1
+	start_backend || return 1
+	for n in "${names[@]}"; do start_haproxy "$n" || return 1; done
+}
 
 start_backend() {
 	TRANSFERS_PORT=$(free_port)

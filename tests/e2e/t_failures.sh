@@ -5,13 +5,7 @@
 # Recovery is polled (reconnect backoff, health checks), never timed.
 . "$(dirname "$0")/../lib.sh"
 t_setup
-jwt_setup
-start_redis
-start_agent "$E2E_REDIS_TIMEOUT
-$(edge_policies)"
-start_backend
-start_haproxy A
-start_haproxy B
+start_edge A B
 
 tok=$(mint_token ACC-F1)
 

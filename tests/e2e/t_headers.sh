@@ -6,13 +6,7 @@
 # only the 429 case depends on requests sharing a window (one curl burst).
 . "$(dirname "$0")/../lib.sh"
 t_setup
-jwt_setup
-start_redis
-start_agent "$E2E_REDIS_TIMEOUT
-$(edge_policies)"
-start_backend
-start_haproxy A
-start_haproxy B
+start_edge A B
 
 # consistent WHAT POLICY LIMIT WINDOW: the five headers of the last req agree.
 consistent() {

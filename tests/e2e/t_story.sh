@@ -6,13 +6,7 @@
 #   Redis stopped a transfer gets 503, never a free pass.
 . "$(dirname "$0")/../lib.sh"
 t_setup
-jwt_setup
-start_redis
-start_agent "$E2E_REDIS_TIMEOUT
-$(edge_policies)"
-start_backend
-start_haproxy A
-start_haproxy B
+start_edge A B
 
 tok=$(mint_token ACC-1001)
 # One curl process for the 6 requests: the story needs them inside the
