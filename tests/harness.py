@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,6 +42,35 @@ def wait_port(port, secs=10.0, host="127.0.0.1"):
         except OSError:
             time.sleep(0.05)
     return False
+
+
+def race(connect, policy, key, conns=20, per=10, cost=None):
+    """<conns> connections from <connect>() each pipeline <per> NOTIFYs for
+    one <key> at once, then collect the ACKs; returns every status."""
+    results = []
+    lock = threading.Lock()
+
+    def hammer():
+        c = connect()
+        mine = []
+        args = [("policy", policy), ("key", key)]
+        if cost is not None:
+            args.append(("cost", cost))
+        sids = range(1, 2 * per, 2)
+        for sid in sids:
+            c.send_notify(sid, 1, [("ratelimit", args)])
+        for sid in sids:
+            mine.append(c.wait_ack(sid, 1)["actions"]["status"])
+        c.close()
+        with lock:
+            results.extend(mine)
+
+    threads = [threading.Thread(target=hammer) for _ in range(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
 
 
 class Harness:

@@ -8,11 +8,10 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import AGENT, Harness  # noqa: E402
+from harness import AGENT, Harness, race  # noqa: E402
 import spop  # noqa: E402
 
 h = Harness()
@@ -127,30 +126,7 @@ h.check("no pipelining offered -> none announced",
 conn_np.close()
 
 # -- a race: 20 connections x 10 requests for one account, limit 50 ------------
-results = []
-lock = threading.Lock()
-
-
-def hammer():
-    c = conn()
-    mine = []
-    sid = 1
-    # pipelined: send all, then collect
-    for _ in range(10):
-        c.send_notify(sid, 1, [("ratelimit", [("policy", "burst"), ("key", "ACC-RACE")])])
-        sid += 2
-    for s in range(1, sid, 2):
-        mine.append(c.wait_ack(s, 1)["actions"]["status"])
-    c.close()
-    with lock:
-        results.extend(mine)
-
-
-threads = [threading.Thread(target=hammer) for _ in range(20)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
+results = race(conn, "burst", "ACC-RACE", conns=20, per=10)
 h.eq("race: 200 requests, exactly 50 admitted", (50, 150, 200),
      (results.count("allow"), results.count("deny"), len(results)))
 h.eq("race: 50 members in the set", "50", h.rcli("ZCARD", "burst:limit:v1:ACC-RACE"))

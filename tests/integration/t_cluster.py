@@ -18,7 +18,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import AGENT, Harness, wait_port  # noqa: E402,F401
+from harness import AGENT, Harness, race, wait_port  # noqa: E402,F401
 import spop  # noqa: E402
 
 
@@ -288,27 +288,7 @@ log-level debug
          (cl.cli(p, "ZCARD", "api:limit:v1:{ACC-MW}:1s"), cl.cli(p, "ZCARD", "api:limit:v1:{ACC-MW}:1h")))
 
     # -- a race across connections on a cluster stays exact ------------------------
-    results = []
-    lock = threading.Lock()
-
-    def hammer():
-        c = conn(h)
-        mine = []
-        sid = 1
-        for _ in range(10):
-            c.send_notify(sid, 1, [("ratelimit", [("policy", "burst"), ("key", "ACC-RACE")])])
-            sid += 2
-        for s in range(1, sid, 2):
-            mine.append(c.wait_ack(s, 1)["actions"]["status"])
-        c.close()
-        with lock:
-            results.extend(mine)
-
-    ts = [threading.Thread(target=hammer) for _ in range(10)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    results = race(lambda: conn(h), "burst", "ACC-RACE", conns=10, per=10)
     h.eq("race: 100 requests, exactly 50 admitted", (50, 50),
          (results.count("allow"), results.count("deny")))
 

@@ -7,10 +7,10 @@ the smallest limit is an error, and a race across connections stays exact in
 every window."""
 import os
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import harness  # noqa: E402
 from harness import Harness  # noqa: E402
 import spop  # noqa: E402
 
@@ -125,31 +125,7 @@ h.eq("three windows: every key holds 5", (5, 5, 5),
 
 # -- races across connections stay exact in every window ----------------------
 def race(policy, key, conns=20, per=10, cost=None):
-    results = []
-    lock = threading.Lock()
-
-    def hammer():
-        c = conn()
-        mine = []
-        sid = 1
-        for _ in range(per):
-            args = [("policy", policy), ("key", key)]
-            if cost is not None:
-                args.append(("cost", cost))
-            c.send_notify(sid, 1, [("ratelimit", args)])
-            sid += 2
-        for s in range(1, sid, 2):
-            mine.append(c.wait_ack(s, 1)["actions"]["status"])
-        c.close()
-        with lock:
-            results.extend(mine)
-
-    threads = [threading.Thread(target=hammer) for _ in range(conns)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
+    return harness.race(conn, policy, key, conns, per, cost)
 
 
 r = race("race", "ACC-RACE")
