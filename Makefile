@@ -70,7 +70,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 
 DEB_PKGS := build-essential pkg-config libev-dev libhiredis-dev libcmocka-dev \
             redis-server redis-tools haproxy curl openssl python3 jq wrk \
-            gnuplot-nox valgrind cppcheck clang systemd redis-sentinel
+            gnuplot-nox valgrind cppcheck clang systemd redis-sentinel groff-base
 
 .PHONY: all test check integration e2e chaos sanitize valgrind lint bench fuzz install \
         uninstall demo up down deps clean help
