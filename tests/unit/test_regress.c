@@ -201,16 +201,40 @@ static const unsigned char regress_hello[] = {
 	SPOP_T_STR, 10, 'p', 'i', 'p', 'e', 'l', 'i', 'n', 'i', 'n', 'g',
 };
 
+/* Set up <env>/<ref>/<cfg> on <loop> with a fake limiter that allows at
+ * once (fz.mode 0) and the given deadlines. <cfg> is the caller's to
+ * config_release(). */
+static void regress_env_init(struct ev_loop *loop, struct conn_env *env,
+                             struct conn_cfg_ref *ref, struct config *cfg,
+                             double hello_timeout, double frame_timeout)
+{
+	static const char text[] = "policy transfer 1000000/1s\n";
+	char err[256];
+
+	assert_non_null(loop);
+	config_init(cfg);
+	assert_int_equal(config_parse(cfg, "t.conf", text, sizeof(text) - 1, err, sizeof(err)), 0);
+	memset(ref, 0, sizeof(*ref));
+	ref->cfg = cfg;
+	ref->refs = 1;
+	ref->release = fuzz_release;
+	memset(env, 0, sizeof(*env));
+	env->loop = loop;
+	env->cfg = ref;
+	env->ops.check = fuzz_check;
+	env->hello_timeout = hello_timeout;
+	env->frame_timeout = frame_timeout;
+	memset(&fz, 0, sizeof(fz));
+}
+
 /* Owns a loop, a socketpair and a config for the call: a peer whose every
  * write ends mid-frame keeps its connection past the frame deadline. */
 static void test_busy_peer_keeps_its_connection(void **state)
 {
-	static const char text[] = "policy transfer 1000000/1s\n";
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct conn_env env;
 	struct conn_cfg_ref ref;
 	struct config cfg;
-	char err[256];
 	unsigned char frame[64], stream[128], rd[65536];
 	size_t flen, half, got = 0, nacks = 0, nframes = 0, k;
 	int sv[2], disco = 0;
@@ -218,20 +242,7 @@ static void test_busy_peer_keeps_its_connection(void **state)
 	ssize_t n;
 
 	(void)state;
-	assert_non_null(loop);
-	config_init(&cfg);
-	assert_int_equal(config_parse(&cfg, "t.conf", text, sizeof(text) - 1, err, sizeof(err)), 0);
-	memset(&ref, 0, sizeof(ref));
-	ref.cfg = &cfg;
-	ref.refs = 1;
-	ref.release = fuzz_release;
-	memset(&env, 0, sizeof(env));
-	env.loop = loop;
-	env.cfg = &ref;
-	env.ops.check = fuzz_check;     /* fz.mode 0: a synchronous allow */
-	env.hello_timeout = 30.0;
-	env.frame_timeout = 1.0;
-	memset(&fz, 0, sizeof(fz));
+	regress_env_init(loop, &env, &ref, &cfg, 30.0, 1.0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
 	assert_int_equal(conn_accept(&env, sv[1]), 0);
 	assert_int_equal(write(sv[0], regress_hello, sizeof(regress_hello)),
@@ -284,12 +295,10 @@ static void test_busy_peer_keeps_its_connection(void **state)
  * reads is pushed back, then gets every ACK once it reads. */
 static void test_unread_acks_push_back(void **state)
 {
-	static const char text[] = "policy transfer 1000000/1s\n";
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct conn_env env;
 	struct conn_cfg_ref ref;
 	struct config cfg;
-	char err[256];
 	unsigned char frame[64], rd[65536];
 	size_t flen, taken = 0, got = 0, nsent = 0, nacks = 0, want = 0;
 	uint64_t sid = 1;
@@ -297,19 +306,7 @@ static void test_unread_acks_push_back(void **state)
 	ssize_t n;
 
 	(void)state;
-	assert_non_null(loop);
-	config_init(&cfg);
-	assert_int_equal(config_parse(&cfg, "t.conf", text, sizeof(text) - 1, err, sizeof(err)), 0);
-	memset(&ref, 0, sizeof(ref));
-	ref.cfg = &cfg;
-	ref.refs = 1;
-	ref.release = fuzz_release;
-	memset(&env, 0, sizeof(env));
-	env.loop = loop;
-	env.cfg = &ref;
-	env.ops.check = fuzz_check;     /* fz.mode 0: a synchronous allow */
-	env.hello_timeout = env.frame_timeout = 30.0;
-	memset(&fz, 0, sizeof(fz));
+	regress_env_init(loop, &env, &ref, &cfg, 30.0, 30.0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
 	setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
 	setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
