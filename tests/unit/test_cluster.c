@@ -18,20 +18,7 @@
 
 #include "cluster.h"
 #include "redis_url.h"
-
-/* Owns the returned reply: free with freeReplyObject(). <resp> is RESP text. */
-static redisReply *parse_resp(const char *resp)
-{
-	redisReader *rd = redisReaderCreate();
-	void *reply = NULL;
-
-	assert_non_null(rd);
-	assert_int_equal(redisReaderFeed(rd, resp, strlen(resp)), REDIS_OK);
-	assert_int_equal(redisReaderGetReply(rd, &reply), REDIS_OK);
-	assert_non_null(reply);
-	redisReaderFree(rd);
-	return reply;
-}
+#include "resp.h"
 
 static unsigned slot_of(const char *key)
 {
@@ -112,7 +99,7 @@ static void test_map_from_slots(void **state)
 	static struct cluster_map m;
 	const struct cluster_addr *a;
 	char err[128];
-	redisReply *r = parse_resp(slots_3);
+	redisReply *r = resp_parse(slots_3);
 
 	(void)state;
 	assert_int_equal(cluster_map_from_slots(&m, r, "127.0.0.1", err, sizeof(err)), 0);
@@ -138,7 +125,7 @@ static void test_map_old_shapes(void **state)
 	char err[128];
 	/* Redis < 7: [ip, port] or [ip, port, id], no replicas; split ranges
 	 * of one node; a nil host (unknown endpoint: the host we asked). */
-	redisReply *r = parse_resp(
+	redisReply *r = resp_parse(
 		"*3\r\n"
 		"*3\r\n:0\r\n:99\r\n*2\r\n$9\r\n127.0.0.1\r\n:7000\r\n"
 		"*3\r\n:100\r\n:199\r\n*3\r\n$-1\r\n:7001\r\n$2\r\nid\r\n"
@@ -154,7 +141,7 @@ static void test_map_old_shapes(void **state)
 	freeReplyObject(r);
 
 	/* "?" is an unknown endpoint: its ranges stay unserved. */
-	r = parse_resp("*2\r\n"
+	r = resp_parse("*2\r\n"
 	               "*3\r\n:0\r\n:9\r\n*2\r\n$1\r\n?\r\n:7000\r\n"
 	               "*3\r\n:10\r\n:19\r\n*2\r\n$0\r\n\r\n:7001\r\n");
 	assert_int_equal(cluster_map_from_slots(&m, r, "::1", err, sizeof(err)), 0);
@@ -188,7 +175,7 @@ static void test_map_bad_replies(void **state)
 
 	(void)state;
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		redisReply *r = parse_resp(bad[i]);
+		redisReply *r = resp_parse(bad[i]);
 
 		err[0] = '\0';
 		assert_int_equal(cluster_map_from_slots(&m, r, "h", err, sizeof(err)), -1);
@@ -199,7 +186,7 @@ static void test_map_bad_replies(void **state)
 	}
 	/* A nil host with no host to fall back on is refused. */
 	{
-		redisReply *r = parse_resp("*1\r\n*3\r\n:0\r\n:4\r\n*2\r\n$-1\r\n:1\r\n");
+		redisReply *r = resp_parse("*1\r\n*3\r\n:0\r\n:4\r\n*2\r\n$-1\r\n:1\r\n");
 
 		assert_int_equal(cluster_map_from_slots(&m, r, NULL, err, sizeof(err)), -1);
 		freeReplyObject(r);
@@ -212,7 +199,7 @@ static void test_map_edit(void **state)
 	static struct cluster_map a, b;
 	char host[32];
 	char err[128];
-	redisReply *r = parse_resp(slots_3);
+	redisReply *r = resp_parse(slots_3);
 	int idx;
 	unsigned i;
 

@@ -15,20 +15,7 @@
 #include <hiredis/hiredis.h>
 
 #include "window.h"
-
-/* Parse one RESP reply from <resp>. Caller owns the result: freeReplyObject(). */
-static redisReply *resp_parse(const char *resp)
-{
-	redisReader *rd = redisReaderCreate();
-	void *reply = NULL;
-
-	assert_non_null(rd);
-	assert_int_equal(redisReaderFeed(rd, resp, strlen(resp)), REDIS_OK);
-	assert_int_equal(redisReaderGetReply(rd, &reply), REDIS_OK);
-	assert_non_null(reply);
-	redisReaderFree(rd);
-	return reply;
-}
+#include "resp.h"
 
 /* A one-window policy <name> of <limit> per <ms> into <p> (no allocation). */
 static void policy_make(struct window_policy *p, const char *name, uint64_t limit,
