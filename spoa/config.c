@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "redis_url.h"
 
 #define CONFIG_MAX_WORDS      16
 #define CONFIG_LIMIT_MAX      1000000u
@@ -76,8 +77,8 @@ static const char *const log_level_names[CONFIG_LOG_COUNT] = {
 };
 
 static const char redis_shapes[] =
-	"expected redis://[user[:password]@]host:port[/db], unix:///path, "
-	"cluster://host:port[,host:port...] or sentinel://host:port[,host:port...]/name";
+	"expected redis://[user:password@]host[:port][/db], unix:///path, "
+	"cluster://host[:port][,host[:port]...] or sentinel://host[:port][,host[:port]...]/name";
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                              */
@@ -326,26 +327,6 @@ static int addr_is_loopback(const char *s)
 	return inet_pton(AF_INET, tmp, bin) == 1 && bin[0] == 127;
 }
 
-/* "h:p[,h:p...]" in <s>/<len>. Returns NULL or a reason. */
-static const char *check_hostport_list(const char *s, size_t len)
-{
-	const char *end = s + len, *host;
-	size_t hlen;
-	int v6;
-
-	for (;;) {
-		const char *comma = memchr(s, ',', (size_t)(end - s));
-		const char *stop = comma ? comma : end;
-		const char *why = check_hostport(s, (size_t)(stop - s), &host, &hlen, &v6);
-
-		if (why)
-			return why;
-		if (!comma)
-			return NULL;
-		s = comma + 1;
-	}
-}
-
 /* Policy names end up in Redis keys and metric labels: keep them plain. */
 static int check_policy_name(struct word w)
 {
@@ -363,47 +344,25 @@ static int check_policy_name(struct word w)
 	return 0;
 }
 
-/* Redis URL shape in <s>/<len>. Returns NULL or a reason (never the URL). */
-static const char *check_redis_url(const char *s, size_t len)
+/* Redis URL <s>/<len>, by the parser the limiter runs (redis_url), so that
+ * -c and a reload accept exactly what will connect. The reason goes into
+ * <why>/<cap> (never the URL: it may hold a password). Returns 0 or -1. */
+static int check_redis_url(const char *s, size_t len, char *why, size_t cap)
 {
-	const char *end = s + len, *host, *at, *slash, *p;
-	size_t hlen;
-	int v6;
-	uint64_t db;
+	struct redis_url u;
+	char copy[CONFIG_URL_MAX];
+	int rc;
 
-	if (len >= 7 && memcmp(s, "unix://", 7) == 0)
-		return check_unix_path(s + 7, len - 7);
-	if (len >= 10 && memcmp(s, "cluster://", 10) == 0)
-		return check_hostport_list(s + 10, len - 10);
-	if (len >= 11 && memcmp(s, "sentinel://", 11) == 0) {
-		p = s + 11;
-		slash = memchr(p, '/', (size_t)(end - p));
-		if (!slash || slash + 1 == end)
-			return "sentinel URL needs /<master-name>";
-		if (check_policy_name((struct word){ slash + 1, (size_t)(end - slash - 1) }) == -1)
-			return "bad sentinel master name";
-		return check_hostport_list(p, (size_t)(slash - p));
+	if (len >= sizeof(copy)) {
+		snprintf(why, cap, "URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
+		return -1;
 	}
-	if (len < 8 || memcmp(s, "redis://", 8) != 0)
-		return "unknown scheme";
-	p = s + 8;
-	/* The password may hold '@' or '/': the host starts after the last '@'. */
-	at = memrchr(p, '@', (size_t)(end - p));
-	if (at) {
-		if (at == p)
-			return "empty user info";
-		p = at + 1;
-	}
-	/* An IPv6 literal holds ':' but never '/', so the first '/' ends it. */
-	slash = memchr(p, '/', (size_t)(end - p));
-	if (slash) {
-		if (parse_uint(slash + 1, (size_t)(end - slash - 1), 65535, &db) != 0)
-			return "db must be a number";
-		end = slash;
-	}
-	if (p == end)
-		return "missing host";
-	return check_hostport(p, (size_t)(end - p), &host, &hlen, &v6);
+	memcpy(copy, s, len);
+	copy[len] = '\0';
+	rc = redis_url_parse(copy, &u, why, cap);
+	redis_url_wipe(&u);
+	explicit_bzero(copy, sizeof(copy));
+	return rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -636,6 +595,7 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 {
 	struct config *c = x->c;
 	const char *why;
+	char whybuf[128];
 	uint64_t u;
 	int rc;
 	size_t i;
@@ -662,9 +622,8 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 			return parse_fail(x, "metrics: address too long");
 		return 0;
 	case CONFIG_DIR_REDIS:
-		why = check_redis_url(v.p, v.len);
-		if (why)
-			return parse_fail(x, "redis: %s (%s)", why, redis_shapes);
+		if (check_redis_url(v.p, v.len, whybuf, sizeof(whybuf)) == -1)
+			return parse_fail(x, "redis: %s (%s)", whybuf, redis_shapes);
 		if (word_copy(c->redis, sizeof(c->redis), v) == -1)
 			return parse_fail(x, "redis: URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
 		return 0;
@@ -921,6 +880,7 @@ void config_init(struct config *c)
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
 	const char *why;
+	char whybuf[128];
 	size_t i;
 
 	if (c->npolicies == 0)
@@ -942,9 +902,8 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 			                     "metrics '%s' is not loopback; add 'allow-remote-listen' "
 			                     "to expose it to other hosts", c->metrics);
 	}
-	why = check_redis_url(c->redis, strlen(c->redis));
-	if (why)
-		return validate_fail(c, err, errlen, "redis: %s (%s)", why, redis_shapes);
+	if (check_redis_url(c->redis, strlen(c->redis), whybuf, sizeof(whybuf)) == -1)
+		return validate_fail(c, err, errlen, "redis: %s (%s)", whybuf, redis_shapes);
 	if (c->redis_timeout_ms < 1 || c->redis_timeout_ms > CONFIG_TIMEOUT_MAX_MS)
 		return validate_fail(c, err, errlen, "redis-timeout must be 1ms..60s");
 	if (c->threads < 1 || c->threads > CONFIG_THREADS_MAX)

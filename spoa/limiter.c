@@ -1945,6 +1945,18 @@ static void limiter_backend_stop(struct limiter *l, const char *why)
 	limiter_set_connected(l, false);
 }
 
+/* redis_url_parse() of <s> into <u>, its reason prefixed "redis: " in
+ * <err>. Returns 0 or -1. */
+static int limiter_parse_url(const char *s, struct redis_url *u, char *err, size_t errlen)
+{
+	char why[128];
+
+	if (redis_url_parse(s, u, why, sizeof(why)) == 0)
+		return 0;
+	snprintf(err, errlen, "redis: %s", why);
+	return -1;
+}
+
 /* Allocates the limiter; the caller owns it and frees it with limiter_free(). */
 struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings *s,
                             char *err, size_t errlen)
@@ -1960,7 +1972,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	if (redis_url_parse(s->redis_url, &l->url, err, errlen) == -1 ||
+	if (limiter_parse_url(s->redis_url, &l->url, err, errlen) == -1 ||
 	    redis_url_load_secrets(&l->url, err, errlen) == -1) {
 		redis_url_wipe(&l->url);
 		free(l);
@@ -2004,7 +2016,7 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 		snprintf(err, errlen, "limiter: missing script");
 		return -1;
 	}
-	if (redis_url_parse(s->redis_url, &u, err, errlen) == -1)
+	if (limiter_parse_url(s->redis_url, &u, err, errlen) == -1)
 		return -1;
 	if (redis_url_load_secrets(&u, err, errlen) == -1) {
 		rc = -1;

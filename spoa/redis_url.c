@@ -5,6 +5,7 @@
  * Secrets are copied only into the caller's struct and wiped by
  * redis_url_wipe(); no message built here ever contains one.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -90,6 +91,25 @@ static int url_parse_int(const char *s, size_t len, long lo, long hi, int *out)
 	return 0;
 }
 
+/* Is <s>/<len> a name we can hand to getaddrinfo: letters, digits, '.',
+ * '-' and '_' (container names), at most 253 bytes? An IPv4 literal is
+ * one too. */
+static bool url_host_name_ok(const char *s, size_t len)
+{
+	size_t i;
+
+	if (len == 0 || len > 253)
+		return false;
+	for (i = 0; i < len; i++) {
+		char ch = s[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == '_'))
+			return false;
+	}
+	return true;
+}
+
 /* One "host[:port]" or "[v6][:port]" in <s>/<len> into <h> (<def_port> when
  * none is given). Returns NULL or a reason. */
 static const char *url_parse_host(const char *s, size_t len, int def_port,
@@ -114,17 +134,25 @@ static const char *url_parse_host(const char *s, size_t len, int def_port,
 		p = host_end;
 	}
 	hlen = (size_t)(host_end - host);
-	if (hlen == 0 || hlen >= sizeof(h->host))
-		return "bad host";
-	if (memchr(host, '@', hlen) || memchr(host, '/', hlen) || memchr(host, ',', hlen))
+	if (hlen == 0)
+		return "missing host";
+	if (hlen >= sizeof(h->host))
 		return "bad host";
 	memcpy(h->host, host, hlen);
 	h->host[hlen] = '\0';
+	if (*s == '[') {
+		unsigned char bin[16];
+
+		if (inet_pton(AF_INET6, h->host, bin) != 1)
+			return "bad IPv6 address";
+	} else if (!url_host_name_ok(host, hlen)) {
+		return "bad host";
+	}
 	h->port = def_port;
 	if (p == end)
 		return NULL;
 	if (*p != ':' || url_parse_int(p + 1, (size_t)(end - p - 1), 1, 65535, &h->port) == -1)
-		return "bad port";
+		return "port must be 1..65535";
 	return NULL;
 }
 
@@ -157,8 +185,10 @@ static const char *url_parse_userinfo(const char *s, size_t len, struct redis_ur
 {
 	const char *colon = memchr(s, ':', len);
 
+	/* "user@" alone would need the password from elsewhere: say where */
 	if (!colon)
-		return "user info must be user:password or :password";
+		return "user info must be user:password or :password "
+		       "(or the user in RATELIMIT_SPOA_REDIS_USER)";
 	if (url_unescape(s, (size_t)(colon - s), u->user, sizeof(u->user)) == -1 ||
 	    url_unescape(colon + 1, len - (size_t)(colon - s) - 1, u->pass, sizeof(u->pass)) == -1)
 		return "user or password: bad %-escape or too long";
@@ -198,6 +228,21 @@ static void url_format_addr(struct redis_url *u)
 		snprintf(u->addr + n, sizeof(u->addr) - n, "/%d", u->db);
 }
 
+/* A sentinel master name goes into commands and logs: keep it plain. */
+static bool url_master_name_ok(const char *s, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		char ch = s[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == '_'))
+			return false;
+	}
+	return len > 0;
+}
+
 /* Parse <s> into <u>, which then holds copies of the URL's secrets (wipe
  * with redis_url_wipe()). Returns 0, or -1 with <err>. */
 int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen)
@@ -215,7 +260,7 @@ int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen
 	memset(u, 0, sizeof(*u));
 	u->db = -1;
 	if (!s || !*s) {
-		snprintf(err, errlen, "empty redis address");
+		snprintf(err, errlen, "empty address");
 		return -1;
 	}
 	for (i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++) {
@@ -228,8 +273,7 @@ int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen
 		}
 	}
 	if (!p) {
-		snprintf(err, errlen, "redis address must start with redis://, unix://, "
-		         "cluster:// or sentinel://");
+		snprintf(err, errlen, "unknown scheme");
 		return -1;
 	}
 	len = strlen(p);
@@ -237,11 +281,11 @@ int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen
 
 	if (u->mode == REDIS_URL_UNIX) {
 		if (len < 2 || p[0] != '/') {
-			snprintf(err, errlen, "redis unix address needs an absolute path (unix:///path)");
+			snprintf(err, errlen, "unix socket path must be absolute");
 			return -1;
 		}
 		if (len >= sizeof(u->hosts[0].host) || len >= 108) {
-			snprintf(err, errlen, "redis unix socket path too long");
+			snprintf(err, errlen, "unix socket path too long");
 			return -1;
 		}
 		memcpy(u->hosts[0].host, p, len + 1);
@@ -270,6 +314,10 @@ int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen
 			why = "sentinel URL needs /<master-name>";
 			goto fail;
 		}
+		if (!url_master_name_ok(slash + 1, nlen)) {
+			why = "bad sentinel master name";
+			goto fail;
+		}
 		memcpy(u->master, slash + 1, nlen);
 		u->master[nlen] = '\0';
 	} else if (slash && slash + 1 < end) {
@@ -278,7 +326,7 @@ int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen
 			goto fail;
 		}
 		if (url_parse_int(slash + 1, (size_t)(end - slash - 1), 0, 65535, &u->db) == -1) {
-			why = "bad database number";
+			why = "db must be a number 0..65535";
 			goto fail;
 		}
 	}
@@ -296,7 +344,7 @@ int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen
 
 fail:
 	redis_url_wipe(u);
-	snprintf(err, errlen, "redis address: %s", why);
+	snprintf(err, errlen, "%s", why);
 	return -1;
 }
 

@@ -13,6 +13,10 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "redis_url.h"
+
+#define SHAPES "redis://[user:password@]host[:port][/db], unix:///path, " \
+	"cluster://host[:port][,host[:port]...] or sentinel://host[:port][,host[:port]...]/name"
 
 /* Parse <text> as "t.conf" on top of the defaults into <c> (caller releases). */
 static int parse(struct config *c, const char *text, char *err)
@@ -267,33 +271,24 @@ static void test_parse_errors(void **state)
 		{ "metrics 127.0.0.1\n", "t.conf:1: metrics '127.0.0.1': missing port "
 		  "(expected host:port, [ipv6]:port, unix:/path or off)" },
 		{ "redis http://127.0.0.1:6379\n", "t.conf:1: redis: unknown scheme (expected "
-		  "redis://[user[:password]@]host:port[/db], unix:///path, cluster://host:port[,host:port...] "
-		  "or sentinel://host:port[,host:port...]/name)" },
-		{ "redis redis://127.0.0.1\n", "t.conf:1: redis: missing port (expected "
-		  "redis://[user[:password]@]host:port[/db], unix:///path, cluster://host:port[,host:port...] "
-		  "or sentinel://host:port[,host:port...]/name)" },
+		  SHAPES ")" },
+		{ "redis redis://127.0.0.1:0\n", "t.conf:1: redis: port must be 1..65535 (expected "
+		  SHAPES ")" },
 		/* The password is never echoed back. */
-		{ "redis redis://u:secret@h:6379/x\n", "t.conf:1: redis: db must be a number (expected "
-		  "redis://[user[:password]@]host:port[/db], unix:///path, cluster://host:port[,host:port...] "
-		  "or sentinel://host:port[,host:port...]/name)" },
-		{ "redis redis://@h:6379\n", "t.conf:1: redis: empty user info (expected "
-		  "redis://[user[:password]@]host:port[/db], unix:///path, cluster://host:port[,host:port...] "
-		  "or sentinel://host:port[,host:port...]/name)" },
+		{ "redis redis://u:secret@h:6379/x\n", "t.conf:1: redis: db must be a number 0..65535 "
+		  "(expected " SHAPES ")" },
+		{ "redis redis://@h:6379\n", "t.conf:1: redis: user info must be user:password or "
+		  ":password (or the user in RATELIMIT_SPOA_REDIS_USER) (expected " SHAPES ")" },
 		{ "redis redis://u:p@/0\n", "t.conf:1: redis: missing host (expected "
-		  "redis://[user[:password]@]host:port[/db], unix:///path, cluster://host:port[,host:port...] "
-		  "or sentinel://host:port[,host:port...]/name)" },
+		  SHAPES ")" },
 		{ "redis unix://run/redis.sock\n", "t.conf:1: redis: unix socket path must be absolute "
-		  "(expected redis://[user[:password]@]host:port[/db], unix:///path, "
-		  "cluster://host:port[,host:port...] or sentinel://host:port[,host:port...]/name)" },
-		{ "redis cluster://a:1,b\n", "t.conf:1: redis: missing port (expected "
-		  "redis://[user[:password]@]host:port[/db], unix:///path, cluster://host:port[,host:port...] "
-		  "or sentinel://host:port[,host:port...]/name)" },
+		  "(expected " SHAPES ")" },
+		{ "redis cluster://a:1,\n", "t.conf:1: redis: missing host (expected "
+		  SHAPES ")" },
 		{ "redis sentinel://a:1,b:2\n", "t.conf:1: redis: sentinel URL needs /<master-name> "
-		  "(expected redis://[user[:password]@]host:port[/db], unix:///path, "
-		  "cluster://host:port[,host:port...] or sentinel://host:port[,host:port...]/name)" },
-		{ "redis sentinel://a:1/m@x\n", "t.conf:1: redis: bad sentinel master name "
-		  "(expected redis://[user[:password]@]host:port[/db], unix:///path, "
-		  "cluster://host:port[,host:port...] or sentinel://host:port[,host:port...]/name)" },
+		  "(expected " SHAPES ")" },
+		{ "redis sentinel://a:1/m;x\n", "t.conf:1: redis: bad sentinel master name "
+		  "(expected " SHAPES ")" },
 		{ "redis-timeout 50\n",
 		  "t.conf:1: redis-timeout must be a duration 1ms..60s, e.g. 50ms; got '50'" },
 		{ "redis-timeout 0ms\n",
@@ -402,12 +397,55 @@ static void test_error_truncation(void **state)
 	assert_string_equal(err, "t.conf:1: unkno");
 }
 
+/* -c, a reload and the limiter read the `redis` URL with one grammar: every
+ * URL is accepted by config_parse() exactly when redis_url_parse() (what
+ * connects) accepts it, and a URL without a port means 6379. */
+static void test_redis_url_one_grammar(void **state)
+{
+	static const char *const urls[] = {
+		"redis://h", "redis://h:6379", "redis://h/3", "redis://127.0.0.1:6380/0",
+		"redis://[::1]", "redis://[::1]:7000/2", "redis://redis_1:6379", "redis://h:0",
+		"redis://h:65536", "redis://h:x", "redis://h/x", "redis://h/70000",
+		"redis://user@h:6379", "redis://user:@h:6379", "redis://:pw@h", "redis://u:p@h:1/2",
+		"redis://u:p%zz@h:1", "redis://@h:6379", "redis://u:p@/0", "redis://", "redis://h1,h2",
+		"redis://[zz]:1", "redis://[::1", "redis://h o:1", "redis://h;x:1",
+		"unix:///run/redis.sock", "unix://run/redis.sock", "unix://",
+		"cluster://a", "cluster://a:1,b", "cluster://a:1,", "cluster://a:1/0",
+		"sentinel://s1,s2:26380/mymaster", "sentinel://s1/", "sentinel://s1/m@x",
+		"sentinel://s1/a/b", "http://h:1",
+	};
+	struct redis_url u;
+	struct config c;
+	char err[CONFIG_ERR_LEN], text[256];
+	size_t i;
+	int want, got;
+
+	(void)state;
+	for (i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
+		want = redis_url_parse(urls[i], &u, err, sizeof(err));
+		redis_url_wipe(&u);
+		snprintf(text, sizeof(text), "redis %s\npolicy p 1/s\n", urls[i]);
+		config_init(&c);
+		got = config_parse(&c, "t.conf", text, strlen(text), err, sizeof(err));
+		if (got == 0)
+			got = config_validate(&c, err, sizeof(err));
+		config_release(&c);
+		if (got != want)
+			fail_msg("%s: limiter %s, config %s (%s)", urls[i], want ? "refuses" : "accepts",
+			         got ? "refuses" : "accepts", got ? err : "-");
+	}
+	assert_int_equal(redis_url_parse("redis://h", &u, err, sizeof(err)), 0);
+	assert_int_equal(u.hosts[0].port, 6379);
+	assert_int_equal(redis_url_parse("redis://user@h:6379", &u, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "RATELIMIT_SPOA_REDIS_USER"));
+}
+
 static void test_windows_and_urls(void **state)
 {
 	static const char *const good[] = {
 		"policy p 3/s\n", "policy p 3/ms\n", "policy p 3/h 5/m\n", "policy p 1/24h\n",
 		"redis redis://127.0.0.1:6379\n", "redis redis://h:1/0\n",
-		"redis redis://:pw@h:1\n", "redis redis://user@h:1\n",
+		"redis redis://:pw@h:1\n", "redis redis://h\n", "redis cluster://a:1,b\n",
 		"redis redis://u:p/w:x@[::1]:6379/2\n", "redis unix:///run/redis/redis.sock\n",
 		"redis cluster://a:7000\n", "redis cluster://a:7000,b:7001,[::1]:7002\n",
 		"redis sentinel://s1:26379,s2:26379/mymaster\n",
@@ -482,10 +520,10 @@ static void test_validate(void **state)
 	 * the file when there is one. */
 	assert_int_equal(parse(&c, "policy p 1/1s\n", err), 0);
 	snprintf(c.path, sizeof(c.path), "/etc/x.conf");
-	snprintf(c.redis, sizeof(c.redis), "redis://:hunter2@nohost");
+	snprintf(c.redis, sizeof(c.redis), "redis://:hunter2@nohost:0");
 	assert_int_equal(config_validate(&c, err, sizeof(err)), -1);
 	assert_null(strstr(err, "hunter2"));
-	assert_non_null(strstr(err, "/etc/x.conf: redis: missing port"));
+	assert_non_null(strstr(err, "/etc/x.conf: redis: port must be 1..65535"));
 	snprintf(c.redis, sizeof(c.redis), "redis://127.0.0.1:6379/0");
 	snprintf(c.listen, sizeof(c.listen), "nowhere");
 	assert_int_equal(config_validate(&c, err, sizeof(err)), -1);
@@ -603,6 +641,7 @@ int main(void)
 		cmocka_unit_test(test_nul_byte),
 		cmocka_unit_test(test_error_truncation),
 		cmocka_unit_test(test_windows_and_urls),
+		cmocka_unit_test(test_redis_url_one_grammar),
 		cmocka_unit_test(test_validate),
 		cmocka_unit_test(test_layered),
 		cmocka_unit_test(test_many_overrides),
