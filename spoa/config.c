@@ -50,6 +50,7 @@ enum config_dir {
 	CONFIG_DIR_FRAME_TIMEOUT,
 	CONFIG_DIR_ALLOW_REMOTE_LISTEN,
 	CONFIG_DIR_DENY_CACHE,
+	CONFIG_DIR_REDIS_ALLOW_EVICTION,
 	CONFIG_DIR_POLICY,             /* repeatable from here on */
 	CONFIG_DIR_OVERRIDE,
 	CONFIG_DIR_COUNT
@@ -669,6 +670,15 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 			return parse_fail(x, "deny-cache must be on or off; got '%.*s'",
 			                  word_plen(v), v.p);
 		return 0;
+	case CONFIG_DIR_REDIS_ALLOW_EVICTION:
+		if (word_is(v, "yes"))
+			c->redis_allow_eviction = true;
+		else if (word_is(v, "no"))
+			c->redis_allow_eviction = false;
+		else
+			return parse_fail(x, "redis-allow-eviction must be yes or no; got '%.*s'",
+			                  word_plen(v), v.p);
+		return 0;
 	case CONFIG_DIR_LOG_LEVEL:
 		for (i = 0; i < CONFIG_LOG_COUNT; i++) {
 			if (word_is(v, log_level_names[i])) {
@@ -700,6 +710,7 @@ static const struct {
 	{ "frame-timeout",       CONFIG_DIR_FRAME_TIMEOUT },
 	{ "allow-remote-listen", CONFIG_DIR_ALLOW_REMOTE_LISTEN },
 	{ "deny-cache",          CONFIG_DIR_DENY_CACHE },
+	{ "redis-allow-eviction", CONFIG_DIR_REDIS_ALLOW_EVICTION },
 	{ "policy",              CONFIG_DIR_POLICY },
 	{ "override",            CONFIG_DIR_OVERRIDE },
 };

@@ -57,6 +57,7 @@ struct config {
 	uint64_t frame_timeout_ms;             /* a partial frame's deadline */
 	bool allow_remote_listen;
 	bool deny_cache;                       /* local deny cache, default on */
+	bool redis_allow_eviction;             /* decide on an evicting Redis, default no */
 	size_t npolicies;
 	struct window_policy policies[CONFIG_MAX_POLICIES];
 };

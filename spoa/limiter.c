@@ -87,6 +87,7 @@
 #define LIMITER_TOPO_TICK_MS    250     /* cluster map check cadence */
 #define LIMITER_TOPO_MIN_MS     100     /* no two CLUSTER SLOTS closer than this */
 #define LIMITER_TOPO_IDLE_MS    5000    /* refresh at least this often */
+#define LIMITER_EVICT_RECHECK_MS 1000   /* ask an evicting Redis again at most this often */
 
 enum limiter_state {
 	LIMITER_ST_IDLE = 0,    /* not connected; the retry timer may run */
@@ -120,6 +121,9 @@ struct limiter_link {
 	unsigned failures;              /* failed attempts since last ready */
 	unsigned held;                  /* calls hiredis holds on this link */
 	int64_t quiet_since_us;         /* last reply, or when <held> left 0 */
+	bool evicts;                    /* maxmemory-policy is not noeviction */
+	bool evict_asking;              /* a CONFIG GET maxmemory-policy is in flight */
+	int64_t evict_asked_us;         /* when the last one was sent */
 };
 
 struct limiter_call {
@@ -215,6 +219,7 @@ struct limiter {
 	struct limiter_call *parked;
 	bool closing;                   /* inside limiter_free() */
 	bool connected;                 /* what the metrics gauge says */
+	bool allow_eviction;            /* redis-allow-eviction yes */
 
 	/* member prefix: random per limiter, thread id, counter */
 	uint64_t instance;
@@ -336,6 +341,19 @@ static void limiter_update_connected(struct limiter *l)
 			up = cl->route[i] && cl->route[i]->state == LIMITER_ST_READY;
 	}
 	limiter_set_connected(l, up);
+}
+
+/* Recompute the redis_unsafe_eviction gauge: a link in use evicts keys. */
+static void limiter_update_eviction(struct limiter *l)
+{
+	bool any = false;
+	unsigned i;
+
+	for (i = 0; i < l->nlinks && !any; i++)
+		any = l->links[i]->in_use && l->links[i]->evicts;
+	if (l->metrics)
+		atomic_store_explicit(&l->metrics->redis_unsafe_eviction, any ? 1 : 0,
+		                      memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------------ */
@@ -672,6 +690,8 @@ static struct limiter_link *limiter_link_get(struct limiter *l, const char *host
 	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	k->attempted = false;
 	k->failures = 0;
+	k->evicts = false;
+	k->evict_asking = false;
 	limiter_link_set_target(k, host, port, is_unix);
 	return k;
 }
@@ -709,6 +729,7 @@ static void limiter_link_lost(struct limiter_link *k)
 	k->ac = NULL;
 	k->state = LIMITER_ST_IDLE;
 	k->script_loading = false;
+	k->evict_asking = false;
 	ev_timer_stop(l->loop, &k->connect_timer);
 	/* Whoever the primary is now, a sentinel says so on the next attempt. */
 	if (l->sentinel && k == l->main_link)
@@ -744,6 +765,7 @@ static void limiter_link_retire(struct limiter_link *k, const char *why)
 	limiter_link_drop(k, why);
 	k->in_use = false;
 	k->state = LIMITER_ST_IDLE;
+	limiter_update_eviction(k->l);
 	ev_timer_stop(k->l->loop, &k->retry);
 	ev_timer_stop(k->l->loop, &k->connect_timer);
 }
@@ -813,8 +835,16 @@ static void limiter_link_on_setup_reply(redisAsyncContext *ac, void *r, void *pr
 	limiter_link_drop(k, "setup failed");
 }
 
-/* ROLE during setup (sentinel://): a sentinel's answer may be stale, and
- * writing to a replica would fail every call, so only a primary will do. */
+/*
+ * ROLE during setup (redis://, unix://, sentinel://): writing to a replica
+ * fails every call (READONLY), and a sentinel's answer may be stale, so
+ * only a primary will do. Anything else is a failed attempt: logged at
+ * error once per attempt, retried with the usual backoff (the link never
+ * becomes ready, so neither the backoff nor the connected gauge resets).
+ * A ROLE refused outright (an ACL without +role, a managed Redis that
+ * renamed it) cannot tell: warn and go on, except under Sentinel, where
+ * ROLE is the only check of the sentinel's word.
+ */
 static void limiter_link_on_role(redisAsyncContext *ac, void *r, void *privdata)
 {
 	struct limiter_link *k = ac->data;
@@ -824,16 +854,77 @@ static void limiter_link_on_role(redisAsyncContext *ac, void *r, void *privdata)
 	(void)privdata;
 	if (ac != k->ac || !reply)
 		return;
+	k->quiet_since_us = limiter_now_us();
+	if (reply->type == REDIS_REPLY_ERROR && !k->l->sentinel) {
+		log_warn("redis_role_unknown", "addr=%s reply=\"%.*s\" action=\"assuming a primary\"",
+		         k->addr, (int)reply->len, reply->str);
+		return;
+	}
 	role = reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 && reply->element ?
 	       reply->element[0] : NULL;
 	if (role && role->type == REDIS_REPLY_STRING && role->len == 6 &&
 	    memcmp(role->str, "master", 6) == 0)
 		return;
-	log_warn("redis_not_primary", "addr=%s role=\"%.*s\"", k->addr,
-	         role && role->type == REDIS_REPLY_STRING ? (int)role->len : 0,
-	         role && role->type == REDIS_REPLY_STRING ? role->str : "");
+	k->failures++;
+	log_error("redis_not_primary", "addr=%s role=\"%.*s\" attempt=%u action=\"retrying with "
+	          "backoff\"", k->addr,
+	          role && role->type == REDIS_REPLY_STRING ? (int)role->len : 0,
+	          role && role->type == REDIS_REPLY_STRING ? role->str : "", k->failures);
 	limiter_count_error(k->l, METRICS_REDIS_ERR_REFUSED);
 	limiter_link_drop(k, "not a primary");
+}
+
+/*
+ * CONFIG GET maxmemory-policy answered on <ac>: with any policy but
+ * noeviction Redis may drop the windows (the only keys with a TTL go
+ * first under volatile-*), and the limiter would admit everything. Such a
+ * link refuses decisions (redis-evicts-keys) unless redis-allow-eviction
+ * is set. Logged at error once per connection, and when it changes; a
+ * refused CONFIG (ACL, managed Redis) is a warning and the link goes on.
+ */
+static void limiter_link_on_eviction(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_link *k = ac->data;
+	struct limiter *l = k->l;
+	const redisReply *reply = r, *v;
+	bool setup = k->state == LIMITER_ST_CONNECTING, evicts;
+
+	(void)privdata;
+	if (ac != k->ac || !reply)
+		return;
+	k->quiet_since_us = limiter_now_us();
+	k->evict_asking = false;
+	v = reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 && reply->element &&
+	    reply->element[1]->type == REDIS_REPLY_STRING ? reply->element[1] : NULL;
+	if (!v) {
+		if (setup)
+			log_warn("redis_eviction_unknown", "addr=%s reply=\"%.*s\" action=\"deciding "
+			         "without knowing maxmemory-policy (give the user +config|get)\"", k->addr,
+			         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
+			         reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+		evicts = false;
+	} else {
+		evicts = !(v->len == 10 && memcmp(v->str, "noeviction", 10) == 0);
+		if (evicts && (setup || !k->evicts))
+			log_error("redis_unsafe_eviction", "addr=%s policy=%.*s action=\"%s\"", k->addr,
+			          (int)v->len, v->str, l->allow_eviction ?
+			          "deciding anyway (redis-allow-eviction yes)" :
+			          "refusing decisions (reason=redis-evicts-keys)");
+		else if (!evicts && k->evicts)
+			log_info("redis_eviction_safe", "addr=%s policy=noeviction", k->addr);
+	}
+	k->evicts = evicts;
+	limiter_update_eviction(l);
+}
+
+/* Queue CONFIG GET maxmemory-policy on <k>'s connection. */
+static void limiter_link_ask_eviction(struct limiter_link *k)
+{
+	if (redisAsyncCommand(k->ac, limiter_link_on_eviction, NULL,
+	                      "CONFIG GET maxmemory-policy") != REDIS_OK)
+		return;
+	k->evict_asking = true;
+	k->evict_asked_us = limiter_now_us();
 }
 
 /* SCRIPT LOAD answered: at setup this makes the link ready; later (after a
@@ -930,8 +1021,8 @@ static void limiter_link_on_retry(struct ev_loop *loop, ev_timer *w, int revents
 /*
  * Start one connection attempt on <k> (the context it creates is owned by
  * <k>, freed through limiter_link_drop() or by hiredis on a connection
- * error): non-blocking connect, then AUTH,
- * SELECT, ROLE (sentinel://) and SCRIPT LOAD pipelined behind it (hiredis
+ * error): non-blocking connect, then AUTH, SELECT, ROLE (not for cluster
+ * links), CONFIG GET maxmemory-policy and SCRIPT LOAD pipelined behind it (hiredis
  * sends them once connected). Under sentinel:// with no primary known,
  * ask a sentinel first. On an immediate failure, plan the next attempt. (A
  * host name is resolved with a blocking getaddrinfo() inside hiredis: use
@@ -997,8 +1088,10 @@ static void limiter_link_connect(struct limiter_link *k)
 	}
 	if (u->db >= 0)
 		redisAsyncCommand(ac, limiter_link_on_setup_reply, (void *)"select", "SELECT %d", u->db);
-	if (l->sentinel)
+	/* a cluster's seeds may be replicas: CLUSTER SLOTS names the primaries */
+	if (!l->cluster)
 		redisAsyncCommand(ac, limiter_link_on_role, NULL, "ROLE");
+	limiter_link_ask_eviction(k);
 	limiter_link_send_script_load(k);
 
 	ev_timer_set(&k->connect_timer, (double)stall / 1e6, 0.);
@@ -1828,6 +1921,13 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
 		return limiter_defer(l, cb, arg, &d);
 	}
+	if (k->evicts && !l->allow_eviction) {
+		/* ask again now and then: an operator may fix it with CONFIG SET */
+		if (!k->evict_asking && now - k->evict_asked_us >= LIMITER_EVICT_RECHECK_MS * 1000)
+			limiter_link_ask_eviction(k);
+		window_decide_error(p, WINDOW_REASON_REDIS_EVICTS, &d);
+		return limiter_defer(l, cb, arg, &d);
+	}
 	if (l->held >= LIMITER_MAX_HELD || !(c = limiter_call_get(l))) {
 		window_decide_error(p, WINDOW_REASON_OVERLOAD, &d);
 		return limiter_defer(l, cb, arg, &d);
@@ -1988,6 +2088,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	l->rng = limiter_random64(l->instance ^ 0x5bd1e995u);
 	l->cache_seed = limiter_random64(l->rng);
 	l->cache_on = true;
+	l->allow_eviction = s->allow_eviction;
 	limiter_copy_policy_names(l, s);
 	ev_timer_init(&l->kick, limiter_on_kick, 0., 0.);
 	l->kick.data = l;
@@ -2027,6 +2128,7 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 	l->script = s->script;
 	l->script_len = s->script_len;
 	l->timeout_ms = s->timeout_ms ? s->timeout_ms : 1;
+	l->allow_eviction = s->allow_eviction;
 	if (s->metrics != l->metrics) {
 		limiter_set_connected(l, false);
 		l->metrics = s->metrics;
@@ -2050,6 +2152,13 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 
 			if (k->in_use && k->state == LIMITER_ST_READY)
 				limiter_link_send_script_load(k);
+		}
+		/* a reload is when an operator expects a fixed Redis to be seen */
+		for (i = 0; i < l->nlinks; i++) {
+			struct limiter_link *k = l->links[i];
+
+			if (k->in_use && k->state == LIMITER_ST_READY && k->ac && !k->evict_asking)
+				limiter_link_ask_eviction(k);
 		}
 	}
 out:

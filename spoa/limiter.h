@@ -33,6 +33,7 @@ struct limiter_settings {
 	size_t script_len;
 	unsigned thread_id;             /* for the unique member prefix */
 	struct metrics *metrics;        /* this thread's counters, may be NULL */
+	bool allow_eviction;            /* decide even when Redis may evict keys */
 	/* The config's policy table, in metrics index order, so a deny answered
 	 * from the local cache is counted in cache_denies[index]. Only the names
 	 * are read (copied) by limiter_new()/limiter_reconfigure(); may be NULL. */

@@ -159,6 +159,8 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 		acc(&t->redis_errors[s], &m->redis_errors[s]);
 	acc(&t->redis_reconnects, &m->redis_reconnects);
 	acc(&t->redis_connected, &m->redis_connected);
+	acc(&t->redis_unsafe_eviction, &m->redis_unsafe_eviction);
+	acc(&t->late_admissions, &m->late_admissions);
 	acc(&t->conn_accepted, &m->conn_accepted);
 	acc(&t->conn_open, &m->conn_open);
 	acc(&t->conn_rejected, &m->conn_rejected);
@@ -265,6 +267,12 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 	scalar(&r, "redis_connected", "gauge",
 	       "Worker threads currently connected to Redis (equals the thread count when healthy).",
 	       SUM(redis_connected));
+	scalar(&r, "redis_unsafe_eviction", "gauge",
+	       "1 while a Redis the agent uses has a maxmemory-policy other than noeviction.",
+	       SUM(redis_unsafe_eviction) ? 1 : 0);
+	scalar(&r, "late_admissions_total", "counter",
+	       "Requests Redis admitted (and recorded) after the agent had answered "
+	       "redis-timeout: size redis-timeout with it.", SUM(late_admissions));
 	scalar(&r, "connections_accepted_total", "counter", "Connections accepted from HAProxy.",
 	       SUM(conn_accepted));
 	scalar(&r, "connections_open", "gauge", "Connections from HAProxy open now.",

@@ -31,6 +31,7 @@ static const char *const reason_names[WINDOW_REASON_COUNT] = {
 	[WINDOW_REASON_BAD_COST]          = "bad-cost",
 	[WINDOW_REASON_SHADOW_DENY]       = "shadow-deny",
 	[WINDOW_REASON_OVERLOAD]          = "overload",
+	[WINDOW_REASON_REDIS_EVICTS]      = "redis-evicts-keys",
 };
 
 /* Name of <s>; "unknown" outside the enum. Static storage. */
@@ -272,7 +273,7 @@ int64_t window_us_to_s_ceil(int64_t us)
 static bool reason_is_redis(enum window_reason why)
 {
 	return why == WINDOW_REASON_REDIS_UNAVAILABLE || why == WINDOW_REASON_REDIS_TIMEOUT ||
-	       why == WINDOW_REASON_REDIS_ERROR;
+	       why == WINDOW_REASON_REDIS_ERROR || why == WINDOW_REASON_REDIS_EVICTS;
 }
 
 /* The error decision of <p> (which may be NULL: no policy) for <why>. */

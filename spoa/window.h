@@ -54,6 +54,7 @@ enum window_reason {
 	WINDOW_REASON_BAD_COST,
 	WINDOW_REASON_SHADOW_DENY,
 	WINDOW_REASON_OVERLOAD,        /* agent-side limit hit */
+	WINDOW_REASON_REDIS_EVICTS,    /* maxmemory-policy is not noeviction */
 	WINDOW_REASON_COUNT
 };
 

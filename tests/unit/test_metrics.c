@@ -217,10 +217,10 @@ static void test_render_sums(void **state)
 	n = metrics_render(ms, 3, &c, "0.1.0", out, OUT_CAP);
 	assert_true(n > 0);
 	samples = check_format(out);
-	/* 2 policies x (4 statuses + shadow + cache) + 8 reasons + 17 histogram
-	 * + 4 redis kinds + 5 scalars + 8 frames + 14 statuses + inflight
+	/* 2 policies x (4 statuses + shadow + cache) + reasons + 17 histogram
+	 * + 4 redis kinds + 7 scalars + 8 frames + 14 statuses + inflight
 	 * + 2 reload results + build_info */
-	assert_int_equal(samples, 2 * 6 + 8 + 17 + 4 + 5 + 8 + 14 + 1 + 2 + 1);
+	assert_int_equal(samples, 2 * 6 + (WINDOW_REASON_COUNT - 1) + 17 + 4 + 7 + 8 + 14 + 1 + 2 + 1);
 
 	assert_line(out, "ratelimit_spoa_decisions_total{policy=\"transfer\",status=\"allow\"} 7");
 	assert_line(out, "ratelimit_spoa_decisions_total{policy=\"transfer\",status=\"deny\"} 2");
