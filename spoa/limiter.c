@@ -1791,8 +1791,15 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 				return;   /* hiredis holds it again */
 		}
 	}
-	if (!c->cb)
-		goto recycle;   /* the deadline answered first: a late reply */
+	if (!c->cb) {
+		/* The deadline answered first (error/redis-timeout), yet Redis ran
+		 * the script: an admission it recorded is one the client never got.
+		 * Counted so that operators can size redis-timeout. */
+		if (window_decide_reply(&c->policy, reply, &d) == 0 && d.status == WINDOW_ALLOW &&
+		    l->metrics)
+			metrics_add(&l->metrics->late_admissions, 1);
+		goto recycle;
+	}
 
 	if (l->metrics)
 		metrics_observe_redis_latency(l->metrics, (uint64_t)(now - c->sent_us));
