@@ -279,6 +279,12 @@ static void conn_count_decision(struct conn_env *env, const struct config *cfg,
 {
 	size_t idx;
 
+	/* every refusal shows at warn, a line a second per reason and thread */
+	if (d->status == WINDOW_ERROR ||
+	    (d->reason != WINDOW_REASON_NONE && d->reason != WINDOW_REASON_SHADOW_DENY))
+		log_limited(CONFIG_LOG_WARN, window_reason_str(d->reason),
+		            d->status == WINDOW_ERROR ? "decision_refused" : "decision_fail_open",
+		            "reason=%s policy=%s", window_reason_str(d->reason), p ? p->name : "-");
 	if (!env->metrics)
 		return;
 	if (p && p >= cfg->policies && p < cfg->policies + cfg->npolicies) {

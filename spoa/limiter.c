@@ -246,9 +246,6 @@ struct limiter {
 	size_t npolicies;
 	size_t policy_name_len[CONFIG_MAX_POLICIES];
 	char policy_names[CONFIG_MAX_POLICIES][WINDOW_NAME_MAX];
-
-	int64_t warn_last_us;           /* script-error log rate limit */
-	uint64_t warn_suppressed;
 };
 
 static void limiter_link_connect(struct limiter_link *k);
@@ -752,8 +749,8 @@ static void limiter_link_drop(struct limiter_link *k, const char *why)
 
 	if (!ac)
 		return;
-	log_info("redis_disconnected", "addr=%s state=%s reason=\"%s\"", k->addr,
-	         limiter_state_str(k->state), why);
+	log_limited(CONFIG_LOG_WARN, "redis_disconnected", "redis_disconnected",
+	            "addr=%s state=%s reason=\"%s\"", k->addr, limiter_state_str(k->state), why);
 	limiter_link_lost(k);
 	redisAsyncFree(ac);
 }
@@ -770,16 +767,13 @@ static void limiter_link_retire(struct limiter_link *k, const char *why)
 	ev_timer_stop(k->l->loop, &k->connect_timer);
 }
 
-/* One failed connect attempt: the first of a streak at info, the others at
- * debug (a Redis that stays away would otherwise log every 2 s a thread). */
+/* One failed connect attempt, at warn (traffic is refused meanwhile);
+ * the backoff (2 s at most) and log_limited keep it to a line a second. */
 static void limiter_link_log_failure(struct limiter_link *k, const char *why)
 {
 	k->failures++;
-	if (k->failures == 1)
-		log_info("redis_connect_failed", "addr=%s reason=\"%s\"", k->addr, why);
-	else
-		log_debug("redis_connect_failed", "addr=%s reason=\"%s\" attempt=%u",
-		          k->addr, why, k->failures);
+	log_limited(CONFIG_LOG_WARN, "redis_connect_failed", "redis_connect_failed",
+	            "addr=%s reason=\"%s\" attempt=%u", k->addr, why, k->failures);
 }
 
 /* hiredis: the TCP (or unix) connect of <ac> finished with <status>. On
@@ -809,8 +803,9 @@ static void limiter_link_on_disconnect(const redisAsyncContext *ac, int status)
 	(void)status;
 	if (ac != k->ac)
 		return;   /* we dropped it ourselves and said so */
-	log_info("redis_disconnected", "addr=%s reason=\"%s\"", k->addr,
-	         ac->errstr && ac->err ? ac->errstr : "closed");
+	log_limited(CONFIG_LOG_WARN, "redis_disconnected", "redis_disconnected",
+	            "addr=%s state=%s reason=\"%s\"", k->addr, limiter_state_str(k->state),
+	            ac->errstr && ac->err ? ac->errstr : "closed");
 	limiter_link_lost(k);
 }
 
@@ -1703,21 +1698,14 @@ static void limiter_on_park(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 }
 
-/* Log a script error at warn, at most once a second (with a count of those
- * left out), so a broken script cannot flood the log. */
-static void limiter_warn_reply(struct limiter *l, const struct limiter_link *k,
-                               const redisReply *reply, int64_t now)
+/* Log a script error at warn, rate-limited (log_limited), so a broken
+ * script cannot flood the log. */
+static void limiter_warn_reply(const struct limiter_link *k, const redisReply *reply)
 {
-	if (l->warn_last_us && now - l->warn_last_us < 1000000) {
-		l->warn_suppressed++;
-		return;
-	}
-	log_warn("redis_script_error", "addr=%s reply=\"%.*s\" suppressed=%llu", k->addr,
-	         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
-	         reply->type == REDIS_REPLY_ERROR ? reply->str : "",
-	         (unsigned long long)l->warn_suppressed);
-	l->warn_last_us = now;
-	l->warn_suppressed = 0;
+	log_limited(CONFIG_LOG_WARN, "redis_script_error", "redis_script_error",
+	            "addr=%s reply=\"%.*s\"", k->addr,
+	            reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
+	            reply->type == REDIS_REPLY_ERROR ? reply->str : "");
 }
 
 /*
@@ -1770,7 +1758,7 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 			goto unavailable;
 		case CLUSTER_REPLY_READONLY:
 			/* our primary became a replica (failover): find the new one */
-			log_info("redis_read_only", "addr=%s", k->addr);
+			log_warn("redis_read_only", "addr=%s", k->addr);
 			limiter_link_drop(k, "primary demoted to replica");
 			limiter_topo_refresh(l, "readonly");
 			goto unavailable;
@@ -1805,7 +1793,7 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 		metrics_observe_redis_latency(l->metrics, (uint64_t)(now - c->sent_us));
 	if (window_decide_reply(&c->policy, reply, &d) == -1) {
 		limiter_count_error(l, METRICS_REDIS_ERR_SCRIPT);
-		limiter_warn_reply(l, k, reply, now);
+		limiter_warn_reply(k, reply);
 	} else if (c->cacheable && d.status == WINDOW_DENY) {
 		limiter_cache_store(l, c, &d, now);
 	}

@@ -129,3 +129,66 @@ void log_event(enum config_log_level l, const char *event, const char *fmt, ...)
 		break;
 	}
 }
+
+/* ------------------------------------------------------------------------ */
+/* Rate-limited lines                                                         */
+/* ------------------------------------------------------------------------ */
+
+#define LOG_LIMIT_SLOTS 32
+#define LOG_LIMIT_US    1000000         /* one line per key per second */
+
+struct log_limit_slot {
+	const char *key;                /* static string; NULL = free */
+	int64_t last_us;                /* monotonic, when the last line went out */
+	unsigned long long suppressed;  /* lines left out since */
+};
+
+/* Per thread: each worker keeps its own pace, and no lock is needed. */
+static _Thread_local struct log_limit_slot log_slots[LOG_LIMIT_SLOTS];
+
+/* The slot of <key> in this thread's table (a free one taken on first
+ * use), or NULL when the table is full. */
+static struct log_limit_slot *log_limit_slot(const char *key)
+{
+	unsigned i;
+
+	for (i = 0; i < LOG_LIMIT_SLOTS; i++) {
+		if (!log_slots[i].key) {
+			log_slots[i].key = key;
+			return &log_slots[i];
+		}
+		if (log_slots[i].key == key || strcmp(log_slots[i].key, key) == 0)
+			return &log_slots[i];
+	}
+	return NULL;
+}
+
+/* See log.h. <key> must be a string with static storage. */
+void log_limited(enum config_log_level l, const char *key, const char *event,
+                 const char *fmt, ...)
+{
+	struct log_limit_slot *s;
+	struct timespec ts;
+	char tail[LOG_LINE_MAX];
+	va_list ap;
+	int64_t now;
+
+	if (!log_enabled(l))
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	s = log_limit_slot(key);
+	if (s && s->last_us && now - s->last_us < LOG_LIMIT_US) {
+		s->suppressed++;
+		return;
+	}
+	va_start(ap, fmt);
+	if (vsnprintf(tail, sizeof(tail), fmt, ap) < 0)
+		tail[0] = '\0';
+	va_end(ap);
+	log_event(l, event, "%s suppressed=%llu", tail, s ? s->suppressed : 0ULL);
+	if (s) {
+		s->last_us = now;
+		s->suppressed = 0;
+	}
+}

@@ -19,6 +19,16 @@ bool log_enabled(enum config_log_level l);
 __attribute__((format(printf, 3, 4)))
 void log_event(enum config_log_level l, const char *event, const char *fmt, ...);
 
+/*
+ * Like log_event, at most one line a second per <key> (a string with static
+ * storage, e.g. the event name or a reason) and thread; the lines left out
+ * are counted and the next line says "suppressed=N". For states that
+ * refuse traffic: an outage logs a few lines a second, not one per request.
+ */
+__attribute__((format(printf, 4, 5)))
+void log_limited(enum config_log_level l, const char *key, const char *event,
+                 const char *fmt, ...);
+
 #define log_error(ev, ...) log_event(CONFIG_LOG_ERROR, ev, __VA_ARGS__)
 #define log_warn(ev, ...)  log_event(CONFIG_LOG_WARN, ev, __VA_ARGS__)
 #define log_info(ev, ...)  log_event(CONFIG_LOG_INFO, ev, __VA_ARGS__)

@@ -106,8 +106,8 @@ h.check("a healthcheck connection stays out of info (one per second per HAProxy)
 
 # Redis goes away and comes back: state changes at info.
 h.stop(h.redis)
-h.check("Redis gone: redis_disconnected at info",
-        u.wait_log(h, "level=info event=redis_disconnected", 2))
+h.check("Redis gone: redis_disconnected at warn",
+        u.wait_log(h, "level=warn event=redis_disconnected", 2))
 start_redis()
 h.check("Redis back: redis_connected at info", u.wait_log(h, "level=info event=redis_connected", 4, 20))
 
