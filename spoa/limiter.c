@@ -220,6 +220,9 @@ struct limiter {
 	bool closing;                   /* inside limiter_free() */
 	bool connected;                 /* what the metrics gauge says */
 	bool allow_eviction;            /* redis-allow-eviction yes */
+	bool standby;                   /* being prepared or retired: the gauges are not ours */
+	bool evicting;                  /* a link in use evicts keys */
+	char last_error[160];           /* why the last attempt failed, for a reload's verdict */
 
 	/* member prefix: random per limiter, thread id, counter */
 	uint64_t instance;
@@ -316,7 +319,7 @@ static void limiter_count_error(struct limiter *l, enum metrics_redis_error kind
 static void limiter_set_connected(struct limiter *l, bool up)
 {
 	l->connected = up;
-	if (l->metrics)
+	if (l->metrics && !l->standby)
 		atomic_store_explicit(&l->metrics->redis_connected, up ? 1 : 0,
 		                      memory_order_relaxed);
 }
@@ -340,6 +343,14 @@ static void limiter_update_connected(struct limiter *l)
 	limiter_set_connected(l, up);
 }
 
+/* Remember why <l>'s last attempt failed (<what> about <addr>), for a
+ * reload that waits for a new Redis to tell why it gave up. */
+static void limiter_note_error(struct limiter *l, const char *addr, const char *what)
+{
+	/* cut to fit: a reason in a log line, not a record */
+	snprintf(l->last_error, sizeof(l->last_error), "%.80s: %.70s", addr, what);
+}
+
 /* Recompute the redis_unsafe_eviction gauge: a link in use evicts keys. */
 static void limiter_update_eviction(struct limiter *l)
 {
@@ -348,7 +359,8 @@ static void limiter_update_eviction(struct limiter *l)
 
 	for (i = 0; i < l->nlinks && !any; i++)
 		any = l->links[i]->in_use && l->links[i]->evicts;
-	if (l->metrics)
+	l->evicting = any;
+	if (l->metrics && !l->standby)
 		atomic_store_explicit(&l->metrics->redis_unsafe_eviction, any ? 1 : 0,
 		                      memory_order_relaxed);
 }
@@ -772,6 +784,7 @@ static void limiter_link_retire(struct limiter_link *k, const char *why)
 static void limiter_link_log_failure(struct limiter_link *k, const char *why)
 {
 	k->failures++;
+	limiter_note_error(k->l, k->addr, why);
 	log_limited(CONFIG_LOG_WARN, "redis_connect_failed", "redis_connect_failed",
 	            "addr=%s reason=\"%s\" attempt=%u", k->addr, why, k->failures);
 }
@@ -821,6 +834,7 @@ static void limiter_link_on_setup_reply(redisAsyncContext *ac, void *r, void *pr
 	k->quiet_since_us = limiter_now_us();
 	if (reply->type == REDIS_REPLY_STATUS && reply->str && strcmp(reply->str, "OK") == 0)
 		return;
+	limiter_note_error(k->l, k->addr, strcmp(what, "auth") == 0 ? "AUTH refused" : "SELECT refused");
 	/* a misconfiguration repeats on every attempt: warn once a streak */
 	if (k->failures++ == 0)
 		log_warn("redis_setup_failed", "addr=%s step=%s reply=\"%.*s\"", k->addr, what,
@@ -861,6 +875,7 @@ static void limiter_link_on_role(redisAsyncContext *ac, void *r, void *privdata)
 	    memcmp(role->str, "master", 6) == 0)
 		return;
 	k->failures++;
+	limiter_note_error(k->l, k->addr, "not a primary (ROLE)");
 	log_error("redis_not_primary", "addr=%s role=\"%.*s\" attempt=%u action=\"retrying with "
 	          "backoff\"", k->addr,
 	          role && role->type == REDIS_REPLY_STRING ? (int)role->len : 0,
@@ -900,6 +915,8 @@ static void limiter_link_on_eviction(redisAsyncContext *ac, void *r, void *privd
 		evicts = false;
 	} else {
 		evicts = !(v->len == 10 && memcmp(v->str, "noeviction", 10) == 0);
+		if (evicts)
+			limiter_note_error(l, k->addr, "maxmemory-policy is not noeviction");
 		if (evicts && (setup || !k->evicts))
 			log_error("redis_unsafe_eviction", "addr=%s policy=%.*s action=\"%s\"", k->addr,
 			          (int)v->len, v->str, l->allow_eviction ?
@@ -942,6 +959,7 @@ static void limiter_link_on_script_load(redisAsyncContext *ac, void *r, void *pr
 			         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
 			         reply->type == REDIS_REPLY_ERROR ? reply->str : "");
 		limiter_count_error(l, METRICS_REDIS_ERR_SCRIPT);
+		limiter_note_error(l, k->addr, "SCRIPT LOAD failed");
 		if (k->state == LIMITER_ST_CONNECTING)
 			limiter_link_drop(k, "script load failed");
 		return;
@@ -998,6 +1016,7 @@ static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, i
 		limiter_link_lost(k);
 		return;
 	}
+	limiter_note_error(l, k->addr, "setup did not finish in time");
 	log_warn("redis_connect_timeout", "addr=%s", k->addr);
 	limiter_link_drop(k, "connect timeout");
 }
@@ -2084,6 +2103,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	l->cache_seed = limiter_random64(l->rng);
 	l->cache_on = true;
 	l->allow_eviction = s->allow_eviction;
+	l->standby = s->standby;
 	limiter_copy_policy_names(l, s);
 	ev_timer_init(&l->kick, limiter_on_kick, 0., 0.);
 	l->kick.data = l;
@@ -2167,6 +2187,47 @@ void limiter_set_deny_cache(struct limiter *l, bool on)
 	l->cache_on = on;
 	if (!on)
 		limiter_cache_clear(l);
+}
+
+/* Parses <url> and its secrets (the environment, password files) and
+ * compares them with what <l> runs on. See limiter.h. */
+int limiter_same_redis(const struct limiter *l, const char *url, char *err, size_t errlen)
+{
+	struct redis_url u;
+	int rc = -1;
+
+	if (limiter_parse_url(url, &u, err, errlen) == -1)
+		return -1;
+	if (redis_url_load_secrets(&u, err, errlen) == 0)
+		rc = redis_url_same(&u, &l->url) ? 1 : 0;
+	redis_url_wipe(&u);
+	return rc;
+}
+
+/* See limiter.h. */
+bool limiter_ready(const struct limiter *l, char *why, size_t whylen)
+{
+	if (l->connected && (!l->evicting || l->allow_eviction))
+		return true;
+	snprintf(why, whylen, "%s", l->last_error[0] ? l->last_error :
+	         l->connected ? "maxmemory-policy is not noeviction" : "not connected yet");
+	return false;
+}
+
+/* See limiter.h: the gauges follow <l> from now on, or no longer. */
+void limiter_set_standby(struct limiter *l, bool standby)
+{
+	l->standby = standby;
+	if (!standby) {
+		limiter_set_connected(l, l->connected);
+		limiter_update_eviction(l);
+	}
+}
+
+/* Borrowed from <l>: the display form of its URL. */
+const char *limiter_addr(const struct limiter *l)
+{
+	return l->url.addr;
 }
 
 /* Calls of <l> whose callback has not run yet: sent and unanswered, plus

@@ -34,6 +34,7 @@ struct limiter_settings {
 	unsigned thread_id;             /* for the unique member prefix */
 	struct metrics *metrics;        /* this thread's counters, may be NULL */
 	bool allow_eviction;            /* decide even when Redis may evict keys */
+	bool standby;                   /* prepared for a reload: leave the gauges alone */
 	/* The config's policy table, in metrics index order, so a deny answered
 	 * from the local cache is counted in cache_denies[index]. Only the names
 	 * are read (copied) by limiter_new()/limiter_reconfigure(); may be NULL. */
@@ -60,6 +61,24 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
  * An account denied until t is answered "deny" locally until t, without
  * Redis (never for shadow policies). */
 void limiter_set_deny_cache(struct limiter *l, bool on);
+
+/* Does <url> (with the secrets the environment gives now) name the Redis
+ * and credentials <l> runs on? 1 yes, 0 no (a reload must connect anew),
+ * -1 with <err> when it is invalid. */
+int limiter_same_redis(const struct limiter *l, const char *url, char *err, size_t errlen);
+
+/* Can <l> decide now: every link it needs is set up (AUTH, SELECT, ROLE,
+ * eviction check, script) and none evicts keys unless allowed? If not,
+ * <why> says what failed last. */
+bool limiter_ready(const struct limiter *l, char *why, size_t whylen);
+
+/* A standby limiter (being prepared by a reload, or draining after one)
+ * leaves the connected and eviction gauges alone; leaving standby writes
+ * them from its own state. */
+void limiter_set_standby(struct limiter *l, bool standby);
+
+/* The Redis address of <l> for logs (never a secret); borrowed from <l>. */
+const char *limiter_addr(const struct limiter *l);
 
 /* Calls still waiting for a reply. */
 unsigned limiter_pending(const struct limiter *l);

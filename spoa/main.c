@@ -48,6 +48,14 @@ struct main_state {
 	ev_io accept_w;
 	ev_timer accept_pause;          /* EMFILE back-off */
 	ev_signal sig_term, sig_int, sig_hup;
+	/* A reload in two phases (worker.h): the workers prepare <staged>,
+	 * post their verdicts (reload_done), then main commits or aborts. */
+	ev_async reload_done;
+	bool reloading;
+	bool reload_again;              /* a SIGHUP came during a reload */
+	unsigned reload_seq;
+	struct config staged;           /* the parsed file, while reloading */
+	struct cfg_gen *staged_gen;
 	struct worker *workers[MAIN_MAX_THREADS];
 	unsigned nworkers;
 	unsigned next_worker;
@@ -109,7 +117,8 @@ static const char main_usage[] =
 "exit 0); SIGHUP reloads the file: policies, overrides, redis, redis-timeout,\n"
 "log-level, metrics, max-*, *-timeout, deny-cache change live, connections\n"
 "stay open; listen and threads need a restart; a bad file is logged as\n"
-"'file:line: reason' and the running configuration stays.\n"
+"'file:line: reason' and the running configuration stays. A new Redis is set\n"
+"up before the old one is dropped; a reload is all or nothing.\n"
 "Logs: one key=value line per event on stderr. Exit status: 0 ok, 1 error.\n"
 "Durations: 50ms, 1s, 10m, 1h. Redis key of a request: <policy>:limit:v1:<key>.\n";
 
@@ -323,22 +332,90 @@ static void main_reload_metrics(struct main_state *m, struct config *next)
 		log_info("metrics_stopped", "addr=%s", m->cfg.metrics);
 }
 
+/* The reload in progress has every worker's verdict: commit on all of
+ * them, or (any failed) abort on all of them. Counted and logged here,
+ * from what the workers did. */
+static void main_reload_finish(struct main_state *m, bool ok, unsigned nfailed,
+                               const char *why)
+{
+	unsigned i;
+
+	for (i = 0; i < m->nworkers; i++)
+		worker_finish_config(m->workers[i], m->reload_seq, ok);
+	cfg_gen_put(m->staged_gen);
+	m->staged_gen = NULL;
+	m->reloading = false;
+	if (!ok) {
+		config_release(&m->staged);
+		metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_FAILURE], 1);
+		log_error("reload_failed", "workers_failed=%u reason=\"%s\" "
+		          "action=\"keeping the running configuration\"", nfailed, why);
+		main_sd_notify("READY=1");
+		return;
+	}
+	/* the workers never read the metrics address: their generation may
+	 * keep the asked one */
+	main_reload_metrics(m, &m->staged);
+	config_release(&m->cfg);
+	m->cfg = m->staged;
+	memset(&m->staged, 0, sizeof(m->staged));
+	log_set_level(m->debug ? CONFIG_LOG_DEBUG : m->cfg.log_level);
+	metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_SUCCESS], 1);
+	log_info("reloaded", "file=%s policies=%zu log_level=%s metrics=%s",
+	         m->cfg_path ? m->cfg_path : "-", m->cfg.npolicies,
+	         config_log_level_str(log_get_level()),
+	         m->cfg.metrics[0] ? m->cfg.metrics : "off");
+	main_sd_notify("READY=1");
+}
+
+static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents);
+
+/* A worker posted a verdict: once all are in, finish the reload; then run
+ * a SIGHUP that arrived meanwhile. */
+static void main_on_reload_done(struct ev_loop *loop, ev_async *a, int revents)
+{
+	struct main_state *m = a->data;
+	char err[256], why[300] = "";
+	unsigned i, nfailed = 0;
+	bool ok;
+
+	(void)revents;
+	if (!m->reloading)
+		return;
+	for (i = 0; i < m->nworkers; i++) {
+		if (!worker_config_result(m->workers[i], m->reload_seq, &ok, err, sizeof(err)))
+			return;   /* not all in yet */
+		if (!ok && nfailed++ == 0)
+			snprintf(why, sizeof(why), "worker %u: %s", i, err);
+	}
+	main_reload_finish(m, nfailed == 0, nfailed, why);
+	if (m->reload_again && !m->stopping) {
+		m->reload_again = false;
+		main_on_hup(loop, &m->sig_hup, 0);
+	}
+}
+
 /*
- * SIGHUP: parse the file again and hand the new generation to the workers;
- * each switches between two decisions, so connections and decisions in
- * flight carry on. A file that does not parse or validate changes nothing
- * and is logged with its "file:line: reason".
+ * SIGHUP: parse the file again and ask every worker to prepare the new
+ * generation (main_on_reload_done finishes it). A file that does not parse
+ * or validate changes nothing and is logged with its "file:line: reason";
+ * a generation that a worker cannot prepare (e.g. the new Redis cannot be
+ * reached or set up) changes nothing either: all workers or none.
  */
 static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
 {
 	struct main_state *m = s->data;
 	struct config next;
-	struct cfg_gen *g;
 	char err[CONFIG_ERR_LEN];
 	unsigned i;
 
 	(void)loop;
 	(void)revents;
+	if (m->reloading) {
+		/* one at a time: this one reads the file once the current is done */
+		m->reload_again = true;
+		return;
+	}
 	log_info("reloading", "file=%s", m->cfg_path ? m->cfg_path : "-");
 	main_sd_notify("RELOADING=1");
 	if (main_load_config(m, &next, err, sizeof(err)) == -1) {
@@ -354,28 +431,19 @@ static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
 	snprintf(next.listen, sizeof(next.listen), "%s", m->cfg.listen);
 	next.threads = m->cfg.threads;
 	main_keep_policy_slots(&m->cfg, &next);
-	g = cfg_gen_new(&next);
-	if (!g) {
+	m->staged_gen = cfg_gen_new(&next);
+	if (!m->staged_gen) {
 		metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_FAILURE], 1);
 		log_error("reload_rejected", "error=\"out of memory\"");
 		config_release(&next);
 		main_sd_notify("READY=1");
 		return;
 	}
-	/* the workers never read the metrics address: <g> may keep the asked one */
-	main_reload_metrics(m, &next);
+	m->staged = next;
+	m->reloading = true;
+	m->reload_seq++;
 	for (i = 0; i < m->nworkers; i++)
-		worker_set_config(m->workers[i], g);
-	cfg_gen_put(g);
-	config_release(&m->cfg);
-	m->cfg = next;
-	log_set_level(m->debug ? CONFIG_LOG_DEBUG : m->cfg.log_level);
-	metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_SUCCESS], 1);
-	log_info("reloaded", "file=%s policies=%zu log_level=%s metrics=%s",
-	         m->cfg_path ? m->cfg_path : "-", m->cfg.npolicies,
-	         config_log_level_str(log_get_level()),
-	         m->cfg.metrics[0] ? m->cfg.metrics : "off");
-	main_sd_notify("READY=1");
+		worker_prepare_config(m->workers[i], m->staged_gen, m->reload_seq);
 }
 
 static void main_print_version(void)
@@ -455,6 +523,9 @@ int main(int argc, char **argv)
 	ev_signal_start(m.loop, &m.sig_term);
 	ev_signal_start(m.loop, &m.sig_int);
 	ev_signal_start(m.loop, &m.sig_hup);
+	ev_async_init(&m.reload_done, main_on_reload_done);
+	m.reload_done.data = &m;
+	ev_async_start(m.loop, &m.reload_done);
 	m.listen_fd = net_listen(m.cfg.listen, m.unix_path, sizeof(m.unix_path), err, sizeof(err));
 	if (m.listen_fd == -1) {
 		log_error("startup_failed", "error=\"%s\"", err);
@@ -468,6 +539,8 @@ int main(int argc, char **argv)
 	m.nworkers = m.cfg.threads < 1 ? 1 : m.cfg.threads > MAIN_MAX_THREADS ? MAIN_MAX_THREADS : m.cfg.threads;
 	for (i = 0; i < m.nworkers; i++) {
 		m.workers[i] = worker_new(i, g, spoa_script, spoa_script_len, err, sizeof(err));
+		if (m.workers[i])
+			worker_set_reply(m.workers[i], m.loop, &m.reload_done);
 		if (!m.workers[i] || worker_start(m.workers[i], err, sizeof(err)) == -1) {
 			log_error("startup_failed", "worker=%u error=\"%s\"", i, err);
 			goto out;
@@ -506,6 +579,11 @@ out:
 	}
 	if (g)
 		cfg_gen_put(g);
+	if (m.reloading) {
+		/* stopped in the middle of a reload: the workers dropped theirs */
+		cfg_gen_put(m.staged_gen);
+		config_release(&m.staged);
+	}
 	if (m.http)
 		http_free(m.http);
 	if (m.listen_fd != -1) {

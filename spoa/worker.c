@@ -18,6 +18,10 @@
 #include "worker.h"
 
 #define WORKER_FDQ_MAX 4096
+#define WORKER_RETIRED_MAX 8            /* old limiters draining after reloads */
+#define WORKER_PREPARE_MIN_S 3.0        /* a new Redis gets at least this to be set up */
+#define WORKER_PREPARE_MAX_S 30.0
+#define WORKER_PREPARE_POLL_S 0.02
 
 /* The per-worker view of a generation: requests in flight hold it. */
 struct worker_cfg {
@@ -43,10 +47,27 @@ struct worker {
 	pthread_mutex_t lock;           /* guards the mailbox below */
 	int fdq[WORKER_FDQ_MAX];
 	unsigned nfdq;
-	struct cfg_gen *new_gen;
+	struct cfg_gen *prep_gen;       /* reload: prepare this (seq prep_seq) */
+	unsigned prep_seq;
+	int finish_cmd;                 /* reload: 1 commit, -1 abort, 0 none */
+	unsigned finish_seq;
+	unsigned verdict_seq;           /* reload: verdict posted for this seq */
+	bool verdict_ok;
+	char verdict_err[256];
+	struct ev_loop *main_loop;      /* where verdicts are announced */
+	struct ev_async *main_async;
 	bool drain;
 	double drain_grace;
 	_Atomic unsigned nconns;
+
+	/* reload state, worker thread only */
+	struct cfg_gen *staged;         /* prepared, not committed yet */
+	unsigned staged_seq;
+	struct limiter *next;           /* the new Redis being set up, or NULL */
+	ev_timer prep_timer;            /* polls <next> until ready or the deadline */
+	double prep_deadline;
+	struct limiter *retired[WORKER_RETIRED_MAX];   /* draining old limiters */
+	unsigned nretired;
 };
 
 struct cfg_gen *cfg_gen_new(const struct config *c)
@@ -232,22 +253,166 @@ static void worker_remap_metrics(struct worker *w, const struct config *prev,
 	}
 }
 
-/* Switch to <g> in the worker's own thread: new requests use it, requests
- * in flight keep theirs until they finish. */
-static void worker_apply_config(struct worker *w, struct cfg_gen *g)
+/* Post the verdict on reload <seq> for main (under the mailbox lock) and
+ * wake main's loop. */
+static void worker_post_verdict(struct worker *w, unsigned seq, bool ok, const char *err)
 {
-	struct worker_cfg *wc = worker_cfg_new(g);
+	pthread_mutex_lock(&w->lock);
+	w->verdict_seq = seq;
+	w->verdict_ok = ok;
+	snprintf(w->verdict_err, sizeof(w->verdict_err), "%s", ok ? "" : err);
+	pthread_mutex_unlock(&w->lock);
+	if (!ok)
+		log_error("reload_failed", "worker=%u reason=\"%s\"", w->id, err);
+	if (w->main_loop)
+		ev_async_send(w->main_loop, w->main_async);
+}
+
+/* Free the old limiters whose calls have all been answered (from the
+ * prepare watcher: never inside a limiter callback). */
+static void worker_reap_retired(struct worker *w)
+{
+	unsigned i = 0;
+
+	while (i < w->nretired) {
+		if (limiter_pending(w->retired[i]) == 0) {
+			limiter_free(w->retired[i]);
+			w->retired[i] = w->retired[--w->nretired];
+		} else {
+			i++;
+		}
+	}
+}
+
+/* Stop preparing: the new limiter (if any) is freed. */
+static void worker_drop_staged(struct worker *w)
+{
+	ev_timer_stop(w->loop, &w->prep_timer);
+	if (w->next) {
+		limiter_free(w->next);
+		w->next = NULL;
+	}
+	if (w->staged) {
+		cfg_gen_put(w->staged);
+		w->staged = NULL;
+	}
+}
+
+/* Poll the new limiter: set up in time, or not. */
+static void worker_on_prep_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = t->data;
+	char why[200];
+
+	(void)revents;
+	if (!w->next) {
+		ev_timer_stop(loop, t);
+		return;
+	}
+	if (limiter_ready(w->next, why, sizeof(why))) {
+		ev_timer_stop(loop, t);
+		worker_post_verdict(w, w->staged_seq, true, "");
+		return;
+	}
+	if (ev_now(loop) < w->prep_deadline)
+		return;
+	ev_timer_stop(loop, t);
+	{
+		char err[256];
+
+		snprintf(err, sizeof(err), "new redis not ready: %s", why);
+		worker_post_verdict(w, w->staged_seq, false, err);
+	}
+}
+
+/*
+ * Phase one of a reload (see worker.h): take <g> (the mailbox's reference
+ * passes to w->staged) and check it. Same Redis: ready at once. Another
+ * Redis (or new credentials): a second limiter, standby, connects and sets
+ * up beside the one that serves; the verdict comes when it is ready or
+ * when the deadline passes.
+ */
+static void worker_prepare(struct worker *w, struct cfg_gen *g, unsigned seq)
+{
+	struct limiter_settings s;
+	char err[256];
+	double limit;
+	int same;
+
+	worker_drop_staged(w);          /* a previous, unfinished one */
+	w->staged = g;
+	w->staged_seq = seq;
+	worker_fill_settings(w, &g->cfg, &s);
+	same = limiter_same_redis(w->limiter, s.redis_url, err, sizeof(err));
+	if (same == -1) {
+		worker_post_verdict(w, seq, false, err);
+		return;
+	}
+	if (same == 1) {
+		worker_post_verdict(w, seq, true, "");
+		return;
+	}
+	s.standby = true;
+	w->next = limiter_new(w->loop, &s, err, sizeof(err));
+	if (!w->next) {
+		worker_post_verdict(w, seq, false, err);
+		return;
+	}
+	log_info("redis_preparing", "worker=%u", w->id);
+	/* a few seconds (several connect attempts with backoff), more for a
+	 * slow Redis: twice its redis-timeout, up to 30 s */
+	limit = (double)g->cfg.redis_timeout_ms * 2 / 1000.0;
+	if (limit < WORKER_PREPARE_MIN_S)
+		limit = WORKER_PREPARE_MIN_S;
+	if (limit > WORKER_PREPARE_MAX_S)
+		limit = WORKER_PREPARE_MAX_S;
+	w->prep_deadline = ev_now(w->loop) + limit;
+	ev_timer_set(&w->prep_timer, WORKER_PREPARE_POLL_S, WORKER_PREPARE_POLL_S);
+	ev_timer_start(w->loop, &w->prep_timer);
+}
+
+/* Phase two of a reload: switch to the staged generation (new requests use
+ * it, requests in flight keep theirs until they finish; a new Redis takes
+ * over and the old one drains), or drop it. */
+static void worker_finish(struct worker *w, unsigned seq, bool commit)
+{
+	struct cfg_gen *g = w->staged;
+	struct worker_cfg *wc;
 	struct limiter_settings s;
 	char err[256];
 
+	if (!g || seq != w->staged_seq)
+		return;
+	if (!commit) {
+		worker_drop_staged(w);
+		return;
+	}
+	ev_timer_stop(w->loop, &w->prep_timer);
+	wc = worker_cfg_new(g);
 	if (!wc) {
+		/* main counted success: say loudly that this worker did not */
 		log_error("reload_failed", "worker=%u reason=\"out of memory\"", w->id);
-		cfg_gen_put(g);         /* the mailbox's reference */
+		worker_drop_staged(w);
 		return;
 	}
 	worker_fill_settings(w, &g->cfg, &s);
-	if (limiter_reconfigure(w->limiter, &s, err, sizeof(err)) == -1)
+	if (w->next) {
+		struct limiter *old = w->limiter;
+
+		w->limiter = w->next;
+		w->next = NULL;
+		limiter_set_standby(old, true);
+		limiter_set_standby(w->limiter, false);
+		if (w->nretired < WORKER_RETIRED_MAX)
+			w->retired[w->nretired++] = old;
+		else
+			limiter_free(old);   /* reloads faster than calls finish */
+		log_info("redis_address_changed", "worker=%u from=%s to=%s", w->id,
+		         limiter_addr(old), limiter_addr(w->limiter));
+	} else if (limiter_reconfigure(w->limiter, &s, err, sizeof(err)) == -1) {
+		/* prepared a moment ago: only a secret file changed in between */
 		log_error("reload_failed", "worker=%u reason=\"%s\"", w->id, err);
+	}
 	limiter_set_deny_cache(w->limiter, g->cfg.deny_cache);
 	worker_remap_metrics(w, w->env.cfg->cfg, &g->cfg);
 	if (--w->env.cfg->refs == 0)
@@ -257,8 +422,8 @@ static void worker_apply_config(struct worker *w, struct cfg_gen *g)
 	w->env.hello_timeout = (double)g->cfg.hello_timeout_ms / 1000.0;
 	w->env.frame_timeout = (double)g->cfg.frame_timeout_ms / 1000.0;
 	log_info("config_applied", "worker=%u policies=%zu", w->id, g->cfg.npolicies);
-	/* the mailbox's reference, dropped last: <wc> holds its own, but
-	 * keeping <g> pinned while reading it needs no argument */
+	/* the staged reference, dropped last: <wc> holds its own */
+	w->staged = NULL;
 	cfg_gen_put(g);
 }
 
@@ -284,6 +449,8 @@ static void worker_on_wake(struct ev_loop *loop, ev_async *a, int revents)
 	int fds[WORKER_FDQ_MAX];
 	unsigned nfds, i;
 	struct cfg_gen *g;
+	unsigned prep_seq, finish_seq;
+	int finish_cmd;
 	bool drain;
 	double grace;
 
@@ -292,14 +459,20 @@ static void worker_on_wake(struct ev_loop *loop, ev_async *a, int revents)
 	nfds = w->nfdq;
 	memcpy(fds, w->fdq, nfds * sizeof(int));
 	w->nfdq = 0;
-	g = w->new_gen;
-	w->new_gen = NULL;
+	g = w->prep_gen;
+	w->prep_gen = NULL;
+	prep_seq = w->prep_seq;
+	finish_cmd = w->finish_cmd;
+	finish_seq = w->finish_seq;
+	w->finish_cmd = 0;
 	drain = w->drain;
 	grace = w->drain_grace;
 	pthread_mutex_unlock(&w->lock);
 
 	if (g)
-		worker_apply_config(w, g);
+		worker_prepare(w, g, prep_seq);
+	if (finish_cmd)
+		worker_finish(w, finish_seq, finish_cmd > 0);
 	for (i = 0; i < nfds; i++) {
 		if (w->env.draining)
 			close(fds[i]);
@@ -322,6 +495,8 @@ static void worker_on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 	(void)loop;
 	(void)revents;
 	conn_env_flush(&w->env);
+	if (w->nretired)
+		worker_reap_retired(w);
 	atomic_store_explicit(&w->nconns, w->env.nconns, memory_order_relaxed);
 }
 
@@ -366,6 +541,9 @@ struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
 	ev_async_init(&w->wake, worker_on_wake);
 	w->wake.data = w;
 	ev_async_start(w->loop, &w->wake);
+	ev_timer_init(&w->prep_timer, worker_on_prep_timer, WORKER_PREPARE_POLL_S,
+	              WORKER_PREPARE_POLL_S);
+	w->prep_timer.data = w;
 	ev_prepare_init(&w->flush, worker_on_prepare);
 	w->flush.data = w;
 	ev_prepare_start(w->loop, &w->flush);
@@ -380,6 +558,17 @@ fail:
 	return NULL;
 }
 
+/* Free every limiter of <w>: the one serving, one being prepared, the
+ * retired ones still draining (their calls are answered "unavailable"). */
+static void worker_free_limiters(struct worker *w)
+{
+	worker_drop_staged(w);
+	while (w->nretired)
+		limiter_free(w->retired[--w->nretired]);
+	limiter_free(w->limiter);
+	w->limiter = NULL;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -387,8 +576,7 @@ static void *worker_main(void *arg)
 	ev_run(w->loop, 0);
 	/* drained (or timed out): whatever is left is closed now */
 	conn_env_close_all(&w->env);
-	limiter_free(w->limiter);
-	w->limiter = NULL;
+	worker_free_limiters(w);
 	return NULL;
 }
 
@@ -420,17 +608,49 @@ void worker_give_fd(struct worker *w, int fd)
 	ev_async_send(w->loop, &w->wake);
 }
 
-void worker_set_config(struct worker *w, struct cfg_gen *g)
+/* Where verdicts go: main's loop and its async watcher (both main's). */
+void worker_set_reply(struct worker *w, struct ev_loop *main_loop, struct ev_async *main_async)
+{
+	w->main_loop = main_loop;
+	w->main_async = main_async;
+}
+
+/* The worker takes its own reference to <g>. */
+void worker_prepare_config(struct worker *w, struct cfg_gen *g, unsigned seq)
 {
 	struct cfg_gen *old;
 
 	cfg_gen_get(g);
 	pthread_mutex_lock(&w->lock);
-	old = w->new_gen;
-	w->new_gen = g;
+	old = w->prep_gen;
+	w->prep_gen = g;
+	w->prep_seq = seq;
 	pthread_mutex_unlock(&w->lock);
 	if (old)
 		cfg_gen_put(old);
+	ev_async_send(w->loop, &w->wake);
+}
+
+int worker_config_result(struct worker *w, unsigned seq, bool *ok, char *err, size_t errlen)
+{
+	int have;
+
+	pthread_mutex_lock(&w->lock);
+	have = w->verdict_seq == seq;
+	if (have) {
+		*ok = w->verdict_ok;
+		snprintf(err, errlen, "%s", w->verdict_err);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return have;
+}
+
+void worker_finish_config(struct worker *w, unsigned seq, bool commit)
+{
+	pthread_mutex_lock(&w->lock);
+	w->finish_cmd = commit ? 1 : -1;
+	w->finish_seq = seq;
+	pthread_mutex_unlock(&w->lock);
 	ev_async_send(w->loop, &w->wake);
 }
 
@@ -458,12 +678,12 @@ void worker_free(struct worker *w)
 		return;
 	if (w->limiter) {
 		conn_env_close_all(&w->env);
-		limiter_free(w->limiter);
+		worker_free_limiters(w);
 	}
 	for (i = 0; i < w->nfdq; i++)
 		close(w->fdq[i]);
-	if (w->new_gen)
-		cfg_gen_put(w->new_gen);
+	if (w->prep_gen)
+		cfg_gen_put(w->prep_gen);
 	if (w->env.cfg && --w->env.cfg->refs == 0)
 		w->env.cfg->release(w->env.cfg);
 	ev_loop_destroy(w->loop);

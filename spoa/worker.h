@@ -1,5 +1,5 @@
 /*
- * worker - one thread, one libev loop, one Redis connection, its HAProxy
+ * worker - one thread, one libev loop, its limiter (Redis links), its HAProxy
  * connections. Nothing in a worker is touched by another thread except
  * through worker_* calls below, which go through a locked mailbox and an
  * ev_async (libev loops are not thread-safe: P15).
@@ -8,10 +8,13 @@
 #define SPOA_WORKER_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "config.h"
 
+struct ev_async;
+struct ev_loop;
 struct worker;
 struct metrics;
 
@@ -36,8 +39,23 @@ int worker_start(struct worker *w, char *err, size_t errlen);
 
 /* From another thread: give connected socket <fd> to the worker. */
 void worker_give_fd(struct worker *w, int fd);
-/* From another thread: switch to generation <g> (takes a reference). */
-void worker_set_config(struct worker *w, struct cfg_gen *g);
+/*
+ * Reloads, in two phases, so that a reload is all or nothing:
+ *   worker_prepare_config(w, g, seq)  the worker checks <g> and, when the
+ *       Redis address or credentials change, connects and sets up the new
+ *       Redis beside the old one (decisions keep going to the old one);
+ *       then it posts its verdict and wakes <main_async> on <main_loop>.
+ *   worker_config_result(w, seq, ...) main reads that verdict.
+ *   worker_finish_config(w, seq, commit)  commit: switch to <g> (new
+ *       decisions use it and the new Redis; the old one drains); abort:
+ *       drop what was prepared. Cannot fail.
+ * Main runs one reload at a time. All from main's thread.
+ */
+void worker_set_reply(struct worker *w, struct ev_loop *main_loop, struct ev_async *main_async);
+void worker_prepare_config(struct worker *w, struct cfg_gen *g, unsigned seq);
+/* 1 with <*ok> and <err> when the verdict on <seq> is in, else 0. */
+int worker_config_result(struct worker *w, unsigned seq, bool *ok, char *err, size_t errlen);
+void worker_finish_config(struct worker *w, unsigned seq, bool commit);
 /* From another thread: stop taking work, finish in flight, then exit the
  * thread (at the latest after <grace> seconds). */
 void worker_drain(struct worker *w, double grace);

@@ -265,7 +265,7 @@ h.eq("new keys land in db 5", ("allow", "1"),
      (act(c.ratelimit("ACC-DB5B", policy="burst"))["status"],
       rcli("ZCARD", "burst:limit:v1:ACC-DB5B", db=5)))
 h.check("the address change is logged",
-        u.log_count(h, "event=redis_address_changed from=127.0.0.1:%d/3 to=127.0.0.1:%d/5"
+        u.log_count(h, "event=redis_address_changed worker=0 from=127.0.0.1:%d/3 to=127.0.0.1:%d/5"
                     % (h.redis_port, h.redis_port)) == 1, "no redis_address_changed line")
 h.check("still no password in the log", PASSWORD not in u.log_text(h) and
         PASSWORD_URL not in u.log_text(h))
