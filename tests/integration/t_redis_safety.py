@@ -12,8 +12,13 @@ CONFIG gets a warning and decisions work.
 A replica (issue 10 item 5): `redis://` pointed at a replica is refused at
 connect (ROLE), logged at error once per attempt with backoff (a handful of
 lines, not one per request), the connected gauge stays 0, and every answer
-is an error."""
+is an error.
+
+The deny cache (issue 10 item 20, as docs/configuration.md says): after
+Redis lost its data an account the cache holds stays denied until a reload
+or its cached deadline."""
 import os
+import signal
 import sys
 import time
 
@@ -154,5 +159,21 @@ h.check("attempts back off: fewer than 20 redis_not_primary lines (%d)"
         % count(log, "event=redis_not_primary"), count(log, "event=redis_not_primary") < 20)
 h.eq("the connected gauge never said 1", 0.0, metric(mport, "redis_connected"))
 h.eq("the replica holds no window", "0", rcli(replica, "DBSIZE"))
+h.stop(p)
+
+# -- what the docs say of the deny cache: it outlives a Redis that lost its data ----------------
+p, port, mport, log = agent("cache", "redis://127.0.0.1:%d/0" % primary)
+c = spop.Conn().connect("127.0.0.1", port)
+c.hello()
+seq = [c.ratelimit("CACHED")["actions"]["status"] for _ in range(4)]
+h.eq("3/10s: allow x3, then deny (from Redis)", ["allow", "allow", "allow", "deny"], seq)
+rcli(primary, "FLUSHALL")
+h.eq("Redis lost the window, yet the deny cache still denies (conservative)", "deny",
+     c.ratelimit("CACHED")["actions"]["status"])
+h.eq("... from the cache, not from Redis", "0", rcli(primary, "DBSIZE"))
+p.send_signal(signal.SIGHUP)
+h.check("a reload empties the cache: Redis decides again (allow)",
+        u.wait_for(lambda: c.ratelimit("CACHED")["actions"]["status"] == "allow", 10, 0.2))
+c.close()
 h.stop(p)
 h.done()
