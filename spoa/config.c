@@ -591,6 +591,19 @@ out:
 	return rc;
 }
 
+/* Directive <key> whose value <v> must be <on> (true) or <off> (false),
+ * into <*out>. Returns 0 or -1 with the error set. */
+static int parse_switch(struct parse_ctx *x, struct word key, struct word v, const char *on,
+                        const char *off, bool *out)
+{
+	if (word_is(v, on) || word_is(v, off)) {
+		*out = word_is(v, on);
+		return 0;
+	}
+	return parse_fail(x, "%.*s must be %s or %s; got '%.*s'", word_plen(key), key.p, on, off,
+	                  word_plen(v), v.p);
+}
+
 /* A scalar directive <d> with one argument <v> (already counted). */
 static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, struct word v)
 {
@@ -662,23 +675,9 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 			c->frame_timeout_ms = u;
 		return 0;
 	case CONFIG_DIR_DENY_CACHE:
-		if (word_is(v, "on"))
-			c->deny_cache = true;
-		else if (word_is(v, "off"))
-			c->deny_cache = false;
-		else
-			return parse_fail(x, "deny-cache must be on or off; got '%.*s'",
-			                  word_plen(v), v.p);
-		return 0;
+		return parse_switch(x, key, v, "on", "off", &c->deny_cache);
 	case CONFIG_DIR_REDIS_ALLOW_EVICTION:
-		if (word_is(v, "yes"))
-			c->redis_allow_eviction = true;
-		else if (word_is(v, "no"))
-			c->redis_allow_eviction = false;
-		else
-			return parse_fail(x, "redis-allow-eviction must be yes or no; got '%.*s'",
-			                  word_plen(v), v.p);
-		return 0;
+		return parse_switch(x, key, v, "yes", "no", &c->redis_allow_eviction);
 	case CONFIG_DIR_LOG_LEVEL:
 		for (i = 0; i < CONFIG_LOG_COUNT; i++) {
 			if (word_is(v, log_level_names[i])) {

@@ -91,10 +91,10 @@ static int url_parse_int(const char *s, size_t len, long lo, long hi, int *out)
 	return 0;
 }
 
-/* Is <s>/<len> a name we can hand to getaddrinfo: letters, digits, '.',
- * '-' and '_' (container names), at most 253 bytes? An IPv4 literal is
- * one too. */
-static bool url_host_name_ok(const char *s, size_t len)
+/* Is <s>/<len> 1..253 bytes of letters, digits, '.', '-' and '_'? Host
+ * names (container names have '_'; an IPv4 literal passes too) and
+ * sentinel master names, which go into commands and logs. */
+static bool url_name_ok(const char *s, size_t len)
 {
 	size_t i;
 
@@ -145,7 +145,7 @@ static const char *url_parse_host(const char *s, size_t len, int def_port,
 
 		if (inet_pton(AF_INET6, h->host, bin) != 1)
 			return "bad IPv6 address";
-	} else if (!url_host_name_ok(host, hlen)) {
+	} else if (!url_name_ok(host, hlen)) {
 		return "bad host";
 	}
 	h->port = def_port;
@@ -228,21 +228,6 @@ static void url_format_addr(struct redis_url *u)
 		snprintf(u->addr + n, sizeof(u->addr) - n, "/%d", u->db);
 }
 
-/* A sentinel master name goes into commands and logs: keep it plain. */
-static bool url_master_name_ok(const char *s, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++) {
-		char ch = s[i];
-
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-		      (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == '_'))
-			return false;
-	}
-	return len > 0;
-}
-
 /* Parse <s> into <u>, which then holds copies of the URL's secrets (wipe
  * with redis_url_wipe()). Returns 0, or -1 with <err>. */
 int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen)
@@ -314,7 +299,7 @@ int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen
 			why = "sentinel URL needs /<master-name>";
 			goto fail;
 		}
-		if (!url_master_name_ok(slash + 1, nlen)) {
+		if (!url_name_ok(slash + 1, nlen)) {
 			why = "bad sentinel master name";
 			goto fail;
 		}

@@ -312,6 +312,8 @@ static void test_parse_errors(void **state)
 		  "t.conf:1: log-level must be error, warn, info or debug; got 'verbose'" },
 		{ "allow-remote-listen yes\n", "t.conf:1: allow-remote-listen takes no argument" },
 		{ "deny-cache maybe\n", "t.conf:1: deny-cache must be on or off; got 'maybe'" },
+		{ "redis-allow-eviction on\n",
+		  "t.conf:1: redis-allow-eviction must be yes or no; got 'on'" },
 		{ "deny-cache off\ndeny-cache on\n",
 		  "t.conf:2: duplicate directive 'deny-cache' (first at line 1)" },
 		{ "policy\n", "t.conf:1: policy: expected 'policy <name> <limit>/<window> [options]'" },
@@ -450,7 +452,7 @@ static void test_windows_and_urls(void **state)
 		"redis cluster://a:7000\n", "redis cluster://a:7000,b:7001,[::1]:7002\n",
 		"redis sentinel://s1:26379,s2:26379/mymaster\n",
 		"listen unix:/run/ratelimit-spoa.sock\n", "listen localhost:1\n",
-		"metrics off\n", "metrics unix:/run/m.sock\n",
+		"metrics off\n", "metrics unix:/run/m.sock\n", "redis-allow-eviction yes\n",
 	};
 	struct config c;
 	char err[CONFIG_ERR_LEN];
