@@ -13,9 +13,12 @@
  *   late reply is ignored.
  *
  * Links: each connection to one Redis server is a struct limiter_link.
- * IDLE (waiting to retry) -> CONNECTING (TCP, then AUTH, SELECT and SCRIPT
- * LOAD pipelined) -> READY (SCRIPT LOAD answered with a SHA). Anything else
- * goes back to IDLE with exponential backoff and jitter. Our own timer
+ * IDLE (waiting to retry) -> CONNECTING (TCP, then AUTH, SELECT, ROLE (not
+ * for cluster links: a seed may be a replica), CONFIG GET maxmemory-policy
+ * and SCRIPT LOAD pipelined) -> READY (SCRIPT LOAD answered with a SHA).
+ * Anything else (a replica included) goes back to IDLE with exponential
+ * backoff and jitter. A READY link whose Redis may evict keys refuses calls
+ * (redis-evicts-keys) unless redis-allow-eviction is set. Our own timer
  * bounds CONNECTING; a READY link on which nothing has been answered for
  * max(1 s, 10 x timeout) while calls wait (a frozen Redis) is dropped, so
  * new calls are answered "unavailable" at once instead of piling up in

@@ -80,7 +80,8 @@ void limiter_set_standby(struct limiter *l, bool standby);
 /* The Redis address of <l> for logs (never a secret); borrowed from <l>. */
 const char *limiter_addr(const struct limiter *l);
 
-/* Calls still waiting for a reply. */
+/* Calls still waiting for a reply (a limiter retired by a reload is freed
+ * once this is 0). */
 unsigned limiter_pending(const struct limiter *l);
 
 /* Answer every pending call with an error decision, disconnect, free. */
