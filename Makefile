@@ -114,7 +114,7 @@ $(BUILD)/tests/unit/%.o: tests/unit/%.c
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -Ispoa -Itests/unit -c $< -o $@
 
 test: $(UNIT_TESTS)
-	$(Q)set -e; for t in $(UNIT_TESTS); do echo "== $$t"; SHARED_DIR=$(CURDIR)/../shared $$t; done
+	$(Q)set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t; done
 
 integration: $(AGENT) $(BENCH)
 	$(Q)AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) tests/run.sh integration
@@ -139,7 +139,7 @@ sanitize:
 
 valgrind: $(UNIT_TESTS)
 	$(Q)set -e; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
-		SHARED_DIR=$(CURDIR)/../shared valgrind -q --error-exitcode=1 --leak-check=full \
+		valgrind -q --error-exitcode=1 --leak-check=full \
 		--errors-for-leak-kinds=definite,indirect $$t; done
 
 lint:

@@ -4,7 +4,8 @@
  * Every decode runs on input that ends right before a PROT_NONE page
  * (harness.h), so reading one byte too far crashes instead of passing.
  * Expected bytes are written out by hand from spec §3 (SPOE-2.6.txt) and
- * from frames captured from HAProxy 2.6.12 and 3.2.0 ($SHARED_DIR/vectors).
+ * from frames captured from HAProxy 2.6.12 and 3.2.0 (tests/vectors, see its
+ * README; $VECTORS_DIR overrides).
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -435,6 +436,15 @@ enum vec_kind {
 	VEC_KIND_COUNT
 };
 
+/* File name prefix of each kind, as vec_classify() reads it. */
+static const char *const vec_prefix[VEC_KIND_COUNT] = {
+	[VEC_HELLO] = "haproxy-hello-",
+	[VEC_HEALTHCHECK] = "haproxy-hello-healthcheck-",
+	[VEC_NOTIFY] = "notify-",
+	[VEC_DISCONNECT] = "haproxy-disconnect-",
+	[VEC_OTHER] = "",
+};
+
 struct vec {
 	const char *path;
 	enum vec_kind kind;
@@ -444,39 +454,46 @@ struct vec {
 	size_t len;
 };
 
-/* Sets <v>'s kind, HAProxy version and N from its path. */
+/* Sets <v>'s kind (the longest vec_prefix its name starts with), HAProxy
+ * version and N from its path. */
 static void vec_classify(struct vec *v)
 {
 	const char *base = strrchr(v->path, '/');
+	size_t best = 0, plen;
+	int k;
 
 	base = base != NULL ? base + 1 : v->path;
 	v->v26 = strstr(v->path, "haproxy-2.6/") != NULL;
-	if (strncmp(base, "haproxy-hello-healthcheck-", 26) == 0)
-		v->kind = VEC_HEALTHCHECK;
-	else if (strncmp(base, "haproxy-hello-", 14) == 0)
-		v->kind = VEC_HELLO;
-	else if (strncmp(base, "haproxy-disconnect-", 19) == 0)
-		v->kind = VEC_DISCONNECT;
-	else if (strncmp(base, "notify-", 7) == 0) {
-		v->kind = VEC_NOTIFY;
-		v->notify_n = atoi(base + 7);
-	} else
-		v->kind = VEC_OTHER;
+	v->kind = VEC_OTHER;
+	for (k = 0; k < VEC_OTHER; k++) {
+		plen = strlen(vec_prefix[k]);
+		if (plen > best && strncmp(base, vec_prefix[k], plen) == 0) {
+			v->kind = (enum vec_kind)k;
+			best = plen;
+		}
+	}
+	if (v->kind == VEC_NOTIFY)
+		v->notify_n = atoi(base + best);
 }
 
 /* Loads every vector into <vs> (<max> rows). Returns how many; fails the
- * test when there are none, so a wrong SHARED_DIR cannot pass silently. */
+ * test unless every kind the README lists is there for both HAProxy
+ * versions (3.2 closed without a DISCONNECT), so a missing or partial copy
+ * of tests/vectors cannot pass silently. */
 static size_t vec_load_all(struct vec *vs, size_t max)
 {
 	static char paths[64][HARNESS_PATH_MAX];
 	char dir[HARNESS_PATH_MAX];
+	unsigned seen[2][VEC_KIND_COUNT] = { { 0 } };
 	size_t n, i;
 	long len;
+	int k, v26;
 
-	snprintf(dir, sizeof(dir), "%s/vectors", harness_shared_dir());
+	snprintf(dir, sizeof(dir), "%s", harness_vectors_dir());
 	n = harness_find_files(dir, ".hex", paths, 64);
 	if (n == 0)
-		fail_msg("no *.hex under %s (set SHARED_DIR)", dir);
+		fail_msg("no *.hex under %s (run from the repo root, or set "
+		         "VECTORS_DIR)", dir);
 	assert_true(n <= max);
 	for (i = 0; i < n; i++) {
 		vs[i].path = paths[i];
@@ -486,6 +503,18 @@ static size_t vec_load_all(struct vec *vs, size_t max)
 			fail_msg("%s: not a hex frame", paths[i]);
 		vs[i].len = (size_t)len;
 		assert_int_equal(be32(vs[i].bytes) + 4, vs[i].len);
+		seen[vs[i].v26][vs[i].kind]++;
+	}
+	for (v26 = 0; v26 < 2; v26++) {
+		for (k = VEC_HELLO; k < VEC_OTHER; k++) {
+			if (seen[v26][k] > 0 || (!v26 && k == VEC_DISCONNECT))
+				continue;
+			fail_msg("%s: no %s/%s*.hex (a partial copy?)", dir,
+			         v26 ? "haproxy-2.6" : "haproxy-3.2", vec_prefix[k]);
+		}
+		if (seen[v26][VEC_NOTIFY] < 3)
+			fail_msg("%s: %u notify vectors for %s, want 3", dir,
+			         seen[v26][VEC_NOTIFY], v26 ? "2.6" : "3.2");
 	}
 	return n;
 }
