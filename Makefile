@@ -13,7 +13,8 @@
 #   make chaos      fault injection under load (Redis/agent kill -9, SIGSTOP, reload; limits)
 #   make install    PREFIX=/usr/local DESTDIR= (binary, config, systemd unit, man page,
 #                   HAProxy examples); make uninstall removes them but the config
-#   make deps       apt-get the Debian packages that are missing
+#   make deps       apt-get the Debian packages that are missing (deps-demo:
+#                   only what make demo / make up need)
 #   make clean
 #
 # Knobs: WERROR=0, SANITIZE=address,undefined, V=1, O=-O2
@@ -68,12 +69,18 @@ endif
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 
-DEB_PKGS := build-essential pkg-config libev-dev libhiredis-dev libcmocka-dev \
-            redis-server redis-tools haproxy curl openssl python3 jq wrk \
-            gnuplot-nox valgrind cppcheck clang systemd redis-sentinel groff-base
+# Debian packages, in two groups (tools/deps.sh says why each is there):
+# what the demo needs to build the agent and run (make demo, make up), and
+# what the tests and tools add (make check, bench, fuzz, chaos, valgrind,
+# lint). make deps installs both.
+DEMO_PKGS := build-essential pkg-config libev-dev libhiredis-dev \
+             redis-server redis-tools haproxy curl openssl python3 jq
+TEST_PKGS := libcmocka-dev wrk gnuplot-nox valgrind cppcheck clang clang-tidy \
+             systemd redis-sentinel groff-base
+DEB_PKGS  := $(DEMO_PKGS) $(TEST_PKGS)
 
 .PHONY: all test check integration e2e chaos sanitize valgrind lint bench fuzz install \
-        uninstall demo up down deps clean help
+        uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help
 
 all: $(AGENT) $(BENCH)
 
@@ -204,17 +211,27 @@ uninstall:
 	-rmdir $(DESTDIR)$(DATADIR)/haproxy/errors $(DESTDIR)$(DATADIR)/haproxy \
 		$(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR) 2>/dev/null
 
-demo: deps all
+demo: deps-demo all
 	$(Q)tools/demo.sh story
 
-up: deps all
+up: deps-demo all
 	$(Q)tools/demo.sh up
 
 down:
 	$(Q)tools/demo.sh down
 
-deps:
-	$(Q)tools/deps.sh $(DEB_PKGS)
+deps: deps-demo
+	$(Q)tools/deps.sh tests $(TEST_PKGS)
+
+deps-demo:
+	$(Q)tools/deps.sh demo $(DEMO_PKGS)
+
+# The package lists, one line each (tests/integration/t_deps.sh reads them).
+print-demo-pkgs:
+	@echo $(DEMO_PKGS)
+
+print-deb-pkgs:
+	@echo $(DEB_PKGS)
 
 clean:
 	rm -rf build $(AGENT) $(BENCH) spoa/ratelimit-spoa spoa/spoa-bench
