@@ -1198,10 +1198,12 @@ static void test_notify_iterators(void **state)
 	harness_buf_free(&b);
 }
 
-/* Types we do not know: header decoded, success, payload untouched. */
+/* Types we do not know: header decoded, success, payload untouched. (The
+ * agent's types, 101-103, are decoded like HAProxy's: see
+ * test_decode_agent_frames.) */
 static void test_unknown_frame_types(void **state)
 {
-	static const unsigned types[] = { 0, 4, 42, 101, 103, 200, 255 };
+	static const unsigned types[] = { 0, 4, 42, 100, 104, 200, 255 };
 	struct harness_buf b;
 	struct spop_frame f;
 	enum spop_status st;
@@ -1325,7 +1327,7 @@ static void test_encode_agent_disconnect(void **state)
 /* Writes ACK_ALLOW into <dst> (<cap> bytes). Returns spop_ack_end(). */
 static int build_ack(unsigned char *dst, size_t cap)
 {
-	struct spop_ack a;
+	struct spop_writer a;
 
 	spop_ack_begin(&a, dst, cap, 0, 1);
 	spop_ack_set_str(&a, SPOP_SCOPE_TXN, "status", "allow", 5);
@@ -1342,7 +1344,7 @@ static void test_encode_ack(void **state)
 {
 	unsigned char out[256];
 	struct harness_buf b;
-	struct spop_ack a;
+	struct spop_writer a;
 	size_t cap;
 	int n;
 
@@ -1455,6 +1457,335 @@ static void test_agent_hello_roundtrip(void **state)
 	harness_buf_free(&b);
 }
 
+/* ------------------------------------------------------------------ */
+/* HAProxy's side: encoders against HAProxy's bytes, decoders of the    */
+/* agent's frames                                                      */
+/* ------------------------------------------------------------------ */
+
+/* Writes into <dst>: vector <v> encoded again from its decoded fields
+ * <f> by the HAProxy-side encoders, at most <cap> bytes. Returns the
+ * encoder's result. */
+static int vec_encode(const struct vec *v, const struct spop_frame *f,
+                      unsigned char *dst, size_t cap)
+{
+	char key[16], engine[64];
+	struct spop_data policy = { .type = SPOP_T_STR, .v.s = { "transfer", 8 } };
+	struct spop_data k = { .type = SPOP_T_NULL };
+	struct spop_data cost = { .type = SPOP_T_INT64, .v.i = 1 };
+	struct spop_writer w;
+
+	switch (v->kind) {
+	case VEC_HELLO:
+		assert_true(f->u.hello.engine_id.len < sizeof(engine));
+		memcpy(engine, f->u.hello.engine_id.ptr, f->u.hello.engine_id.len);
+		engine[f->u.hello.engine_id.len] = '\0';
+		return spop_encode_haproxy_hello(dst, cap, 16380, "pipelining",
+		                                 false, engine);
+	case VEC_HEALTHCHECK:
+		return spop_encode_haproxy_hello(dst, cap, 16380, "", true, NULL);
+	case VEC_DISCONNECT:
+		return spop_encode_haproxy_disconnect(dst, cap, SPOP_ST_NORMAL,
+		                                      "normal");
+	case VEC_NOTIFY:
+		if (v->notify_n != 3) {
+			snprintf(key, sizeof(key), "ACC-100%d", v->notify_n);
+			k.type = SPOP_T_STR;
+			k.v.s.ptr = key;
+			k.v.s.len = strlen(key);
+		}
+		spop_notify_begin(&w, dst, cap, f->hdr.stream_id, f->hdr.frame_id);
+		spop_notify_message(&w, "ratelimit", 3);
+		spop_notify_arg(&w, "policy", &policy);
+		spop_notify_arg(&w, "key", &k);
+		spop_notify_arg(&w, "cost", &cost);
+		return spop_notify_end(&w);
+	default:
+		fail_msg("%s: no encoder", v->path);
+		return -1;
+	}
+}
+
+/* Every captured frame, encoded again by the HAProxy-side encoders: the
+ * same bytes, refused at every smaller cap without writing past it. */
+static void test_encode_haproxy_vectors(void **state)
+{
+	static struct vec vs[64];
+	unsigned char out[1024];
+	struct harness_buf b, g;
+	struct spop_frame f;
+	enum spop_status st;
+	size_t n, i, cap;
+	int r;
+
+	(void)state;
+	n = vec_load_all(vs, 64);
+	assert_int_equal(harness_buf_init(&g, sizeof(out)), 0);
+	for (i = 0; i < n; i++) {
+		r = decode_guarded(&b, vs[i].bytes, vs[i].len, MAX_FRAME, &f, &st);
+		assert_int_equal(r, (int)vs[i].len);
+		r = vec_encode(&vs[i], &f, out, sizeof(out));
+		if (r != (int)vs[i].len || memcmp(out, vs[i].bytes, vs[i].len) != 0)
+			fail_msg("%s: encoded again, %d bytes differ", vs[i].path, r);
+		for (cap = 0; cap < vs[i].len; cap++)
+			if (vec_encode(&vs[i], &f, harness_buf_place(&g, NULL, cap),
+			               cap) != -1)
+				fail_msg("%s: encoded into %zu bytes", vs[i].path, cap);
+		r = vec_encode(&vs[i], &f, harness_buf_place(&g, NULL, vs[i].len),
+		               vs[i].len);
+		assert_int_equal(r, (int)vs[i].len);
+		assert_memory_equal(g.guard - vs[i].len, vs[i].bytes, vs[i].len);
+		harness_buf_free(&b);
+	}
+	harness_buf_free(&g);
+}
+
+/* Every data type encoded, then decoded back to the same value; the
+ * exact bytes of a few; every smaller cap refused. */
+static void test_encode_data(void **state)
+{
+	static const struct {
+		struct spop_data d;
+		const char *hex;
+	} cases[] = {
+		{ { .type = SPOP_T_NULL }, "00" },
+		{ { .type = SPOP_T_BOOL, .v.b = true }, "11" },
+		{ { .type = SPOP_T_BOOL, .v.b = false }, "01" },
+		{ { .type = SPOP_T_INT32, .v.i = -1 }, "02 ff f0 fe fe fe fe fe fe fe 0e" },
+		{ { .type = SPOP_T_INT64, .v.i = 1 }, "04 01" },
+		{ { .type = SPOP_T_INT64, .v.i = INT64_MIN }, "04 f0 f1 fe fe fe fe fe fe fe 06" },
+		{ { .type = SPOP_T_UINT32, .v.u = 16380 }, "03 fc f0 06" },
+		{ { .type = SPOP_T_UINT64, .v.u = UINT64_MAX }, "05 ff f0 fe fe fe fe fe fe fe 0e" },
+		{ { .type = SPOP_T_IPV4, .v.ip = { 10, 0, 0, 1 } }, "06 0a 00 00 01" },
+		{ { .type = SPOP_T_IPV6, .v.ip = { 0x20, 0x01, 0x0d, 0xb8, [15] = 1 } },
+		  "07 20 01 0d b8 00 00 00 00 00 00 00 00 00 00 00 01" },
+		{ { .type = SPOP_T_STR, .v.s = { "ACC-1001", 8 } }, "08 08 41 43 43 2d 31 30 30 31" },
+		{ { .type = SPOP_T_STR, .v.s = { NULL, 0 } }, "08 00" },
+		{ { .type = SPOP_T_BIN, .v.s = { "\0\xff", 2 } }, "09 02 00 ff" },
+	};
+	unsigned char out[64];
+	struct harness_buf b;
+	struct spop_data d, bad = { .type = SPOP_T_COUNT };
+	size_t i, cap;
+	int n;
+
+	(void)state;
+	assert_int_equal(harness_buf_init(&b, sizeof(out)), 0);
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		n = spop_encode_data(out, sizeof(out), &cases[i].d);
+		expect_bytes(out, n, cases[i].hex);
+		assert_int_equal(spop_decode_data(out, (size_t)n, &d), n);
+		assert_int_equal(d.type, cases[i].d.type);
+		switch (d.type) {
+		case SPOP_T_BOOL:
+			assert_true(d.v.b == cases[i].d.v.b);
+			break;
+		case SPOP_T_INT32:
+		case SPOP_T_INT64:
+			assert_true(d.v.i == cases[i].d.v.i);
+			break;
+		case SPOP_T_UINT32:
+		case SPOP_T_UINT64:
+			assert_true(d.v.u == cases[i].d.v.u);
+			break;
+		case SPOP_T_IPV4:
+		case SPOP_T_IPV6:
+			assert_memory_equal(d.v.ip, cases[i].d.v.ip,
+			                    d.type == SPOP_T_IPV4 ? 4 : 16);
+			break;
+		case SPOP_T_STR:
+		case SPOP_T_BIN:
+			assert_int_equal(d.v.s.len, cases[i].d.v.s.len);
+			if (d.v.s.len > 0)
+				assert_memory_equal(d.v.s.ptr, cases[i].d.v.s.ptr, d.v.s.len);
+			break;
+		default:
+			break;
+		}
+		for (cap = 0; cap < (size_t)n; cap++)
+			assert_int_equal(spop_encode_data(harness_buf_place(&b, NULL, cap),
+			                                  cap, &cases[i].d), -1);
+	}
+	harness_buf_free(&b);
+	assert_int_equal(spop_encode_data(out, sizeof(out), &bad), -1);
+	assert_int_equal(spop_encode_data(NULL, 0, &cases[0].d), -1);
+}
+
+/* The NOTIFY builder: several messages decoded back by the decoder and
+ * its iterators; bad arguments and overflow fail the frame. */
+static void test_encode_notify(void **state)
+{
+	struct spop_data v4 = { .type = SPOP_T_IPV4, .v.ip = { 127, 0, 0, 1 } };
+	struct spop_data cost = { .type = SPOP_T_UINT32, .v.u = 5 };
+	struct spop_data key = { .type = SPOP_T_BIN, .v.s = { "ACC-9", 5 } };
+	unsigned char out[256];
+	struct harness_buf b;
+	struct spop_frame f;
+	struct spop_message m;
+	struct spop_iter mi, ai;
+	struct spop_arg a;
+	struct spop_writer w;
+	enum spop_status st;
+	int n;
+
+	(void)state;
+	spop_notify_begin(&w, out, sizeof(out), 264432, UINT32_MAX);
+	spop_notify_message(&w, "ratelimit", 2);
+	spop_notify_arg(&w, "key", &key);
+	spop_notify_arg(&w, "cost", &cost);
+	spop_notify_message(&w, "empty", 0);
+	spop_notify_message(&w, "", 1);
+	spop_notify_arg(&w, "src", &v4);
+	n = spop_notify_end(&w);
+	assert_true(n > 0);
+	assert_int_equal(decode_guarded(&b, out, (size_t)n, MAX_FRAME, &f, &st), n);
+	assert_int_equal(f.hdr.type, SPOP_FRAME_NOTIFY);
+	assert_int_equal(f.hdr.flags, SPOP_FLAG_FIN);
+	assert_true(f.hdr.stream_id == 264432 && f.hdr.frame_id == UINT32_MAX);
+	spop_iter_messages(&f.u.notify, &mi);
+	assert_int_equal(spop_next_message(&mi, &m), 1);
+	assert_true(str_is(m.name, "ratelimit") && m.nb_args == 2);
+	spop_iter_args(&m, &ai);
+	assert_int_equal(spop_next_arg(&ai, &a), 1);
+	assert_true(str_is(a.name, "key") && a.value.type == SPOP_T_BIN &&
+	            str_is(a.value.v.s, "ACC-9"));
+	assert_int_equal(spop_next_arg(&ai, &a), 1);
+	assert_true(str_is(a.name, "cost") && a.value.type == SPOP_T_UINT32 &&
+	            a.value.v.u == 5);
+	assert_int_equal(spop_next_arg(&ai, &a), 0);
+	assert_int_equal(spop_next_message(&mi, &m), 1);
+	assert_true(str_is(m.name, "empty") && m.nb_args == 0);
+	assert_int_equal(spop_next_message(&mi, &m), 1);
+	assert_true(m.name.len == 0 && m.nb_args == 1);
+	spop_iter_args(&m, &ai);
+	assert_int_equal(spop_next_arg(&ai, &a), 1);
+	assert_true(str_is(a.name, "src") && a.value.type == SPOP_T_IPV4);
+	assert_memory_equal(a.value.v.ip, "\x7f\0\0\x01", 4);
+	assert_int_equal(spop_next_message(&mi, &m), 0);
+	harness_buf_free(&b);
+
+	/* An empty NOTIFY is a header only. */
+	spop_notify_begin(&w, out, sizeof(out), 1, 1);
+	expect_bytes(out, spop_notify_end(&w), "00 00 00 07 03 00 00 00 01 01 01");
+
+	/* More than 255 args, a NULL name, an unknown type: the frame fails. */
+	spop_notify_begin(&w, out, sizeof(out), 1, 1);
+	spop_notify_message(&w, "m", 256);
+	assert_int_equal(spop_notify_end(&w), -1);
+	spop_notify_begin(&w, out, sizeof(out), 1, 1);
+	spop_notify_message(&w, NULL, 0);
+	assert_int_equal(spop_notify_end(&w), -1);
+	spop_notify_begin(&w, out, sizeof(out), 1, 1);
+	spop_notify_message(&w, "m", 1);
+	spop_notify_arg(&w, NULL, &cost);
+	assert_int_equal(spop_notify_end(&w), -1);
+	cost.type = SPOP_T_COUNT;
+	spop_notify_begin(&w, out, sizeof(out), 1, 1);
+	spop_notify_message(&w, "m", 1);
+	spop_notify_arg(&w, "c", &cost);
+	assert_int_equal(spop_notify_end(&w), -1);
+	/* Overflow latches. */
+	spop_notify_begin(&w, out, 12, 1, 1);
+	spop_notify_message(&w, "ratelimit", 0);
+	spop_notify_message(&w, "", 0);
+	assert_int_equal(spop_notify_end(&w), -1);
+}
+
+/* The agent's frames through the same decoder: AGENT-HELLO fields, an
+ * ACK's actions walked, and malformed ones refused at every cut. */
+static void test_decode_agent_frames(void **state)
+{
+	static const struct {
+		const char *what;
+		const char *hex;
+	} bad[] = {
+		{ "unknown action type", "0000000a 67 00000001 01 01 03 03 02 00" },
+		{ "set-var with 2 args", "0000000a 67 00000001 01 01 01 02 02 00" },
+		{ "unset-var with 3 args", "0000000b 67 00000001 01 01 02 03 02 00 00" },
+		{ "scope 5", "0000000a 67 00000001 01 01 02 02 05 00" },
+		{ "set-var without value", "0000000b 67 00000001 01 01 01 03 02 01 78" },
+		{ "action head cut", "00000009 67 00000001 01 01 01 03" },
+		{ "AGENT-HELLO with stream-id 1", "00000007 65 00000001 01 00" },
+		{ "AGENT-HELLO name past the end", "00000009 65 00000001 00 00 05 61" },
+	};
+	unsigned char out[256], cut[256], in[64];
+	struct harness_buf b;
+	struct spop_frame f;
+	struct spop_action a;
+	struct spop_iter it;
+	struct frame_ctx ctx;
+	enum spop_status st;
+	size_t i, k, n;
+	int r, rc, nact = 0;
+
+	(void)state;
+	r = spop_encode_agent_hello(out, sizeof(out), 4096, true);
+	assert_int_equal(decode_guarded(&b, out, (size_t)r, MAX_FRAME, &f, &st), r);
+	assert_int_equal(f.hdr.type, SPOP_FRAME_AGENT_HELLO);
+	assert_true(f.u.hello.has_versions && f.u.hello.version_ok &&
+	            str_is(f.u.hello.versions, "2.0"));
+	assert_true(f.u.hello.has_max_frame_size && f.u.hello.max_frame_size == 4096);
+	assert_true(f.u.hello.has_capabilities && f.u.hello.cap_pipelining);
+	assert_false(f.u.hello.healthcheck);
+	harness_buf_free(&b);
+	/* An agent's "supported-versions" is not its "version". */
+	r = spop_encode_haproxy_hello(out, sizeof(out), 4096, "", false, NULL);
+	out[4] = SPOP_FRAME_AGENT_HELLO;
+	assert_int_equal(decode_guarded(&b, out, (size_t)r, MAX_FRAME, &f, &st), r);
+	assert_false(f.u.hello.has_versions);
+	harness_buf_free(&b);
+
+	r = build_ack(out, sizeof(out));
+	assert_int_equal(decode_guarded(&b, out, (size_t)r, MAX_FRAME, &f, &st), r);
+	assert_int_equal(f.hdr.type, SPOP_FRAME_ACK);
+	assert_true(f.hdr.stream_id == 0 && f.hdr.frame_id == 1);
+	spop_iter_actions(&f.u.ack, &it);
+	while (spop_next_action(&it, &a) == 1) {
+		nact++;
+		if (nact == 1)
+			assert_true(a.type == SPOP_ACT_SET_VAR && a.scope == SPOP_SCOPE_TXN &&
+			            str_is(a.name, "status") && a.value.type == SPOP_T_STR &&
+			            str_is(a.value.v.s, "allow"));
+		else if (nact == 5)
+			assert_true(a.type == SPOP_ACT_UNSET_VAR &&
+			            str_is(a.name, "reason") && a.value.type == SPOP_T_NULL);
+		else if (nact == 6)
+			assert_true(a.scope == SPOP_SCOPE_PROC && a.value.type == SPOP_T_INT64 &&
+			            a.value.v.i == -1);
+	}
+	assert_int_equal(nact, 6);
+	assert_int_equal(spop_next_action(&it, &a), 0);
+	/* Byte by byte: need more until the end. */
+	ctx.max = MAX_FRAME;
+	assert_int_equal(harness_feed_bytes(out, (size_t)r, frame_cb, &ctx), r);
+	/* Its length cut to each size of the content: valid only between
+	 * actions, malformed anywhere else. */
+	for (k = 0; k < (size_t)r - 4; k++) {
+		memcpy(cut, out, (size_t)r);
+		cut[0] = (unsigned char)(k >> 24);
+		cut[1] = (unsigned char)(k >> 16);
+		cut[2] = (unsigned char)(k >> 8);
+		cut[3] = (unsigned char)k;
+		st = SPOP_ST_NORMAL;
+		n = 4 + k;
+		rc = decode_once(cut, n, MAX_FRAME, &st);
+		if (rc != (int)n && (rc != -1 || st != SPOP_ST_INVALID))
+			fail_msg("ACK cut at %zu: got %d status %d", k, rc, st);
+	}
+	harness_buf_free(&b);
+	/* A zeroed ACK walks as empty. */
+	memset(&f, 0, sizeof(f));
+	spop_iter_actions(&f.u.ack, &it);
+	assert_int_equal(spop_next_action(&it, &a), 0);
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		n = hex(bad[i].hex, in, sizeof(in));
+		st = SPOP_ST_NORMAL;
+		r = decode_once(in, n, MAX_FRAME, &st);
+		if (r != -1 || st != SPOP_ST_INVALID)
+			fail_msg("%s: got %d status %d", bad[i].what, r, st);
+	}
+}
+
 /* Status texts and spop_str_eq. */
 static void test_misc(void **state)
 {
@@ -1497,6 +1828,10 @@ int main(void)
 		cmocka_unit_test(test_encode_agent_disconnect),
 		cmocka_unit_test(test_encode_ack),
 		cmocka_unit_test(test_agent_hello_roundtrip),
+		cmocka_unit_test(test_encode_haproxy_vectors),
+		cmocka_unit_test(test_encode_data),
+		cmocka_unit_test(test_encode_notify),
+		cmocka_unit_test(test_decode_agent_frames),
 		cmocka_unit_test(test_misc),
 	};
 
