@@ -1,13 +1,14 @@
 # ratelimit-spoa - a global rate limiter for HAProxy (SPOP agent, libev + hiredis + Redis)
 #
-#   make            build spoa/ratelimit-spoa and spoa/spoa-bench
+#   make            build spoa/ratelimit-spoa (the agent) and bench/spoa-bench
+#                   (the load generator that plays HAProxy)
 #   make demo       the two-HAProxy story end to end on loopback (installs what it needs)
 #   make up / down  keep the demo stack running / stop it
 #   make check      everything: deps, build, unit tests, integration and end-to-end tests
 #   make test       unit tests only (cmocka, no sockets)
 #   make sanitize   unit + integration tests under ASan + UBSan
 #   make valgrind   unit tests under valgrind
-#   make lint       cppcheck + clang-tidy on spoa/
+#   make lint       cppcheck + clang-tidy on spoa/ and bench/
 #   make bench      load figures into docs/benchmarks.md
 #   make fuzz       libFuzzer harnesses (FUZZ_SECONDS=60 each)
 #   make chaos      fault injection under load (Redis/agent kill -9, SIGSTOP, reload; limits)
@@ -58,10 +59,12 @@ endif
 SPOA_MODULES := spop window config log metrics limiter conn worker http net cluster redis_url
 AGENT_OBJS   := $(addprefix $(BUILD)/spoa/,$(addsuffix .o,$(SPOA_MODULES)))
 MAIN_OBJ     := $(BUILD)/spoa/main.o
-BENCH_OBJ    := $(BUILD)/spoa/bench.o
+BENCH_OBJ    := $(BUILD)/bench/spoa-bench.o
+# make bench preloads it into the agent to count allocations per request.
+MCOUNT       := $(BUILD)/bench/mcount.so
 
 AGENT := spoa/ratelimit-spoa
-BENCH := spoa/spoa-bench
+BENCH := bench/spoa-bench
 ifneq ($(SANITIZE),)
 AGENT := $(BUILD)/ratelimit-spoa
 BENCH := $(BUILD)/spoa-bench
@@ -108,6 +111,12 @@ $(BENCH): $(BENCH_OBJ) $(BUILD)/spoa/spop.o
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $^ -lev -lm -pthread
 
+$(MCOUNT): bench/mcount.c
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  CC      $<")
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -O2 $(WARN) -Wno-missing-prototypes \
+		-shared -fPIC -o $@ $< -ldl
+
 # A unit test links only the modules its tests/unit/<name>.deps lists
 # (pure ones: no sockets).
 .SECONDEXPANSION:
@@ -151,11 +160,11 @@ valgrind: $(UNIT_TESTS)
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c
-	clang-tidy --quiet spoa/*.c -- $(CFLAGS_BASE) -Ispoa
+		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c bench/spoa-bench.c
+	clang-tidy --quiet spoa/*.c bench/spoa-bench.c -- $(CFLAGS_BASE) -Ispoa
 
-bench: all
-	$(Q)tools/bench.sh
+bench: all $(MCOUNT)
+	$(Q)MCOUNT=$(CURDIR)/$(MCOUNT) tools/bench.sh
 
 fuzz:
 	$(Q)tools/fuzz.sh $(or $(FUZZ_SECONDS),60)
@@ -234,6 +243,6 @@ print-deb-pkgs:
 	@echo $(DEB_PKGS)
 
 clean:
-	rm -rf build $(AGENT) $(BENCH) spoa/ratelimit-spoa spoa/spoa-bench
+	rm -rf build $(AGENT) $(BENCH) spoa/ratelimit-spoa bench/spoa-bench
 
 -include $(shell find build -name '*.d' 2>/dev/null)

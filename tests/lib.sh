@@ -14,7 +14,7 @@
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 AGENT=${AGENT:-$ROOT/spoa/ratelimit-spoa}
-BENCH=${BENCH:-$ROOT/spoa/spoa-bench}
+BENCH=${BENCH:-$ROOT/bench/spoa-bench}
 SPOP_CLIENT="python3 $ROOT/tests/spop.py"
 T_PASS=0
 T_FAIL=0

@@ -32,7 +32,7 @@ policy noise 1000000/1s
 """ % LIMIT
 KEY = "ACC-HOT"
 RKEY = "transfer:limit:v1:" + KEY
-BENCH = os.environ.get("BENCH", os.path.join(ROOT, "spoa", "spoa-bench"))
+BENCH = os.environ.get("BENCH", os.path.join(ROOT, "bench", "spoa-bench"))
 
 h = Harness()
 h.start_redis()
