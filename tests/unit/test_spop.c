@@ -1110,6 +1110,31 @@ static void test_hello_variants(void **state)
 	assert_false(h.healthcheck);
 }
 
+/* Restarts <t> with a NOTIFY of three messages, one without args, of
+ * various types, with big ids (test_notify_iterators walks it, the NOTIFY
+ * builder must write it). Returns its size. */
+static size_t tb_three_messages(struct tb *t)
+{
+	tb_begin(t, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN, 264432, UINT32_MAX);
+	tb_str(t, "ratelimit");
+	tb_byte(t, 3);
+	tb_kv_str(t, "policy", "reads");
+	tb_str(t, "key");
+	tb_byte(t, SPOP_T_BIN);
+	tb_str(t, "ACC-9");
+	tb_kv_int(t, "cost", SPOP_T_UINT32, 5);
+	tb_str(t, "empty");
+	tb_byte(t, 0);
+	tb_str(t, "");
+	tb_byte(t, 2);
+	tb_str(t, "src");
+	tb_byte(t, SPOP_T_IPV4);
+	tb_bytes(t, "\x7f\0\0\x01", 4);
+	tb_str(t, "");
+	tb_byte(t, 0x11);
+	return tb_end(t);
+}
+
 /* Empty NOTIFY, and several messages of every shape, walked fully. */
 static void test_notify_iterators(void **state)
 {
@@ -1139,24 +1164,7 @@ static void test_notify_iterators(void **state)
 	assert_int_equal(spop_next_message(&mi, &m), 0);
 
 	/* Three messages, one without args, various types; big ids. */
-	tb_begin(&t, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN, 264432, UINT32_MAX);
-	tb_str(&t, "ratelimit");
-	tb_byte(&t, 3);
-	tb_kv_str(&t, "policy", "reads");
-	tb_str(&t, "key");
-	tb_byte(&t, SPOP_T_BIN);
-	tb_str(&t, "ACC-9");
-	tb_kv_int(&t, "cost", SPOP_T_UINT32, 5);
-	tb_str(&t, "empty");
-	tb_byte(&t, 0);
-	tb_str(&t, "");
-	tb_byte(&t, 2);
-	tb_str(&t, "src");
-	tb_byte(&t, SPOP_T_IPV4);
-	tb_bytes(&t, "\x7f\0\0\x01", 4);
-	tb_str(&t, "");
-	tb_byte(&t, 0x11);
-	n = tb_end(&t);
+	n = tb_three_messages(&t);
 	assert_int_equal(decode_guarded(&b, t.b, n, MAX_FRAME, &f, &st), (int)n);
 	assert_true(f.hdr.stream_id == 264432 && f.hdr.frame_id == UINT32_MAX);
 	spop_iter_messages(&f.u.notify, &mi);
@@ -1610,57 +1618,54 @@ static void test_encode_data(void **state)
 	assert_int_equal(spop_encode_data(NULL, 0, &cases[0].d), -1);
 }
 
-/* The NOTIFY builder: several messages decoded back by the decoder and
- * its iterators; bad arguments and overflow fail the frame. */
-static void test_encode_notify(void **state)
+/* The NOTIFY builder: the bytes of the test's own builder for several
+ * messages (which test_notify_iterators walks), decoded back whole and
+ * byte by byte, refused at every smaller cap; bad arguments and overflow
+ * fail the frame. */
+static int build_three_messages(unsigned char *dst, size_t cap)
 {
-	struct spop_data v4 = { .type = SPOP_T_IPV4, .v.ip = { 127, 0, 0, 1 } };
-	struct spop_data cost = { .type = SPOP_T_UINT32, .v.u = 5 };
+	struct spop_data policy = { .type = SPOP_T_STR, .v.s = { "reads", 5 } };
 	struct spop_data key = { .type = SPOP_T_BIN, .v.s = { "ACC-9", 5 } };
-	unsigned char out[256];
-	struct harness_buf b;
-	struct spop_frame f;
-	struct spop_message m;
-	struct spop_iter mi, ai;
-	struct spop_arg a;
+	struct spop_data cost = { .type = SPOP_T_UINT32, .v.u = 5 };
+	struct spop_data v4 = { .type = SPOP_T_IPV4, .v.ip = { 127, 0, 0, 1 } };
+	struct spop_data yes = { .type = SPOP_T_BOOL, .v.b = true };
 	struct spop_writer w;
-	enum spop_status st;
-	int n;
 
-	(void)state;
-	spop_notify_begin(&w, out, sizeof(out), 264432, UINT32_MAX);
-	spop_notify_message(&w, "ratelimit", 2);
+	spop_notify_begin(&w, dst, cap, 264432, UINT32_MAX);
+	spop_notify_message(&w, "ratelimit", 3);
+	spop_notify_arg(&w, "policy", &policy);
 	spop_notify_arg(&w, "key", &key);
 	spop_notify_arg(&w, "cost", &cost);
 	spop_notify_message(&w, "empty", 0);
-	spop_notify_message(&w, "", 1);
+	spop_notify_message(&w, "", 2);
 	spop_notify_arg(&w, "src", &v4);
-	n = spop_notify_end(&w);
-	assert_true(n > 0);
-	assert_int_equal(decode_guarded(&b, out, (size_t)n, MAX_FRAME, &f, &st), n);
-	assert_int_equal(f.hdr.type, SPOP_FRAME_NOTIFY);
-	assert_int_equal(f.hdr.flags, SPOP_FLAG_FIN);
-	assert_true(f.hdr.stream_id == 264432 && f.hdr.frame_id == UINT32_MAX);
-	spop_iter_messages(&f.u.notify, &mi);
-	assert_int_equal(spop_next_message(&mi, &m), 1);
-	assert_true(str_is(m.name, "ratelimit") && m.nb_args == 2);
-	spop_iter_args(&m, &ai);
-	assert_int_equal(spop_next_arg(&ai, &a), 1);
-	assert_true(str_is(a.name, "key") && a.value.type == SPOP_T_BIN &&
-	            str_is(a.value.v.s, "ACC-9"));
-	assert_int_equal(spop_next_arg(&ai, &a), 1);
-	assert_true(str_is(a.name, "cost") && a.value.type == SPOP_T_UINT32 &&
-	            a.value.v.u == 5);
-	assert_int_equal(spop_next_arg(&ai, &a), 0);
-	assert_int_equal(spop_next_message(&mi, &m), 1);
-	assert_true(str_is(m.name, "empty") && m.nb_args == 0);
-	assert_int_equal(spop_next_message(&mi, &m), 1);
-	assert_true(m.name.len == 0 && m.nb_args == 1);
-	spop_iter_args(&m, &ai);
-	assert_int_equal(spop_next_arg(&ai, &a), 1);
-	assert_true(str_is(a.name, "src") && a.value.type == SPOP_T_IPV4);
-	assert_memory_equal(a.value.v.ip, "\x7f\0\0\x01", 4);
-	assert_int_equal(spop_next_message(&mi, &m), 0);
+	spop_notify_arg(&w, "", &yes);
+	return spop_notify_end(&w);
+}
+
+static void test_encode_notify(void **state)
+{
+	struct spop_data cost = { .type = SPOP_T_COUNT };
+	unsigned char out[256];
+	struct harness_buf b;
+	struct frame_ctx ctx;
+	struct spop_writer w;
+	struct tb t;
+	size_t n, cap;
+	int r;
+
+	(void)state;
+	n = tb_three_messages(&t);
+	r = build_three_messages(out, sizeof(out));
+	assert_int_equal(r, (int)n);
+	assert_memory_equal(out, t.b, n);
+	ctx.max = MAX_FRAME;
+	assert_int_equal(harness_feed_bytes(out, n, frame_cb, &ctx), (int)n);
+	assert_int_equal(ctx.f.hdr.type, SPOP_FRAME_NOTIFY);
+	assert_int_equal(harness_buf_init(&b, sizeof(out)), 0);
+	for (cap = 0; cap < n; cap++)
+		assert_int_equal(build_three_messages(harness_buf_place(&b, NULL, cap),
+		                                      cap), -1);
 	harness_buf_free(&b);
 
 	/* An empty NOTIFY is a header only. */
@@ -1678,7 +1683,6 @@ static void test_encode_notify(void **state)
 	spop_notify_message(&w, "m", 1);
 	spop_notify_arg(&w, NULL, &cost);
 	assert_int_equal(spop_notify_end(&w), -1);
-	cost.type = SPOP_T_COUNT;
 	spop_notify_begin(&w, out, sizeof(out), 1, 1);
 	spop_notify_message(&w, "m", 1);
 	spop_notify_arg(&w, "c", &cost);
