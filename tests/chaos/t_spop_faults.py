@@ -16,11 +16,9 @@ import signal
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import ROOT, Harness  # noqa: E402
-from chaoslib import (Load, Noise, WindowWatch, allows_between,  # noqa: E402
-                      client_violation)
+from harness import (ROOT, Harness, Load, Noise, WindowWatch,  # noqa: E402
+                     allows_between, client_violation)
 
 LIMIT, WINDOW_S = 5, 1.0
 RECOVERY_BOUND = 10.0
