@@ -363,8 +363,9 @@ sed -e '/^[[:space:]]*filter spoe /d' -e '/send-spoe-group/d' \
 grep -v '^[[:space:]]*#' "$T/haproxy-alone.cfg" | grep -qE 'filter spoe|send-spoe|unless rl_decided|if rl_denied' \
 	&& die "could not strip the limiter out of haproxy/haproxy.cfg (did its layout change?)"
 
-# start_edge NAME CFG: HAProxy with the edge environment; sets EDGE_PORT.
-start_edge() {
+# start_bench_edge NAME CFG: HAProxy with the edge environment; sets EDGE_PORT
+# (not tests/lib.sh's start_edge: one instance, its log to /dev/null).
+start_bench_edge() {
 	local name=$1 cfg=$2
 	EDGE_PORT=$(free_port)
 	local envs=("RL_BIND=127.0.0.1:$EDGE_PORT" "RL_INSTANCE=bench-$name"
@@ -388,9 +389,9 @@ smoke() {
 	[ "$code" = "$2" ] || die "smoke request on :$1 got $code, expected $2 (see $T/edge-*.log)"
 }
 
-start_edge alone "$T/haproxy-alone.cfg"
+start_bench_edge alone "$T/haproxy-alone.cfg"
 ALONE_PORT=$EDGE_PORT
-start_edge full haproxy/haproxy.cfg
+start_bench_edge full haproxy/haproxy.cfg
 FULL_PORT=$EDGE_PORT
 smoke "$ALONE_PORT" 201
 edge_ready "$FULL_PORT" || die "the edge never answered 201 through the agent (see $T/edge-full.log)"
