@@ -1,19 +1,21 @@
 # ratelimit-spoa - a global rate limiter for HAProxy (SPOP agent, libev + hiredis + Redis)
 #
-#   make            build spoa/ratelimit-spoa and spoa/spoa-bench
+#   make            build spoa/ratelimit-spoa (the agent) and bench/spoa-bench
+#                   (the load generator that plays HAProxy)
 #   make demo       the two-HAProxy story end to end on loopback (installs what it needs)
 #   make up / down  keep the demo stack running / stop it
 #   make check      everything: deps, build, unit tests, integration and end-to-end tests
 #   make test       unit tests only (cmocka, no sockets)
 #   make sanitize   unit + integration tests under ASan + UBSan
 #   make valgrind   unit tests under valgrind
-#   make lint       cppcheck + clang-tidy on spoa/
+#   make lint       cppcheck + clang-tidy on spoa/ and bench/
 #   make bench      load figures into docs/benchmarks.md
 #   make fuzz       libFuzzer harnesses (FUZZ_SECONDS=60 each)
 #   make chaos      fault injection under load (Redis/agent kill -9, SIGSTOP, reload; limits)
 #   make install    PREFIX=/usr/local DESTDIR= (binary, config, systemd unit, man page,
 #                   HAProxy examples); make uninstall removes them but the config
-#   make deps       apt-get the Debian packages that are missing
+#   make deps       apt-get the Debian packages that are missing (deps-demo:
+#                   only what make demo / make up need)
 #   make clean
 #
 # Knobs: WERROR=0, SANITIZE=address,undefined, V=1, O=-O2
@@ -57,10 +59,12 @@ endif
 SPOA_MODULES := spop window config log metrics limiter conn worker http net cluster redis_url
 AGENT_OBJS   := $(addprefix $(BUILD)/spoa/,$(addsuffix .o,$(SPOA_MODULES)))
 MAIN_OBJ     := $(BUILD)/spoa/main.o
-BENCH_OBJ    := $(BUILD)/spoa/bench.o
+BENCH_OBJ    := $(BUILD)/bench/spoa-bench.o
+# make bench preloads it into the agent to count allocations per request.
+MCOUNT       := $(BUILD)/bench/mcount.so
 
 AGENT := spoa/ratelimit-spoa
-BENCH := spoa/spoa-bench
+BENCH := bench/spoa-bench
 ifneq ($(SANITIZE),)
 AGENT := $(BUILD)/ratelimit-spoa
 BENCH := $(BUILD)/spoa-bench
@@ -68,12 +72,18 @@ endif
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 
-DEB_PKGS := build-essential pkg-config libev-dev libhiredis-dev libcmocka-dev \
-            redis-server redis-tools haproxy curl openssl python3 jq wrk \
-            gnuplot-nox valgrind cppcheck clang systemd redis-sentinel groff-base
+# Debian packages, in two groups (tools/deps.sh says why each is there):
+# what the demo needs to build the agent and run (make demo, make up), and
+# what the tests and tools add (make check, bench, fuzz, chaos, valgrind,
+# lint). make deps installs both.
+DEMO_PKGS := build-essential pkg-config libev-dev libhiredis-dev \
+             redis-server redis-tools haproxy curl openssl python3 jq
+TEST_PKGS := libcmocka-dev wrk gnuplot-nox python3-cryptography valgrind cppcheck clang clang-tidy \
+             systemd redis-sentinel groff-base
+DEB_PKGS  := $(DEMO_PKGS) $(TEST_PKGS)
 
 .PHONY: all test check integration e2e chaos sanitize valgrind lint bench fuzz install \
-        uninstall demo up down deps clean help
+        uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help
 
 all: $(AGENT) $(BENCH)
 
@@ -101,6 +111,12 @@ $(BENCH): $(BENCH_OBJ) $(BUILD)/spoa/spop.o
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $^ -lev -lm -pthread
 
+$(MCOUNT): bench/mcount.c
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  CC      $<")
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -O2 $(WARN) -Wno-missing-prototypes \
+		-shared -fPIC -o $@ $< -ldl
+
 # A unit test links only the modules its tests/unit/<name>.deps lists
 # (pure ones: no sockets).
 .SECONDEXPANSION:
@@ -114,7 +130,7 @@ $(BUILD)/tests/unit/%.o: tests/unit/%.c
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -Ispoa -Itests/unit -c $< -o $@
 
 test: $(UNIT_TESTS)
-	$(Q)set -e; for t in $(UNIT_TESTS); do echo "== $$t"; SHARED_DIR=$(CURDIR)/../shared $$t; done
+	$(Q)set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t; done
 
 integration: $(AGENT) $(BENCH)
 	$(Q)AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) tests/run.sh integration
@@ -139,16 +155,16 @@ sanitize:
 
 valgrind: $(UNIT_TESTS)
 	$(Q)set -e; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
-		SHARED_DIR=$(CURDIR)/../shared valgrind -q --error-exitcode=1 --leak-check=full \
+		valgrind -q --error-exitcode=1 --leak-check=full \
 		--errors-for-leak-kinds=definite,indirect $$t; done
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c
-	clang-tidy --quiet spoa/*.c -- $(CFLAGS_BASE) -Ispoa
+		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c bench/spoa-bench.c
+	clang-tidy --quiet spoa/*.c bench/spoa-bench.c -- $(CFLAGS_BASE) -Ispoa
 
-bench: all
-	$(Q)tools/bench.sh
+bench: all $(MCOUNT)
+	$(Q)MCOUNT=$(CURDIR)/$(MCOUNT) tools/bench.sh
 
 fuzz:
 	$(Q)tools/fuzz.sh $(or $(FUZZ_SECONDS),60)
@@ -204,19 +220,29 @@ uninstall:
 	-rmdir $(DESTDIR)$(DATADIR)/haproxy/errors $(DESTDIR)$(DATADIR)/haproxy \
 		$(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR) 2>/dev/null
 
-demo: deps all
+demo: deps-demo all
 	$(Q)tools/demo.sh story
 
-up: deps all
+up: deps-demo all
 	$(Q)tools/demo.sh up
 
 down:
 	$(Q)tools/demo.sh down
 
-deps:
-	$(Q)tools/deps.sh $(DEB_PKGS)
+deps: deps-demo
+	$(Q)tools/deps.sh tests $(TEST_PKGS)
+
+deps-demo:
+	$(Q)tools/deps.sh demo $(DEMO_PKGS)
+
+# The package lists, one line each (tests/integration/t_deps.sh reads them).
+print-demo-pkgs:
+	@echo $(DEMO_PKGS)
+
+print-deb-pkgs:
+	@echo $(DEB_PKGS)
 
 clean:
-	rm -rf build $(AGENT) $(BENCH) spoa/ratelimit-spoa spoa/spoa-bench
+	rm -rf build $(AGENT) $(BENCH) spoa/ratelimit-spoa bench/spoa-bench
 
 -include $(shell find build -name '*.d' 2>/dev/null)

@@ -232,7 +232,7 @@ static void conn_req_unlink(struct conn *c, struct conn_req *r)
 static void conn_send_ack(struct conn *c, const struct conn_req *r)
 {
 	const struct window_decision *d = &r->acc;
-	struct spop_ack a;
+	struct spop_writer a;
 	int n;
 
 	if (conn_out_reserve(c, CONN_ACK_ROOM) == -1) {

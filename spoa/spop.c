@@ -5,8 +5,9 @@
  * Decoding uses cursor helpers spop_get_*(&p, end, ...) that check bounds
  * before every byte and move <p> only on success, so a failed read leaves
  * the cursor where it was and never touches memory at or past <end>.
- * Encoding goes through one bounded writer (struct spop_ack doubles as it)
- * that latches an overflow flag instead of writing past <cap>.
+ * Encoding goes through one bounded writer (struct spop_writer) that
+ * latches an overflow flag instead of writing past <cap>; the agent's
+ * frames and HAProxy's share its helpers.
  */
 #include <limits.h>
 #include <string.h>
@@ -17,8 +18,6 @@
 #define SPOP_DATA_TYPE_MASK     0x0fu
 #define SPOP_DATA_FLAG_SHIFT    4
 #define SPOP_DATA_FLAG_TRUE     0x01u   /* in the flag nibble */
-#define SPOP_ACT_SET_VAR        1u
-#define SPOP_ACT_UNSET_VAR      2u
 
 /* ------------------------------------------------------------------ */
 /* Status codes                                                        */
@@ -393,13 +392,14 @@ static void spop_parse_capabilities(struct spop_str list, struct spop_hello *h)
 /* ------------------------------------------------------------------ */
 
 /*
- * Borrows [<p>, <end>); <h>'s engine_id points into it. Decodes a
- * HAPROXY-HELLO KV-LIST. Keys of the wrong type count as absent (the
- * caller then answers "not found"); unknown keys are skipped. Returns 0, or
- * -1 when the list itself is malformed.
+ * Borrows [<p>, <end>); <h>'s slices point into it. Decodes a HELLO
+ * KV-LIST whose versions are under <versions_key> ("supported-versions"
+ * from HAProxy, "version" from an agent). Keys of the wrong type count as
+ * absent (the caller then answers "not found"); unknown keys are skipped.
+ * Returns 0, or -1 when the list itself is malformed.
  */
 static int spop_decode_hello(const unsigned char *p, const unsigned char *end,
-                             struct spop_hello *h)
+                             const char *versions_key, struct spop_hello *h)
 {
 	struct spop_str name;
 	struct spop_data val;
@@ -407,10 +407,11 @@ static int spop_decode_hello(const unsigned char *p, const unsigned char *end,
 	while (p < end) {
 		if (spop_get_kv(&p, end, &name, &val) < 0)
 			return -1;
-		if (spop_str_eq(name, "supported-versions")) {
+		if (spop_str_eq(name, versions_key)) {
 			if (val.type != SPOP_T_STR)
 				continue;
 			h->has_versions = true;
+			h->versions = val.v.s;
 			h->version_ok = spop_versions_have_2_0(val.v.s);
 		} else if (spop_str_eq(name, "max-frame-size")) {
 			/* the spec says UINT32, HAProxy accepts any int: so do we */
@@ -502,6 +503,48 @@ static int spop_check_messages(const unsigned char *p, const unsigned char *end)
 	return 0;
 }
 
+/* Borrows [<*pp>, <end>); <a>'s slices point into it. Reads one ACK
+ * action: SET-VAR (3 args: scope, name, value) or UNSET-VAR (2: scope,
+ * name); any other type, count or scope is malformed. Returns 0 or -1;
+ * moves <*pp> only on success. */
+static int spop_get_action(const unsigned char **pp, const unsigned char *end,
+                           struct spop_action *a)
+{
+	const unsigned char *p = *pp;
+	unsigned type, nb_args, scope;
+
+	if (end - p < 3)
+		return -1;
+	type = p[0];
+	nb_args = p[1];
+	scope = p[2];
+	p += 3;
+	if (scope >= SPOP_SCOPE_COUNT ||
+	    !((type == SPOP_ACT_SET_VAR && nb_args == 3) ||
+	      (type == SPOP_ACT_UNSET_VAR && nb_args == 2)) ||
+	    spop_get_str(&p, end, &a->name) < 0)
+		return -1;
+	memset(&a->value, 0, sizeof(a->value));
+	if (type == SPOP_ACT_SET_VAR && spop_get_data(&p, end, &a->value) < 0)
+		return -1;
+	a->type = (enum spop_action_type)type;
+	a->scope = (enum spop_scope)scope;
+	*pp = p;
+	return 0;
+}
+
+/* Borrows [<p>, <end>). Validates a whole LIST-OF-ACTIONS once, so that
+ * the iterator can walk it without error paths. Returns 0 or -1. */
+static int spop_check_actions(const unsigned char *p, const unsigned char *end)
+{
+	struct spop_action a;
+
+	while (p < end)
+		if (spop_get_action(&p, end, &a) < 0)
+			return -1;
+	return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* Frames                                                              */
 /* ------------------------------------------------------------------ */
@@ -568,8 +611,11 @@ int spop_decode_frame(const unsigned char *buf, size_t len, uint32_t max,
 	/* Step 3: payload by type. */
 	switch (type) {
 	case SPOP_FRAME_HAPROXY_HELLO:
+	case SPOP_FRAME_AGENT_HELLO:
 		if (f->hdr.stream_id != 0 || f->hdr.frame_id != 0 ||
-		    spop_decode_hello(p, end, &f->u.hello) < 0)
+		    spop_decode_hello(p, end, type == SPOP_FRAME_HAPROXY_HELLO ?
+		                      "supported-versions" : "version",
+		                      &f->u.hello) < 0)
 			goto invalid;
 		break;
 	case SPOP_FRAME_HAPROXY_DISCONNECT:
@@ -584,6 +630,12 @@ int spop_decode_frame(const unsigned char *buf, size_t len, uint32_t max,
 			goto invalid;
 		f->u.notify.msgs = p;
 		f->u.notify.len = (size_t)(end - p);
+		break;
+	case SPOP_FRAME_ACK:
+		if (spop_check_actions(p, end) < 0)
+			goto invalid;
+		f->u.ack.acts = p;
+		f->u.ack.len = (size_t)(end - p);
 		break;
 	default:
 		break;
@@ -652,12 +704,33 @@ int spop_next_arg(struct spop_iter *it, struct spop_arg *a)
 	return 1;
 }
 
+/* Borrows <acts>'s buffer until the walk ends. */
+void spop_iter_actions(const struct spop_actions *acts, struct spop_iter *it)
+{
+	it->p = acts->acts;
+	it->end = acts->acts != NULL ? acts->acts + acts->len : NULL;
+	it->left = 0;
+}
+
+/* Borrows the walked buffer; <a> points into it. */
+int spop_next_action(struct spop_iter *it, struct spop_action *a)
+{
+	if (it->p == NULL || it->p >= it->end)
+		return 0;
+	/* Cannot fail on a validated list; on a raw one, end the walk. */
+	if (spop_get_action(&it->p, it->end, a) < 0) {
+		it->p = it->end;
+		return 0;
+	}
+	return 1;
+}
+
 /* ------------------------------------------------------------------ */
 /* Encoding                                                            */
 /* ------------------------------------------------------------------ */
 
 /* Writes <n> bytes of <src> into <w>'s buffer, or latches overflow. */
-static void spop_put_bytes(struct spop_ack *w, const void *src, size_t n)
+static void spop_put_bytes(struct spop_writer *w, const void *src, size_t n)
 {
 	if (w->overflow)
 		return;
@@ -671,13 +744,13 @@ static void spop_put_bytes(struct spop_ack *w, const void *src, size_t n)
 }
 
 /* Writes byte <b> into <w>'s buffer, or latches overflow. */
-static void spop_put_byte(struct spop_ack *w, unsigned char b)
+static void spop_put_byte(struct spop_writer *w, unsigned char b)
 {
 	spop_put_bytes(w, &b, 1);
 }
 
 /* Writes varint <v> into <w>'s buffer, or latches overflow. */
-static void spop_put_varint(struct spop_ack *w, uint64_t v)
+static void spop_put_varint(struct spop_writer *w, uint64_t v)
 {
 	unsigned char tmp[SPOP_VARINT_MAX_LEN];
 	int n = spop_encode_varint(v, tmp, sizeof(tmp));
@@ -686,7 +759,7 @@ static void spop_put_varint(struct spop_ack *w, uint64_t v)
 }
 
 /* Borrows <s> for the call only. Writes a bare STRING (length + bytes). */
-static void spop_put_str(struct spop_ack *w, const char *s, size_t n)
+static void spop_put_str(struct spop_writer *w, const char *s, size_t n)
 {
 	spop_put_varint(w, n);
 	spop_put_bytes(w, s, n);
@@ -694,7 +767,7 @@ static void spop_put_str(struct spop_ack *w, const char *s, size_t n)
 
 /* Starts a frame in <w> over the caller's <dst>/<cap>: room for the length
  * prefix, then type, FIN (always: we never fragment), ids. */
-static void spop_put_header(struct spop_ack *w, unsigned char *dst, size_t cap,
+static void spop_put_header(struct spop_writer *w, unsigned char *dst, size_t cap,
                             enum spop_frame_type type, uint64_t stream_id,
                             uint64_t frame_id)
 {
@@ -713,7 +786,7 @@ static void spop_put_header(struct spop_ack *w, unsigned char *dst, size_t cap,
 
 /* Closes the frame in <w>: fills the length prefix. Returns the total size
  * or -1 if anything overflowed. */
-static int spop_put_finish(struct spop_ack *w)
+static int spop_put_finish(struct spop_writer *w)
 {
 	if (w->overflow || w->len < 4 || w->len > INT_MAX)
 		return -1;
@@ -721,27 +794,82 @@ static int spop_put_finish(struct spop_ack *w)
 	return (int)w->len;
 }
 
-/* Borrows <s> for the call only. KV item with a STR value. */
-static void spop_put_kv_str(struct spop_ack *w, const char *name, const char *s)
+/* Borrows <d>'s strings for the call only. Writes one TYPED-DATA; an
+ * unknown type is a caller bug and fails the frame like an overflow. */
+static void spop_put_data(struct spop_writer *w, const struct spop_data *d)
+{
+	switch (d->type) {
+	case SPOP_T_NULL:
+		spop_put_byte(w, SPOP_T_NULL);
+		break;
+	case SPOP_T_BOOL:
+		spop_put_byte(w, (unsigned char)(SPOP_T_BOOL |
+		              (d->v.b ? SPOP_DATA_FLAG_TRUE << SPOP_DATA_FLAG_SHIFT : 0)));
+		break;
+	case SPOP_T_INT32:
+	case SPOP_T_INT64:
+		spop_put_byte(w, (unsigned char)d->type);
+		spop_put_varint(w, (uint64_t)d->v.i);
+		break;
+	case SPOP_T_UINT32:
+	case SPOP_T_UINT64:
+		spop_put_byte(w, (unsigned char)d->type);
+		spop_put_varint(w, d->v.u);
+		break;
+	case SPOP_T_IPV4:
+	case SPOP_T_IPV6:
+		spop_put_byte(w, (unsigned char)d->type);
+		spop_put_bytes(w, d->v.ip, d->type == SPOP_T_IPV4 ? 4 : 16);
+		break;
+	case SPOP_T_STR:
+	case SPOP_T_BIN:
+		spop_put_byte(w, (unsigned char)d->type);
+		spop_put_str(w, d->v.s.ptr, d->v.s.len);
+		break;
+	default:
+		w->overflow = true;
+		break;
+	}
+}
+
+/* Writes into the caller's <dst>; borrows <d> for the call only. */
+int spop_encode_data(unsigned char *dst, size_t cap, const struct spop_data *d)
+{
+	struct spop_writer w = { dst, dst != NULL ? cap : 0, 0, false };
+
+	spop_put_data(&w, d);
+	return w.overflow || w.len > INT_MAX ? -1 : (int)w.len;
+}
+
+/* Borrows <name> and <d> for the call only. One KV item. */
+static void spop_put_kv(struct spop_writer *w, const char *name,
+                        const struct spop_data *d)
 {
 	spop_put_str(w, name, strlen(name));
-	spop_put_byte(w, SPOP_T_STR);
-	spop_put_str(w, s, strlen(s));
+	spop_put_data(w, d);
+}
+
+/* Borrows <s> for the call only. KV item with a STR value. */
+static void spop_put_kv_str(struct spop_writer *w, const char *name, const char *s)
+{
+	struct spop_data d = { .type = SPOP_T_STR, .v.s = { s, strlen(s) } };
+
+	spop_put_kv(w, name, &d);
 }
 
 /* KV item with a UINT32 value. */
-static void spop_put_kv_u32(struct spop_ack *w, const char *name, uint32_t v)
+static void spop_put_kv_u32(struct spop_writer *w, const char *name, uint32_t v)
 {
-	spop_put_str(w, name, strlen(name));
-	spop_put_byte(w, SPOP_T_UINT32);
-	spop_put_varint(w, v);
+	struct spop_data d = { .type = SPOP_T_UINT32, .v.u = v };
+
+	spop_put_kv(w, name, &d);
 }
 
 /* Writes into the caller's <dst>, at most <cap> bytes. See spop.h. */
 int spop_encode_agent_hello(unsigned char *dst, size_t cap,
                             uint32_t max_frame_size, bool pipelining)
 {
-	struct spop_ack w;
+	struct spop_writer w;
 
 	spop_put_header(&w, dst, cap, SPOP_FRAME_AGENT_HELLO, 0, 0);
 	spop_put_kv_str(&w, "version", SPOP_VERSION);
@@ -752,20 +880,94 @@ int spop_encode_agent_hello(unsigned char *dst, size_t cap,
 	return spop_put_finish(&w);
 }
 
-/* Writes into the caller's <dst>; borrows <message> for the call only. */
-int spop_encode_agent_disconnect(unsigned char *dst, size_t cap,
-                                 unsigned status, const char *message)
+/* Writes into the caller's <dst>; borrows <message> for the call only.
+ * Both DISCONNECTs: <type> says whose. */
+static int spop_encode_disconnect(unsigned char *dst, size_t cap,
+                                  enum spop_frame_type type, unsigned status,
+                                  const char *message)
 {
-	struct spop_ack w;
+	struct spop_writer w;
 
-	spop_put_header(&w, dst, cap, SPOP_FRAME_AGENT_DISCONNECT, 0, 0);
+	spop_put_header(&w, dst, cap, type, 0, 0);
 	spop_put_kv_u32(&w, "status-code", status);
 	spop_put_kv_str(&w, "message", message != NULL ? message : "");
 	return spop_put_finish(&w);
 }
 
+/* Writes into the caller's <dst>; borrows <message> for the call only. */
+int spop_encode_agent_disconnect(unsigned char *dst, size_t cap,
+                                 unsigned status, const char *message)
+{
+	return spop_encode_disconnect(dst, cap, SPOP_FRAME_AGENT_DISCONNECT,
+	                              status, message);
+}
+
+/* Writes into the caller's <dst>; borrows <message> for the call only. */
+int spop_encode_haproxy_disconnect(unsigned char *dst, size_t cap,
+                                   unsigned status, const char *message)
+{
+	return spop_encode_disconnect(dst, cap, SPOP_FRAME_HAPROXY_DISCONNECT,
+	                              status, message);
+}
+
+/* Writes into the caller's <dst>; borrows the strings for the call only. */
+int spop_encode_haproxy_hello(unsigned char *dst, size_t cap,
+                              uint32_t max_frame_size, const char *capabilities,
+                              bool healthcheck, const char *engine_id)
+{
+	struct spop_data yes = { .type = SPOP_T_BOOL, .v.b = true };
+	struct spop_writer w;
+
+	spop_put_header(&w, dst, cap, SPOP_FRAME_HAPROXY_HELLO, 0, 0);
+	spop_put_kv_str(&w, "supported-versions", SPOP_VERSION);
+	spop_put_kv_u32(&w, "max-frame-size", max_frame_size);
+	spop_put_kv_str(&w, "capabilities", capabilities != NULL ? capabilities : "");
+	if (healthcheck)
+		spop_put_kv(&w, "healthcheck", &yes);
+	if (engine_id != NULL)
+		spop_put_kv_str(&w, "engine-id", engine_id);
+	return spop_put_finish(&w);
+}
+
+/* <w> borrows the caller's <dst> until spop_notify_end(). */
+void spop_notify_begin(struct spop_writer *w, unsigned char *dst, size_t cap,
+                       uint64_t stream_id, uint64_t frame_id)
+{
+	spop_put_header(w, dst, cap, SPOP_FRAME_NOTIFY, stream_id, frame_id);
+}
+
+/* Borrows <name> for the call only. NB-ARGS is one byte on the wire: more
+ * than 255 is a caller bug and fails the frame. */
+void spop_notify_message(struct spop_writer *w, const char *name,
+                         unsigned nb_args)
+{
+	if (name == NULL || nb_args > 255) {
+		w->overflow = true;
+		return;
+	}
+	spop_put_str(w, name, strlen(name));
+	spop_put_byte(w, (unsigned char)nb_args);
+}
+
+/* Borrows <name> and <value> for the call only. */
+void spop_notify_arg(struct spop_writer *w, const char *name,
+                     const struct spop_data *value)
+{
+	if (name == NULL) {
+		w->overflow = true;
+		return;
+	}
+	spop_put_kv(w, name, value);
+}
+
+/* Releases nothing: <w>'s buffer stays the caller's. See spop.h. */
+int spop_notify_end(struct spop_writer *w)
+{
+	return spop_put_finish(w);
+}
+
 /* <a> borrows the caller's <dst> until spop_ack_end(). */
-void spop_ack_begin(struct spop_ack *a, unsigned char *dst, size_t cap,
+void spop_ack_begin(struct spop_writer *a, unsigned char *dst, size_t cap,
                     uint64_t stream_id, uint64_t frame_id)
 {
 	spop_put_header(a, dst, cap, SPOP_FRAME_ACK, stream_id, frame_id);
@@ -773,7 +975,7 @@ void spop_ack_begin(struct spop_ack *a, unsigned char *dst, size_t cap,
 
 /* Action head: <type> <nb-args> <scope> <name>. A bad scope or name is a
  * caller bug; it fails the whole ACK like an overflow would. */
-static void spop_put_action_head(struct spop_ack *a, unsigned type,
+static void spop_put_action_head(struct spop_writer *a, unsigned type,
                                  unsigned nb_args, enum spop_scope scope,
                                  const char *name)
 {
@@ -788,32 +990,34 @@ static void spop_put_action_head(struct spop_ack *a, unsigned type,
 }
 
 /* Borrows <name> and <val> for the call only. SET-VAR with a STR value. */
-void spop_ack_set_str(struct spop_ack *a, enum spop_scope scope,
+void spop_ack_set_str(struct spop_writer *a, enum spop_scope scope,
                       const char *name, const char *val, size_t vlen)
 {
+	struct spop_data d = { .type = SPOP_T_STR, .v.s = { val, vlen } };
+
 	spop_put_action_head(a, SPOP_ACT_SET_VAR, 3, scope, name);
-	spop_put_byte(a, SPOP_T_STR);
-	spop_put_str(a, val, vlen);
+	spop_put_data(a, &d);
 }
 
 /* Borrows <name> for the call only. SET-VAR with an INT64 value (what
  * HAProxy itself uses for every integer sample). */
-void spop_ack_set_int(struct spop_ack *a, enum spop_scope scope,
+void spop_ack_set_int(struct spop_writer *a, enum spop_scope scope,
                       const char *name, int64_t val)
 {
+	struct spop_data d = { .type = SPOP_T_INT64, .v.i = val };
+
 	spop_put_action_head(a, SPOP_ACT_SET_VAR, 3, scope, name);
-	spop_put_byte(a, SPOP_T_INT64);
-	spop_put_varint(a, (uint64_t)val);
+	spop_put_data(a, &d);
 }
 
 /* Borrows <name> for the call only. UNSET-VAR. */
-void spop_ack_unset(struct spop_ack *a, enum spop_scope scope, const char *name)
+void spop_ack_unset(struct spop_writer *a, enum spop_scope scope, const char *name)
 {
 	spop_put_action_head(a, SPOP_ACT_UNSET_VAR, 2, scope, name);
 }
 
 /* Releases nothing: <a>'s buffer stays the caller's. See spop.h. */
-int spop_ack_end(struct spop_ack *a)
+int spop_ack_end(struct spop_writer *a)
 {
 	return spop_put_finish(a);
 }

@@ -1,12 +1,14 @@
 /*
- * spop - SPOP 2.0 frame codec (HAProxy Stream Processing Offload Protocol).
+ * spop - SPOP 2.0 frame codec (HAProxy Stream Processing Offload Protocol),
+ * both directions: what the agent reads and writes, and what a peer playing
+ * HAProxy writes and reads (the load generator, bench/spoa-bench).
  *
  * Pure: no I/O, no allocation, libc only. Decoders never read past <len> and
  * return slices (struct spop_str) that point into the caller's buffer: they
  * stay valid until the caller consumes or overwrites those bytes.
  * Encoders write into a caller buffer <dst> of <cap> bytes and never past it.
  *
- * Wire facts (see docs/protocol.md and shared/reference/SPOE-2.6.txt §3):
+ * Wire facts (see docs/protocol.md, which cites the spec, SPOE-2.6.txt §3):
  *   - every frame is <LENGTH:4 BE> <TYPE:1> <FLAGS:4 BE> <STREAM-ID:varint>
  *     <FRAME-ID:varint> <PAYLOAD>; LENGTH excludes itself;
  *   - varints are HAProxy's own encoding (not LEB128), at most 10 bytes;
@@ -71,6 +73,13 @@ enum spop_type {
 	SPOP_T_COUNT
 };
 
+/* ACK action types (§3.4). Values are on the wire. */
+enum spop_action_type {
+	SPOP_ACT_SET_VAR = 1,
+	SPOP_ACT_UNSET_VAR = 2,
+	SPOP_ACT_COUNT
+};
+
 enum spop_scope {
 	SPOP_SCOPE_PROC = 0,
 	SPOP_SCOPE_SESS = 1,
@@ -104,10 +113,13 @@ struct spop_header {
 	uint64_t frame_id;
 };
 
-/* HAPROXY-HELLO payload, decoded. Unknown keys are skipped. */
+/* HAPROXY-HELLO or AGENT-HELLO payload, decoded. Unknown keys are skipped.
+ * An AGENT-HELLO names one "version" where HAProxy lists
+ * "supported-versions"; healthcheck and engine-id are HAProxy's only. */
 struct spop_hello {
-	bool has_versions;          /* "supported-versions" present */
-	bool version_ok;            /* it lists "2.0" (spaces tolerated) */
+	bool has_versions;          /* "supported-versions" / "version" present */
+	bool version_ok;            /* it lists a 2.x (spaces tolerated) */
+	struct spop_str versions;   /* the list as sent */
 	bool has_max_frame_size;
 	uint32_t max_frame_size;
 	bool has_capabilities;
@@ -131,12 +143,20 @@ struct spop_notify {
 	size_t len;
 };
 
+/* ACK payload: the raw LIST-OF-ACTIONS, validated whole like a NOTIFY's
+ * messages. */
+struct spop_actions {
+	const unsigned char *acts;
+	size_t len;
+};
+
 struct spop_frame {
 	struct spop_header hdr;
 	union {
-		struct spop_hello hello;
-		struct spop_disconnect disconnect;
+		struct spop_hello hello;            /* both HELLOs */
+		struct spop_disconnect disconnect;  /* both DISCONNECTs */
 		struct spop_notify notify;
+		struct spop_actions ack;
 	} u;
 };
 
@@ -149,6 +169,14 @@ struct spop_message {
 };
 
 struct spop_arg {
+	struct spop_str name;
+	struct spop_data value;
+};
+
+/* One action of an ACK; <value> is set for SET-VAR only. */
+struct spop_action {
+	enum spop_action_type type;
+	enum spop_scope scope;
 	struct spop_str name;
 	struct spop_data value;
 };
@@ -184,13 +212,14 @@ int spop_peek_length(const unsigned char *buf, size_t len, uint32_t max,
                      uint32_t *frame_len, enum spop_status *st);
 
 /*
- * Decode one whole frame starting at its 4-byte length prefix.
+ * Decode one whole frame starting at its 4-byte length prefix, of either
+ * direction (the caller refuses the types it does not expect).
  * Returns the bytes it spans (4 + length) when complete and valid, 0 when
  * <len> does not yet hold it all, -1 with <*st> set when it is malformed:
- * bad length, truncated varint/string/args inside the frame, unknown data
- * type, FIN not set (SPOP_ST_FRAG_NOT_SUPPORTED), non-zero ids on HELLO or
- * DISCONNECT (SPOP_ST_INVALID). Frame types it does not know are decoded as
- * a header only (the caller decides). <f> borrows <buf>.
+ * bad length, truncated varint/string/args/actions inside the frame,
+ * unknown data type or action, FIN not set (SPOP_ST_FRAG_NOT_SUPPORTED),
+ * non-zero ids on a HELLO or DISCONNECT (SPOP_ST_INVALID). Frame types it
+ * does not know are decoded as a header only. <f> borrows <buf>.
  */
 int spop_decode_frame(const unsigned char *buf, size_t len, uint32_t max,
                       struct spop_frame *f, enum spop_status *st);
@@ -203,12 +232,35 @@ int spop_next_message(struct spop_iter *it, struct spop_message *m);
 void spop_iter_args(const struct spop_message *m, struct spop_iter *it);
 int spop_next_arg(struct spop_iter *it, struct spop_arg *a);
 
+/* Walk the actions of a decoded ACK. Returns 1 with <*a> set, 0 at the end. */
+void spop_iter_actions(const struct spop_actions *acts, struct spop_iter *it);
+int spop_next_action(struct spop_iter *it, struct spop_action *a);
+
 /* Any of the four integer types as a signed 64-bit value (unsigned ones
  * above INT64_MAX are clamped). Returns 0, or -1 when <d> is no integer. */
 int spop_data_to_int64(const struct spop_data *d, int64_t *out);
 
 /* Compare a slice with a C string. */
 bool spop_str_eq(struct spop_str s, const char *cstr);
+
+/* Encode one TYPED-DATA <d> (any type; strings borrowed for the call).
+ * Returns bytes written, -1 when <cap> is too small or the type unknown. */
+int spop_encode_data(unsigned char *dst, size_t cap, const struct spop_data *d);
+
+/*
+ * A bounded writer over the caller's <dst>/<cap>: every write checks room
+ * and latches <overflow> instead of writing past <cap>, so a frame is built
+ * field by field and checked once at the end (spop_ack_end(),
+ * spop_notify_end(): the frame's total size, or -1).
+ */
+struct spop_writer {
+	unsigned char *dst;
+	size_t cap;
+	size_t len;
+	bool overflow;
+};
+
+/* --- The agent's frames ------------------------------------------------ */
 
 /* AGENT-HELLO: version "2.0", <max_frame_size>, capabilities "pipelining"
  * when <pipelining> else "". Returns bytes written (prefix included) or -1. */
@@ -226,20 +278,43 @@ int spop_encode_agent_disconnect(unsigned char *dst, size_t cap,
  * the frame's total size, or -1 if anything overflowed <cap>.
  * Names are bare (no prefix); keep "<scope>.<prefix>.<name>" under 64 bytes.
  */
-struct spop_ack {
-	unsigned char *dst;
-	size_t cap;
-	size_t len;
-	bool overflow;
-};
-
-void spop_ack_begin(struct spop_ack *a, unsigned char *dst, size_t cap,
+void spop_ack_begin(struct spop_writer *a, unsigned char *dst, size_t cap,
                     uint64_t stream_id, uint64_t frame_id);
-void spop_ack_set_str(struct spop_ack *a, enum spop_scope scope,
+void spop_ack_set_str(struct spop_writer *a, enum spop_scope scope,
                       const char *name, const char *val, size_t vlen);
-void spop_ack_set_int(struct spop_ack *a, enum spop_scope scope,
+void spop_ack_set_int(struct spop_writer *a, enum spop_scope scope,
                       const char *name, int64_t val);
-void spop_ack_unset(struct spop_ack *a, enum spop_scope scope, const char *name);
-int spop_ack_end(struct spop_ack *a);
+void spop_ack_unset(struct spop_writer *a, enum spop_scope scope, const char *name);
+int spop_ack_end(struct spop_writer *a);
+
+/* --- HAProxy's frames (a peer playing HAProxy) ------------------------- */
+
+/* HAPROXY-HELLO in HAProxy's key order: supported-versions "2.0",
+ * max-frame-size (UINT32), capabilities (<capabilities>, e.g. "pipelining"
+ * or ""), healthcheck true when <healthcheck>, engine-id unless NULL.
+ * Returns bytes written (prefix included) or -1. */
+int spop_encode_haproxy_hello(unsigned char *dst, size_t cap,
+                              uint32_t max_frame_size, const char *capabilities,
+                              bool healthcheck, const char *engine_id);
+
+/* HAPROXY-DISCONNECT with <status> and <message> (NUL-terminated).
+ * Returns bytes written (prefix included) or -1. */
+int spop_encode_haproxy_disconnect(unsigned char *dst, size_t cap,
+                                   unsigned status, const char *message);
+
+/*
+ * NOTIFY builder, like the ACK's: spop_notify_begin() writes the header;
+ * spop_notify_message() starts a message of <nb_args> args (at most 255),
+ * each given by spop_notify_arg(); spop_notify_end() writes the length
+ * prefix and returns the frame's total size, or -1 on overflow or a bad
+ * argument. Names and values are borrowed for the call only.
+ */
+void spop_notify_begin(struct spop_writer *w, unsigned char *dst, size_t cap,
+                       uint64_t stream_id, uint64_t frame_id);
+void spop_notify_message(struct spop_writer *w, const char *name,
+                         unsigned nb_args);
+void spop_notify_arg(struct spop_writer *w, const char *name,
+                     const struct spop_data *value);
+int spop_notify_end(struct spop_writer *w);
 
 #endif /* SPOA_SPOP_H */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Shared harness for integration and end-to-end tests: real processes on
-# loopback, ephemeral ports, one temp dir per test, cleanup on exit.
+# The shell helpers, for the integration, end-to-end and chaos tests and for
+# tools/demo.sh and tools/bench.sh: real processes on loopback, ephemeral
+# ports, one temp dir per test, cleanup on exit.
 #
 #   . tests/lib.sh
 #   t_setup                      # creates $T (temp dir), traps cleanup
@@ -14,7 +15,7 @@
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 AGENT=${AGENT:-$ROOT/spoa/ratelimit-spoa}
-BENCH=${BENCH:-$ROOT/spoa/spoa-bench}
+BENCH=${BENCH:-$ROOT/bench/spoa-bench}
 SPOP_CLIENT="python3 $ROOT/tests/spop.py"
 T_PASS=0
 T_FAIL=0
@@ -49,6 +50,17 @@ t_track() { T_PIDS+=("$1"); }
 # A free TCP port on 127.0.0.1 (bound then released by the kernel's choice).
 free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# port_free PORT: nothing listens on 127.0.0.1:PORT and we may bind it.
+port_free() {
+	python3 -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.close()' "$1" 2>/dev/null
+}
+
+# pick_port DEFAULT: DEFAULT if free, else a port the kernel picks (the
+# demo's fixed ports, when nothing else holds them).
+pick_port() {
+	if port_free "$1"; then echo "$1"; else free_port; fi
 }
 
 # wait_port PORT [SECONDS]: until something accepts on 127.0.0.1:PORT.

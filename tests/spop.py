@@ -2,7 +2,7 @@
 """spop - a small SPOP 2.0 client that plays HAProxy, for integration tests.
 
 No dependencies beyond the standard library. See docs/protocol.md for the
-byte layouts and shared/reference/SPOE-2.6.txt section 3 for the spec.
+byte layouts (docs/protocol.md cites the spec, SPOE-2.6.txt section 3).
 
 Library:
 
@@ -25,7 +25,7 @@ Command line (handy for demos):
     python3 tests/spop.py --port 12345 policy=transfer key=ACC-1001 [cost=1]
     python3 tests/spop.py --port 12345 policy=transfer key:ipv4=10.0.0.1
     python3 tests/spop.py --port 12345 --healthcheck
-    python3 tests/spop.py --selftest          # decodes shared/vectors
+    python3 tests/spop.py --selftest          # decodes tests/vectors
 
 prints the ACK's variables as name=value lines.
 """
@@ -746,12 +746,12 @@ class _Tap:
         return cond
 
 
-def _shared_dir():
-    d = os.environ.get("SHARED_DIR")
+def _vectors_dir():
+    """$VECTORS_DIR, else the repo's own copy (tests/vectors)."""
+    d = os.environ.get("VECTORS_DIR")
     if d:
         return d
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return os.path.join(repo, "..", "shared")
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "vectors")
 
 
 def _fake_agent(sock):
@@ -827,10 +827,18 @@ def selftest():
             "ipv4 typed data")
 
     # 2. HAProxy's captured frames: decode, check, re-encode byte for byte
-    vdir = os.path.join(_shared_dir(), "vectors")
+    vdir = _vectors_dir()
     files = sorted(os.path.join(dp, fn) for dp, _, fns in os.walk(vdir)
                    for fn in fns if fn.endswith(".hex"))
-    t.check(len(files) > 0, "vectors found under %s" % vdir)
+    rels = [os.path.relpath(p, vdir) for p in files]
+    for ver, kinds in (("haproxy-2.6", ("haproxy-hello-1", "haproxy-hello-healthcheck-1",
+                                        "haproxy-disconnect-1", "notify-1", "notify-2",
+                                        "notify-3")),
+                       ("haproxy-3.2", ("haproxy-hello-1", "haproxy-hello-healthcheck-1",
+                                        "notify-1", "notify-2", "notify-3"))):
+        missing = [k for k in kinds if "%s/%s.hex" % (ver, k) not in rels]
+        t.check(not missing, "vectors under %s/%s (missing: %s)"
+                % (vdir, ver, " ".join(missing) or "none"))
     for path in files:
         rel = os.path.relpath(path, vdir)
         base = os.path.basename(path)

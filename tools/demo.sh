@@ -12,8 +12,11 @@
 # Default ports 16379, 12345, 8091/8092, 8081/8082; any that is taken is
 # replaced by a free one. `make demo` / `make up` build the agent first.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-AGENT=${AGENT:-$ROOT/spoa/ratelimit-spoa}
+# The shell helpers the tests use (free_port, port_free, pick_port,
+# wait_port); it sets ROOT and AGENT.
+# shellcheck source=../tests/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../tests/lib.sh"
+set -euo pipefail
 UP_DIR=${RL_DEMO_DIR:-${TMPDIR:-/tmp}/ratelimit-spoa-demo.$(id -u)}
 ACCOUNT=ACC-1001
 KEEP=0   # story: keep the temp dir (logs) when something failed
@@ -22,26 +25,6 @@ if [ -t 1 ]; then B=$'\e[1m'; G=$'\e[32m'; R=$'\e[31m'; Y=$'\e[33m'; N=$'\e[0m';
 say()  { printf '%s\n' "$*"; }
 step() { printf '\n%s==> %s%s\n' "$B" "$*" "$N"; }
 die()  { KEEP=1; printf '%sdemo: %s%s\n' "$R" "$*" "$N" >&2; exit 1; }
-
-# port_free PORT: nothing listens on 127.0.0.1:PORT and we may bind it.
-port_free() {
-	python3 -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.close()' "$1" 2>/dev/null
-}
-
-# pick_port DEFAULT: DEFAULT if free, else a port the kernel picks.
-pick_port() {
-	if port_free "$1"; then echo "$1"; return; fi
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
-wait_port() {
-	local i
-	for i in $(seq 200); do
-		(exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
-		sleep 0.05
-	done
-	return 1
-}
 
 # spawn NAME BIN CMD...: start CMD detached in its own session (so it
 # outlives "make up"), log to $S/NAME.log, record "PID NAME BIN" in $S/pids.

@@ -1,13 +1,62 @@
 #!/usr/bin/env bash
-# Install the Debian packages named in "$@" that are missing. Idempotent:
-# prints nothing and touches nothing when everything is there.
+# Install the Debian packages of one group that are missing, saying which
+# and why. Idempotent: prints nothing and touches nothing when everything
+# is there.
+#
+#   tools/deps.sh GROUP PACKAGE...     GROUP: demo or tests (the Makefile's
+#                                      DEMO_PKGS and TEST_PKGS)
+#
+# DEPS_DRY_RUN=1 prints what would be installed and installs nothing.
 set -euo pipefail
+group=${1:?usage: tools/deps.sh demo|tests PACKAGE...}
+shift
+case $group in
+demo)  purpose="to build the agent and run the demo (make demo, make up)" ;;
+tests) purpose="for the tests and tools (make check, bench, fuzz, chaos, valgrind, lint)" ;;
+*) echo "deps: unknown group '$group' (demo or tests)" >&2; exit 2 ;;
+esac
+
+# why PACKAGE: what the package is for, one line.
+why() {
+	case $1 in
+	build-essential) echo "the C compiler and make" ;;
+	pkg-config)      echo "library flags for the build" ;;
+	libev-dev)       echo "the agent's event loop (libev)" ;;
+	libhiredis-dev)  echo "the agent's Redis client (hiredis)" ;;
+	redis-server)    echo "the Redis the demo and the tests start" ;;
+	redis-tools)     echo "redis-cli, to look at the counters" ;;
+	haproxy)         echo "the two edge HAProxies and the backend" ;;
+	curl)            echo "the demo's HTTP requests" ;;
+	openssl)         echo "signs the demo's JWTs (tools/jwt.sh)" ;;
+	python3)         echo "free ports; the tests' SPOP client" ;;
+	jq)              echo "reads the demo's response headers" ;;
+	libcmocka-dev)   echo "unit tests (make test)" ;;
+	wrk)             echo "HTTP load for make bench" ;;
+	gnuplot-nox)     echo "make bench's graphs" ;;
+	python3-cryptography) echo "make bench signs 10,000 JWTs in one process" ;;
+	valgrind)        echo "make valgrind" ;;
+	cppcheck)        echo "make lint" ;;
+	clang-tidy)      echo "make lint" ;;
+	clang)           echo "make fuzz (libFuzzer)" ;;
+	systemd)         echo "systemd-analyze verify of the shipped unit (tests)" ;;
+	redis-sentinel)  echo "the Sentinel failover tests" ;;
+	groff-base)      echo "the man page check (tests)" ;;
+	*)               echo "" ;;
+	esac
+}
+
 missing=()
 for p in "$@"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
-echo "deps: installing ${missing[*]}"
+verb=installing
+[ "${DEPS_DRY_RUN:-0}" = 1 ] && verb="would install"
+echo "deps ($group): $verb ${missing[*]} — $purpose"
+for p in "${missing[@]}"; do
+	printf '  %-16s %s\n' "$p" "$(why "$p")"
+done
+[ "${DEPS_DRY_RUN:-0}" = 1 ] && exit 0
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive

@@ -13,7 +13,7 @@
 # admissions (every member its sorted set ever held, by score) never exceed
 # 3 in any 1 s window. The measured recovery times are printed.
 . "$(dirname "$0")/../lib.sh"
-CHAOS="python3 $ROOT/tests/chaos/chaoslib.py"
+CHAOS="python3 $ROOT/tests/harness.py"
 t_setup
 jwt_setup
 start_redis

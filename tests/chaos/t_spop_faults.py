@@ -16,11 +16,9 @@ import signal
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import ROOT, Harness  # noqa: E402
-from chaoslib import (Load, Noise, WindowWatch, allows_between,  # noqa: E402
-                      client_violation)
+from harness import (ROOT, Harness, Load, Noise, WindowWatch,  # noqa: E402
+                     allows_between, client_violation)
 
 LIMIT, WINDOW_S = 5, 1.0
 RECOVERY_BOUND = 10.0
@@ -32,7 +30,7 @@ policy noise 1000000/1s
 """ % LIMIT
 KEY = "ACC-HOT"
 RKEY = "transfer:limit:v1:" + KEY
-BENCH = os.environ.get("BENCH", os.path.join(ROOT, "spoa", "spoa-bench"))
+BENCH = os.environ.get("BENCH", os.path.join(ROOT, "bench", "spoa-bench"))
 
 h = Harness()
 h.start_redis()

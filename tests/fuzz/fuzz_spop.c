@@ -49,12 +49,15 @@ static void fuzz_walk_frame(const struct spop_frame *f)
 	struct spop_iter mit, ait;
 	struct spop_message m;
 	struct spop_arg a;
+	struct spop_action act;
 	const unsigned char *last;
 	unsigned nmsg = 0, narg;
 
 	switch (f->hdr.type) {
 	case SPOP_FRAME_HAPROXY_HELLO:
+	case SPOP_FRAME_AGENT_HELLO:
 		fuzz_touch(f->u.hello.engine_id);
+		fuzz_touch(f->u.hello.versions);
 		break;
 	case SPOP_FRAME_HAPROXY_DISCONNECT:
 	case SPOP_FRAME_AGENT_DISCONNECT:
@@ -85,6 +88,18 @@ static void fuzz_walk_frame(const struct spop_frame *f)
 		if (f->u.notify.msgs && last != f->u.notify.msgs + f->u.notify.len)
 			abort();
 		fuzz_sink += nmsg;
+		break;
+	case SPOP_FRAME_ACK:
+		/* validated whole: the walk ends exactly at the end */
+		spop_iter_actions(&f->u.ack, &mit);
+		while (spop_next_action(&mit, &act)) {
+			if ((unsigned)act.scope >= SPOP_SCOPE_COUNT)
+				abort();
+			fuzz_touch(act.name);
+			fuzz_touch_data(&act.value);
+		}
+		if (f->u.ack.acts && mit.p != f->u.ack.acts + f->u.ack.len)
+			abort();
 		break;
 	default:
 		break;

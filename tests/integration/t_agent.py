@@ -11,7 +11,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import AGENT, Harness, race  # noqa: E402
+from harness import AGENT, Harness, race, wait_for  # noqa: E402
 import spop  # noqa: E402
 
 h = Harness()
@@ -40,6 +40,11 @@ def act(ack):
 
 # -- the story: two connections (two HAProxy instances) alternate ----------
 a, b = conn(), conn()
+# The SPOP port listens before the workers' Redis links are up: on a loaded
+# machine the first decisions could be errors. Wait until each connection's
+# worker decides (on another policy and key).
+for c in (a, b):
+    wait_for(lambda: act(c.ratelimit("ACC-WARMUP", policy="burst"))["status"] != "error")
 seen = []
 for i in range(6):
     ack = (a if i % 2 == 0 else b).ratelimit("ACC-1001")

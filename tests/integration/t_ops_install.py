@@ -16,11 +16,10 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import AGENT, ROOT, Harness, free_port  # noqa: E402
-import ops_util as u  # noqa: E402
+import harness as u  # noqa: E402
 
-BENCH = os.environ.get("BENCH", os.path.join(ROOT, "spoa", "spoa-bench"))
+BENCH = os.environ.get("BENCH", os.path.join(ROOT, "bench", "spoa-bench"))
 h = Harness()
 VERSION = u.version()
 

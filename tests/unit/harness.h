@@ -6,9 +6,9 @@
  *                         the end crashes the test (also under ASan/valgrind,
  *                         which do not watch mmap'd memory as closely)
  *   harness_hex_decode()  "00 0a ff" (blanks and newlines ignored) -> bytes
- *   harness_load_hex()    the same, from a file (shared/vectors/ *.hex)
- *   harness_shared_dir()  $SHARED_DIR, else "../shared" (the repo's sibling,
- *                         when run from the repo root)
+ *   harness_load_hex()    the same, from a file (tests/vectors/ *.hex)
+ *   harness_vectors_dir() $VECTORS_DIR, else "tests/vectors" (the repo's
+ *                         copy, when run from the repo root)
  *   harness_find_files()  files under a directory tree with a suffix, sorted
  *   harness_feed_whole()  run a decoder on a whole input in a guarded buffer
  *   harness_feed_bytes()  run it on every strict prefix (each must answer 0,
@@ -167,13 +167,14 @@ out:
 	return r;
 }
 
-/* Returns $SHARED_DIR, else "../shared". Borrowed from the environment
- * or a literal: do not free. */
-static inline const char *harness_shared_dir(void)
+/* Returns $VECTORS_DIR, else "tests/vectors" (the repo carries its own
+ * copy: a clone must test alone). Borrowed from the environment or a
+ * literal: do not free. */
+static inline const char *harness_vectors_dir(void)
 {
-	const char *d = getenv("SHARED_DIR");
+	const char *d = getenv("VECTORS_DIR");
 
-	return d != NULL && *d != '\0' ? d : "../shared";
+	return d != NULL && *d != '\0' ? d : "tests/vectors";
 }
 
 /* qsort() order for harness_find_files(): plain strcmp of the rows. */

@@ -173,20 +173,16 @@ static void test_corpus_config(void **state)
  * its size. */
 static size_t regress_notify(unsigned char *dst, uint64_t sid)
 {
-	struct spop_ack w;  /* the codec's bounded writer, header only */
-	static const unsigned char body[] = {
-		9, 'r', 'a', 't', 'e', 'l', 'i', 'm', 'i', 't', 2,
-		6, 'p', 'o', 'l', 'i', 'c', 'y', SPOP_T_STR, 8, 't', 'r', 'a', 'n', 's', 'f', 'e', 'r',
-		3, 'k', 'e', 'y', SPOP_T_STR, 6, 'A', 'C', 'C', '-', 'B', 'P',
-	};
+	struct spop_data policy = { .type = SPOP_T_STR, .v.s = { "transfer", 8 } };
+	struct spop_data key = { .type = SPOP_T_STR, .v.s = { "ACC-BP", 6 } };
+	struct spop_writer w;
 	int n;
 
-	spop_ack_begin(&w, dst, 64, sid, 1);
-	dst[4] = SPOP_FRAME_NOTIFY;
-	assert_true(w.len + sizeof(body) <= 64);
-	memcpy(dst + w.len, body, sizeof(body));
-	w.len += sizeof(body);
-	n = spop_ack_end(&w);
+	spop_notify_begin(&w, dst, 64, sid, 1);
+	spop_notify_message(&w, "ratelimit", 2);
+	spop_notify_arg(&w, "policy", &policy);
+	spop_notify_arg(&w, "key", &key);
+	n = spop_notify_end(&w);
 	assert_true(n > 0);
 	return (size_t)n;
 }

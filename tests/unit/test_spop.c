@@ -4,7 +4,8 @@
  * Every decode runs on input that ends right before a PROT_NONE page
  * (harness.h), so reading one byte too far crashes instead of passing.
  * Expected bytes are written out by hand from spec §3 (SPOE-2.6.txt) and
- * from frames captured from HAProxy 2.6.12 and 3.2.0 ($SHARED_DIR/vectors).
+ * from frames captured from HAProxy 2.6.12 and 3.2.0 (tests/vectors, see its
+ * README; $VECTORS_DIR overrides).
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -435,6 +436,15 @@ enum vec_kind {
 	VEC_KIND_COUNT
 };
 
+/* File name prefix of each kind, as vec_classify() reads it. */
+static const char *const vec_prefix[VEC_KIND_COUNT] = {
+	[VEC_HELLO] = "haproxy-hello-",
+	[VEC_HEALTHCHECK] = "haproxy-hello-healthcheck-",
+	[VEC_NOTIFY] = "notify-",
+	[VEC_DISCONNECT] = "haproxy-disconnect-",
+	[VEC_OTHER] = "",
+};
+
 struct vec {
 	const char *path;
 	enum vec_kind kind;
@@ -444,39 +454,46 @@ struct vec {
 	size_t len;
 };
 
-/* Sets <v>'s kind, HAProxy version and N from its path. */
+/* Sets <v>'s kind (the longest vec_prefix its name starts with), HAProxy
+ * version and N from its path. */
 static void vec_classify(struct vec *v)
 {
 	const char *base = strrchr(v->path, '/');
+	size_t best = 0, plen;
+	int k;
 
 	base = base != NULL ? base + 1 : v->path;
 	v->v26 = strstr(v->path, "haproxy-2.6/") != NULL;
-	if (strncmp(base, "haproxy-hello-healthcheck-", 26) == 0)
-		v->kind = VEC_HEALTHCHECK;
-	else if (strncmp(base, "haproxy-hello-", 14) == 0)
-		v->kind = VEC_HELLO;
-	else if (strncmp(base, "haproxy-disconnect-", 19) == 0)
-		v->kind = VEC_DISCONNECT;
-	else if (strncmp(base, "notify-", 7) == 0) {
-		v->kind = VEC_NOTIFY;
-		v->notify_n = atoi(base + 7);
-	} else
-		v->kind = VEC_OTHER;
+	v->kind = VEC_OTHER;
+	for (k = 0; k < VEC_OTHER; k++) {
+		plen = strlen(vec_prefix[k]);
+		if (plen > best && strncmp(base, vec_prefix[k], plen) == 0) {
+			v->kind = (enum vec_kind)k;
+			best = plen;
+		}
+	}
+	if (v->kind == VEC_NOTIFY)
+		v->notify_n = atoi(base + best);
 }
 
 /* Loads every vector into <vs> (<max> rows). Returns how many; fails the
- * test when there are none, so a wrong SHARED_DIR cannot pass silently. */
+ * test unless every kind the README lists is there for both HAProxy
+ * versions (3.2 closed without a DISCONNECT), so a missing or partial copy
+ * of tests/vectors cannot pass silently. */
 static size_t vec_load_all(struct vec *vs, size_t max)
 {
 	static char paths[64][HARNESS_PATH_MAX];
 	char dir[HARNESS_PATH_MAX];
+	unsigned seen[2][VEC_KIND_COUNT] = { { 0 } };
 	size_t n, i;
 	long len;
+	int k, v26;
 
-	snprintf(dir, sizeof(dir), "%s/vectors", harness_shared_dir());
+	snprintf(dir, sizeof(dir), "%s", harness_vectors_dir());
 	n = harness_find_files(dir, ".hex", paths, 64);
 	if (n == 0)
-		fail_msg("no *.hex under %s (set SHARED_DIR)", dir);
+		fail_msg("no *.hex under %s (run from the repo root, or set "
+		         "VECTORS_DIR)", dir);
 	assert_true(n <= max);
 	for (i = 0; i < n; i++) {
 		vs[i].path = paths[i];
@@ -486,6 +503,18 @@ static size_t vec_load_all(struct vec *vs, size_t max)
 			fail_msg("%s: not a hex frame", paths[i]);
 		vs[i].len = (size_t)len;
 		assert_int_equal(be32(vs[i].bytes) + 4, vs[i].len);
+		seen[vs[i].v26][vs[i].kind]++;
+	}
+	for (v26 = 0; v26 < 2; v26++) {
+		for (k = VEC_HELLO; k < VEC_OTHER; k++) {
+			if (seen[v26][k] > 0 || (!v26 && k == VEC_DISCONNECT))
+				continue;
+			fail_msg("%s: no %s/%s*.hex (a partial copy?)", dir,
+			         v26 ? "haproxy-2.6" : "haproxy-3.2", vec_prefix[k]);
+		}
+		if (seen[v26][VEC_NOTIFY] < 3)
+			fail_msg("%s: %u notify vectors for %s, want 3", dir,
+			         seen[v26][VEC_NOTIFY], v26 ? "2.6" : "3.2");
 	}
 	return n;
 }
@@ -1081,6 +1110,31 @@ static void test_hello_variants(void **state)
 	assert_false(h.healthcheck);
 }
 
+/* Restarts <t> with a NOTIFY of three messages, one without args, of
+ * various types, with big ids (test_notify_iterators walks it, the NOTIFY
+ * builder must write it). Returns its size. */
+static size_t tb_three_messages(struct tb *t)
+{
+	tb_begin(t, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN, 264432, UINT32_MAX);
+	tb_str(t, "ratelimit");
+	tb_byte(t, 3);
+	tb_kv_str(t, "policy", "reads");
+	tb_str(t, "key");
+	tb_byte(t, SPOP_T_BIN);
+	tb_str(t, "ACC-9");
+	tb_kv_int(t, "cost", SPOP_T_UINT32, 5);
+	tb_str(t, "empty");
+	tb_byte(t, 0);
+	tb_str(t, "");
+	tb_byte(t, 2);
+	tb_str(t, "src");
+	tb_byte(t, SPOP_T_IPV4);
+	tb_bytes(t, "\x7f\0\0\x01", 4);
+	tb_str(t, "");
+	tb_byte(t, 0x11);
+	return tb_end(t);
+}
+
 /* Empty NOTIFY, and several messages of every shape, walked fully. */
 static void test_notify_iterators(void **state)
 {
@@ -1110,24 +1164,7 @@ static void test_notify_iterators(void **state)
 	assert_int_equal(spop_next_message(&mi, &m), 0);
 
 	/* Three messages, one without args, various types; big ids. */
-	tb_begin(&t, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN, 264432, UINT32_MAX);
-	tb_str(&t, "ratelimit");
-	tb_byte(&t, 3);
-	tb_kv_str(&t, "policy", "reads");
-	tb_str(&t, "key");
-	tb_byte(&t, SPOP_T_BIN);
-	tb_str(&t, "ACC-9");
-	tb_kv_int(&t, "cost", SPOP_T_UINT32, 5);
-	tb_str(&t, "empty");
-	tb_byte(&t, 0);
-	tb_str(&t, "");
-	tb_byte(&t, 2);
-	tb_str(&t, "src");
-	tb_byte(&t, SPOP_T_IPV4);
-	tb_bytes(&t, "\x7f\0\0\x01", 4);
-	tb_str(&t, "");
-	tb_byte(&t, 0x11);
-	n = tb_end(&t);
+	n = tb_three_messages(&t);
 	assert_int_equal(decode_guarded(&b, t.b, n, MAX_FRAME, &f, &st), (int)n);
 	assert_true(f.hdr.stream_id == 264432 && f.hdr.frame_id == UINT32_MAX);
 	spop_iter_messages(&f.u.notify, &mi);
@@ -1169,10 +1206,12 @@ static void test_notify_iterators(void **state)
 	harness_buf_free(&b);
 }
 
-/* Types we do not know: header decoded, success, payload untouched. */
+/* Types we do not know: header decoded, success, payload untouched. (The
+ * agent's types, 101-103, are decoded like HAProxy's: see
+ * test_decode_agent_frames.) */
 static void test_unknown_frame_types(void **state)
 {
-	static const unsigned types[] = { 0, 4, 42, 101, 103, 200, 255 };
+	static const unsigned types[] = { 0, 4, 42, 100, 104, 200, 255 };
 	struct harness_buf b;
 	struct spop_frame f;
 	enum spop_status st;
@@ -1296,7 +1335,7 @@ static void test_encode_agent_disconnect(void **state)
 /* Writes ACK_ALLOW into <dst> (<cap> bytes). Returns spop_ack_end(). */
 static int build_ack(unsigned char *dst, size_t cap)
 {
-	struct spop_ack a;
+	struct spop_writer a;
 
 	spop_ack_begin(&a, dst, cap, 0, 1);
 	spop_ack_set_str(&a, SPOP_SCOPE_TXN, "status", "allow", 5);
@@ -1313,7 +1352,7 @@ static void test_encode_ack(void **state)
 {
 	unsigned char out[256];
 	struct harness_buf b;
-	struct spop_ack a;
+	struct spop_writer a;
 	size_t cap;
 	int n;
 
@@ -1426,6 +1465,331 @@ static void test_agent_hello_roundtrip(void **state)
 	harness_buf_free(&b);
 }
 
+/* ------------------------------------------------------------------ */
+/* HAProxy's side: encoders against HAProxy's bytes, decoders of the    */
+/* agent's frames                                                      */
+/* ------------------------------------------------------------------ */
+
+/* Writes into <dst>: vector <v> encoded again from its decoded fields
+ * <f> by the HAProxy-side encoders, at most <cap> bytes. Returns the
+ * encoder's result. */
+static int vec_encode(const struct vec *v, const struct spop_frame *f,
+                      unsigned char *dst, size_t cap)
+{
+	char key[16], engine[64];
+	struct spop_data policy = { .type = SPOP_T_STR, .v.s = { "transfer", 8 } };
+	struct spop_data k = { .type = SPOP_T_NULL };
+	struct spop_data cost = { .type = SPOP_T_INT64, .v.i = 1 };
+	struct spop_writer w;
+
+	switch (v->kind) {
+	case VEC_HELLO:
+		assert_true(f->u.hello.engine_id.len < sizeof(engine));
+		memcpy(engine, f->u.hello.engine_id.ptr, f->u.hello.engine_id.len);
+		engine[f->u.hello.engine_id.len] = '\0';
+		return spop_encode_haproxy_hello(dst, cap, 16380, "pipelining",
+		                                 false, engine);
+	case VEC_HEALTHCHECK:
+		return spop_encode_haproxy_hello(dst, cap, 16380, "", true, NULL);
+	case VEC_DISCONNECT:
+		return spop_encode_haproxy_disconnect(dst, cap, SPOP_ST_NORMAL,
+		                                      "normal");
+	case VEC_NOTIFY:
+		if (v->notify_n != 3) {
+			snprintf(key, sizeof(key), "ACC-100%d", v->notify_n);
+			k.type = SPOP_T_STR;
+			k.v.s.ptr = key;
+			k.v.s.len = strlen(key);
+		}
+		spop_notify_begin(&w, dst, cap, f->hdr.stream_id, f->hdr.frame_id);
+		spop_notify_message(&w, "ratelimit", 3);
+		spop_notify_arg(&w, "policy", &policy);
+		spop_notify_arg(&w, "key", &k);
+		spop_notify_arg(&w, "cost", &cost);
+		return spop_notify_end(&w);
+	default:
+		fail_msg("%s: no encoder", v->path);
+		return -1;
+	}
+}
+
+/* Every captured frame, encoded again by the HAProxy-side encoders: the
+ * same bytes, refused at every smaller cap without writing past it. */
+static void test_encode_haproxy_vectors(void **state)
+{
+	static struct vec vs[64];
+	unsigned char out[1024];
+	struct harness_buf b, g;
+	struct spop_frame f;
+	enum spop_status st;
+	size_t n, i, cap;
+	int r;
+
+	(void)state;
+	n = vec_load_all(vs, 64);
+	assert_int_equal(harness_buf_init(&g, sizeof(out)), 0);
+	for (i = 0; i < n; i++) {
+		r = decode_guarded(&b, vs[i].bytes, vs[i].len, MAX_FRAME, &f, &st);
+		assert_int_equal(r, (int)vs[i].len);
+		r = vec_encode(&vs[i], &f, out, sizeof(out));
+		if (r != (int)vs[i].len || memcmp(out, vs[i].bytes, vs[i].len) != 0)
+			fail_msg("%s: encoded again, %d bytes differ", vs[i].path, r);
+		for (cap = 0; cap < vs[i].len; cap++)
+			if (vec_encode(&vs[i], &f, harness_buf_place(&g, NULL, cap),
+			               cap) != -1)
+				fail_msg("%s: encoded into %zu bytes", vs[i].path, cap);
+		r = vec_encode(&vs[i], &f, harness_buf_place(&g, NULL, vs[i].len),
+		               vs[i].len);
+		assert_int_equal(r, (int)vs[i].len);
+		assert_memory_equal(g.guard - vs[i].len, vs[i].bytes, vs[i].len);
+		harness_buf_free(&b);
+	}
+	harness_buf_free(&g);
+}
+
+/* Every data type encoded, then decoded back to the same value; the
+ * exact bytes of a few; every smaller cap refused. */
+static void test_encode_data(void **state)
+{
+	static const struct {
+		struct spop_data d;
+		const char *hex;
+	} cases[] = {
+		{ { .type = SPOP_T_NULL }, "00" },
+		{ { .type = SPOP_T_BOOL, .v.b = true }, "11" },
+		{ { .type = SPOP_T_BOOL, .v.b = false }, "01" },
+		{ { .type = SPOP_T_INT32, .v.i = -1 }, "02 ff f0 fe fe fe fe fe fe fe 0e" },
+		{ { .type = SPOP_T_INT64, .v.i = 1 }, "04 01" },
+		{ { .type = SPOP_T_INT64, .v.i = INT64_MIN }, "04 f0 f1 fe fe fe fe fe fe fe 06" },
+		{ { .type = SPOP_T_UINT32, .v.u = 16380 }, "03 fc f0 06" },
+		{ { .type = SPOP_T_UINT64, .v.u = UINT64_MAX }, "05 ff f0 fe fe fe fe fe fe fe 0e" },
+		{ { .type = SPOP_T_IPV4, .v.ip = { 10, 0, 0, 1 } }, "06 0a 00 00 01" },
+		{ { .type = SPOP_T_IPV6, .v.ip = { 0x20, 0x01, 0x0d, 0xb8, [15] = 1 } },
+		  "07 20 01 0d b8 00 00 00 00 00 00 00 00 00 00 00 01" },
+		{ { .type = SPOP_T_STR, .v.s = { "ACC-1001", 8 } }, "08 08 41 43 43 2d 31 30 30 31" },
+		{ { .type = SPOP_T_STR, .v.s = { NULL, 0 } }, "08 00" },
+		{ { .type = SPOP_T_BIN, .v.s = { "\0\xff", 2 } }, "09 02 00 ff" },
+	};
+	unsigned char out[64];
+	struct harness_buf b;
+	struct spop_data d, bad = { .type = SPOP_T_COUNT };
+	size_t i, cap;
+	int n;
+
+	(void)state;
+	assert_int_equal(harness_buf_init(&b, sizeof(out)), 0);
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		n = spop_encode_data(out, sizeof(out), &cases[i].d);
+		expect_bytes(out, n, cases[i].hex);
+		assert_int_equal(spop_decode_data(out, (size_t)n, &d), n);
+		assert_int_equal(d.type, cases[i].d.type);
+		switch (d.type) {
+		case SPOP_T_BOOL:
+			assert_true(d.v.b == cases[i].d.v.b);
+			break;
+		case SPOP_T_INT32:
+		case SPOP_T_INT64:
+			assert_true(d.v.i == cases[i].d.v.i);
+			break;
+		case SPOP_T_UINT32:
+		case SPOP_T_UINT64:
+			assert_true(d.v.u == cases[i].d.v.u);
+			break;
+		case SPOP_T_IPV4:
+		case SPOP_T_IPV6:
+			assert_memory_equal(d.v.ip, cases[i].d.v.ip,
+			                    d.type == SPOP_T_IPV4 ? 4 : 16);
+			break;
+		case SPOP_T_STR:
+		case SPOP_T_BIN:
+			assert_int_equal(d.v.s.len, cases[i].d.v.s.len);
+			if (d.v.s.len > 0)
+				assert_memory_equal(d.v.s.ptr, cases[i].d.v.s.ptr, d.v.s.len);
+			break;
+		default:
+			break;
+		}
+		for (cap = 0; cap < (size_t)n; cap++)
+			assert_int_equal(spop_encode_data(harness_buf_place(&b, NULL, cap),
+			                                  cap, &cases[i].d), -1);
+	}
+	harness_buf_free(&b);
+	assert_int_equal(spop_encode_data(out, sizeof(out), &bad), -1);
+	assert_int_equal(spop_encode_data(NULL, 0, &cases[0].d), -1);
+}
+
+/* The NOTIFY builder: the bytes of the test's own builder for several
+ * messages (which test_notify_iterators walks), decoded back whole and
+ * byte by byte, refused at every smaller cap; bad arguments and overflow
+ * fail the frame. */
+static int build_three_messages(unsigned char *dst, size_t cap)
+{
+	struct spop_data policy = { .type = SPOP_T_STR, .v.s = { "reads", 5 } };
+	struct spop_data key = { .type = SPOP_T_BIN, .v.s = { "ACC-9", 5 } };
+	struct spop_data cost = { .type = SPOP_T_UINT32, .v.u = 5 };
+	struct spop_data v4 = { .type = SPOP_T_IPV4, .v.ip = { 127, 0, 0, 1 } };
+	struct spop_data yes = { .type = SPOP_T_BOOL, .v.b = true };
+	struct spop_writer w;
+
+	spop_notify_begin(&w, dst, cap, 264432, UINT32_MAX);
+	spop_notify_message(&w, "ratelimit", 3);
+	spop_notify_arg(&w, "policy", &policy);
+	spop_notify_arg(&w, "key", &key);
+	spop_notify_arg(&w, "cost", &cost);
+	spop_notify_message(&w, "empty", 0);
+	spop_notify_message(&w, "", 2);
+	spop_notify_arg(&w, "src", &v4);
+	spop_notify_arg(&w, "", &yes);
+	return spop_notify_end(&w);
+}
+
+static void test_encode_notify(void **state)
+{
+	struct spop_data cost = { .type = SPOP_T_COUNT };
+	unsigned char out[256];
+	struct harness_buf b;
+	struct frame_ctx ctx;
+	struct spop_writer w;
+	struct tb t;
+	size_t n, cap;
+	int r;
+
+	(void)state;
+	n = tb_three_messages(&t);
+	r = build_three_messages(out, sizeof(out));
+	assert_int_equal(r, (int)n);
+	assert_memory_equal(out, t.b, n);
+	ctx.max = MAX_FRAME;
+	assert_int_equal(harness_feed_bytes(out, n, frame_cb, &ctx), (int)n);
+	assert_int_equal(ctx.f.hdr.type, SPOP_FRAME_NOTIFY);
+	assert_int_equal(harness_buf_init(&b, sizeof(out)), 0);
+	for (cap = 0; cap < n; cap++)
+		assert_int_equal(build_three_messages(harness_buf_place(&b, NULL, cap),
+		                                      cap), -1);
+	harness_buf_free(&b);
+
+	/* An empty NOTIFY is a header only. */
+	spop_notify_begin(&w, out, sizeof(out), 1, 1);
+	expect_bytes(out, spop_notify_end(&w), "00 00 00 07 03 00 00 00 01 01 01");
+
+	/* More than 255 args, a NULL name, an unknown type: the frame fails. */
+	spop_notify_begin(&w, out, sizeof(out), 1, 1);
+	spop_notify_message(&w, "m", 256);
+	assert_int_equal(spop_notify_end(&w), -1);
+	spop_notify_begin(&w, out, sizeof(out), 1, 1);
+	spop_notify_message(&w, NULL, 0);
+	assert_int_equal(spop_notify_end(&w), -1);
+	spop_notify_begin(&w, out, sizeof(out), 1, 1);
+	spop_notify_message(&w, "m", 1);
+	spop_notify_arg(&w, NULL, &cost);
+	assert_int_equal(spop_notify_end(&w), -1);
+	spop_notify_begin(&w, out, sizeof(out), 1, 1);
+	spop_notify_message(&w, "m", 1);
+	spop_notify_arg(&w, "c", &cost);
+	assert_int_equal(spop_notify_end(&w), -1);
+	/* Overflow latches. */
+	spop_notify_begin(&w, out, 12, 1, 1);
+	spop_notify_message(&w, "ratelimit", 0);
+	spop_notify_message(&w, "", 0);
+	assert_int_equal(spop_notify_end(&w), -1);
+}
+
+/* The agent's frames through the same decoder: AGENT-HELLO fields, an
+ * ACK's actions walked, and malformed ones refused at every cut. */
+static void test_decode_agent_frames(void **state)
+{
+	static const struct {
+		const char *what;
+		const char *hex;
+	} bad[] = {
+		{ "unknown action type", "0000000a 67 00000001 01 01 03 03 02 00" },
+		{ "set-var with 2 args", "0000000a 67 00000001 01 01 01 02 02 00" },
+		{ "unset-var with 3 args", "0000000b 67 00000001 01 01 02 03 02 00 00" },
+		{ "scope 5", "0000000a 67 00000001 01 01 02 02 05 00" },
+		{ "set-var without value", "0000000b 67 00000001 01 01 01 03 02 01 78" },
+		{ "action head cut", "00000009 67 00000001 01 01 01 03" },
+		{ "AGENT-HELLO with stream-id 1", "00000007 65 00000001 01 00" },
+		{ "AGENT-HELLO name past the end", "00000009 65 00000001 00 00 05 61" },
+	};
+	unsigned char out[256], cut[256], in[64];
+	struct harness_buf b;
+	struct spop_frame f;
+	struct spop_action a;
+	struct spop_iter it;
+	struct frame_ctx ctx;
+	enum spop_status st;
+	size_t i, k, n;
+	int r, rc, nact = 0;
+
+	(void)state;
+	r = spop_encode_agent_hello(out, sizeof(out), 4096, true);
+	assert_int_equal(decode_guarded(&b, out, (size_t)r, MAX_FRAME, &f, &st), r);
+	assert_int_equal(f.hdr.type, SPOP_FRAME_AGENT_HELLO);
+	assert_true(f.u.hello.has_versions && f.u.hello.version_ok &&
+	            str_is(f.u.hello.versions, "2.0"));
+	assert_true(f.u.hello.has_max_frame_size && f.u.hello.max_frame_size == 4096);
+	assert_true(f.u.hello.has_capabilities && f.u.hello.cap_pipelining);
+	assert_false(f.u.hello.healthcheck);
+	harness_buf_free(&b);
+	/* An agent's "supported-versions" is not its "version". */
+	r = spop_encode_haproxy_hello(out, sizeof(out), 4096, "", false, NULL);
+	out[4] = SPOP_FRAME_AGENT_HELLO;
+	assert_int_equal(decode_guarded(&b, out, (size_t)r, MAX_FRAME, &f, &st), r);
+	assert_false(f.u.hello.has_versions);
+	harness_buf_free(&b);
+
+	r = build_ack(out, sizeof(out));
+	assert_int_equal(decode_guarded(&b, out, (size_t)r, MAX_FRAME, &f, &st), r);
+	assert_int_equal(f.hdr.type, SPOP_FRAME_ACK);
+	assert_true(f.hdr.stream_id == 0 && f.hdr.frame_id == 1);
+	spop_iter_actions(&f.u.ack, &it);
+	while (spop_next_action(&it, &a) == 1) {
+		nact++;
+		if (nact == 1)
+			assert_true(a.type == SPOP_ACT_SET_VAR && a.scope == SPOP_SCOPE_TXN &&
+			            str_is(a.name, "status") && a.value.type == SPOP_T_STR &&
+			            str_is(a.value.v.s, "allow"));
+		else if (nact == 5)
+			assert_true(a.type == SPOP_ACT_UNSET_VAR &&
+			            str_is(a.name, "reason") && a.value.type == SPOP_T_NULL);
+		else if (nact == 6)
+			assert_true(a.scope == SPOP_SCOPE_PROC && a.value.type == SPOP_T_INT64 &&
+			            a.value.v.i == -1);
+	}
+	assert_int_equal(nact, 6);
+	assert_int_equal(spop_next_action(&it, &a), 0);
+	/* Byte by byte: need more until the end. */
+	ctx.max = MAX_FRAME;
+	assert_int_equal(harness_feed_bytes(out, (size_t)r, frame_cb, &ctx), r);
+	/* Its length cut to each size of the content: valid only between
+	 * actions, malformed anywhere else. */
+	for (k = 0; k < (size_t)r - 4; k++) {
+		memcpy(cut, out, (size_t)r);
+		cut[0] = (unsigned char)(k >> 24);
+		cut[1] = (unsigned char)(k >> 16);
+		cut[2] = (unsigned char)(k >> 8);
+		cut[3] = (unsigned char)k;
+		st = SPOP_ST_NORMAL;
+		n = 4 + k;
+		rc = decode_once(cut, n, MAX_FRAME, &st);
+		if (rc != (int)n && (rc != -1 || st != SPOP_ST_INVALID))
+			fail_msg("ACK cut at %zu: got %d status %d", k, rc, st);
+	}
+	harness_buf_free(&b);
+	/* A zeroed ACK walks as empty. */
+	memset(&f, 0, sizeof(f));
+	spop_iter_actions(&f.u.ack, &it);
+	assert_int_equal(spop_next_action(&it, &a), 0);
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		n = hex(bad[i].hex, in, sizeof(in));
+		st = SPOP_ST_NORMAL;
+		r = decode_once(in, n, MAX_FRAME, &st);
+		if (r != -1 || st != SPOP_ST_INVALID)
+			fail_msg("%s: got %d status %d", bad[i].what, r, st);
+	}
+}
+
 /* Status texts and spop_str_eq. */
 static void test_misc(void **state)
 {
@@ -1468,6 +1832,10 @@ int main(void)
 		cmocka_unit_test(test_encode_agent_disconnect),
 		cmocka_unit_test(test_encode_ack),
 		cmocka_unit_test(test_agent_hello_roundtrip),
+		cmocka_unit_test(test_encode_haproxy_vectors),
+		cmocka_unit_test(test_encode_data),
+		cmocka_unit_test(test_encode_notify),
+		cmocka_unit_test(test_decode_agent_frames),
 		cmocka_unit_test(test_misc),
 	};
 

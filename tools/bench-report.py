@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""bench-report - `make bench`'s report, from the results file of a run.
+
+    tools/bench-report.py RESULTS.TSV OUT.md PLOT.svg TMPDIR
+
+Called by tools/bench.sh (BENCH_RENDER=FILE redoes only this step)."""
+# results.tsv -> the table on stdout, the generated section of
+# docs/benchmarks.md (between the bench:begin/end markers; text outside them
+# is kept) and the plot (gnuplot, tools/bench-plot.gp).
+import os, subprocess, sys
+
+tsv, out, plot, tmp = sys.argv[1:5]
+R = {}
+for line in open(tsv):
+    k, _, v = line.rstrip('\n').partition('\t')
+    R[k] = v.replace('\\n', '\n')
+
+def num(k):
+    try:
+        return float(R.get(k, ''))
+    except ValueError:
+        return None
+
+def n0(v):
+    return '-' if v is None else f'{v:,.0f}'
+
+def us(v):
+    return '-' if v is None else (f'{v:,.0f}' if v >= 100 else f'{v:.1f}')
+
+def ms(v):
+    return '-' if v is None else f'{v / 1000:.1f}'
+
+def rounds_of(a, b):
+    """Per-round ratios a_rI_rps / b_rI_rps (the two sides of round I ran
+    back to back)."""
+    out, i = [], 1
+    while f'{a}_r{i}_rps' in R or f'{b}_r{i}_rps' in R:
+        x, y = num(f'{a}_r{i}_rps'), num(f'{b}_r{i}_rps')
+        if x is not None and y:
+            out.append(x / y)
+        i += 1
+    return out
+
+def ratio(a, b):
+    """Median of the per-round ratios of runs <a> and <b> (key prefixes):
+    pairing rounds cancels the drift of a shared machine between rounds."""
+    rs = sorted(rounds_of(a, b))
+    if rs:
+        return rs[(len(rs) - 1) // 2] if len(rs) % 2 else (rs[len(rs) // 2 - 1] + rs[len(rs) // 2]) / 2
+    x, y = num(a + '_rps'), num(b + '_rps')
+    return None if x is None or not y else x / y
+
+def pct(r):
+    return '-' if r is None else f'{100 * r:.0f}%'
+
+def rtxt(a, b, what=''):
+    """'66% of X (62/66/70)': the paired median and every round."""
+    r = ratio(a, b)
+    rs = rounds_of(a, b)
+    s = pct(r) + (f' {what}' if what else '')
+    if len(rs) > 1:
+        s += ' (' + '/'.join(f'{100 * x:.0f}' for x in rs) + ')'
+    return s
+
+c1, c16, hot, mp = R.get('c_p1'), R.get('c_p16'), R.get('hot'), R.get('mixed_pct')
+rounds = R.get('rounds')
+
+# --- (a)/(b) ---------------------------------------------------------------
+ab = []     # run, in flight, rps, p50, p99, p999, ratio, rounds, notes
+def ab_row(run, inflight, k, rat='', notes=''):
+    ab.append((run, inflight, n0(num(k + '_rps')), us(num(k + '_p50')), us(num(k + '_p99')),
+               us(num(k + '_p999')), rat, R.get(k + '_rounds', '-'), notes))
+def dec(k):
+    if k + '_allow' not in R:
+        return ''
+    s = f"allow {R[k + '_allow']}, deny {R[k + '_deny']}, error {R[k + '_error']}"
+    if k + '_cache' in R:
+        s += f"; {R[k + '_cache']} from the deny cache"
+    return s
+r_b1, r_b16 = ratio('sb_p1', 'rb_p1'), ratio('sb_p16', 'rb_p16')
+ab_row(f'(a) redis-benchmark EVALSHA, {c1} conns x pipeline 1', c1, 'rb_p1')
+ab_row(f'(b) spoa-bench {c1} conns x depth 1 -> agent -> Redis', c1, 'sb_p1',
+       rtxt('sb_p1', 'rb_p1', 'of (a)'), dec('sb_p1'))
+ab_row(f'(a) redis-benchmark EVALSHA, {c16} conns x pipeline 16', str(int(c16) * 16), 'rb_p16')
+ab_row(f'(b) spoa-bench {c16} conns x depth 16 -> agent -> Redis', str(int(c16) * 16), 'sb_p16',
+       rtxt('sb_p16', 'rb_p16', 'of (a)'), dec('sb_p16'))
+ab_row(f'(b) mixed: {mp}% of requests on {hot} accounts', str(int(c16) * 16), 'sb_mixed',
+       rtxt('sb_mixed', 'sb_p16', 'of uniform'), dec('sb_mixed'))
+ab_row(f'(b) abuse: every request on {hot} accounts', str(int(c16) * 16), 'sb_abuse',
+       rtxt('sb_abuse', 'sb_p16', 'of uniform'), dec('sb_abuse'))
+if 'sb_abuse_nocache_rps' in R:
+    ab_row('(b) abuse, deny cache off', str(int(c16) * 16), 'sb_abuse_nocache',
+           rtxt('sb_abuse_nocache', 'sb_p16', 'of uniform'), dec('sb_abuse_nocache'))
+
+# --- (c) ---------------------------------------------------------------------
+cc = []     # scenario, alone rps, e2e rps, ratio, alone p50/p99, e2e p50/p99, statuses, rounds
+def st(k):
+    if k + '_201' not in R:
+        return '-'
+    s = ' '.join(f'{c}: {R.get(k + "_" + c) or 0}' for c in ('201', '429', '503', '401'))
+    if R.get(k + '_other') not in (None, '', '0'):
+        s += f" other: {R[k + '_other']}"
+    if k + '_cache' in R:
+        s += f"; deny cache answers: {R[k + '_cache']}"
+    return s
+def c_row(label, alone, full):
+    a, f = f'wrk_{alone}', f'wrk_{full}'
+    cc.append((label, n0(num(a + '_rps')), n0(num(f + '_rps')),
+               rtxt(f, a),
+               f"{ms(num(a + '_p50'))} / {ms(num(a + '_p99'))}",
+               f"{ms(num(f + '_p50'))} / {ms(num(f + '_p99'))}", st(f),
+               f"{R.get(a + '_rounds', '-')} vs {R.get(f + '_rounds', '-')}"))
+c_row(f"uniform: {R.get('accounts')} accounts, all allowed", 'alone_uniform', 'full_uniform')
+c_row(f'mixed: {mp}% of requests on {hot} accounts over their limit', 'alone_mixed', 'full_mixed')
+c_row(f'abuse: every request from {hot} accounts over their limit', 'alone_abuse', 'full_abuse')
+for scen in ('mixed', 'abuse'):
+    if f'wrk_full_{scen}_nocache_rps' in R:
+        c_row(f'{scen}, deny cache off', f'alone_{scen}_nc', f'full_{scen}_nocache')
+
+# --- targets -------------------------------------------------------------------
+def verdict(ok):
+    return '-' if ok is None else ('met' if ok else 'MISSED')
+def margin(r, floor):
+    return '' if r is None else f'{100 * (r - floor):+.0f} pts'
+
+r_uni = ratio('wrk_full_uniform', 'wrk_alone_uniform')
+r_mix = ratio('wrk_full_mixed', 'wrk_full_uniform')
+r_abu = ratio('wrk_full_abuse', 'wrk_alone_abuse')
+rss = num('rss_idle_kb')
+mc_u, mc_a = num('mc_uniform_agent'), num('mc_abuse_agent')
+mc_hu, mc_ha = num('mc_uniform_hiredis'), num('mc_abuse_hiredis')
+agent_ok = None if r_b1 is None or r_b16 is None else (r_b1 >= 0.9 and r_b16 >= 0.9)
+r_bmin = None if r_b1 is None or r_b16 is None else min(r_b1, r_b16)
+targets = [
+    ('agent path (b) >= 90% of the Redis ceiling (a) at equal concurrency',
+     f"{rtxt('sb_p1', 'rb_p1')} at {c1} in flight, {rtxt('sb_p16', 'rb_p16')} at {int(c16) * 16} in flight",
+     verdict(agent_ok), margin(r_bmin, 0.9)),
+    ('end-to-end uniform >= 45% of HAProxy alone', rtxt('wrk_full_uniform', 'wrk_alone_uniform'),
+     verdict(None if r_uni is None else r_uni >= 0.45), margin(r_uni, 0.45)),
+    ('end-to-end mixed >= end-to-end uniform', 'mixed = ' + rtxt('wrk_full_mixed', 'wrk_full_uniform', 'of uniform'),
+     verdict(None if r_mix is None else r_mix >= 1.0), margin(r_mix, 1.0)),
+    ('end-to-end abuse >= 70% of HAProxy alone', rtxt('wrk_full_abuse', 'wrk_alone_abuse'),
+     verdict(None if r_abu is None else r_abu >= 0.70), margin(r_abu, 0.7)),
+    ('agent RSS <= 16 MB with 1,000 idle HAProxy connections',
+     '-' if rss is None else f"{rss / 1024:.1f} MB ({num('rss_start_kb') / 1024:.1f} MB at start)",
+     verdict(None if rss is None else rss <= 16 * 1024),
+     '' if rss is None else f'{16 - rss / 1024:+.1f} MB'),
+    ('no malloc per request on the hot path (agent code)',
+     '-' if mc_u is None else f'{mc_u:.3f} per decision via Redis, {mc_a:.3f} per cached deny '
+     f'(libhiredis: {mc_hu:.2f} and {mc_ha:.2f})',
+     verdict(None if mc_u is None else (mc_u < 0.01 and mc_a < 0.01)), ''),
+]
+
+# --- stdout ------------------------------------------------------------------
+def table(head, rows):
+    w = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+    print('  ' + '  '.join(f'{h:<{w[i]}}' for i, h in enumerate(head)).rstrip())
+    for r in rows:
+        print('  ' + '  '.join(f'{str(c):<{w[i]}}' for i, c in enumerate(r)).rstrip())
+print()
+print(f"ratelimit-spoa bench, {R.get('date')}, nproc {R.get('nproc')}, {R.get('cpu')}; "
+      f"median of {rounds} rounds, {R.get('secs')} s each")
+print()
+table(('(a)/(b)', 'in flight', 'calls/s', 'p50 us', 'p99 us', 'p99.9 us', 'ratio'),
+      [r[:7] for r in ab])
+print()
+table(('(c) wrk -> HAProxy', 'alone req/s', 'e2e req/s', 'ratio', 'alone p50/p99 ms', 'e2e p50/p99 ms'),
+      [r[:6] for r in cc])
+print()
+print(f"  (d) agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB "
+      f"with 1,000 idle connections")
+print()
+for t in targets:
+    print(f'  {t[2]:7} {t[0]}: {t[1]}' + (f' ({t[3]})' if t[3] else ''))
+if R.get('errors'):
+    print(f"\n  not clean: {R['errors']}")
+print()
+
+# --- plot --------------------------------------------------------------------
+plotted = ''
+if plot:
+    def dat(name, items):
+        lines = []
+        for label, key in items:
+            v = [num(key + s) for s in ('_rps', '_p50', '_p99')]
+            if v[0]:
+                lines.append(f'"{label}" {v[0]:.1f} {v[1] or 0:.1f} {v[2] or 0:.1f}')
+        with open(os.path.join(tmp, name), 'w') as f:
+            f.write('\n'.join(lines) + '\n')
+        return len(lines)
+    # labels on two lines: gnuplot turns \n in a quoted data string into a break
+    plot_rows = dat('plot-spop.dat', [('Redis\\nP1', 'rb_p1'), ('agent\\nd1', 'sb_p1'),
+                                      ('Redis\\nP16', 'rb_p16'), ('agent\\nd16', 'sb_p16'),
+                                      ('agent\\nmixed', 'sb_mixed'), ('agent\\nabuse', 'sb_abuse')])
+    plot_rows *= dat('plot-http.dat', [(f'{a}\\n{s}', f'wrk_{k}_{s}') for s in ('uniform', 'mixed', 'abuse')
+                                       for a, k in (('alone', 'alone'), ('e2e', 'full'))])
+    title = (f"ratelimit-spoa make bench, {R.get('date')}, nproc {R.get('nproc')}, "
+             f"median of {rounds} rounds")
+    cmd = ['gnuplot', '-e', f"spop='{tmp}/plot-spop.dat'; http='{tmp}/plot-http.dat'; "
+           f"outfile='{plot}'; plottitle='{title}'", 'tools/bench-plot.gp']
+    try:
+        if not plot_rows:
+            raise OSError('sections (a)/(b) or (c) were not run')
+        with open(os.path.join(tmp, 'gnuplot.log'), 'w') as log:
+            subprocess.run(cmd, check=True, stderr=log)
+        plotted = os.path.basename(plot)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f'  (no plot: {e}; see {tmp}/gnuplot.log)', file=sys.stderr)
+
+# --- docs/benchmarks.md ------------------------------------------------------------
+if not out:
+    sys.exit(0)
+def md(head, rows, align):
+    g = ['| ' + ' | '.join(head) + ' |', '|' + '|'.join(align) + '|']
+    g += ['| ' + ' | '.join(str(c) for c in r) + ' |' for r in rows]
+    return '\n'.join(g) + '\n'
+g = []
+g.append(f"Latest run: `make bench` on {R.get('date')}, commit `{R.get('commit')}`. "
+         f"Machine: `nproc` = {R.get('nproc')}, {R.get('cpu')}, Linux {R.get('kernel')}; "
+         f"HAProxy {R.get('haproxy')}, Redis {R.get('redis')}. Every process on loopback. "
+         f"Each figure is the median of {rounds} rounds of {R.get('secs')} s "
+         f"(the rounds column lists all of them, sorted); each ratio is the median of the "
+         f"per-round ratios (listed in brackets, in round order), the two sides of a round "
+         f"having run back to back.\n")
+g.append('### Targets\n')
+g.append(md(('target', 'measured', 'verdict', 'margin'), targets, ('---', '---', '---', '---:')))
+missed = [t for t in targets if t[2] == 'MISSED']
+unmeasured = sum(1 for t in targets if t[2] == '-')
+g.append(f"Command: `{R.get('command')}`. "
+         + (f"{len(missed)} target(s) missed: " + '; '.join(f'{t[0]} ({t[3] or t[1]})' for t in missed)
+            + '. See "What bounds each figure" below.' if missed else
+            'All targets measured in this run were met.')
+         + (f' {unmeasured} target(s) not measured in this run.' if unmeasured else '') + '\n')
+if plotted:
+    g.append(f'![throughput and latency]({plotted})\n')
+g.append('### (a) Redis ceiling and (b) the agent path\n')
+g.append(f"Policy `transfer {R.get('limit')}/1s`, keys uniform over {R.get('accounts')} accounts "
+         "(all allowed) unless noted. \"In flight\" = connections x pipeline depth.\n")
+g.append(md(('run', 'in flight', 'calls/s', 'p50 µs', 'p99 µs', 'p99.9 µs', 'ratio', 'rounds', 'decisions'),
+            ab, ('---', '---:', '---:', '---:', '---:', '---:', '---', '---', '---')))
+g.append(f"### (c) End to end: wrk -> HAProxy\n")
+g.append(f"wrk {R.get('wrk_threads')} threads x {R.get('wrk_conns')} connections, `POST /transfers` "
+         "with one pre-minted RS256 token per account. *Alone*: the edge config without the SPOE "
+         "filter (same JWT checks, routes and headers); *e2e*: `haproxy/haproxy.cfg` + agent + Redis. "
+         "Both forward allowed requests to the demo backend.\n")
+g.append(md(('scenario', 'alone req/s', 'e2e req/s', 'e2e / alone', 'alone p50 / p99 ms',
+             'e2e p50 / p99 ms', 'e2e statuses', 'rounds (alone vs e2e)'),
+            cc, ('---', '---:', '---:', '---:', '---:', '---:', '---', '---')))
+g.append('### (d) Memory\n')
+g.append(f"Agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB with "
+         f"1,000 idle SPOP connections (the agent's own gauge: {R.get('idle_conns', '-')} open). "
+         f"Peak RSS of the agent that served (b) and (c): {R.get('agent_hwm_kb', '-')} kB.\n")
+if mc_u is not None:
+    g.append('Allocation calls (malloc + calloc + realloc) per decision, by the object that made '
+             'the call, after a warm-up:\n')
+    g.append(md(('decisions', 'agent code', 'libhiredis', 'libev', 'other (libc, ...)'),
+                [(label, R.get(f'mc_{k}_agent'), R.get(f'mc_{k}_hiredis'), R.get(f'mc_{k}_libev'),
+                  R.get(f'mc_{k}_other'))
+                 for k, label in (('uniform', 'via Redis (uniform keys)'),
+                                  ('abuse', 'abuse (deny cache answers)'))],
+                ('---', '---:', '---:', '---:', '---:')))
+if R.get('profile'):
+    g.append('### (e) Where the agent spends its cycles\n')
+    g.append(f"`perf record` on the agent during `spoa-bench -c {c16} -d 16` (self time by object, "
+             "then by symbol for entries over 2%):\n")
+    g.append('```\n' + R['profile'].strip('\n') + '\n```\n')
+if R.get('errors'):
+    g.append(f"Runs that were not clean: {R['errors']}\n")
+gen = '\n'.join(g)
+
+begin, end = '<!-- bench:begin -->', '<!-- bench:end -->'
+try:
+    doc = open(out).read()
+except OSError:
+    doc = ''
+if begin in doc and end in doc:
+    head, _, rest = doc.partition(begin)
+    _, _, tail = rest.partition(end)
+else:
+    head = '# Benchmarks\n\n'
+    tail = '\n'
+with open(out, 'w') as f:
+    f.write(head + begin + '\n' + gen + end + tail)
+print(f'  wrote {out}' + (f' and {plot}' if plotted else ''), file=sys.stderr)
