@@ -1,5 +1,5 @@
 /*
- * http - GET /metrics, nothing else.
+ * http - GET on a fixed table of paths (/metrics, /healthz, /readyz), nothing else.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -37,7 +37,8 @@ struct http_server {
 	int fd;
 	char unix_path[108];
 	ev_io accept_w;
-	http_render_fn render;
+	const struct http_route *routes;    /* borrowed */
+	size_t nroutes;
 	void *arg;
 	struct http_client *clients;
 	unsigned nclients;
@@ -62,44 +63,70 @@ static void http_client_free(struct http_client *c)
 	free(c);
 }
 
+/* The route for the request line in <req> ("GET /path[?query] HTTP/1.x"),
+ * or NULL: a path outside the table. */
+static const struct http_route *http_find_route(const struct http_server *h, const char *req)
+{
+	const char *path = req + 4;
+	size_t len = strcspn(path, " ?\r\n"), i;
+
+	for (i = 0; i < h->nroutes; i++)
+		if (strlen(h->routes[i].path) == len && memcmp(h->routes[i].path, path, len) == 0)
+			return &h->routes[i];
+	return NULL;
+}
+
+static const char *http_status_line(int status)
+{
+	switch (status) {
+	case 200: return "200 OK";
+	case 404: return "404 Not Found";
+	case 405: return "405 Method Not Allowed";
+	case 503: return "503 Service Unavailable";
+	default:  return "500 Internal Server Error";
+	}
+}
+
 /* Build the whole response for the request in <c>. Returns 0 or -1. */
 static int http_client_respond(struct http_client *c)
 {
-	const char *status = "200 OK", *ctype = "text/plain; version=0.0.4; charset=utf-8";
+	const struct http_route *rt = NULL;
+	const char *ctype = "text/plain";
 	char *body = NULL, *p;
 	size_t cap = HTTP_BODY_INIT;
-	int n = -1, hl;
+	int n = -1, hl, status = 200;
 
-	if (strncmp(c->req, "GET ", 4) != 0) {
-		status = "405 Method Not Allowed";
-	} else if (strncmp(c->req + 4, "/metrics ", 9) != 0 &&
-	           strncmp(c->req + 4, "/metrics? ", 9) != 0) {
-		status = "404 Not Found";
-	} else {
+	if (strncmp(c->req, "GET ", 4) != 0)
+		status = 405;
+	else if (!(rt = http_find_route(c->srv, c->req)))
+		status = 404;
+	else {
 		for (;;) {
 			p = realloc(body, cap);
 			if (!p)
 				break;
 			body = p;
-			n = c->srv->render(c->srv->arg, body, cap);
+			status = 200;
+			n = rt->handler(c->srv->arg, body, cap, &status);
 			if (n >= 0 || cap >= HTTP_BODY_MAX)
 				break;
 			cap *= 2;
 		}
 		if (n < 0)
-			status = "500 Internal Server Error";
+			status = 500;
+		else
+			ctype = rt->content_type;
 	}
-	if (n < 0) {
+	if (n < 0)
 		n = 0;
-		ctype = "text/plain";
-	}
 	c->resp = malloc(256 + (size_t)n);
 	if (!c->resp) {
 		free(body);
 		return -1;
 	}
 	hl = snprintf(c->resp, 256, "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-	              "Connection: close\r\n\r\n", status, ctype, n);
+	              "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+	              http_status_line(status), ctype, n);
 	if (n)
 		memcpy(c->resp + hl, body, (size_t)n);
 	c->resp_len = (size_t)hl + (size_t)n;
@@ -179,7 +206,7 @@ static void http_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 }
 
 struct http_server *http_new(struct ev_loop *loop, const char *addr,
-                             http_render_fn render, void *arg,
+                             const struct http_route *routes, size_t nroutes, void *arg,
                              char *err, size_t errlen)
 {
 	struct http_server *h = calloc(1, sizeof(*h));
@@ -189,7 +216,8 @@ struct http_server *http_new(struct ev_loop *loop, const char *addr,
 		return NULL;
 	}
 	h->loop = loop;
-	h->render = render;
+	h->routes = routes;
+	h->nroutes = nroutes;
 	h->arg = arg;
 	h->fd = net_listen(addr, h->unix_path, sizeof(h->unix_path), err, errlen);
 	if (h->fd == -1) {

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,8 @@
 #endif
 
 #define MAIN_MAX_THREADS 64
+/* A worker whose loop has not turned for this long no longer serves SPOP. */
+#define MAIN_WORKER_SILENCE_US (10u * 1000000u)
 
 /* The Lua script, embedded at build time from lua/sliding_window.lua. */
 extern const char spoa_script[];
@@ -101,7 +104,8 @@ static const char main_usage[] =
 "                              limits of one account (e.g. a partner) in POLICY\n"
 "  log-level error|warn|info|debug     default info\n"
 "  metrics ADDR|off            Prometheus text on http://ADDR/metrics, e.g.\n"
-"                              127.0.0.1:9102; default off\n"
+"                              127.0.0.1:9102, and probes /healthz (serving)\n"
+"                              and /readyz (Redis up); default off\n"
 "  max-connections N           default 10000\n"
 "  max-inflight N              NOTIFYs in flight per connection, default 256\n"
 "  hello-timeout DURATION      a new connection must send its HELLO, default 10s\n"
@@ -246,17 +250,90 @@ static void main_on_term(struct ev_loop *loop, ev_signal *s, int revents)
 }
 
 /* Render every worker's counters and the main thread's (<arg> is the
- * main_state) into <dst>/<cap>; http_render_fn contract. Main thread. */
-static int main_render_metrics(void *arg, char *dst, size_t cap)
+ * main_state) into <dst>/<cap>; http_handler_fn contract. Main thread. */
+static int main_render_metrics(void *arg, char *dst, size_t cap, int *status)
 {
 	struct main_state *m = arg;
 	const struct metrics *ms[MAIN_MAX_THREADS + 1];
 	unsigned i;
 
+	(void)status;
 	for (i = 0; i < m->nworkers; i++)
 		ms[i] = worker_metrics(m->workers[i]);
 	ms[i] = &m->metrics;
 	return metrics_render(ms, m->nworkers + 1, &m->cfg, SPOA_VERSION, dst, cap);
+}
+
+/* <fmt> into <dst>/<cap> as an http_handler_fn body: length, or -1 when it
+ * does not fit. */
+__attribute__((format(printf, 3, 4)))
+static int main_http_text(char *dst, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(dst, cap, fmt, ap);
+	va_end(ap);
+	return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+/* GET /healthz (liveness): 200 while SPOP is served, i.e. the listener is
+ * open and every worker's loop turned lately; 503 with the reason else. */
+static int main_http_healthz(void *arg, char *dst, size_t cap, int *status)
+{
+	struct main_state *m = arg;
+	unsigned i, stuck = 0;
+
+	for (i = 0; i < m->nworkers; i++)
+		if (!worker_alive(m->workers[i], MAIN_WORKER_SILENCE_US))
+			stuck++;
+	if (m->stopping || m->listen_fd == -1) {
+		*status = 503;
+		return main_http_text(dst, cap, "not serving: draining\n");
+	}
+	if (stuck) {
+		*status = 503;
+		return main_http_text(dst, cap, "not serving: %u of %u workers stuck\n", stuck,
+		                      m->nworkers);
+	}
+	return main_http_text(dst, cap, "ok\n");
+}
+
+/* GET /readyz (readiness): 200 only while every worker has every Redis link
+ * it needs up with the script loaded; 503 with a one-line reason else. */
+static int main_http_readyz(void *arg, char *dst, size_t cap, int *status)
+{
+	struct main_state *m = arg;
+	unsigned i, down = 0;
+
+	if (m->stopping) {
+		*status = 503;
+		return main_http_text(dst, cap, "not ready: draining\n");
+	}
+	for (i = 0; i < m->nworkers; i++)
+		if (!worker_ready(m->workers[i]))
+			down++;
+	if (down) {
+		*status = 503;
+		return main_http_text(dst, cap, "not ready: redis link down or script not loaded "
+		                      "on %u of %u workers\n", down, m->nworkers);
+	}
+	return main_http_text(dst, cap, "ready\n");
+}
+
+static const struct http_route main_http_routes[] = {
+	{ "/metrics", "text/plain; version=0.0.4; charset=utf-8", main_render_metrics },
+	{ "/healthz", "text/plain; charset=utf-8", main_http_healthz },
+	{ "/readyz", "text/plain; charset=utf-8", main_http_readyz },
+};
+
+/* The metrics and health endpoint on <addr>; see http_new(). */
+static struct http_server *main_http_new(struct main_state *m, const char *addr,
+                                         char *err, size_t errlen)
+{
+	return http_new(m->loop, addr, main_http_routes,
+	                sizeof(main_http_routes) / sizeof(main_http_routes[0]), m, err, errlen);
 }
 
 /*
@@ -311,11 +388,11 @@ static void main_reload_metrics(struct main_state *m, struct config *next)
 		/* the old endpoint may hold the port the new one wants
 		 * ("localhost:9102" after "127.0.0.1:9102"): then close it and
 		 * try again, rather than close first and risk ending with none */
-		h = http_new(m->loop, next->metrics, main_render_metrics, m, err, sizeof(err));
+		h = main_http_new(m, next->metrics, err, sizeof(err));
 		if (!h && m->http) {
 			http_free(m->http);
 			m->http = NULL;
-			h = http_new(m->loop, next->metrics, main_render_metrics, m, err, sizeof(err));
+			h = main_http_new(m, next->metrics, err, sizeof(err));
 		}
 		if (!h) {
 			log_error("metrics_reload_failed", "error=\"%s\" action=\"metrics endpoint %s\"",
@@ -547,7 +624,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (m.cfg.metrics[0]) {
-		m.http = http_new(m.loop, m.cfg.metrics, main_render_metrics, &m, err, sizeof(err));
+		m.http = main_http_new(&m, m.cfg.metrics, err, sizeof(err));
 		if (!m.http) {
 			log_error("startup_failed", "error=\"%s\"", err);
 			goto out;

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "config.h"
 #include "spop.h"
@@ -71,6 +72,16 @@ static inline void metrics_sub(_Atomic uint64_t *c, uint64_t n)
 {
 	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) - n,
 	                      memory_order_relaxed);
+}
+
+/* Microseconds of CLOCK_MONOTONIC: durations that a wall-clock step cannot
+ * bend. */
+static inline uint64_t metrics_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
 /* Record one Redis call latency of <us> microseconds. */

@@ -22,6 +22,7 @@
 #define WORKER_PREPARE_MIN_S 3.0        /* a new Redis gets at least this to be set up */
 #define WORKER_PREPARE_MAX_S 30.0
 #define WORKER_PREPARE_POLL_S 0.02
+#define WORKER_BEAT_S 1.0               /* heartbeat period (/healthz) */
 
 /* The per-worker view of a generation: requests in flight hold it. */
 struct worker_cfg {
@@ -43,6 +44,8 @@ struct worker {
 	ev_async wake;                  /* mailbox has something */
 	ev_prepare flush;               /* write coalesced output once per iteration */
 	ev_timer grace;                 /* drain deadline */
+	ev_timer beat;                  /* proves the loop turns, for /healthz */
+	_Atomic int64_t beat_us;        /* monotonic, last turn of <beat> */
 
 	pthread_mutex_t lock;           /* guards the mailbox below */
 	int fdq[WORKER_FDQ_MAX];
@@ -488,6 +491,17 @@ static void worker_on_wake(struct ev_loop *loop, ev_async *a, int revents)
 	atomic_store(&w->nconns, w->env.nconns);
 }
 
+/* The heartbeat: the loop turned, so the worker still serves (read by
+ * worker_alive() from the main thread). */
+static void worker_on_beat(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = t->data;
+
+	(void)loop;
+	(void)revents;
+	atomic_store_explicit(&w->beat_us, metrics_now_us(), memory_order_relaxed);
+}
+
 static void worker_on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
 	struct worker *w = p->data;
@@ -547,6 +561,11 @@ struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
 	ev_prepare_init(&w->flush, worker_on_prepare);
 	w->flush.data = w;
 	ev_prepare_start(w->loop, &w->flush);
+	ev_timer_init(&w->beat, worker_on_beat, 0.0, WORKER_BEAT_S);
+	w->beat.data = w;
+	ev_timer_start(w->loop, &w->beat);
+	/* a worker that has not turned yet counts as alive from its creation */
+	atomic_init(&w->beat_us, metrics_now_us());
 	return w;
 fail:
 	if (wc)
@@ -699,4 +718,18 @@ const struct metrics *worker_metrics(const struct worker *w)
 unsigned worker_nconns(const struct worker *w)
 {
 	return atomic_load_explicit(&w->nconns, memory_order_relaxed);
+}
+
+bool worker_ready(const struct worker *w)
+{
+	/* the limiter's gauge: 1 while every link it needs is READY, which a
+	 * link only becomes once SCRIPT LOAD answered */
+	return atomic_load_explicit(&w->metrics.redis_connected, memory_order_relaxed) == 1;
+}
+
+bool worker_alive(const struct worker *w, uint64_t max_silence_us)
+{
+	int64_t last = atomic_load_explicit(&w->beat_us, memory_order_relaxed);
+
+	return (int64_t)metrics_now_us() - last <= (int64_t)max_silence_us;
 }

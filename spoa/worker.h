@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 
@@ -66,5 +67,10 @@ void worker_free(struct worker *w);
 const struct metrics *worker_metrics(const struct worker *w);
 /* Open connections right now (approximate, for limits). */
 unsigned worker_nconns(const struct worker *w);
+/* Any thread: every Redis link the worker needs is up with the script
+ * loaded (/readyz). */
+bool worker_ready(const struct worker *w);
+/* Any thread: the worker's loop turned within <max_silence_us> (/healthz). */
+bool worker_alive(const struct worker *w, uint64_t max_silence_us);
 
 #endif /* SPOA_WORKER_H */

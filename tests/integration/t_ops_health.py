@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Health endpoints on the metrics listener, against real processes:
+/healthz answers 200 while the agent serves SPOP, whatever Redis does;
+/readyz answers 503 with a one-line reason until every worker's Redis link
+is up with the script loaded, goes 503 when redis-server (ours, stopped by
+PID) goes away and 200 again once it is back; unknown paths are 404 and
+other methods 405, as for /metrics."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Harness, free_port, wait_port  # noqa: E402
+import ops_util as u  # noqa: E402
+import spop  # noqa: E402
+
+h = Harness()
+h.redis_port = free_port()      # Redis starts after the agent
+mport = free_port()
+h.start_agent("metrics 127.0.0.1:%d\nthreads 2\npolicy transfer 100/1m\n" % mport)
+h.check("metrics endpoint listens", wait_port(mport), h.log_tail())
+
+
+def get(path, method="GET"):
+    return u.fetch(mport, path, method=method)
+
+
+healthz_codes = []
+
+
+def probe(path):
+    """GET <path>, and /healthz alongside it: every /healthz answer is kept."""
+    st, _, _ = get("/healthz")
+    healthz_codes.append(st)
+    return get(path)
+
+
+def one_line(body):
+    return body.endswith("\n") and "\n" not in body[:-1]
+
+
+st, hd, body = probe("/readyz")
+h.eq("before Redis: /readyz 503", 503, st)
+h.check("before Redis: a one-line reason", one_line(body) and body.startswith("not ready: redis"), body)
+h.check("text/plain", hd.get("content-type", "").startswith("text/plain"), hd)
+st, _, body = get("/healthz")
+h.eq("before Redis: /healthz 200 (SPOP is served: it answers errors)", (200, "ok\n"), (st, body))
+
+h.start_redis()
+r = u.wait_for(lambda: probe("/readyz")[0] == 200, 20)
+h.check("Redis up, script loaded on both workers: /readyz 200", r, h.log_tail())
+st, _, body = get("/readyz?verbose=1")
+h.eq("/readyz ignores a query string", (200, "ready\n"), (st, body))
+c = spop.Conn().connect("127.0.0.1", h.agent_port)
+c.hello()
+h.eq("ready: a decision is allow", "allow", c.ratelimit("ACC-H1")["actions"]["status"])
+
+pid = h.redis.pid
+h.stop_redis()
+h.check("redis-server %d stopped" % pid, not wait_port(h.redis_port, 0.3))
+r = u.wait_for(lambda: probe("/readyz")[0] == 503, 20)
+h.check("Redis stopped: /readyz 503", r)
+st, _, body = get("/readyz")
+h.check("Redis stopped: the reason names the links, one line",
+        st == 503 and one_line(body) and "redis link down" in body and "of 2 workers" in body, body)
+d = c.ratelimit("ACC-H1")["actions"]
+h.eq("meanwhile SPOP is served: error redis-unavailable", ("error", "redis-unavailable"),
+     (d["status"], d.get("reason")))
+
+h.start_redis()
+r = u.wait_for(lambda: probe("/readyz")[0] == 200, 20)
+h.check("Redis back: /readyz 200 again", r, h.log_tail())
+h.eq("back: allow", "allow", c.ratelimit("ACC-H2")["actions"]["status"])
+c.close()
+h.check("/healthz answered 200 at every probe (%d probes)" % len(healthz_codes),
+        len(healthz_codes) > 3 and set(healthz_codes) == {200}, healthz_codes)
+
+st, hd, body = get("/metrics")
+h.check("/metrics still served beside them", st == 200 and "version=0.0.4" in hd.get("content-type", ""))
+h.eq("GET /health -> 404", 404, get("/health")[0])
+h.eq("GET /readyz/ -> 404", 404, get("/readyz/")[0])
+h.eq("POST /readyz -> 405", 405, get("/readyz", "POST")[0])
+h.eq("HEAD /healthz -> 405 (GET only)", 405, get("/healthz", "HEAD")[0])
+h.done()
