@@ -66,6 +66,7 @@ struct conn_req {
 	uint64_t frame_id;
 	unsigned pending;               /* decisions outstanding (+1 while issuing) */
 	const struct window_policy *policy; /* first message's, for metrics */
+	uint64_t read_us;               /* monotonic, when the NOTIFY was read */
 	struct window_decision acc;
 	struct conn_req *prev, *next;
 };
@@ -228,6 +229,18 @@ static void conn_req_unlink(struct conn *c, struct conn_req *r)
 	r->prev = r->next = NULL;
 }
 
+/* The decision histogram: <r> from its NOTIFY read to its ACK written (the
+ * ACK leaves in this loop iteration's flush), under the policy and status
+ * decisions_total counts it under. */
+static void conn_observe_decision(struct conn_env *env, const struct conn_req *r)
+{
+	const struct config *cfg = r->cfg->cfg;
+
+	if (env->metrics && r->policy && r->acc.status != WINDOW_STATUS_COUNT)
+		metrics_observe_decision(env->metrics, (size_t)(r->policy - cfg->policies), &r->acc,
+		                         metrics_now_us() - r->read_us);
+}
+
 /* Append the ACK for <r> (its merged decision as txn variables). */
 static void conn_send_ack(struct conn *c, const struct conn_req *r)
 {
@@ -268,6 +281,7 @@ static void conn_send_ack(struct conn *c, const struct conn_req *r)
 	}
 	c->out_len += (size_t)n;
 	conn_count_out(c, 3);
+	conn_observe_decision(c->env, r);
 	conn_want_flush(c);
 }
 
@@ -418,6 +432,7 @@ static void conn_handle_notify(struct conn *c, const struct spop_frame *f)
 	r->cfg->refs++;
 	r->stream_id = f->hdr.stream_id;
 	r->frame_id = f->hdr.frame_id;
+	r->read_us = metrics_now_us();
 	r->pending = 1;     /* held while issuing, so a synchronous answer cannot finish it early */
 	window_decision_init(&r->acc);
 	r->next = c->reqs;

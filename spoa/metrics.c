@@ -27,6 +27,22 @@ static const char *const lat_bounds_s[METRICS_LAT_BUCKETS] = {
 	"0.05", "0.1", "0.25", "0.5", "1", "2.5",
 };
 
+static const uint64_t dec_bounds_us[METRICS_DEC_BUCKETS] = {
+	25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
+	250000, 500000, 1000000,
+};
+
+static const char *const dec_bounds_s[METRICS_DEC_BUCKETS] = {
+	"0.000025", "0.00005", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005",
+	"0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1",
+};
+
+/* Status label of the decision histogram, by its index. */
+static const char *dec_status_str(unsigned s)
+{
+	return s == METRICS_DEC_SHADOW_DENY ? "shadow-deny" : window_status_str((enum window_status)s);
+}
+
 static const char *const redis_err_names[METRICS_REDIS_ERR_COUNT] = {
 	[METRICS_REDIS_ERR_TIMEOUT]  = "timeout",
 	[METRICS_REDIS_ERR_REFUSED]  = "refused",
@@ -66,16 +82,82 @@ static const char *const spop_status_names[SPOP_ST_COUNT] = {
 	[SPOP_ST_RES]                 = "resource-allocation",
 };
 
-/* Count one Redis call of <us> microseconds in <m> (this thread's block). */
-void metrics_observe_redis_latency(struct metrics *m, uint64_t us)
+/* The bucket of <us> among <n> upper bounds <bounds> (le is inclusive);
+ * <n> is the +Inf bucket. */
+static unsigned bucket_of(const uint64_t *bounds, unsigned n, uint64_t us)
 {
 	unsigned i = 0;
 
-	while (i < METRICS_LAT_BUCKETS && us > lat_bounds_us[i])
+	while (i < n && us > bounds[i])
 		i++;
-	metrics_add(&m->redis_latency[i], 1);
+	return i;
+}
+
+/* Count one Redis call of <us> microseconds in <m> (this thread's block). */
+void metrics_observe_redis_latency(struct metrics *m, uint64_t us)
+{
+	metrics_add(&m->redis_latency[bucket_of(lat_bounds_us, METRICS_LAT_BUCKETS, us)], 1);
 	metrics_add(&m->redis_latency_sum_us, us);
 	metrics_add(&m->redis_latency_count, 1);
+}
+
+/* Count one decision <d> of policy index <policy> taking <us> in <m>. */
+void metrics_observe_decision(struct metrics *m, size_t policy, const struct window_decision *d,
+                              uint64_t us)
+{
+	unsigned st;
+
+	if (policy >= CONFIG_MAX_POLICIES || (unsigned)d->status >= WINDOW_STATUS_COUNT)
+		return;
+	st = d->reason == WINDOW_REASON_SHADOW_DENY ? METRICS_DEC_SHADOW_DENY : (unsigned)d->status;
+	metrics_add(&m->decision_latency[policy][st][bucket_of(dec_bounds_us, METRICS_DEC_BUCKETS, us)], 1);
+	metrics_add(&m->decision_latency_sum_us[policy][st], us);
+}
+
+/* Every counter of one policy, as moved by metrics_move_policies(). */
+struct policy_row {
+	uint64_t decisions[WINDOW_STATUS_COUNT];
+	uint64_t shadow, cache;
+	uint64_t lat[METRICS_DEC_STATUS_COUNT][METRICS_DEC_BUCKETS + 1];
+	uint64_t lat_sum[METRICS_DEC_STATUS_COUNT];
+};
+
+/* Copy policy <i>'s counters between <m> and <row> (<out>: from <m>). */
+static void policy_row_copy(struct metrics *m, size_t i, struct policy_row *row, int out)
+{
+	size_t s, b;
+
+#define MOVE(field, val) do { \
+		if (out) \
+			(val) = atomic_load_explicit(&m->field, memory_order_relaxed); \
+		else \
+			atomic_store_explicit(&m->field, (val), memory_order_relaxed); \
+	} while (0)
+	for (s = 0; s < WINDOW_STATUS_COUNT; s++)
+		MOVE(decisions[i][s], row->decisions[s]);
+	MOVE(shadow_denies[i], row->shadow);
+	MOVE(cache_denies[i], row->cache);
+	for (s = 0; s < METRICS_DEC_STATUS_COUNT; s++) {
+		for (b = 0; b <= METRICS_DEC_BUCKETS; b++)
+			MOVE(decision_latency[i][s][b], row->lat[s][b]);
+		MOVE(decision_latency_sum_us[i][s], row->lat_sum[s]);
+	}
+#undef MOVE
+}
+
+/* Reorder <m>'s per-policy counters by <from>; see metrics.h. */
+void metrics_move_policies(struct metrics *m, const size_t *from, size_t n)
+{
+	/* ~40 KB: on the calling worker's stack, once per reload */
+	struct policy_row rows[CONFIG_MAX_POLICIES];
+	size_t j;
+
+	memset(rows, 0, sizeof(rows));
+	for (j = 0; j < n && j < CONFIG_MAX_POLICIES; j++)
+		if (from[j] < CONFIG_MAX_POLICIES)
+			policy_row_copy(m, from[j], &rows[j], 1);
+	for (j = 0; j < CONFIG_MAX_POLICIES; j++)
+		policy_row_copy(m, j, &rows[j], 0);
 }
 
 /* The text being built in the caller's buffer; <failed> once it is full. */
@@ -148,6 +230,13 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 			acc(&t->decisions[i][s], &m->decisions[i][s]);
 		acc(&t->shadow_denies[i], &m->shadow_denies[i]);
 		acc(&t->cache_denies[i], &m->cache_denies[i]);
+		for (s = 0; s < METRICS_DEC_STATUS_COUNT; s++) {
+			size_t b;
+
+			for (b = 0; b <= METRICS_DEC_BUCKETS; b++)
+				acc(&t->decision_latency[i][s][b], &m->decision_latency[i][s][b]);
+			acc(&t->decision_latency_sum_us[i][s], &m->decision_latency_sum_us[i][s]);
+		}
 	}
 	for (s = 0; s < WINDOW_REASON_COUNT; s++)
 		acc(&t->errors_by_reason[s], &m->errors_by_reason[s]);
@@ -185,15 +274,40 @@ static void scalar(struct render *r, const char *name, const char *type, const c
 	out(r, METRICS_PREFIX "%s %" PRIu64 "\n", name, v);
 }
 
+/* The samples of one histogram series <name>{<labels>} (<labels> is ""
+ * or 'a="x",' with its trailing comma): cumulative buckets from <counts>
+ * (<nb> bounds <bounds_s>, then +Inf), _sum from <sum_us>, _count. */
+static void histogram(struct render *r, const char *name, const char *labels,
+                      const char *const *bounds_s, unsigned nb,
+                      const _Atomic uint64_t *counts, uint64_t sum_us)
+{
+	uint64_t cum = 0;
+	size_t ll = strlen(labels);
+	unsigned b;
+
+	for (b = 0; b <= nb; b++) {
+		cum += atomic_load_explicit(&counts[b], memory_order_relaxed);
+		out(r, METRICS_PREFIX "%s_bucket{%sle=\"%s\"} %" PRIu64 "\n", name, labels,
+		    b < nb ? bounds_s[b] : "+Inf", cum);
+	}
+	/* Integer arithmetic: exact at any magnitude, no float rounding. The
+	 * labels lose their trailing comma here. */
+	out(r, METRICS_PREFIX "%s_sum%s%.*s%s %" PRIu64 ".%06" PRIu64 "\n", name, ll ? "{" : "",
+	    (int)(ll ? ll - 1 : 0), labels, ll ? "}" : "", sum_us / 1000000, sum_us % 1000000);
+	/* _count is the +Inf bucket by definition; summing the buckets (rather
+	 * than a separate counter) keeps the two equal within one scrape. */
+	out(r, METRICS_PREFIX "%s_count%s%.*s%s %" PRIu64 "\n", name, ll ? "{" : "",
+	    (int)(ll ? ll - 1 : 0), labels, ll ? "}" : "", cum);
+}
+
 /* Render <n> blocks <ms> named by <c> into <dst>/<cap>; see metrics.h. */
 int metrics_render(const struct metrics *const *ms, size_t n, const struct config *c,
                    const char *version, char *dst, size_t cap)
 {
 	struct render r = { .dst = dst, .cap = cap, .len = 0, .failed = 0 };
-	struct metrics t;                  /* ~3 KB, sums of all threads */
+	struct metrics t;                  /* ~40 KB, sums of all threads */
 	size_t np = c ? c->npolicies : 0, i;
 	unsigned s;
-	uint64_t cum;
 	char ver[128];
 
 	if (!dst || cap == 0)
@@ -236,26 +350,25 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 		out(&r, METRICS_PREFIX "errors_total{reason=\"%s\"} %" PRIu64 "\n",
 		    window_reason_str((enum window_reason)s), SUM(errors_by_reason[s]));
 
+	family(&r, "decision_duration_seconds", "histogram",
+	       "Time from reading a NOTIFY to writing its ACK, by policy (the first message's) "
+	       "and status (as decisions_total).");
+	for (i = 0; i < np; i++) {
+		for (s = 0; s < METRICS_DEC_STATUS_COUNT; s++) {
+			char labels[WINDOW_NAME_MAX + 48];
+
+			snprintf(labels, sizeof(labels), "policy=\"%s\",status=\"%s\",",
+			         c->policies[i].name, dec_status_str(s));
+			histogram(&r, "decision_duration_seconds", labels, dec_bounds_s,
+			          METRICS_DEC_BUCKETS, t.decision_latency[i][s],
+			          SUM(decision_latency_sum_us[i][s]));
+		}
+	}
+
 	family(&r, "redis_call_duration_seconds", "histogram",
 	       "Time from sending a script call to Redis to its reply.");
-	cum = 0;
-	for (s = 0; s < METRICS_LAT_BUCKETS; s++) {
-		cum += SUM(redis_latency[s]);
-		out(&r, METRICS_PREFIX "redis_call_duration_seconds_bucket{le=\"%s\"} %" PRIu64 "\n",
-		    lat_bounds_s[s], cum);
-	}
-	cum += SUM(redis_latency[METRICS_LAT_BUCKETS]);
-	out(&r, METRICS_PREFIX "redis_call_duration_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n", cum);
-	{
-		uint64_t sum_us = SUM(redis_latency_sum_us);
-
-		/* Integer arithmetic: exact at any magnitude, no float rounding. */
-		out(&r, METRICS_PREFIX "redis_call_duration_seconds_sum %" PRIu64 ".%06" PRIu64 "\n",
-		    sum_us / 1000000, sum_us % 1000000);
-	}
-	/* _count is the +Inf bucket by definition; summing the buckets (rather
-	 * than the separate counter) keeps the two equal within one scrape. */
-	out(&r, METRICS_PREFIX "redis_call_duration_seconds_count %" PRIu64 "\n", cum);
+	histogram(&r, "redis_call_duration_seconds", "", lat_bounds_s, METRICS_LAT_BUCKETS,
+	          t.redis_latency, SUM(redis_latency_sum_us));
 
 	family(&r, "redis_errors_total", "counter", "Failed Redis calls, by kind.");
 	for (s = 0; s < METRICS_REDIS_ERR_COUNT; s++)

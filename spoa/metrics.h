@@ -38,11 +38,22 @@ enum metrics_reload {
 /* Histogram bucket bounds in microseconds (le); last bucket is +Inf. */
 #define METRICS_LAT_BUCKETS 14
 
+/* The decision histogram: 25 us .. 1 s, for a path that is sub-millisecond
+ * when healthy. Its status label is the decision's, with shadow-deny apart
+ * (as decisions_total counts it). */
+#define METRICS_DEC_BUCKETS      15
+#define METRICS_DEC_SHADOW_DENY  WINDOW_STATUS_COUNT
+#define METRICS_DEC_STATUS_COUNT (WINDOW_STATUS_COUNT + 1)
+
 struct metrics {
 	/* decisions[policy index][status]; shadow-deny counted apart */
 	_Atomic uint64_t decisions[CONFIG_MAX_POLICIES][WINDOW_STATUS_COUNT];
 	_Atomic uint64_t shadow_denies[CONFIG_MAX_POLICIES];
 	_Atomic uint64_t cache_denies[CONFIG_MAX_POLICIES];
+	/* NOTIFY read -> ACK written, [policy][status incl. shadow-deny][bucket] */
+	_Atomic uint64_t decision_latency[CONFIG_MAX_POLICIES][METRICS_DEC_STATUS_COUNT]
+	                                 [METRICS_DEC_BUCKETS + 1];
+	_Atomic uint64_t decision_latency_sum_us[CONFIG_MAX_POLICIES][METRICS_DEC_STATUS_COUNT];
 	_Atomic uint64_t errors_by_reason[WINDOW_REASON_COUNT];
 	_Atomic uint64_t redis_latency[METRICS_LAT_BUCKETS + 1];
 	_Atomic uint64_t redis_latency_sum_us;
@@ -86,6 +97,17 @@ static inline uint64_t metrics_now_us(void)
 
 /* Record one Redis call latency of <us> microseconds. */
 void metrics_observe_redis_latency(struct metrics *m, uint64_t us);
+
+/* Record one decision of <d> under policy index <policy>, <us> microseconds
+ * from its NOTIFY read to its ACK written. */
+void metrics_observe_decision(struct metrics *m, size_t policy, const struct window_decision *d,
+                              uint64_t us);
+
+/* Move the per-policy counters of <m> so that policy <j> gets what index
+ * <from>[j] had (CONFIG_MAX_POLICIES: a new policy, starting at 0), for
+ * j < <n>; indices from <n> on are zeroed. Only the block's writer may call
+ * it (a reload that moved policies). */
+void metrics_move_policies(struct metrics *m, const size_t *from, size_t n);
 
 /*
  * Render the sum of <n> thread blocks <ms> as Prometheus text exposition

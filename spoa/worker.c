@@ -220,12 +220,7 @@ static void worker_fill_settings(struct worker *w, const struct config *c,
 static void worker_remap_metrics(struct worker *w, const struct config *prev,
                                  const struct config *next)
 {
-	struct {
-		uint64_t decisions[WINDOW_STATUS_COUNT];
-		uint64_t shadow, cache;
-	} v[CONFIG_MAX_POLICIES];
-	struct metrics *m = &w->metrics;
-	size_t from[CONFIG_MAX_POLICIES], i, j, s;
+	size_t from[CONFIG_MAX_POLICIES], j;
 	bool moved = false;
 
 	for (j = 0; j < next->npolicies; j++) {
@@ -238,22 +233,7 @@ static void worker_remap_metrics(struct worker *w, const struct config *prev,
 	}
 	if (!moved && next->npolicies == prev->npolicies)
 		return;
-	memset(v, 0, sizeof(v));
-	for (j = 0; j < next->npolicies; j++) {
-		i = from[j];
-		if (i >= CONFIG_MAX_POLICIES)
-			continue;
-		for (s = 0; s < WINDOW_STATUS_COUNT; s++)
-			v[j].decisions[s] = atomic_load_explicit(&m->decisions[i][s], memory_order_relaxed);
-		v[j].shadow = atomic_load_explicit(&m->shadow_denies[i], memory_order_relaxed);
-		v[j].cache = atomic_load_explicit(&m->cache_denies[i], memory_order_relaxed);
-	}
-	for (j = 0; j < CONFIG_MAX_POLICIES; j++) {
-		for (s = 0; s < WINDOW_STATUS_COUNT; s++)
-			atomic_store_explicit(&m->decisions[j][s], v[j].decisions[s], memory_order_relaxed);
-		atomic_store_explicit(&m->shadow_denies[j], v[j].shadow, memory_order_relaxed);
-		atomic_store_explicit(&m->cache_denies[j], v[j].cache, memory_order_relaxed);
-	}
+	metrics_move_policies(&w->metrics, from, next->npolicies);
 }
 
 /* Post the verdict on reload <seq> for main (under the mailbox lock) and

@@ -55,6 +55,19 @@ def act(ack):
     return ack["actions"]
 
 
+def decision_count_mismatches(m):
+    """(policy, status, decisions_total, histogram _count) wherever the
+    decision latency histogram did not count exactly the decisions."""
+    bad = []
+    for (name, labels), v in m.samples.items():
+        if name == u.PREFIX + "decisions_total":
+            lb = dict(labels)
+            n = m.get("decision_duration_seconds_count", **lb)
+            if n != v:
+                bad.append((lb["policy"], lb["status"], v, n))
+    return bad
+
+
 # -- first scrape: format, build info, both workers connected ---------------
 try:
     s0 = scrape()
@@ -66,6 +79,7 @@ h.eq("build_info carries the version", 1.0, s0.get("build_info", version=u.versi
 s0 = u.wait_for(lambda: (lambda m: m if m.get("redis_connected") == 2 else None)(scrape()), 10) or scrape()
 h.eq("redis_connected: one per worker thread", 2.0, s0.get("redis_connected"))
 for fam, typ in (("decisions_total", "counter"), ("redis_call_duration_seconds", "histogram"),
+                 ("decision_duration_seconds", "histogram"),
                  ("connections_open", "gauge"), ("notify_inflight", "gauge"),
                  ("config_reloads_total", "counter"), ("build_info", "gauge")):
     h.eq("TYPE of %s" % fam, typ, s0.types.get(u.PREFIX + fam))
@@ -112,6 +126,15 @@ n = delta(s1, s2, "redis_call_duration_seconds_count")
 h.eq("redis latency histogram: +9 observations", 9, n)
 h.check("redis latency histogram: _sum grew", delta(s1, s2, "redis_call_duration_seconds_sum") > 0)
 h.eq("notify_inflight back to 0", 0.0, s2.get("notify_inflight"))
+h.eq("decision latency histogram: +4 transfer observations (3 allow, 1 deny)", (3, 1),
+     (delta(s1, s2, "decision_duration_seconds_count", policy="transfer", status="allow"),
+      delta(s1, s2, "decision_duration_seconds_count", policy="transfer", status="deny")))
+h.eq("decision latency histogram: shadow-deny apart, as decisions_total", 1,
+     delta(s1, s2, "decision_duration_seconds_count", policy="sh", status="shadow-deny"))
+h.check("decision latency histogram: _sum grew",
+        delta(s1, s2, "decision_duration_seconds_sum", policy="transfer", status="allow") > 0)
+h.eq("decision latency histogram counts every decision, per policy and status", [],
+     decision_count_mismatches(s2))
 
 # -- Redis errors by kind ------------------------------------------------------------
 h.rcli("SET", "transfer:limit:v1:ACC-WRONG", "not-a-zset")
@@ -256,6 +279,8 @@ for a, b in zip(scrapes, scrapes[1:]):
     bad += u.monotonic_violations(a, b)
 h.eq("no counter went backwards across %d scrapes" % len(scrapes), [], bad)
 h.check("traffic moved the decisions", delta(scrapes[0], scrapes[-1], "frames_received_total", type="notify") > 0)
+h.eq("after traffic and reloads: histogram counts still equal decisions", [],
+     decision_count_mismatches(scrapes[-1]))
 
 # -- the endpoint stays small: only GET /metrics ---------------------------------------------
 st, _, _ = u.fetch(mport, "/")

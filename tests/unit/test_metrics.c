@@ -144,6 +144,81 @@ static void test_buckets(void **state)
 	free(m);
 }
 
+/* Decision buckets: 25 us .. 1 s, le inclusive, +Inf last; shadow-deny
+ * apart from allow; out-of-range policy or status is not counted. */
+static void test_decision_buckets(void **state)
+{
+	struct metrics *m = calloc(1, sizeof(*m));
+	struct window_decision d = { .status = WINDOW_ALLOW };
+	static const uint64_t us[] = { 0, 25, 26, 50, 999, 1000, 1001, 1000000, 1000001, 90000000 };
+	static const unsigned bucket[] = { 0, 0, 1, 1, 5, 5, 6, 14, 15, 15 };
+	uint64_t sum = 0, before;
+	size_t i;
+
+	(void)state;
+	assert_non_null(m);
+	for (i = 0; i < sizeof(us) / sizeof(us[0]); i++) {
+		before = m->decision_latency[2][WINDOW_ALLOW][bucket[i]];
+		metrics_observe_decision(m, 2, &d, us[i]);
+		sum += us[i];
+		if (m->decision_latency[2][WINDOW_ALLOW][bucket[i]] != before + 1)
+			fail_msg("%llu us not in bucket %u", (unsigned long long)us[i], bucket[i]);
+	}
+	assert_int_equal(m->decision_latency[2][WINDOW_ALLOW][0], 2);
+	assert_int_equal(m->decision_latency[2][WINDOW_ALLOW][1], 2);
+	assert_int_equal(m->decision_latency[2][WINDOW_ALLOW][5], 2);
+	assert_int_equal(m->decision_latency[2][WINDOW_ALLOW][6], 1);
+	assert_int_equal(m->decision_latency[2][WINDOW_ALLOW][14], 1);
+	assert_int_equal(m->decision_latency[2][WINDOW_ALLOW][METRICS_DEC_BUCKETS], 2);
+	assert_int_equal(m->decision_latency_sum_us[2][WINDOW_ALLOW], sum);
+
+	d.reason = WINDOW_REASON_SHADOW_DENY;
+	metrics_observe_decision(m, 2, &d, 10);
+	assert_int_equal(m->decision_latency[2][METRICS_DEC_SHADOW_DENY][0], 1);
+	assert_int_equal(m->decision_latency[2][WINDOW_ALLOW][0], 2);
+	d.reason = WINDOW_REASON_REDIS_UNAVAILABLE;
+	d.status = WINDOW_ERROR;
+	metrics_observe_decision(m, 2, &d, 10);
+	assert_int_equal(m->decision_latency[2][WINDOW_ERROR][0], 1);
+
+	d.status = WINDOW_STATUS_COUNT;          /* nothing decided */
+	metrics_observe_decision(m, 2, &d, 10);
+	d.status = WINDOW_DENY;
+	metrics_observe_decision(m, CONFIG_MAX_POLICIES, &d, 10);
+	assert_int_equal(m->decision_latency[2][WINDOW_DENY][0], 0);
+	free(m);
+}
+
+/* A reload that moves policies moves every per-policy counter with them. */
+static void test_move_policies(void **state)
+{
+	struct metrics *m = calloc(1, sizeof(*m));
+	struct window_decision d = { .status = WINDOW_DENY };
+	size_t from[3] = { 1, CONFIG_MAX_POLICIES, 0 };
+
+	(void)state;
+	assert_non_null(m);
+	metrics_add(&m->decisions[0][WINDOW_ALLOW], 5);
+	metrics_add(&m->shadow_denies[0], 6);
+	metrics_add(&m->cache_denies[1], 7);
+	metrics_add(&m->decisions[4][WINDOW_DENY], 8);     /* a policy dropped */
+	metrics_observe_decision(m, 1, &d, 30);
+	metrics_add(&m->redis_reconnects, 9);               /* not per policy */
+
+	metrics_move_policies(m, from, 3);
+	assert_int_equal(m->decisions[2][WINDOW_ALLOW], 5);
+	assert_int_equal(m->shadow_denies[2], 6);
+	assert_int_equal(m->cache_denies[0], 7);
+	assert_int_equal(m->decision_latency[0][WINDOW_DENY][1], 1);
+	assert_int_equal(m->decision_latency_sum_us[0][WINDOW_DENY], 30);
+	assert_int_equal(m->decisions[0][WINDOW_ALLOW], 0);
+	assert_int_equal(m->cache_denies[1], 0);            /* new: starts at 0 */
+	assert_int_equal(m->decision_latency[1][WINDOW_DENY][1], 0);
+	assert_int_equal(m->decisions[4][WINDOW_DENY], 0);
+	assert_int_equal(m->redis_reconnects, 9);
+	free(m);
+}
+
 static void test_render_empty(void **state)
 {
 	struct metrics *m = calloc(1, sizeof(*m));
@@ -210,6 +285,15 @@ static void test_render_sums(void **state)
 	metrics_observe_redis_latency(a, 80);
 	metrics_observe_redis_latency(b, 300);
 	metrics_observe_redis_latency(b, 3000000);
+	{
+		struct window_decision d = { .status = WINDOW_DENY };
+
+		metrics_observe_decision(a, 0, &d, 20);
+		metrics_observe_decision(b, 0, &d, 60);
+		d.status = WINDOW_ALLOW;
+		d.reason = WINDOW_REASON_SHADOW_DENY;
+		metrics_observe_decision(b, 1, &d, 2000000);
+	}
 
 	ms[0] = a;
 	ms[1] = NULL;   /* a thread that has not started */
@@ -217,10 +301,12 @@ static void test_render_sums(void **state)
 	n = metrics_render(ms, 3, &c, "0.1.0", out, OUT_CAP);
 	assert_true(n > 0);
 	samples = check_format(out);
-	/* 2 policies x (4 statuses + shadow + cache) + reasons + 17 histogram
+	/* 2 policies x (4 statuses + shadow + cache) + reasons
+	 * + 2 policies x 4 statuses x 18 decision histogram + 17 Redis histogram
 	 * + 4 redis kinds + 7 scalars + 8 frames + 14 statuses + inflight
 	 * + 2 reload results + build_info */
-	assert_int_equal(samples, 2 * 6 + (WINDOW_REASON_COUNT - 1) + 17 + 4 + 7 + 8 + 14 + 1 + 2 + 1);
+	assert_int_equal(samples, 2 * 6 + (WINDOW_REASON_COUNT - 1) + 2 * 4 * 18 + 17 + 4 + 7 + 8 + 14 + 1 +
+	                 2 + 1);
 
 	assert_line(out, "ratelimit_spoa_decisions_total{policy=\"transfer\",status=\"allow\"} 7");
 	assert_line(out, "ratelimit_spoa_decisions_total{policy=\"transfer\",status=\"deny\"} 2");
@@ -254,6 +340,29 @@ static void test_render_sums(void **state)
 	assert_line(out, "ratelimit_spoa_redis_call_duration_seconds_bucket{le=\"+Inf\"} 3");
 	assert_line(out, "ratelimit_spoa_redis_call_duration_seconds_count 3");
 	assert_line(out, "ratelimit_spoa_redis_call_duration_seconds_sum 3.000380");
+
+	/* The decision histogram, per policy and status, summed over threads. */
+	assert_line(out, "# TYPE ratelimit_spoa_decision_duration_seconds histogram");
+	assert_line(out, "ratelimit_spoa_decision_duration_seconds_bucket"
+	            "{policy=\"transfer\",status=\"deny\",le=\"0.000025\"} 1");
+	assert_line(out, "ratelimit_spoa_decision_duration_seconds_bucket"
+	            "{policy=\"transfer\",status=\"deny\",le=\"0.0001\"} 2");
+	assert_line(out, "ratelimit_spoa_decision_duration_seconds_bucket"
+	            "{policy=\"transfer\",status=\"deny\",le=\"+Inf\"} 2");
+	assert_line(out, "ratelimit_spoa_decision_duration_seconds_sum"
+	            "{policy=\"transfer\",status=\"deny\"} 0.000080");
+	assert_line(out, "ratelimit_spoa_decision_duration_seconds_count"
+	            "{policy=\"transfer\",status=\"deny\"} 2");
+	assert_line(out, "ratelimit_spoa_decision_duration_seconds_count"
+	            "{policy=\"transfer\",status=\"allow\"} 0");
+	assert_line(out, "ratelimit_spoa_decision_duration_seconds_bucket"
+	            "{policy=\"reads\",status=\"shadow-deny\",le=\"1\"} 0");
+	assert_line(out, "ratelimit_spoa_decision_duration_seconds_bucket"
+	            "{policy=\"reads\",status=\"shadow-deny\",le=\"+Inf\"} 1");
+	assert_line(out, "ratelimit_spoa_decision_duration_seconds_sum"
+	            "{policy=\"reads\",status=\"shadow-deny\"} 2.000000");
+	assert_line(out, "ratelimit_spoa_decision_duration_seconds_count"
+	            "{policy=\"reads\",status=\"allow\"} 0");
 	free(out);
 	free(a);
 	free(b);
@@ -309,6 +418,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_buckets),
+		cmocka_unit_test(test_decision_buckets),
+		cmocka_unit_test(test_move_policies),
 		cmocka_unit_test(test_render_empty),
 		cmocka_unit_test(test_render_sums),
 		cmocka_unit_test(test_render_capacity),
