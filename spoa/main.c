@@ -25,6 +25,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
+#include "proc.h"
 #include "spop.h"
 #include "worker.h"
 
@@ -255,13 +256,20 @@ static int main_render_metrics(void *arg, char *dst, size_t cap, int *status)
 {
 	struct main_state *m = arg;
 	const struct metrics *ms[MAIN_MAX_THREADS + 1];
+	struct metrics_process proc;
 	unsigned i;
+	int n, k;
 
 	(void)status;
 	for (i = 0; i < m->nworkers; i++)
 		ms[i] = worker_metrics(m->workers[i]);
 	ms[i] = &m->metrics;
-	return metrics_render(ms, m->nworkers + 1, &m->cfg, SPOA_VERSION, dst, cap);
+	n = metrics_render(ms, m->nworkers + 1, &m->cfg, SPOA_VERSION, dst, cap);
+	/* without /proc (a chroot, another OS) the process_* families are left out */
+	if (n < 0 || proc_read_self(&proc) == -1)
+		return n;
+	k = metrics_render_process(&proc, dst + n, cap - (size_t)n);
+	return k < 0 ? -1 : n + k;
 }
 
 /* <fmt> into <dst>/<cap> as an http_handler_fn body: length, or -1 when it

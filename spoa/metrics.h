@@ -109,6 +109,20 @@ void metrics_observe_decision(struct metrics *m, size_t policy, const struct win
  * it (a reload that moved policies). */
 void metrics_move_policies(struct metrics *m, const size_t *from, size_t n);
 
+/* The process_* metrics' values, as read at scrape time (proc.h). */
+struct metrics_process {
+	uint64_t cpu_us;                /* user + system */
+	uint64_t resident_bytes;
+	uint64_t virtual_bytes;
+	uint64_t open_fds;
+	uint64_t max_fds;
+	uint64_t start_time_us;         /* since the epoch */
+};
+
+/* Render <p> as the standard process_* families (no ratelimit_spoa_ prefix)
+ * into <dst>/<cap>. Returns bytes written or -1 when <cap> is too small. */
+int metrics_render_process(const struct metrics_process *p, char *dst, size_t cap);
+
 /*
  * Render the sum of <n> thread blocks <ms> as Prometheus text exposition
  * into <dst>/<cap>, naming policies from <c>. Returns bytes written or -1

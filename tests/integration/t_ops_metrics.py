@@ -87,9 +87,39 @@ for p in ("transfer", "sh", "slow", "reads"):
     h.check("series exist from the start: decisions_total{policy=%s}" % p,
             all(s0.get("decisions_total", policy=p, status=s) == 0 for s in ("allow", "deny", "error")))
 
+# -- process_* (standard names, read from /proc at scrape time) ---------------
+
+
+def proc(m, name):
+    return m.samples.get((name, frozenset()))
+
+
+for fam, typ in (("process_cpu_seconds_total", "counter"), ("process_resident_memory_bytes", "gauge"),
+                 ("process_virtual_memory_bytes", "gauge"), ("process_open_fds", "gauge"),
+                 ("process_max_fds", "gauge"), ("process_start_time_seconds", "gauge")):
+    h.eq("TYPE of %s" % fam, typ, s0.types.get(fam))
+with open("/proc/%d/stat" % h.agent.pid) as f:
+    st = f.read().rsplit(")", 1)[1].split()
+with open("/proc/stat") as f:
+    btime = int([l for l in f if l.startswith("btime ")][0].split()[1])
+tck = os.sysconf("SC_CLK_TCK")
+h.check("process_start_time_seconds is the agent's start (from its /proc stat)",
+        abs(proc(s0, "process_start_time_seconds") - (btime + int(st[19]) / tck)) < 0.02,
+        (proc(s0, "process_start_time_seconds"), btime + int(st[19]) / tck))
+h.check("process_start_time_seconds within the last 10 minutes",
+        time.time() - 600 < proc(s0, "process_start_time_seconds") <= time.time() + 1)
+with open("/proc/%d/limits" % h.agent.pid) as f:
+    lim = [l.split()[3] for l in f if l.startswith("Max open files")][0]
+h.eq("process_max_fds is the agent's soft RLIMIT_NOFILE", float(lim), proc(s0, "process_max_fds"))
+h.check("process_resident_memory_bytes > 1 MB, <= virtual",
+        1 << 20 < proc(s0, "process_resident_memory_bytes") <= proc(s0, "process_virtual_memory_bytes"))
+h.check("process_cpu_seconds_total >= 0", proc(s0, "process_cpu_seconds_total") >= 0)
+
 # -- connections and frames ----------------------------------------------------
 c1, c2 = conn(), conn()
 s1 = u.wait_for(lambda: (lambda m: m if m.get("connections_open") == 2 else None)(scrape())) or scrape()
+h.eq("process_open_fds +2 with two SPOP connections", 2,
+     proc(s1, "process_open_fds") - proc(s0, "process_open_fds"))
 h.eq("connections_accepted_total +2", 2, delta(s0, s1, "connections_accepted_total"))
 h.eq("connections_open = 2", 2.0, s1.get("connections_open"))
 h.eq("frames_received haproxy-hello +2", 2, delta(s0, s1, "frames_received_total", type="haproxy-hello"))
@@ -277,7 +307,8 @@ h.eq("traffic: no error, no disconnect", [], errs)
 bad = []
 for a, b in zip(scrapes, scrapes[1:]):
     bad += u.monotonic_violations(a, b)
-h.eq("no counter went backwards across %d scrapes" % len(scrapes), [], bad)
+h.eq("no counter went backwards across %d scrapes (process_cpu_seconds_total included)" % len(scrapes),
+     [], bad)
 h.check("traffic moved the decisions", delta(scrapes[0], scrapes[-1], "frames_received_total", type="notify") > 0)
 h.eq("after traffic and reloads: histogram counts still equal decisions", [],
      decision_count_mismatches(scrapes[-1]))
