@@ -79,7 +79,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 DEMO_PKGS := build-essential pkg-config libev-dev libhiredis-dev \
              redis-server redis-tools haproxy curl openssl python3 jq
 TEST_PKGS := libcmocka-dev wrk gnuplot-nox python3-cryptography valgrind cppcheck clang clang-tidy \
-             systemd redis-sentinel groff-base
+             systemd redis-sentinel groff-base prometheus
 DEB_PKGS  := $(DEMO_PKGS) $(TEST_PKGS)
 
 .PHONY: all test check integration e2e chaos sanitize valgrind lint bench fuzz install \
@@ -180,10 +180,13 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 CONF           := $(DESTDIR)$(SYSCONFDIR)/ratelimit-spoa/ratelimit-spoa.conf
 HAPROXY_EXAMPLES := haproxy/haproxy.cfg haproxy/spoe-ratelimit.conf \
                     haproxy/ratelimit-spoa-policies.conf haproxy/backend.cfg
+# Monitoring files, installed under DATADIR/<their directory under etc/>.
+OPS_FILES := etc/prometheus/ratelimit-spoa.rules.yml
 INSTALLED := $(SBINDIR)/ratelimit-spoa $(BINDIR)/spoa-bench \
              $(DATADIR)/sliding_window.lua $(SYSTEMDUNITDIR)/ratelimit-spoa.service \
              $(MAN8DIR)/ratelimit-spoa.8 \
              $(addprefix $(DATADIR)/,$(HAPROXY_EXAMPLES) $(wildcard haproxy/errors/*.json)) \
+             $(addprefix $(DATADIR)/,$(patsubst etc/%,%,$(OPS_FILES))) \
              $(addprefix $(DOCDIR)/,$(notdir $(wildcard docs/*.md)))
 
 # The unit and the man page name the installed paths: rewritten for PREFIX.
@@ -211,6 +214,8 @@ install: $(AGENT) $(BENCH)
 	chmod 644 $(DESTDIR)$(MAN8DIR)/ratelimit-spoa.8
 	$(Q)for f in $(HAPROXY_EXAMPLES) haproxy/errors/*.json; do \
 		install -Dm644 $$f $(DESTDIR)$(DATADIR)/$$f || exit 1; done
+	$(Q)for f in $(OPS_FILES); do \
+		install -Dm644 $$f $(DESTDIR)$(DATADIR)/$${f#etc/} || exit 1; done
 	$(Q)for f in docs/*.md; do \
 		install -Dm644 $$f $(DESTDIR)$(DOCDIR)/$${f#docs/} || exit 1; done
 
@@ -218,6 +223,7 @@ install: $(AGENT) $(BENCH)
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
 	-rmdir $(DESTDIR)$(DATADIR)/haproxy/errors $(DESTDIR)$(DATADIR)/haproxy \
+		$(sort $(dir $(addprefix $(DESTDIR)$(DATADIR)/,$(patsubst etc/%,%,$(OPS_FILES))))) \
 		$(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 demo: deps-demo all

@@ -41,6 +41,7 @@ why() {
 	systemd)         echo "systemd-analyze verify of the shipped unit (tests)" ;;
 	redis-sentinel)  echo "the Sentinel failover tests" ;;
 	groff-base)      echo "the man page check (tests)" ;;
+	prometheus)      echo "promtool for the alert rules, a real Prometheus for the dashboard (tests)" ;;
 	*)               echo "" ;;
 	esac
 }
