@@ -181,7 +181,7 @@ CONF           := $(DESTDIR)$(SYSCONFDIR)/ratelimit-spoa/ratelimit-spoa.conf
 HAPROXY_EXAMPLES := haproxy/haproxy.cfg haproxy/spoe-ratelimit.conf \
                     haproxy/ratelimit-spoa-policies.conf haproxy/backend.cfg
 # Monitoring files, installed under DATADIR/<their directory under etc/>.
-OPS_FILES := etc/prometheus/ratelimit-spoa.rules.yml
+OPS_FILES := etc/prometheus/ratelimit-spoa.rules.yml etc/grafana/ratelimit-spoa.json
 INSTALLED := $(SBINDIR)/ratelimit-spoa $(BINDIR)/spoa-bench \
              $(DATADIR)/sliding_window.lua $(SYSTEMDUNITDIR)/ratelimit-spoa.service \
              $(MAN8DIR)/ratelimit-spoa.8 \

@@ -61,6 +61,7 @@ expect = {
     "/usr/local/share/ratelimit-spoa/haproxy/errors/503.json": 0o644,
     "/usr/local/share/ratelimit-spoa/sliding_window.lua": 0o644,
     "/usr/local/share/ratelimit-spoa/prometheus/ratelimit-spoa.rules.yml": 0o644,
+    "/usr/local/share/ratelimit-spoa/grafana/ratelimit-spoa.json": 0o644,
     "/usr/local/share/doc/ratelimit-spoa/configuration.md": 0o644,
     "/usr/local/share/doc/ratelimit-spoa/operations.md": 0o644,
 }
