@@ -426,33 +426,36 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 	return (int)r.len;
 }
 
+/* One unprefixed, unlabelled family with its single sample <value>. */
+static void plain_family(struct render *r, const char *name, const char *type,
+                         const char *help, const char *value)
+{
+	out(r, "# HELP %s %s\n# TYPE %s %s\n%s %s\n", name, help, name, type, name, value);
+}
+
 /* Render <p> as process_* families; see metrics.h. */
 int metrics_render_process(const struct metrics_process *p, char *dst, size_t cap)
 {
 	struct render r = { .dst = dst, .cap = cap, .len = 0, .failed = 0 };
+	char v[48];
 
 	if (!dst || cap == 0)
 		return -1;
-	out(&r, "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
-	    "# TYPE process_cpu_seconds_total counter\n"
-	    "process_cpu_seconds_total %" PRIu64 ".%06" PRIu64 "\n",
-	    p->cpu_us / 1000000, p->cpu_us % 1000000);
-	out(&r, "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
-	    "# TYPE process_resident_memory_bytes gauge\n"
-	    "process_resident_memory_bytes %" PRIu64 "\n", p->resident_bytes);
-	out(&r, "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
-	    "# TYPE process_virtual_memory_bytes gauge\n"
-	    "process_virtual_memory_bytes %" PRIu64 "\n", p->virtual_bytes);
-	out(&r, "# HELP process_open_fds Number of open file descriptors.\n"
-	    "# TYPE process_open_fds gauge\n"
-	    "process_open_fds %" PRIu64 "\n", p->open_fds);
-	out(&r, "# HELP process_max_fds Maximum number of open file descriptors.\n"
-	    "# TYPE process_max_fds gauge\n"
-	    "process_max_fds %" PRIu64 "\n", p->max_fds);
-	out(&r, "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
-	    "# TYPE process_start_time_seconds gauge\n"
-	    "process_start_time_seconds %" PRIu64 ".%02" PRIu64 "\n",
-	    p->start_time_us / 1000000, p->start_time_us % 1000000 / 10000);
+	snprintf(v, sizeof(v), "%" PRIu64 ".%06" PRIu64, p->cpu_us / 1000000, p->cpu_us % 1000000);
+	plain_family(&r, "process_cpu_seconds_total", "counter",
+	             "Total user and system CPU time spent in seconds.", v);
+	snprintf(v, sizeof(v), "%" PRIu64, p->resident_bytes);
+	plain_family(&r, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", v);
+	snprintf(v, sizeof(v), "%" PRIu64, p->virtual_bytes);
+	plain_family(&r, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", v);
+	snprintf(v, sizeof(v), "%" PRIu64, p->open_fds);
+	plain_family(&r, "process_open_fds", "gauge", "Number of open file descriptors.", v);
+	snprintf(v, sizeof(v), "%" PRIu64, p->max_fds);
+	plain_family(&r, "process_max_fds", "gauge", "Maximum number of open file descriptors.", v);
+	snprintf(v, sizeof(v), "%" PRIu64 ".%02" PRIu64, p->start_time_us / 1000000,
+	         p->start_time_us % 1000000 / 10000);
+	plain_family(&r, "process_start_time_seconds", "gauge",
+	             "Start time of the process since unix epoch in seconds.", v);
 	if (r.failed)
 		return -1;
 	return (int)r.len;

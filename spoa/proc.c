@@ -2,6 +2,7 @@
  * proc - process_* metrics from /proc (see proc.h).
  */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,20 +12,22 @@
 #include "metrics.h"
 #include "proc.h"
 
-/* A field value: decimal digits only. Returns 0 with <*v>, or -1. */
+/* A field value: decimal digits only (strtoull alone would take a sign).
+ * Returns 0 with <*v>, or -1. */
 static int proc_parse_u64(const char *s, size_t len, uint64_t *v)
 {
-	uint64_t x = 0;
-	size_t i;
+	char tmp[24], *end;
+	unsigned long long x;
 
-	if (len == 0 || len > 19)
+	if (len == 0 || len >= sizeof(tmp) || s[0] < '0' || s[0] > '9')
 		return -1;
-	for (i = 0; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -1;
-		x = x * 10 + (uint64_t)(s[i] - '0');
-	}
-	*v = x;
+	memcpy(tmp, s, len);
+	tmp[len] = '\0';
+	errno = 0;
+	x = strtoull(tmp, &end, 10);
+	if (*end || errno)
+		return -1;
+	*v = (uint64_t)x;
 	return 0;
 }
 
