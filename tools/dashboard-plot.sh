@@ -68,7 +68,7 @@ done
 	esac
 	echo "set output '$out'"
 	echo "set multiplot layout 3,2 title 'ratelimit-spoa: the dashboard main graphs, from Prometheus'"
-	echo "set grid; set key top left font ',9' maxrows 6; set xlabel 'seconds'"
+	echo "set grid; set key top left opaque font ',9' maxrows 7; set xlabel 'seconds'"
 	n=0
 	for p in "${panels[@]}"; do
 		IFS='|' read -r title scale ylabel <<<"$p"
