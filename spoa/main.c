@@ -106,7 +106,7 @@ static const char main_usage[] =
 "  log-level error|warn|info|debug     default info\n"
 "  metrics ADDR|off            Prometheus text on http://ADDR/metrics, e.g.\n"
 "                              127.0.0.1:9102, and probes /healthz (serving)\n"
-"                              and /readyz (Redis up); default off\n"
+"                              and /readyz (Redis up, can decide); default off\n"
 "  max-connections N           default 10000\n"
 "  max-inflight N              NOTIFYs in flight per connection, default 256\n"
 "  hello-timeout DURATION      a new connection must send its HELLO, default 10s\n"
@@ -308,26 +308,37 @@ static int main_http_healthz(void *arg, char *dst, size_t cap, int *status)
 	return main_http_text(dst, cap, "ok\n");
 }
 
-/* GET /readyz (readiness): 200 only while every worker has every Redis link
- * it needs up with the script loaded; 503 with a one-line reason else. */
+/* GET /readyz (readiness): 200 only while every worker can decide (every
+ * Redis link it needs up with the script loaded, no evicting Redis unless
+ * allowed); 503 with a one-line reason else. */
 static int main_http_readyz(void *arg, char *dst, size_t cap, int *status)
 {
 	struct main_state *m = arg;
-	unsigned i, down = 0;
+	char why[160] = "", first[160] = "";
+	unsigned i, down = 0, first_id = 0;
+	char *p;
 
 	if (m->stopping) {
 		*status = 503;
 		return main_http_text(dst, cap, "not ready: draining\n");
 	}
-	for (i = 0; i < m->nworkers; i++)
-		if (!worker_ready(m->workers[i]))
-			down++;
-	if (down) {
-		*status = 503;
-		return main_http_text(dst, cap, "not ready: redis link down or script not loaded "
-		                      "on %u of %u workers\n", down, m->nworkers);
+	for (i = 0; i < m->nworkers; i++) {
+		if (worker_ready(m->workers[i], why, sizeof(why)))
+			continue;
+		if (!down++) {
+			memcpy(first, why, sizeof(first));
+			first_id = i;
+		}
 	}
-	return main_http_text(dst, cap, "ready\n");
+	if (!down)
+		return main_http_text(dst, cap, "ready\n");
+	/* one line, whatever a Redis error reply held */
+	for (p = first; *p; p++)
+		if ((unsigned char)*p < 0x20)
+			*p = ' ';
+	*status = 503;
+	return main_http_text(dst, cap, "not ready: %u of %u workers cannot decide (worker %u: %s)\n",
+	                      down, m->nworkers, first_id, first);
 }
 
 static const struct http_route main_http_routes[] = {

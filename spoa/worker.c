@@ -22,7 +22,7 @@
 #define WORKER_PREPARE_MIN_S 3.0        /* a new Redis gets at least this to be set up */
 #define WORKER_PREPARE_MAX_S 30.0
 #define WORKER_PREPARE_POLL_S 0.02
-#define WORKER_BEAT_S 1.0               /* heartbeat period (/healthz) */
+#define WORKER_BEAT_S 0.25              /* heartbeat period (/healthz, /readyz) */
 
 /* The per-worker view of a generation: requests in flight hold it. */
 struct worker_cfg {
@@ -44,8 +44,10 @@ struct worker {
 	ev_async wake;                  /* mailbox has something */
 	ev_prepare flush;               /* write coalesced output once per iteration */
 	ev_timer grace;                 /* drain deadline */
-	ev_timer beat;                  /* proves the loop turns, for /healthz */
+	ev_timer beat;                  /* proves the loop turns, publishes readiness */
 	_Atomic int64_t beat_us;        /* monotonic, last turn of <beat> */
+	_Atomic bool ready;             /* the serving limiter can decide (/readyz) */
+	char not_ready_why[160];        /* why not, under <lock> */
 
 	pthread_mutex_t lock;           /* guards the mailbox below */
 	int fdq[WORKER_FDQ_MAX];
@@ -472,14 +474,26 @@ static void worker_on_wake(struct ev_loop *loop, ev_async *a, int revents)
 }
 
 /* The heartbeat: the loop turned, so the worker still serves (read by
- * worker_alive() from the main thread). */
+ * worker_alive() from the main thread); and whether its limiter can decide,
+ * with why not (worker_ready()). limiter_ready() is the limiter's own
+ * verdict: every link set up, script loaded, no evicting Redis unless
+ * allowed. */
 static void worker_on_beat(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker *w = t->data;
+	char why[sizeof(w->not_ready_why)] = "";
+	bool ready;
 
 	(void)loop;
 	(void)revents;
 	atomic_store_explicit(&w->beat_us, metrics_now_us(), memory_order_relaxed);
+	ready = w->limiter && limiter_ready(w->limiter, why, sizeof(why));
+	if (!ready) {
+		pthread_mutex_lock(&w->lock);
+		memcpy(w->not_ready_why, why, sizeof(why));
+		pthread_mutex_unlock(&w->lock);
+	}
+	atomic_store_explicit(&w->ready, ready, memory_order_release);
 }
 
 static void worker_on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
@@ -700,11 +714,14 @@ unsigned worker_nconns(const struct worker *w)
 	return atomic_load_explicit(&w->nconns, memory_order_relaxed);
 }
 
-bool worker_ready(const struct worker *w)
+bool worker_ready(struct worker *w, char *why, size_t whylen)
 {
-	/* the limiter's gauge: 1 while every link it needs is READY, which a
-	 * link only becomes once SCRIPT LOAD answered */
-	return atomic_load_explicit(&w->metrics.redis_connected, memory_order_relaxed) == 1;
+	if (atomic_load_explicit(&w->ready, memory_order_acquire))
+		return true;
+	pthread_mutex_lock(&w->lock);
+	snprintf(why, whylen, "%s", w->not_ready_why[0] ? w->not_ready_why : "starting");
+	pthread_mutex_unlock(&w->lock);
+	return false;
 }
 
 bool worker_alive(const struct worker *w, uint64_t max_silence_us)

@@ -67,9 +67,10 @@ void worker_free(struct worker *w);
 const struct metrics *worker_metrics(const struct worker *w);
 /* Open connections right now (approximate, for limits). */
 unsigned worker_nconns(const struct worker *w);
-/* Any thread: every Redis link the worker needs is up with the script
- * loaded (/readyz). */
-bool worker_ready(const struct worker *w);
+/* Any thread: the worker can decide: every Redis link it needs is set up
+ * with the script loaded, and none evicts keys unless allowed (/readyz).
+ * If not, <why> gets the reason (as of the last heartbeat, 0.25 s). */
+bool worker_ready(struct worker *w, char *why, size_t whylen);
 /* Any thread: the worker's loop turned within <max_silence_us> (/healthz). */
 bool worker_alive(const struct worker *w, uint64_t max_silence_us);
 

@@ -3,8 +3,9 @@
 /healthz answers 200 while the agent serves SPOP, whatever Redis does;
 /readyz answers 503 with a one-line reason until every worker's Redis link
 is up with the script loaded, goes 503 when redis-server (ours, stopped by
-PID) goes away and 200 again once it is back; unknown paths are 404 and
-other methods 405, as for /metrics."""
+PID) goes away and 200 again once it is back, and 503 while Redis may evict
+keys (every decision refused); unknown paths are 404 and other methods 405,
+as for /metrics."""
 import os
 import sys
 
@@ -41,7 +42,7 @@ def one_line(body):
 
 st, hd, body = probe("/readyz")
 h.eq("before Redis: /readyz 503", 503, st)
-h.check("before Redis: a one-line reason", one_line(body) and body.startswith("not ready: redis"), body)
+h.check("before Redis: a one-line reason", one_line(body) and body.startswith("not ready: 2 of 2 workers"), body)
 h.check("text/plain", hd.get("content-type", "").startswith("text/plain"), hd)
 st, _, body = get("/healthz")
 h.eq("before Redis: /healthz 200 (SPOP is served: it answers errors)", (200, "ok\n"), (st, body))
@@ -62,7 +63,7 @@ r = u.wait_for(lambda: probe("/readyz")[0] == 503, 20)
 h.check("Redis stopped: /readyz 503", r)
 st, _, body = get("/readyz")
 h.check("Redis stopped: the reason names the links, one line",
-        st == 503 and one_line(body) and "redis link down" in body and "of 2 workers" in body, body)
+        st == 503 and one_line(body) and "of 2 workers cannot decide" in body, body)
 d = c.ratelimit("ACC-H1")["actions"]
 h.eq("meanwhile SPOP is served: error redis-unavailable", ("error", "redis-unavailable"),
      (d["status"], d.get("reason")))
@@ -71,7 +72,29 @@ h.start_redis()
 r = u.wait_for(lambda: probe("/readyz")[0] == 200, 20)
 h.check("Redis back: /readyz 200 again", r, h.log_tail())
 h.eq("back: allow", "allow", c.ratelimit("ACC-H2")["actions"]["status"])
+
+# A Redis that may evict the windows: connected, script loaded, yet every
+# decision is refused (redis-evicts-keys): not ready either.
+h.stop_redis()
+h.redis = h.spawn(["redis-server", "--port", str(h.redis_port), "--bind", "127.0.0.1", "--save", "",
+                   "--appendonly", "no", "--dir", h.tmp, "--maxmemory-policy", "allkeys-lru"],
+                  os.path.join(h.tmp, "redis.log"))
+h.check("redis-server restarted with maxmemory-policy allkeys-lru", wait_port(h.redis_port))
+d = u.wait_for(lambda: (lambda a: a if a.get("reason") == "redis-evicts-keys" else None)(
+    c.ratelimit("ACC-H3")["actions"]), 10, step=0.3) or {}
+h.eq("evicting Redis: error redis-evicts-keys", ("error", "redis-evicts-keys"), (d.get("status"), d.get("reason")))
+r = u.wait_for(lambda: (lambda a: a[0] == 503 and "noeviction" in a[2])(probe("/readyz")), 10)
+st, _, body = get("/readyz")
+h.check("evicting Redis: /readyz 503, the reason says why", r and one_line(body) and "noeviction" in body, body)
+h.rcli("CONFIG", "SET", "maxmemory-policy", "noeviction")
+# a worker asks again when a decision comes: one connection on each worker
+c2 = spop.Conn().connect("127.0.0.1", h.agent_port)
+c2.hello()
+r = u.wait_for(lambda: all(x.ratelimit("ACC-H4")["actions"]["status"] == "allow" for x in (c, c2))
+               and probe("/readyz")[0] == 200, 10, step=0.3)
+h.check("noeviction again: decisions and /readyz 200", r, get("/readyz"))
 c.close()
+c2.close()
 h.check("/healthz answered 200 at every probe (%d probes)" % len(healthz_codes),
         len(healthz_codes) > 3 and set(healthz_codes) == {200}, healthz_codes)
 
