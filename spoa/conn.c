@@ -348,29 +348,6 @@ static void conn_on_decision(void *arg, const struct window_decision *d)
 /* ------------------------------------------------------------- frames */
 
 /*
- * Log a request refused before Redis (a contract error, or overload) at
- * warn, at most once a second per reason and worker, with a count of those
- * left out: a misrouted policy name arrives thousands of times a second.
- * The reason is the string of the ACK, the 503 body and errors_total.
- */
-static void conn_log_refused(const struct conn *c, enum window_reason why)
-{
-	static _Thread_local uint64_t last_us[WINDOW_REASON_COUNT], suppressed[WINDOW_REASON_COUNT];
-	uint64_t now = metrics_now_us();
-
-	if ((unsigned)why >= WINDOW_REASON_COUNT)
-		return;
-	if (last_us[why] && now - last_us[why] < 1000000) {
-		suppressed[why]++;
-		return;
-	}
-	log_warn("request_refused", "conn=%llu reason=%s suppressed=%llu", (unsigned long long)c->id,
-	         window_reason_str(why), (unsigned long long)suppressed[why]);
-	last_us[why] = now;
-	suppressed[why] = 0;
-}
-
-/*
  * Decide one "ratelimit" message <m> for request <r>: validate the args,
  * then ask the limiter (which answers through conn_on_decision). Invalid
  * input is decided here as an error, never passed on.
@@ -414,7 +391,6 @@ static void conn_decide_message(struct conn *c, struct conn_req *r,
 	else if (cost < 1)
 		why = WINDOW_REASON_BAD_COST;
 	if (why != WINDOW_REASON_NONE) {
-		conn_log_refused(c, why);
 		window_decide_error(NULL, why, &d);
 		d.status = WINDOW_ERROR;   /* input errors never fail open */
 		window_decision_merge(&r->acc, &d);
@@ -471,7 +447,6 @@ static void conn_handle_notify(struct conn *c, const struct spop_frame *f)
 		/* shed: answer this one as an error at once instead of queueing */
 		struct window_decision d;
 
-		conn_log_refused(c, WINDOW_REASON_OVERLOAD);
 		window_decide_error(NULL, WINDOW_REASON_OVERLOAD, &d);
 		d.status = WINDOW_ERROR;
 		window_decision_merge(&r->acc, &d);

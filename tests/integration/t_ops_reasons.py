@@ -11,7 +11,7 @@ the ACK's reason variable, which the agent sets from the same strings.
 
 Live: a real agent refuses unknown-policy, bad-key, bad-cost and overload;
 the ACK's reason, the errors_total{reason} label and the log event
-(event=request_refused reason=...) carry the row's string, once each."""
+(event=decision_refused reason=...) carry the row's string, once each."""
 import glob
 import os
 import re
@@ -59,8 +59,13 @@ kinds = set(re.findall(r'\[METRICS_REDIS_ERR_[A-Z]+\]\s*=\s*"([a-z]+)"', read("s
 events = set()
 for path in glob.glob(os.path.join(u.ROOT, "spoa", "*.c")):
     with open(path) as f:
-        events |= set(re.findall(r'log_(?:debug|info|warn|error)\(\s*"([a-z_]+)"', f.read()))
-h.check("the agent logs events", "request_refused" in events and "decision" in events, sorted(events))
+        src = f.read()
+    events |= set(re.findall(r'log_(?:debug|info|warn|error)\(\s*"([a-z_]+)"', src))
+    # log_limited(level, key, "event", ...), the event possibly chosen by a ?:
+    for call in re.findall(r"log_limited\(([^;]*)", src):
+        events |= set(re.findall(r'"([a-z_]+)"', call.split(",", 2)[2].split('"%', 1)[0]
+                                 if call.count(",") >= 2 else ""))
+h.check("the agent logs events", "decision" in events and "redis_connected" in events, sorted(events))
 for reason, cells in sorted(rows.items()):
     _, _, client, metrics, logs = cells
     bodies = re.findall(r'"reason":"([a-z-]+)"', client)
@@ -102,8 +107,8 @@ for reason, act in sorted(seen.items()):
          (act.get("status"), act.get("reason")))
     h.eq("%s: errors_total{reason=%s} +1" % (reason, reason), 1,
          s1.get("errors_total", reason=reason) - s0.get("errors_total", reason=reason))
-    h.check("%s: logged as event=request_refused reason=%s" % (reason, reason),
-            u.wait_log(h, "event=request_refused", 1) and
-            re.search(r"level=warn event=request_refused conn=\d+ reason=%s suppressed=0" % reason, u.log_text(h)),
-            h.log_tail(8))
+    h.check("%s: logged as event=decision_refused reason=%s" % (reason, reason),
+            u.wait_log(h, "reason=%s" % reason, 1) and
+            re.search(r"level=warn event=decision_refused reason=%s policy=\S+ suppressed=0" % reason,
+                      u.log_text(h)), h.log_tail(8))
 h.done()
