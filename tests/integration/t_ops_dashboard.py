@@ -26,9 +26,8 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Harness, free_port, wait_port  # noqa: E402
-import ops_util as u  # noqa: E402
+import harness as u  # noqa: E402
 import spop  # noqa: E402
 
 DASHBOARD = os.path.join(u.ROOT, "etc", "grafana", "ratelimit-spoa.json")
@@ -148,7 +147,7 @@ h.check("prometheus scrapes the agent (up == 1)", up, prom.poll())
 
 
 # -- load: allows, denies (Redis, then the deny cache), shadow denies --------------------
-class Load(threading.Thread):
+class PacedLoad(threading.Thread):
     """One connection per policy, a small pipelined batch every 20 ms."""
 
     def __init__(self, policy, keys):
@@ -178,9 +177,9 @@ class Load(threading.Thread):
             self.errors.append("%s: %s" % (type(e).__name__, e))
 
 
-loads = [Load("transfer", ["ACC-D%d" % i for i in range(8)]),
-         Load("reads", ["ACC-R%d" % i for i in range(50)]),
-         Load("payout", ["ACC-P%d" % i for i in range(4)])]
+loads = [PacedLoad("transfer", ["ACC-D%d" % i for i in range(8)]),
+         PacedLoad("reads", ["ACC-R%d" % i for i in range(50)]),
+         PacedLoad("payout", ["ACC-P%d" % i for i in range(4)])]
 start = time.time()
 for t in loads:
     t.start()
