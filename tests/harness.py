@@ -135,9 +135,18 @@ class Harness:
             f.write(extra.strip() + "\n")
         return path
 
-    def start_agent(self, extra, listen=None, args=(), wait=True):
+    def start_agent(self, extra, listen=None, args=(), wait=True, ready=False):
+        """Start the agent; with <ready>, also give it a metrics listener and
+        wait until /readyz says every worker can decide (the SPOP port
+        listens before the Redis links are up, so a test that counts exact
+        answers must not race the first connect)."""
+        if ready:
+            self.metrics_port = free_port()
+            extra = "metrics 127.0.0.1:%d\n%s" % (self.metrics_port, extra)
         path = self.write_agent_conf(extra, listen)
         self.agent = self.spawn([AGENT, "-f", path] + list(args), self.agent_log)
+        if ready and not wait_for(lambda: _readyz(self.metrics_port), 15.0):
+            raise RuntimeError("agent not ready:\n" + self.log_tail())
         if wait:
             if listen and listen.startswith("unix:"):
                 end = time.time() + 10
@@ -374,6 +383,13 @@ def scrape(port):
     if not ctype.startswith("text/plain") or "version=0.0.4" not in ctype:
         raise FormatError("content-type %r" % ctype)
     return Metrics(body)
+
+
+def _readyz(port):
+    try:
+        return fetch(port, "/readyz")[0] == 200
+    except OSError:
+        return False
 
 
 def wait_ready(port, workers, timeout=15.0):

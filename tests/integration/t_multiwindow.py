@@ -18,7 +18,7 @@ h = Harness()
 h.start_redis()
 # A generous deadline: on a loaded machine a timeout would be a (fail-closed)
 # error, and these tests are about counts, not latency.
-h.start_agent("""
+h.start_agent(ready=True, extra="""
 threads 2
 redis-timeout 1s
 policy api   2/1s 3/6s
