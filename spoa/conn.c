@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "conn.h"
+#include "headers.h"
 #include "log.h"
 #include "metrics.h"
 #include "spop.h"
@@ -19,7 +20,8 @@
 #define CONN_OUT_INIT     1024u
 #define CONN_SHRINK_ABOVE (64u * 1024u)    /* give back big buffers when idle */
 #define CONN_PRE_HELLO_MAX 16380u          /* HAProxy's default, before negotiation */
-#define CONN_ACK_ROOM     512u             /* an ACK with every variable fits */
+/* an ACK with every variable fits */
+#define CONN_ACK_ROOM     (512u + HEADERS_POLICY_MAX + HEADERS_RATELIMIT_MAX)
 #define CONN_REQ_POOL_MAX 4096u            /* recycled requests kept per worker */
 #define CONN_OUT_HIGH     (256u * 1024u)   /* unsent bytes that pause reading */
 #define CONN_OUT_LOW      (64u * 1024u)    /* ... and that resume it */
@@ -67,6 +69,9 @@ struct conn_req {
 	unsigned pending;               /* decisions outstanding (+1 while issuing) */
 	const struct window_policy *policy; /* first message's, for metrics */
 	uint64_t read_us;               /* monotonic, when the NOTIFY was read */
+	const struct window_limit *lim; /* its limits for the key (borrowed from cfg) */
+	unsigned nwin;
+	unsigned nasked;                /* messages handed to the limiter */
 	struct window_decision acc;
 	struct conn_req *prev, *next;
 };
@@ -241,6 +246,35 @@ static void conn_observe_decision(struct conn_env *env, const struct conn_req *r
 		                         metrics_now_us() - r->read_us);
 }
 
+/*
+ * The draft's header values and the deciding window, for a request that asked
+ * one policy (what spoe-ratelimit.conf sends): with several messages the
+ * merged decision may come from any of them, so none is named. Never on an
+ * error; ratelimit_hdr only with a real count (not on a fail-open allow).
+ */
+static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r)
+{
+	const struct window_decision *d = &r->acc;
+	const struct window_policy *p = r->policy;
+	char v[HEADERS_POLICY_MAX];
+	int n;
+
+	if (r->nasked != 1 || !p || !r->lim || d->status == WINDOW_ERROR ||
+	    d->window >= r->nwin || !(d->has_quota || d->limit > 0))
+		return;
+	spop_ack_set_int(a, SPOP_SCOPE_TXN, "window",
+	                 headers_window_seconds(r->lim[d->window].window_ms));
+	n = headers_format_policy(p->name, p->name_len, r->lim, r->nwin, v, sizeof(v));
+	if (n > 0)
+		spop_ack_set_str(a, SPOP_SCOPE_TXN, "policy_hdr", v, (size_t)n);
+	if (!d->has_quota)
+		return;
+	n = headers_format_ratelimit(p->name, p->name_len, r->lim, r->nwin, d->window,
+	                             d->remaining, d->reset, v, sizeof(v));
+	if (n > 0)
+		spop_ack_set_str(a, SPOP_SCOPE_TXN, "ratelimit_hdr", v, (size_t)n);
+}
+
 /* Append the ACK for <r> (its merged decision as txn variables). */
 static void conn_send_ack(struct conn *c, const struct conn_req *r)
 {
@@ -273,6 +307,7 @@ static void conn_send_ack(struct conn *c, const struct conn_req *r)
 		}
 		if (d->reason != WINDOW_REASON_NONE)
 			spop_ack_set_str(&a, SPOP_SCOPE_TXN, "reason", why, strlen(why));
+		conn_ack_headers(&a, r);
 	}
 	n = spop_ack_end(&a);
 	if (n < 0) {
@@ -396,8 +431,11 @@ static void conn_decide_message(struct conn *c, struct conn_req *r,
 		window_decision_merge(&r->acc, &d);
 		return;
 	}
-	if (!r->policy)
+	if (!r->policy) {
 		r->policy = p;
+		r->lim = window_limits_for(p, key.ptr, key.len, &r->nwin);
+	}
+	r->nasked++;
 
 	r->pending++;
 	if (c->env->ops.check(c->env->ops.ctx, p, key.ptr, key.len, (uint64_t)cost,

@@ -34,7 +34,7 @@ mkdir -p "$out/corpus" "$out/artifacts"
 modules() {
 	case $1 in
 	fuzz_spop)   echo "spop" ;;
-	fuzz_conn)   echo "conn spop window config log metrics" ;;
+	fuzz_conn)   echo "conn spop window headers config log metrics" ;;
 	fuzz_config) echo "config window" ;;
 	*) echo "unknown harness: $1" >&2; return 1 ;;
 	esac

@@ -284,8 +284,8 @@ static void build_notify(struct wbuf *w, uint64_t sid, uint64_t fid, const char 
 struct ack {
 	unsigned type;
 	uint64_t sid, fid;
-	char status[16], reason[32];
-	int64_t limit, remaining, reset, retry_after;
+	char status[16], reason[32], policy_hdr[128], ratelimit_hdr[64];
+	int64_t limit, remaining, reset, retry_after, window;
 	bool has_retry, has_unset;
 	uint32_t disco_status;
 };
@@ -298,7 +298,7 @@ static void parse_agent_frame(const unsigned char *b, size_t n, struct ack *a)
 	int r;
 
 	memset(a, 0, sizeof(*a));
-	a->limit = a->remaining = a->reset = a->retry_after = -1;
+	a->limit = a->remaining = a->reset = a->retry_after = a->window = -1;
 	a->type = b[4];
 	assert_int_equal(b[8] & 1, 1);      /* FIN on every frame */
 	r = spop_decode_varint(p, (size_t)(end - p), &a->sid);
@@ -334,6 +334,14 @@ static void parse_agent_frame(const unsigned char *b, size_t n, struct ack *a)
 				memcpy(a->status, d.v.s.ptr, d.v.s.len);
 			} else if (!strcmp(name, "reason")) {
 				memcpy(a->reason, d.v.s.ptr, d.v.s.len);
+			} else if (!strcmp(name, "policy_hdr")) {
+				assert_true(d.v.s.len < sizeof(a->policy_hdr));
+				memcpy(a->policy_hdr, d.v.s.ptr, d.v.s.len);
+			} else if (!strcmp(name, "ratelimit_hdr")) {
+				assert_true(d.v.s.len < sizeof(a->ratelimit_hdr));
+				memcpy(a->ratelimit_hdr, d.v.s.ptr, d.v.s.len);
+			} else if (!strcmp(name, "window")) {
+				a->window = d.v.i;
 			} else if (!strcmp(name, "limit")) {
 				a->limit = d.v.i;
 			} else if (!strcmp(name, "remaining")) {
@@ -438,6 +446,10 @@ static void test_notify_allow(void **state)
 	assert_int_equal(a.remaining, 2);
 	assert_int_equal(a.reset, 1);
 	assert_false(a.has_retry);
+	/* the draft's fields, preformatted, and the deciding window */
+	assert_int_equal(a.window, 1);
+	assert_string_equal(a.policy_hdr, "\"transfer\";q=3;w=1");
+	assert_string_equal(a.ratelimit_hdr, "\"transfer\";r=2;t=1");
 	assert_int_equal(fake.ncalls, 1);
 	assert_memory_equal(fake.calls[0].key, "ACC-1001", 8);
 	assert_int_equal(fake.calls[0].cost, 1);
@@ -520,6 +532,10 @@ static void expect_error_reason(struct fixture *f, struct wbuf *w, const char *r
 	assert_int_equal(a.type, SPOP_FRAME_ACK);
 	assert_string_equal(a.status, "error");
 	assert_string_equal(a.reason, reason);
+	/* an error names no window: HAProxy sends no RateLimit headers */
+	assert_int_equal(a.window, -1);
+	assert_string_equal(a.policy_hdr, "");
+	assert_string_equal(a.ratelimit_hdr, "");
 }
 
 static void test_bad_input_is_error_not_decision(void **state)

@@ -1,0 +1,100 @@
+/*
+ * headers - RateLimit-Policy / RateLimit field values (see headers.h).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "headers.h"
+
+int64_t headers_window_seconds(uint64_t window_ms)
+{
+	uint64_t s = window_ms / 1000 + (window_ms % 1000 != 0);
+
+	if (s < 1)
+		s = 1;
+	if (s > INT64_MAX)
+		s = INT64_MAX;
+	return (int64_t)s;
+}
+
+/* Append the item name of window <idx> (quoted) at <dst>+<*len>.
+ * Returns 0, or -1 when it does not fit. */
+static int headers_put_name(const char *name, size_t name_len,
+                            const struct window_limit *lim, unsigned nwin,
+                            unsigned idx, char *dst, size_t cap, size_t *len)
+{
+	char ws[32];
+	int n;
+
+	if (*len + name_len + 2 >= cap)
+		return -1;
+	dst[(*len)++] = '"';
+	memcpy(dst + *len, name, name_len);
+	*len += name_len;
+	if (nwin > 1) {
+		n = window_format_ms(lim[idx].window_ms, ws, sizeof(ws));
+		if (n < 0 || *len + 1 + (size_t)n + 1 >= cap)
+			return -1;
+		dst[(*len)++] = '-';
+		memcpy(dst + *len, ws, (size_t)n);
+		*len += (size_t)n;
+	}
+	dst[(*len)++] = '"';
+	dst[*len] = '\0';
+	return 0;
+}
+
+/* Append printf output at <dst>+<*len>. Returns 0, or -1 when it does not fit. */
+static int headers_put_params(char *dst, size_t cap, size_t *len,
+                              const char *k1, int64_t v1, const char *k2, int64_t v2)
+{
+	int n = snprintf(dst + *len, cap - *len, ";%s=%" PRId64 ";%s=%" PRId64,
+	                 k1, v1, k2, v2);
+
+	if (n < 0 || (size_t)n >= cap - *len)
+		return -1;
+	*len += (size_t)n;
+	return 0;
+}
+
+int headers_format_policy(const char *name, size_t name_len,
+                          const struct window_limit *lim, unsigned nwin,
+                          char *dst, size_t cap)
+{
+	size_t len = 0;
+	unsigned i;
+
+	if (!name_len || !nwin || nwin > WINDOW_MAX_WINDOWS || cap == 0)
+		return -1;
+	for (i = 0; i < nwin; i++) {
+		if (i > 0) {
+			if (len + 2 >= cap)
+				return -1;
+			dst[len++] = ',';
+			dst[len++] = ' ';
+		}
+		if (lim[i].limit > INT64_MAX ||
+		    headers_put_name(name, name_len, lim, nwin, i, dst, cap, &len) == -1 ||
+		    headers_put_params(dst, cap, &len, "q", (int64_t)lim[i].limit,
+		                       "w", headers_window_seconds(lim[i].window_ms)) == -1)
+			return -1;
+	}
+	return (int)len;
+}
+
+int headers_format_ratelimit(const char *name, size_t name_len,
+                             const struct window_limit *lim, unsigned nwin,
+                             unsigned idx, int64_t remaining, int64_t reset_s,
+                             char *dst, size_t cap)
+{
+	size_t len = 0;
+
+	if (!name_len || idx >= nwin || nwin > WINDOW_MAX_WINDOWS || cap == 0 ||
+	    remaining < 0 || reset_s < 0)
+		return -1;
+	if (headers_put_name(name, name_len, lim, nwin, idx, dst, cap, &len) == -1 ||
+	    headers_put_params(dst, cap, &len, "r", remaining, "t", reset_s) == -1)
+		return -1;
+	return (int)len;
+}
