@@ -207,7 +207,13 @@ start_haproxy() {
 	export RL_TRANSFERS_ADDR=127.0.0.1:${TRANSFERS_PORT:-8091} RL_ACCOUNTS_ADDR=127.0.0.1:${ACCOUNTS_PORT:-8092}
 	export RL_HAPROXY_DIR=$ROOT/haproxy RL_JWT_PUBKEY=${RL_JWT_PUBKEY:-$T/jwt/jwt-public.pem}
 	export RL_ADMIN_SOCK=$T/haproxy-$name.sock RL_SPOE_TIMEOUT=${RL_SPOE_TIMEOUT:-2s}
+	export RL_APIKEYS_MAP=${RL_APIKEYS_MAP:-$ROOT/haproxy/apikeys.map}
 	ENV
+	# optional: ES256 tokens, a mutual-TLS listener (see haproxy/haproxy.cfg)
+	local v
+	for v in RL_JWT_ES256_PUBKEY RL_TLS_BIND RL_TLS_CERT RL_TLS_CA; do
+		[ -n "${!v:-}" ] && echo "export $v=${!v}" >> "$T/haproxy-$name.env"
+	done
 	echo "$cfg" > "$T/haproxy-$name.cfgpath"
 	_hap_exec "$name" "$cfg"
 	printf -v "HAP_PID_$name" '%s' "$_HAP_NEW_PID"

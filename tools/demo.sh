@@ -219,7 +219,7 @@ print_try() {
 	  HAProxy A   http://127.0.0.1:$A_PORT
 	  HAProxy B   http://127.0.0.1:$B_PORT
 	  agent       127.0.0.1:$AGENT_PORT   (config $S/agent.conf)
-	  redis       127.0.0.1:$REDIS_PORT  (redis-cli -p $REDIS_PORT zrange transfer:limit:v1:$ACCOUNT 0 -1 withscores)
+	  redis       127.0.0.1:$REDIS_PORT  (redis-cli -p $REDIS_PORT zrange transfer:limit:v1:jwt:$ACCOUNT 0 -1 withscores)
 	  backends    127.0.0.1:$TRANSFERS_PORT (transfers), 127.0.0.1:$ACCOUNTS_PORT (accounts)
 	  logs        $S/*.log
 

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # jwt.sh - demo/test JSON Web Tokens with openssl only (no Python, no jq).
 #
-#   tools/jwt.sh keygen DIR
+#   tools/jwt.sh keygen DIR [--ec]
 #       Write a fresh RSA-2048 pair: DIR/jwt-private.pem (mode 600) and
 #       DIR/jwt-public.pem (what HAProxy's jwt_verify reads, $RL_JWT_PUBKEY).
+#       With --ec, a P-256 pair for ES256 instead ($RL_JWT_ES256_PUBKEY).
 #       Keys are made at run time and never committed.
 #
 #   tools/jwt.sh mint --key FILE|SECRET --sub ACCOUNT [options]
 #       Print a compact JWS on stdout. Options:
-#         --alg RS256|HS256|none   signing algorithm (default RS256; the edge accepts
-#                                  RS256 only, the others exist to test the 401 path)
+#         --alg RS256|ES256|HS256|none  signing algorithm (default RS256; the edge
+#                                  accepts RS256, and ES256 when configured; the
+#                                  others exist to test the 401 path)
 #         --ttl SECONDS            exp = now + SECONDS (default 3600; negative = expired)
 #         --exp EPOCH | --no-exp   an absolute exp, or no exp claim at all
 #         --nbf EPOCH              add a not-before claim
 #         --no-sub                 leave the sub claim out (with --sub ignored)
+#         --sub-json JSON          sub as raw JSON (true, 12345, {...}: the 401 path)
 #         --tamper                 flip the payload after signing (bad signature)
 #
 #   tools/jwt.sh decode TOKEN      print header and payload JSON (no verification)
@@ -45,10 +48,27 @@ json_str() {
 	printf '"%s"' "$s"
 }
 
+# der_to_jose: an ECDSA P-256 signature, DER on stdin -> r||s (64 bytes)
+# base64url, as JWS wants it (RFC 7518 section 3.4).
+der_to_jose() {
+	local hex r s
+	hex=$(od -An -v -tx1 | tr -d ' \n')
+	# 30 len 02 rlen r 02 slen s (lengths < 128 for P-256)
+	local rlen=$((16#${hex:6:2}))
+	r=${hex:8:$((rlen * 2))}
+	local rest=${hex:$((8 + rlen * 2))}
+	local slen=$((16#${rest:2:2}))
+	s=${rest:4:$((slen * 2))}
+	pad64() { local v=$1; v=${v#00}; while [ ${#v} -lt 64 ]; do v="00$v"; done; printf '%s' "$v"; }
+	# shellcheck disable=SC2059
+	printf "$(printf '%s%s' "$(pad64 "$r")" "$(pad64 "$s")" | sed 's/../\\x&/g')" | b64url
+}
+
 cmd_keygen() {
-	local dir=${1:?usage: jwt.sh keygen DIR}
+	local dir=${1:?usage: jwt.sh keygen DIR [--ec]} opts=(-algorithm RSA -pkeyopt rsa_keygen_bits:2048)
+	[ "${2:-}" = --ec ] && opts=(-algorithm EC -pkeyopt ec_paramgen_curve:P-256)
 	mkdir -p "$dir"
-	( umask 077; openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 \
+	( umask 077; openssl genpkey "${opts[@]}" \
 		-out "$dir/jwt-private.pem" 2>/dev/null ) || die "openssl genpkey failed"
 	openssl pkey -in "$dir/jwt-private.pem" -pubout -out "$dir/jwt-public.pem" 2>/dev/null \
 		|| die "openssl pkey -pubout failed"
@@ -57,13 +77,14 @@ cmd_keygen() {
 }
 
 cmd_mint() {
-	local alg=RS256 key='' sub='' have_sub=1 ttl=3600 exp='' no_exp=0 nbf='' tamper=0
+	local alg=RS256 key='' sub='' sub_json='' have_sub=1 ttl=3600 exp='' no_exp=0 nbf='' tamper=0
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--alg) alg=${2:?}; shift 2 ;;
 		--key) key=${2:?}; shift 2 ;;
 		--sub) sub=${2:?}; shift 2 ;;
 		--no-sub) have_sub=0; shift ;;
+		--sub-json) sub_json=${2:?}; shift 2 ;;
 		--ttl) ttl=${2:?}; shift 2 ;;
 		--exp) exp=${2:?}; shift 2 ;;
 		--no-exp) no_exp=1; shift ;;
@@ -72,14 +93,18 @@ cmd_mint() {
 		*) die "unknown option: $1" ;;
 		esac
 	done
-	[ $have_sub = 0 ] || [ -n "$sub" ] || die "--sub ACCOUNT is required"
+	[ $have_sub = 0 ] || [ -n "$sub" ] || [ -n "$sub_json" ] || die "--sub ACCOUNT is required"
 	[ "$alg" = none ] || [ -n "$key" ] || die "--key is required for $alg"
 	local now header payload signing sig
 	now=$(date +%s)
 	[ -n "$exp" ] || exp=$((now + ttl))
 	header=$(printf '{"alg":"%s","typ":"JWT"}' "$alg" | b64url)
 	payload="{\"iss\":\"ratelimit-spoa-demo\",\"iat\":$now"
-	[ $have_sub = 0 ] || payload="$payload,\"sub\":$(json_str "$sub")"
+	if [ -n "$sub_json" ]; then
+		payload="$payload,\"sub\":$sub_json"
+	elif [ $have_sub = 1 ]; then
+		payload="$payload,\"sub\":$(json_str "$sub")"
+	fi
 	[ $no_exp = 1 ] || payload="$payload,\"exp\":$exp"
 	[ -z "$nbf" ] || payload="$payload,\"nbf\":$nbf"
 	payload=$(printf '%s}' "$payload" | b64url)
@@ -88,11 +113,14 @@ cmd_mint() {
 	RS256)
 		[ -r "$key" ] || die "cannot read private key $key"
 		sig=$(printf '%s' "$signing" | openssl dgst -sha256 -sign "$key" -binary | b64url) ;;
+	ES256)
+		[ -r "$key" ] || die "cannot read private key $key"
+		sig=$(printf '%s' "$signing" | openssl dgst -sha256 -sign "$key" -binary | der_to_jose) ;;
 	HS256)
 		sig=$(printf '%s' "$signing" | openssl dgst -sha256 -hmac "$key" -binary | b64url) ;;
 	none)
 		sig= ;;
-	*) die "unsupported --alg $alg (RS256, HS256 or none)" ;;
+	*) die "unsupported --alg $alg (RS256, ES256, HS256 or none)" ;;
 	esac
 	if [ $tamper = 1 ]; then
 		# Same shape, different claims: a valid-looking token whose signature

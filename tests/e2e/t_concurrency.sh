@@ -40,7 +40,7 @@ echo "# transfers: $(tally <<<"$out")"
 eq "200 concurrent transfers: exactly 3 admitted" 3 "$(grep -c '^201$' <<<"$out")"
 eq "200 concurrent transfers: the other 197 are 429" 197 "$(grep -c '^429$' <<<"$out")"
 eq "200 concurrent transfers: no 503 or other status" 0 "$(grep -vcE '^(201|429)$' <<<"$out")"
-eq "Redis holds exactly the admitted entries" 3 "$(rcli zcard transfer:limit:v1:ACC-BURST)"
+eq "Redis holds exactly the admitted entries" 3 "$(rcli zcard transfer:limit:v1:jwt:ACC-BURST)"
 eq "the backend saw exactly the admitted transfers" 3 "$(grep -c 'transfers 201.*account=ACC-BURST' "$T/backend.log")"
 
 out=$(burst GET /accounts/ACC-READS 200 "$(mint_token ACC-READS)")

@@ -47,9 +47,42 @@ check "429: Retry-After ($ra) >= 1 and not before the reset ($rs)" test -n "$ra"
 eq "429: body retry_after equals the header" "$ra" "$(jq -r .retry_after "$T/seq.body.4")"
 eq "429: problem type" "https://iana.org/assignments/http-problem-types#quota-exceeded" "$(jq -r .type "$T/seq.body.4")"
 eq "429: problem status" 429 "$(jq -r .status "$T/seq.body.4")"
+eq "429: problem names the violated policy" '["transfer"]' "$(jq -c '."violated-policies"' "$T/seq.body.4")"
 for i in 1 2 3; do
 	eq "allowed #$i: no Retry-After" "" "$(seq_hdr $i Retry-After)"
 done
+
+# A policy with two windows (exports: 2/1s 5/1h): RateLimit-Policy lists
+# both items, RateLimit names the window that decided. The agent formats
+# both; haproxy.cfg knows no window. Requests go one by one, waiting out the
+# 1s window whenever it denies, until the 1h window is what denies.
+tok=$(mint_token ACC-H7)
+req A POST /exports "$tok"
+eq "multi-window: first export allowed" 201 "$RSP_STATUS"
+eq "multi-window: RateLimit-Policy lists every window" \
+	'"exports-1s";q=2;w=1, "exports-1h";q=5;w=3600' "$(rsp_hdr RateLimit-Policy)"
+eq "multi-window: the 1s window decides first (least remaining)" '"exports-1s";r=1;t=1' "$(rsp_hdr RateLimit)"
+admitted=1
+for _ in $(seq 40); do
+	req B POST /exports "$tok"
+	if [ "$RSP_STATUS" = 201 ]; then
+		admitted=$((admitted + 1))
+	elif [ "$RSP_STATUS" = 429 ] && [ "$(rsp_hdr Retry-After)" -gt 1 ]; then
+		break
+	else
+		sleep 0.3   # the 1s window denied: wait until it admits again
+	fi
+done
+eq "multi-window: 5 exports admitted in the hour" 5 "$admitted"
+eq "multi-window: then 429" 429 "$RSP_STATUS"
+eq "multi-window: RateLimit-Policy on the 429" \
+	'"exports-1s";q=2;w=1, "exports-1h";q=5;w=3600' "$(rsp_hdr RateLimit-Policy)"
+rs=$(rsp_hdr RateLimit-Reset)
+check "multi-window: the 1h window decides (reset $rs s)" test "$rs" -gt 1 -a "$rs" -le 3600
+eq "multi-window: RateLimit names the 1h window" "\"exports-1h\";r=0;t=$rs" "$(rsp_hdr RateLimit)"
+eq "multi-window: RateLimit-Limit is the deciding window's" 5 "$(rsp_hdr RateLimit-Limit)"
+eq "multi-window: the problem names the violated item" exports-1h "$(jq -r '."violated-policies"[0]' "$T/rsp.body")"
+eq "multi-window: quota-exceeded problem type" "https://iana.org/assignments/http-problem-types#quota-exceeded" "$(jq -r .type "$T/rsp.body")"
 
 # No decision, no headers.
 req A POST /transfers ""
@@ -58,7 +91,7 @@ eq "401: no RateLimit" "" "$(rsp_hdr RateLimit)"
 req A GET /nowhere "$(mint_token ACC-H5)"
 eq "unknown route: 404" 404 "$RSP_STATUS"
 eq "404: no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
-eq "404 never asked the agent" 0 "$(rcli exists transfer:limit:v1:ACC-H5 reads:limit:v1:ACC-H5)"
+eq "404 never asked the agent" 0 "$(rcli exists transfer:limit:v1:jwt:ACC-H5 reads:limit:v1:jwt:ACC-H5)"
 
 # The backend itself is down: HAProxy's own 503 comes after an allow, so it
 # still carries the decision (and is not the no-decision problem document).

@@ -49,7 +49,7 @@ req A POST /transfers "$tok"
 eq "after the reload: allowed" 201 "$RSP_STATUS"
 eq "after the reload: decided by the agent" 100000 "$(rsp_hdr RateLimit-Limit)"
 eq "after the reload: every admitted request is in the window" \
-	"$(grep -c '^201 ' "$T/loop.out" | awk '{ print $1 + 1 }')" "$(rcli zcard transfer:limit:v1:ACC-RELOAD)"
+	"$(grep -c '^201 ' "$T/loop.out" | awk '{ print $1 + 1 }')" "$(rcli zcard transfer:limit:v1:jwt:ACC-RELOAD)"
 
 # A second reload while idle, then decide again.
 reload_haproxy A
