@@ -21,14 +21,16 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/spoa/ratelimit-spoa /usr/local/sbin/ratelimit-spoa
 COPY tools/jwt.sh /usr/local/bin/jwt.sh
-COPY haproxy/ratelimit-spoa-policies.conf /etc/ratelimit-spoa/policies.conf
+# The policies are those of the shipped config (the project's one policies file).
+COPY etc/ratelimit-spoa.conf /etc/ratelimit-spoa/ratelimit-spoa.conf.dist
 # In a container the agent listens on the container network (HAProxy runs in
 # another container), which the agent refuses unless told so explicitly.
 RUN { echo "listen 0.0.0.0:12345"; \
       echo "allow-remote-listen"; \
       echo "redis redis://redis:6379/0"; \
       echo "redis-timeout 50ms"; \
-      cat /etc/ratelimit-spoa/policies.conf; } > /etc/ratelimit-spoa/ratelimit-spoa.conf \
+      grep -E '^(policy|override)[[:space:]]' /etc/ratelimit-spoa/ratelimit-spoa.conf.dist; } \
+      > /etc/ratelimit-spoa/ratelimit-spoa.conf \
  && ratelimit-spoa -c -f /etc/ratelimit-spoa/ratelimit-spoa.conf
 USER nobody
 EXPOSE 12345

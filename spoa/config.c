@@ -828,15 +828,16 @@ out:
 	return rc;
 }
 
-/* Read <path> whole and parse it into <c> (see config_parse()). The file's
- * bytes are a temporary buffer owned here; overrides go to <c>. */
-int config_load_file(struct config *c, const char *path, char *err, size_t errlen)
+/* Read <path> whole into a new buffer <*buf> (NUL-terminated, the caller
+ * frees it) of <*len> bytes. Returns 0, or -1 with "<path>: reason". */
+static int config_read_file(const char *path, char **buf, size_t *len,
+                            char *err, size_t errlen)
 {
 	FILE *f = NULL;
-	char *buf = NULL;
 	struct stat st;
-	size_t got;
 	int rc = -1;
+
+	*buf = NULL;
 
 	f = fopen(path, "r");
 	if (!f) {
@@ -851,22 +852,172 @@ int config_load_file(struct config *c, const char *path, char *err, size_t errle
 		snprintf(err, errlen, "%s: too large (more than %u bytes)", path, CONFIG_FILE_MAX);
 		goto out;
 	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
+	*buf = malloc((size_t)st.st_size + 1);
+	if (!*buf) {
 		snprintf(err, errlen, "%s: out of memory", path);
 		goto out;
 	}
-	got = fread(buf, 1, (size_t)st.st_size, f);
+	*len = fread(*buf, 1, (size_t)st.st_size, f);
+	(*buf)[*len] = '\0';
 	if (ferror(f)) {
 		snprintf(err, errlen, "%s: read error", path);
+		free(*buf);
+		*buf = NULL;
 		goto out;
 	}
-	snprintf(c->path, sizeof(c->path), "%s", path);
-	rc = config_parse(c, path, buf, got, err, errlen);
+	rc = 0;
 out:
-	free(buf);
 	if (f)
 		fclose(f);
+	return rc;
+}
+
+/* Read <path> whole and parse it into <c> (see config_parse()). The file's
+ * bytes are a temporary buffer owned here; overrides go to <c>. */
+int config_load_file(struct config *c, const char *path, char *err, size_t errlen)
+{
+	char *buf;
+	size_t len;
+	int rc;
+
+	if (config_read_file(path, &buf, &len, err, errlen) == -1)
+		return -1;
+	snprintf(c->path, sizeof(c->path), "%s", path);
+	rc = config_parse(c, path, buf, len, err, errlen);
+	free(buf);
+	return rc;
+}
+
+/* One line of a routes map: "<METHOD></path prefix> <policy> [<identity>
+ * [<cost>]]" (haproxy/routes.map). Returns 0 or -1 with the error set. */
+static int routes_check_line(struct parse_ctx *x, const struct config *c,
+                             const struct word *w, int n)
+{
+	static const char *const kinds[] = { "jwt", "key", "cert" };
+	const char *slash = memchr(w[0].p, '/', w[0].len);
+	size_t i;
+	uint64_t cost = 0;
+
+	if (!slash || slash == w[0].p)
+		return parse_fail(x, "route '%.*s' must be <METHOD>/<path prefix>, e.g. POST/transfers",
+		                  word_plen(w[0]), w[0].p);
+	for (i = 0; w[0].p + i < slash; i++)
+		if (w[0].p[i] < 'A' || w[0].p[i] > 'Z')
+			return parse_fail(x, "route '%.*s': the method must be upper case letters",
+			                  word_plen(w[0]), w[0].p);
+	if (n < 2)
+		return parse_fail(x, "route '%.*s' names no policy", word_plen(w[0]), w[0].p);
+	if (n > 4)
+		return parse_fail(x, "route '%.*s': too many words (<policy> [<identity> [<cost>]])",
+		                  word_plen(w[0]), w[0].p);
+	if (!config_find_policy(c, w[1].p, w[1].len))
+		return parse_fail(x, "route '%.*s' names policy '%.*s', which the agent's config does not define",
+		                  word_plen(w[0]), w[0].p, word_plen(w[1]), w[1].p);
+	if (n >= 3) {
+		for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+			if (word_is(w[2], kinds[i]))
+				break;
+		if (i == sizeof(kinds) / sizeof(kinds[0]))
+			return parse_fail(x, "route '%.*s': identity must be jwt, key or cert; got '%.*s'",
+			                  word_plen(w[0]), w[0].p, word_plen(w[2]), w[2].p);
+	}
+	if (n == 4) {
+		for (i = 0; i < w[3].len && cost <= UINT32_MAX; i++) {
+			if (w[3].p[i] < '0' || w[3].p[i] > '9')
+				break;
+			cost = cost * 10 + (uint64_t)(w[3].p[i] - '0');
+		}
+		if (i != w[3].len || cost < 1 || cost > UINT32_MAX)
+			return parse_fail(x, "route '%.*s': cost must be an integer 1..%u; got '%.*s'",
+			                  word_plen(w[0]), w[0].p, UINT32_MAX, word_plen(w[3]), w[3].p);
+	}
+	return 0;
+}
+
+/* See config.h. The route keys seen so far are borrowed from <text>, in a
+ * table owned here. */
+int config_check_routes(const struct config *c, const char *name, const char *text,
+                        size_t len, char *err, size_t errlen)
+{
+	struct route_seen { const char *p; size_t len; unsigned line; } *seen = NULL, *grown;
+	struct parse_ctx x;
+	const char *p = text, *end = text + len;
+	size_t nseen = 0, capseen = 0, i;
+	int rc = -1;
+
+	memset(&x, 0, sizeof(x));
+	x.name = name ? name : "routes";
+	x.err = err;
+	x.errlen = errlen;
+	if (err && errlen)
+		err[0] = '\0';
+	while (p < end) {
+		const char *eol = memchr(p, '\n', (size_t)(end - p));
+		const char *stop = eol ? eol : end;
+		struct word w[CONFIG_MAX_WORDS];
+		int n;
+
+		x.line++;
+		if (memchr(p, '\0', (size_t)(stop - p))) {
+			parse_fail(&x, "NUL byte in line");
+			goto out;
+		}
+		n = split_words(p, (size_t)(stop - p), w);
+		/* HAProxy reads a '#' after the key as part of the value */
+		if (n > 0 && memchr(p, '#', (size_t)(stop - p))) {
+			parse_fail(&x, "a comment must be a line of its own ('#' after a route is part of its value)");
+			goto out;
+		}
+		p = eol ? eol + 1 : end;
+		if (n == 0)
+			continue;
+		if (n == -1) {
+			parse_fail(&x, "too many words");
+			goto out;
+		}
+		if (routes_check_line(&x, c, w, n) == -1)
+			goto out;
+		/* map_beg answers with the first line whose key begins the
+		 * request: a line behind a prefix of its own key never matches */
+		for (i = 0; i < nseen; i++) {
+			if (seen[i].len <= w[0].len && memcmp(seen[i].p, w[0].p, seen[i].len) == 0) {
+				parse_fail(&x, "route '%.*s' never matches: line %u ('%.*s') comes first and is a prefix of it",
+				           word_plen(w[0]), w[0].p, seen[i].line, (int)seen[i].len, seen[i].p);
+				goto out;
+			}
+		}
+		if (nseen == capseen) {
+			capseen = capseen ? capseen * 2 : 16;
+			grown = realloc(seen, capseen * sizeof(*seen));
+			if (!grown) {
+				parse_fail(&x, "out of memory");
+				goto out;
+			}
+			seen = grown;
+		}
+		seen[nseen].p = w[0].p;
+		seen[nseen].len = w[0].len;
+		seen[nseen].line = x.line;
+		nseen++;
+	}
+	rc = nseen > INT32_MAX ? INT32_MAX : (int)nseen;
+out:
+	free(seen);
+	return rc;
+}
+
+/* Read the routes map at <path> and check it against <c> (see config.h). */
+int config_check_routes_file(const struct config *c, const char *path,
+                             char *err, size_t errlen)
+{
+	char *buf;
+	size_t len;
+	int rc;
+
+	if (config_read_file(path, &buf, &len, err, errlen) == -1)
+		return -1;
+	rc = config_check_routes(c, path, buf, len, err, errlen);
+	free(buf);
 	return rc;
 }
 

@@ -89,6 +89,19 @@ void config_release(struct config *c);
 /* Deep-copy <src> into <dst> (override tables included). Returns 0 or -1. */
 int config_copy(struct config *dst, const struct config *src);
 
+/*
+ * Check an HAProxy routes map (haproxy/routes.map) against <c>: each line
+ * "<METHOD>/<path prefix> <policy> [jwt|key|cert [<cost>]]" must name a
+ * policy of <c>, and no line may sit behind an earlier prefix of its key
+ * (map_beg takes the first match). '#' starts a comment. Returns the number
+ * of routes, or -1 with "<name>:<line>: <reason>" in <err>.
+ * config_check_routes_file() reads <path> first.
+ */
+int config_check_routes(const struct config *c, const char *name, const char *text,
+                        size_t len, char *err, size_t errlen);
+int config_check_routes_file(const struct config *c, const char *path,
+                             char *err, size_t errlen);
+
 /* Policy named <name>/<len>, or NULL. Borrowed from <c>. */
 const struct window_policy *config_find_policy(const struct config *c,
                                                const char *name, size_t len);

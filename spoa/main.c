@@ -83,6 +83,8 @@ static const char main_usage[] =
 "  -f, --config FILE   read the configuration file (see ratelimit-spoa(8))\n"
 "  -c, --check         check the configuration, print 'file:line: reason' on\n"
 "                      error, exit 0 (valid) or 1 (invalid)\n"
+"      --routes MAP    with -c: also check HAProxy's routes map (routes.map):\n"
+"                      every policy it names exists here ('file:line: reason')\n"
 "      --listen ADDR   override 'listen' (host:port, [v6]:port, unix:/path)\n"
 "      --redis URL     override 'redis' (same forms as the directive)\n"
 "  -d, --debug         log-level debug (kept across reloads)\n"
@@ -556,6 +558,7 @@ int main(int argc, char **argv)
 		{ "check", no_argument, NULL, 'c' },
 		{ "listen", required_argument, NULL, 'L' },
 		{ "redis", required_argument, NULL, 'R' },
+		{ "routes", required_argument, NULL, 'M' },
 		{ "debug", no_argument, NULL, 'd' },
 		{ "version", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -565,6 +568,8 @@ int main(int argc, char **argv)
 	struct cfg_gen *g = NULL;
 	char err[CONFIG_ERR_LEN];
 	bool check_only = false, debug = false;
+	const char *routes = NULL;
+	int nroutes = 0;
 	unsigned i;
 	int opt, rc = 1;
 
@@ -576,6 +581,7 @@ int main(int argc, char **argv)
 		case 'c': check_only = true; break;
 		case 'L': m.opt_listen = optarg; break;
 		case 'R': m.opt_redis = optarg; break;
+		case 'M': routes = optarg; break;
 		case 'd': debug = true; break;
 		case 'v': main_print_version(); return 0;
 		case 'h': fputs(main_usage, stdout); return 0;
@@ -591,9 +597,23 @@ int main(int argc, char **argv)
 		config_release(&m.cfg);
 		return 1;
 	}
+	if (routes && !check_only) {
+		fputs("ratelimit-spoa: --routes goes with -c\n", stderr);
+		config_release(&m.cfg);
+		return 1;
+	}
+	if (routes)
+		nroutes = config_check_routes_file(&m.cfg, routes, err, sizeof(err));
+	if (nroutes == -1) {
+		fprintf(stderr, "%s\n", err);
+		config_release(&m.cfg);
+		return 1;
+	}
 	if (check_only) {
 		printf("%s: configuration is valid (%zu policies)\n",
 		       m.cfg_path ? m.cfg_path : "(defaults)", m.cfg.npolicies);
+		if (routes)
+			printf("%s: %d routes, every policy they name is defined\n", routes, nroutes);
 		config_release(&m.cfg);
 		return 0;
 	}

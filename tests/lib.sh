@@ -156,7 +156,9 @@ mint_token() {
 	"$ROOT/tools/jwt.sh" mint --key "$T/jwt/jwt-private.pem" --sub "$sub" "$@"
 }
 
-edge_policies() { cat "$ROOT/haproxy/ratelimit-spoa-policies.conf"; }
+# The policy lines of the shipped config (the one policies file, which
+# haproxy/routes.map names).
+edge_policies() { grep -E '^(policy|override)[[:space:]]' "$ROOT/etc/ratelimit-spoa.conf"; }
 
 # Decision budgets for a shared, loaded machine: the tests check outcomes,
 # never latency, so a slow Redis call must not turn into a 503 here. The

@@ -9,7 +9,7 @@ H=$ROOT/haproxy
 
 # haproxy_check CFG: "haproxy -c" with warnings fatal (-dW); prints its output.
 haproxy_check() {
-	RL_HAPROXY_DIR=$H RL_ADMIN_SOCK=$T/admin.sock RL_BIND=127.0.0.1:1 \
+	RL_HAPROXY_DIR=$H RL_APIKEYS_MAP=$H/apikeys.map RL_ADMIN_SOCK=$T/admin.sock RL_BIND=127.0.0.1:1 \
 		haproxy -c -dW -f "$1" 2>&1
 }
 
@@ -39,25 +39,37 @@ check "haproxy.cfg: no mode spop" test -z "$(grep 'mode spop' <<<"$cfg")"
 check "haproxy.cfg: send-spoe-group" grep -q 'http-request send-spoe-group ratelimit rl-check' <<<"$cfg"
 check "haproxy.cfg: 503 unless allow or deny" grep -q 'acl rl_decided var(txn.rl.status) -m str allow deny' <<<"$cfg"
 check "haproxy.cfg: never keyed by the client address" test -z "$(grep -E 'set-var\(txn\.account\) +(src|req\.hdr\(x-forwarded)' <<<"$cfg")"
-for v in status limit remaining reset retry_after reason; do
+for v in status limit remaining reset retry_after reason window policy_hdr ratelimit_hdr; do
 	check "haproxy.cfg references txn.rl.$v (HAProxy drops unknown vars)" grep -q "var(txn\.rl\.${v}[,)]" <<<"$cfg"
 done
 check "register-var-names lists the agent's variables" \
-	grep -Eq '^ *register-var-names +status limit remaining reset retry_after reason$' <<<"$spoe"
+	grep -Eq '^ *register-var-names +status limit remaining reset retry_after reason window policy_hdr ratelimit_hdr$' <<<"$spoe"
 
 # jwt_verify must be given a literal algorithm and the key file, not the
 # token's own header.
 check "jwt_verify pins RS256" grep -q 'jwt_verify("RS256",' <<<"$cfg"
 
-# The policies named by the routes exist in the shipped agent policy file,
-# and the agent accepts that file.
-for p in $(grep -oP 'set-var\(txn\.rl_policy\) str\(\K[a-z_]+' <<<"$cfg" | sort -u); do
-	check "policy '$p' used by a route is defined for the agent" \
-		grep -Eq "^policy +$p " "$H/ratelimit-spoa-policies.conf"
-done
+# The routes map names only policies of the shipped agent config (the one
+# policies file), and the agent's check says so; a map naming a policy the
+# agent lacks fails, naming the line.
+out=$("$AGENT" -c -f "$ROOT/etc/ratelimit-spoa.conf" --routes "$H/routes.map" 2>&1); rc=$?
+eq "ratelimit-spoa -c --routes accepts the shipped routes.map ($out)" 0 "$rc"
 { echo "listen 127.0.0.1:12345"; echo "redis redis://127.0.0.1:6379/0"; edge_policies; } > "$T/agent-check.conf"
 out=$("$AGENT" -c -f "$T/agent-check.conf" 2>&1); rc=$?
 eq "the agent accepts the shipped policies ($out)" 0 "$rc"
+{ cat "$H/routes.map"; echo "POST/reports reports jwt 2"; } > "$T/routes.map"
+out=$("$AGENT" -c -f "$T/agent-check.conf" --routes "$T/routes.map" 2>&1); rc=$?
+eq "--routes: a policy the agent lacks fails" 1 "$rc"
+eq "--routes: the error names file:line and the policy" \
+	"$T/routes.map:$(wc -l < "$T/routes.map"): route 'POST/reports' names policy 'reports', which the agent's config does not define" "$out"
+out=$("$AGENT" -f "$T/agent-check.conf" --routes "$T/routes.map" 2>&1); rc=$?
+eq "--routes without -c is refused ($out)" 1 "$rc"
+
+# haproxy.cfg carries the block verbatim (what docs/integrate.md says to paste).
+blk=$(awk '/=== ratelimit-spoa block/,/=== end of the ratelimit-spoa block/' "$H/haproxy.cfg")
+eq "haproxy.cfg holds haproxy/ratelimit-block.cfg unchanged" "$(cat "$H/ratelimit-block.cfg")" "$blk"
+check "haproxy.cfg knows no window (the agent formats RateLimit-Policy)" \
+	test -z "$(grep -E 'rl_window|;w=' <<<"$cfg")"
 
 # Tokens.
 dec=$("$ROOT/tools/jwt.sh" decode "$(mint_token ACC-1001)")

@@ -630,6 +630,71 @@ static void test_copy(void **state)
 	config_release(&d);
 }
 
+/* check_routes <text> against "policy transfer 3/1s", "policy reads 10/1m":
+ * the route count, or -1 with <err> set. */
+static int check_routes(const char *text, char *err)
+{
+	struct config c;
+	int rc;
+
+	assert_int_equal(parse(&c, "policy transfer 3/1s\npolicy reads 10/1m\n", err), 0);
+	rc = config_check_routes(&c, "routes.map", text, strlen(text), err, CONFIG_ERR_LEN);
+	config_release(&c);
+	return rc;
+}
+
+static void test_routes(void **state)
+{
+	static const struct { const char *text, *err; } bad[] = {
+		{ "POST/transfers transfer\nPOST/exports exports\n",
+		  "routes.map:2: route 'POST/exports' names policy 'exports', which the agent's config does not define" },
+		{ "POST/transfers\n", "routes.map:1: route 'POST/transfers' names no policy" },
+		{ "/transfers transfer\n", "routes.map:1: route '/transfers' must be <METHOD>/<path prefix>, e.g. POST/transfers" },
+		{ "POST transfer\n", "routes.map:1: route 'POST' must be <METHOD>/<path prefix>, e.g. POST/transfers" },
+		{ "post/x transfer\n", "routes.map:1: route 'post/x': the method must be upper case letters" },
+		{ "GET/a reads jws\n", "routes.map:1: route 'GET/a': identity must be jwt, key or cert; got 'jws'" },
+		{ "GET/a reads key 0\n", "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '0'" },
+		{ "GET/a reads key 2x\n", "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '2x'" },
+		{ "GET/a reads key 99999999999999999999\n",
+		  "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '99999999999999999999'" },
+		{ "GET/a reads key 1 x\n", "routes.map:1: route 'GET/a': too many words (<policy> [<identity> [<cost>]])" },
+		{ "GET/a reads # all reads\n",
+		  "routes.map:1: a comment must be a line of its own ('#' after a route is part of its value)" },
+		{ "# c\nGET/accounts/ reads\nGET/accounts/vip transfer\n",
+		  "routes.map:3: route 'GET/accounts/vip' never matches: line 2 ('GET/accounts/') comes first and is a prefix of it" },
+	};
+	char err[CONFIG_ERR_LEN];
+	size_t i;
+
+	(void)state;
+	assert_int_equal(check_routes("", err), 0);
+	assert_int_equal(check_routes("# only a comment\n\n   \n", err), 0);
+	assert_int_equal(check_routes("# routes\nPOST/transfers transfer\n"
+	                              "GET/accounts/vip transfer cert 5\n"
+	                              "\tGET/accounts/  reads  key\r\nGET/x reads", err), 4);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(check_routes(bad[i].text, err), -1);
+		assert_string_equal(err, bad[i].err);
+	}
+}
+
+/* The shipped routes map names only policies of the shipped agent config. */
+static void test_shipped_routes(void **state)
+{
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+
+	(void)state;
+	config_init(&c);
+	if (config_load_file(&c, "etc/ratelimit-spoa.conf", err, sizeof(err)) != 0)
+		fail_msg("%s", err);
+	if (config_check_routes_file(&c, "haproxy/routes.map", err, sizeof(err)) < 1)
+		fail_msg("%s", err);
+	assert_int_equal(config_check_routes_file(&c, "haproxy/nope.map", err, sizeof(err)), -1);
+	assert_string_equal(err, "haproxy/nope.map: cannot open: No such file or directory");
+	config_release(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -649,6 +714,8 @@ int main(void)
 		cmocka_unit_test(test_many_overrides),
 		cmocka_unit_test(test_copy),
 		cmocka_unit_test(test_deny_cache_switch),
+		cmocka_unit_test(test_routes),
+		cmocka_unit_test(test_shipped_routes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
