@@ -179,7 +179,8 @@ MAN8DIR        ?= $(PREFIX)/share/man/man8
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 CONF           := $(DESTDIR)$(SYSCONFDIR)/ratelimit-spoa/ratelimit-spoa.conf
 HAPROXY_EXAMPLES := haproxy/haproxy.cfg haproxy/spoe-ratelimit.conf \
-                    haproxy/ratelimit-block.cfg haproxy/routes.map haproxy/apikeys.map \
+                    haproxy/ratelimit-block.cfg haproxy/ratelimit-agent.cfg \
+                    haproxy/routes.map haproxy/apikeys.map \
                     haproxy/backend.cfg
 # Monitoring files, installed under DATADIR/<their directory under etc/>.
 OPS_FILES := etc/prometheus/ratelimit-spoa.rules.yml etc/grafana/ratelimit-spoa.json

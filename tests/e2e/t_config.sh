@@ -68,6 +68,9 @@ eq "--routes without -c is refused ($out)" 1 "$rc"
 # haproxy.cfg carries the block verbatim (what docs/integrate.md says to paste).
 blk=$(awk '/=== ratelimit-spoa block/,/=== end of the ratelimit-spoa block/' "$H/haproxy.cfg")
 eq "haproxy.cfg holds haproxy/ratelimit-block.cfg unchanged" "$(cat "$H/ratelimit-block.cfg")" "$blk"
+eq "haproxy.cfg holds haproxy/ratelimit-agent.cfg's backend unchanged" \
+	"$(awk '/^backend be_ratelimit_agent/{f=1} f' "$H/ratelimit-agent.cfg")" \
+	"$(awk '/^backend be_ratelimit_agent/{f=1} f' "$H/haproxy.cfg")"
 check "haproxy.cfg knows no window (the agent formats RateLimit-Policy)" \
 	test -z "$(grep -E 'rl_window|;w=' <<<"$cfg")"
 
