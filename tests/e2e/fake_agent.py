@@ -138,14 +138,25 @@ class Limiter:
                 log.extend([now] * cost)
                 self.logs[(policy, key)] = log
                 reset = math.ceil(log[0] + window - now)
-                return {"status": "allow", "limit": limit, "remaining": limit - len(log),
-                        "reset": max(reset, 0)}
+                return self.headers(policy, limit, window, {
+                    "status": "allow", "limit": limit, "remaining": limit - len(log),
+                    "reset": max(reset, 0)})
             self.logs[(policy, key)] = log
             reset = math.ceil(log[0] + window - now)
             fit = log[len(log) + cost - limit - 1]
             retry = max(1, math.ceil(fit + window - now))
-            return {"status": "deny", "limit": limit, "remaining": max(limit - len(log), 0),
-                    "reset": max(reset, 0), "retry_after": retry}
+            return self.headers(policy, limit, window, {
+                "status": "deny", "limit": limit, "remaining": max(limit - len(log), 0),
+                "reset": max(reset, 0), "retry_after": retry})
+
+    @staticmethod
+    def headers(policy, limit, window, d):
+        """The contract's window, policy_hdr and ratelimit_hdr (one window)."""
+        w = max(1, math.ceil(window))
+        d["window"] = w
+        d["policy_hdr"] = '"%s";q=%d;w=%d' % (policy, limit, w)
+        d["ratelimit_hdr"] = '"%s";r=%d;t=%d' % (policy, d["remaining"], d["reset"])
+        return d
 
 
 def handle(conn, limiter):
