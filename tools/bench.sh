@@ -358,9 +358,9 @@ wait_port "$BE_T" || die "backend did not start"
 # HAProxy alone: the edge config with the SPOE filter and the rules that act
 # on its verdict removed; the JWT checks, routes and headers stay.
 sed -e '/^[[:space:]]*filter spoe /d' -e '/send-spoe-group/d' \
-    -e '/return status 503 .* unless rl_decided$/d' -e '/return status 429 .* if rl_denied$/d' \
+    -e '/return status 503 .* if rl_limited !rl_decided$/d' -e '/return status 429 .* if rl_limited rl_denied$/d' \
     -e '/^backend be_ratelimit_agent/,$d' haproxy/haproxy.cfg >"$T/haproxy-alone.cfg"
-grep -v '^[[:space:]]*#' "$T/haproxy-alone.cfg" | grep -qE 'filter spoe|send-spoe|unless rl_decided|if rl_denied' \
+grep -v '^[[:space:]]*#' "$T/haproxy-alone.cfg" | grep -qE 'filter spoe|send-spoe|return status (503|429)' \
 	&& die "could not strip the limiter out of haproxy/haproxy.cfg (did its layout change?)"
 
 # start_bench_edge NAME CFG: HAProxy with the edge environment; sets EDGE_PORT
