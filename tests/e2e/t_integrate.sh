@@ -73,6 +73,7 @@ cp -r "$H/spoe-ratelimit.conf" "$H/errors" "$D/"
 cat > "$D/routes.map" <<'MAP'
 # the site's limited routes; everything else stays as it was
 POST/api/orders     orders
+POST/api/bulk       orders  jwt 2
 GET/v2/             partner key
 MAP
 printf 'pk-live-1 PARTNER-1\n' > "$D/apikeys.map"
@@ -132,6 +133,9 @@ eq "429: RateLimit-Policy from the agent" '"orders";q=3;w=60' "$(rsp_hdr RateLim
 eq "429: a problem document" application/problem+json "$(rsp_hdr Content-Type)"
 get "http://127.0.0.1:$WWW_A/api/orders" -X POST
 eq "the limited route wants an identity: 401" 401 "$RSP_STATUS"
+get "http://127.0.0.1:$WWW_B/api/bulk" -X POST -H "Authorization: Bearer $(mint_token ACC-8)"
+eq "a route with cost 2 in routes.map: 201" 201 "$RSP_STATUS"
+eq "a route with cost 2 in routes.map takes 2 units" '"orders";r=1;t=60' "$(rsp_hdr RateLimit)"
 
 # The unlimited routes: as before the merge, no identity asked, no agent call.
 keys_before=$(rcli dbsize)
