@@ -773,6 +773,31 @@ static int split_words(const char *s, size_t len, struct word *w)
 	}
 }
 
+/* The next line of <*p>..<end> into <w>, split into words; <*p> moves past
+ * it and <*line>/<*line_len> are the line itself (borrowed). Returns the
+ * word count (0: blank or comment), -1 with the error set, or -2 at the end. */
+static int next_line(struct parse_ctx *x, const char **p, const char *end,
+                     struct word *w, const char **line, size_t *line_len)
+{
+	const char *eol, *stop;
+	int n;
+
+	if (*p >= end)
+		return -2;
+	eol = memchr(*p, '\n', (size_t)(end - *p));
+	stop = eol ? eol : end;
+	*line = *p;
+	*line_len = (size_t)(stop - *p);
+	*p = eol ? eol + 1 : end;
+	x->line++;
+	if (memchr(*line, '\0', *line_len))
+		return parse_fail(x, "NUL byte in line");
+	n = split_words(*line, *line_len, w);
+	if (n == -1)
+		return parse_fail(x, "too many words (at most %d)", CONFIG_MAX_WORDS);
+	return n;
+}
+
 /* Parse <text>/<len> named <name> into <c>; see config.h. Overrides get
  * allocated inside <c> (owned by it: config_release()). */
 int config_parse(struct config *c, const char *name, const char *text, size_t len,
@@ -795,25 +820,16 @@ int config_parse(struct config *c, const char *name, const char *text, size_t le
 	if (err && errlen)
 		err[0] = '\0';
 
-	while (p < end) {
-		const char *eol = memchr(p, '\n', (size_t)(end - p));
-		const char *stop = eol ? eol : end;
+	for (;;) {
 		struct word w[CONFIG_MAX_WORDS];
-		int n;
+		const char *line;
+		size_t line_len;
+		int n = next_line(&x, &p, end, w, &line, &line_len);
 
-		x.line++;
-		if (memchr(p, '\0', (size_t)(stop - p))) {
-			parse_fail(&x, "NUL byte in line");
+		if (n == -2)
+			break;
+		if (n == -1 || (n > 0 && parse_words(&x, w, (size_t)n) == -1))
 			goto out;
-		}
-		n = split_words(p, (size_t)(stop - p), w);
-		if (n == -1) {
-			parse_fail(&x, "too many words (at most %d)", CONFIG_MAX_WORDS);
-			goto out;
-		}
-		if (n > 0 && parse_words(&x, w, (size_t)n) == -1)
-			goto out;
-		p = eol ? eol + 1 : end;
 	}
 	for (i = 0; i < c->npolicies; i++) {
 		if (c->policies[i].noverrides > x.ov_first[i] && overrides_finish(&x, i) == -1)
@@ -951,28 +967,21 @@ int config_check_routes(const struct config *c, const char *name, const char *te
 	x.errlen = errlen;
 	if (err && errlen)
 		err[0] = '\0';
-	while (p < end) {
-		const char *eol = memchr(p, '\n', (size_t)(end - p));
-		const char *stop = eol ? eol : end;
+	for (;;) {
 		struct word w[CONFIG_MAX_WORDS];
-		int n;
+		const char *line;
+		size_t line_len;
+		int n = next_line(&x, &p, end, w, &line, &line_len);
 
-		x.line++;
-		if (memchr(p, '\0', (size_t)(stop - p))) {
-			parse_fail(&x, "NUL byte in line");
+		if (n == -2)
+			break;
+		if (n == -1)
 			goto out;
-		}
-		n = split_words(p, (size_t)(stop - p), w);
-		/* HAProxy reads a '#' after the key as part of the value */
-		if (n > 0 && memchr(p, '#', (size_t)(stop - p))) {
-			parse_fail(&x, "a comment must be a line of its own ('#' after a route is part of its value)");
-			goto out;
-		}
-		p = eol ? eol + 1 : end;
 		if (n == 0)
 			continue;
-		if (n == -1) {
-			parse_fail(&x, "too many words");
+		/* HAProxy reads a '#' after the key as part of the value */
+		if (memchr(line, '#', line_len)) {
+			parse_fail(&x, "a comment must be a line of its own ('#' after a route is part of its value)");
 			goto out;
 		}
 		if (routes_check_line(&x, c, w, n) == -1)
