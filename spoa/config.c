@@ -773,28 +773,28 @@ static int split_words(const char *s, size_t len, struct word *w)
 	}
 }
 
-/* The next line of <*p>..<end> into <w>, split into words; <*p> moves past
- * it and <*line>/<*line_len> are the line itself (borrowed). Returns the
- * word count (0: blank or comment), -1 with the error set, or -2 at the end. */
+/* The next line of <*p>..<end> with words, split into <w>; blank and
+ * comment lines are skipped. <*p> moves past it, <*line>/<*line_len> are the
+ * line itself (borrowed). Returns the word count, 0 at the end, or -1 with
+ * the error set. */
 static int next_line(struct parse_ctx *x, const char **p, const char *end,
                      struct word *w, const char **line, size_t *line_len)
 {
-	const char *eol, *stop;
-	int n;
+	int n = 0;
 
-	if (*p >= end)
-		return -2;
-	eol = memchr(*p, '\n', (size_t)(end - *p));
-	stop = eol ? eol : end;
-	*line = *p;
-	*line_len = (size_t)(stop - *p);
-	*p = eol ? eol + 1 : end;
-	x->line++;
-	if (memchr(*line, '\0', *line_len))
-		return parse_fail(x, "NUL byte in line");
-	n = split_words(*line, *line_len, w);
-	if (n == -1)
-		return parse_fail(x, "too many words (at most %d)", CONFIG_MAX_WORDS);
+	while (n == 0 && *p < end) {
+		const char *eol = memchr(*p, '\n', (size_t)(end - *p));
+
+		*line = *p;
+		*line_len = (size_t)((eol ? eol : end) - *p);
+		*p = eol ? eol + 1 : end;
+		x->line++;
+		if (memchr(*line, '\0', *line_len))
+			return parse_fail(x, "NUL byte in line");
+		n = split_words(*line, *line_len, w);
+		if (n == -1)
+			return parse_fail(x, "too many words (at most %d)", CONFIG_MAX_WORDS);
+	}
 	return n;
 }
 
@@ -804,9 +804,10 @@ int config_parse(struct config *c, const char *name, const char *text, size_t le
                  char *err, size_t errlen)
 {
 	struct parse_ctx x;
-	const char *p = text, *end = text + len;
-	size_t i;
-	int rc = -1;
+	struct word w[CONFIG_MAX_WORDS];
+	const char *p = text, *end = text + len, *line;
+	size_t i, line_len;
+	int n, rc = -1;
 
 	memset(&x, 0, sizeof(x));
 	x.c = c;
@@ -820,17 +821,11 @@ int config_parse(struct config *c, const char *name, const char *text, size_t le
 	if (err && errlen)
 		err[0] = '\0';
 
-	for (;;) {
-		struct word w[CONFIG_MAX_WORDS];
-		const char *line;
-		size_t line_len;
-		int n = next_line(&x, &p, end, w, &line, &line_len);
-
-		if (n == -2)
-			break;
-		if (n == -1 || (n > 0 && parse_words(&x, w, (size_t)n) == -1))
+	while ((n = next_line(&x, &p, end, w, &line, &line_len)) > 0)
+		if (parse_words(&x, w, (size_t)n) == -1)
 			goto out;
-	}
+	if (n == -1)
+		goto out;
 	for (i = 0; i < c->npolicies; i++) {
 		if (c->policies[i].noverrides > x.ov_first[i] && overrides_finish(&x, i) == -1)
 			goto out;
@@ -957,9 +952,10 @@ int config_check_routes(const struct config *c, const char *name, const char *te
 {
 	struct route_seen { const char *p; size_t len; unsigned line; } *seen = NULL, *grown;
 	struct parse_ctx x;
-	const char *p = text, *end = text + len;
-	size_t nseen = 0, capseen = 0, i;
-	int rc = -1;
+	struct word w[CONFIG_MAX_WORDS];
+	const char *p = text, *end = text + len, *line;
+	size_t nseen = 0, capseen = 0, i, line_len;
+	int n, rc = -1;
 
 	memset(&x, 0, sizeof(x));
 	x.name = name ? name : "routes";
@@ -967,18 +963,7 @@ int config_check_routes(const struct config *c, const char *name, const char *te
 	x.errlen = errlen;
 	if (err && errlen)
 		err[0] = '\0';
-	for (;;) {
-		struct word w[CONFIG_MAX_WORDS];
-		const char *line;
-		size_t line_len;
-		int n = next_line(&x, &p, end, w, &line, &line_len);
-
-		if (n == -2)
-			break;
-		if (n == -1)
-			goto out;
-		if (n == 0)
-			continue;
+	while ((n = next_line(&x, &p, end, w, &line, &line_len)) > 0) {
 		/* HAProxy reads a '#' after the key as part of the value */
 		if (memchr(line, '#', line_len)) {
 			parse_fail(&x, "a comment must be a line of its own ('#' after a route is part of its value)");
@@ -1009,6 +994,8 @@ int config_check_routes(const struct config *c, const char *name, const char *te
 		seen[nseen].line = x.line;
 		nseen++;
 	}
+	if (n == -1)
+		goto out;
 	rc = nseen > INT32_MAX ? INT32_MAX : (int)nseen;
 out:
 	free(seen);
