@@ -952,7 +952,7 @@ int config_check_routes(const struct config *c, const char *name, const char *te
 {
 	struct route_seen { const char *p; size_t len; unsigned line; } *seen = NULL, *grown;
 	struct parse_ctx x;
-	struct word w[CONFIG_MAX_WORDS];
+	struct word w[CONFIG_MAX_WORDS] = { { NULL, 0 } };  /* the analyzer cannot see next_line fill it */
 	const char *p = text, *end = text + len, *line;
 	size_t nseen = 0, capseen = 0, i, line_len;
 	int n, rc = -1;
