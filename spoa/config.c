@@ -905,9 +905,13 @@ static int routes_check_line(struct parse_ctx *x, const struct config *c,
                              const struct word *w, int n)
 {
 	static const char *const kinds[] = { "jwt", "key", "cert" };
-	const char *slash = memchr(w[0].p, '/', w[0].len);
+	const char *slash;
 	size_t i;
 	uint64_t cost = 0;
+
+	if (n < 1 || !w[0].p)
+		return parse_fail(x, "internal: empty route line");
+	slash = memchr(w[0].p, '/', w[0].len);
 
 	if (!slash || slash == w[0].p)
 		return parse_fail(x, "route '%.*s' must be <METHOD>/<path prefix>, e.g. POST/transfers",
