@@ -910,7 +910,7 @@ static int routes_check_line(struct parse_ctx *x, const struct config *c,
 	uint64_t cost = 0;
 
 	if (n < 1 || !w[0].p)
-		return parse_fail(x, "internal: empty route line");
+		return parse_fail(x, "internal: empty route line");   /* for the analyzer */
 	slash = memchr(w[0].p, '/', w[0].len);
 
 	if (!slash || slash == w[0].p)
@@ -956,7 +956,7 @@ int config_check_routes(const struct config *c, const char *name, const char *te
 {
 	struct route_seen { const char *p; size_t len; unsigned line; } *seen = NULL, *grown;
 	struct parse_ctx x;
-	struct word w[CONFIG_MAX_WORDS] = { { NULL, 0 } };  /* the analyzer cannot see next_line fill it */
+	struct word w[CONFIG_MAX_WORDS] = { { NULL, 0 } }, key;
 	const char *p = text, *end = text + len, *line;
 	size_t nseen = 0, capseen = 0, i, line_len;
 	int n, rc = -1;
@@ -975,12 +975,17 @@ int config_check_routes(const struct config *c, const char *name, const char *te
 		}
 		if (routes_check_line(&x, c, w, n) == -1)
 			goto out;
+		key = w[0];
+		if (!key.p) {   /* cannot happen (n > 0); for the analyzer */
+			parse_fail(&x, "internal: empty route line");
+			goto out;
+		}
 		/* map_beg answers with the first line whose key begins the
 		 * request: a line behind a prefix of its own key never matches */
 		for (i = 0; i < nseen; i++) {
-			if (seen[i].len <= w[0].len && memcmp(seen[i].p, w[0].p, seen[i].len) == 0) {
+			if (seen[i].len <= key.len && memcmp(seen[i].p, key.p, seen[i].len) == 0) {
 				parse_fail(&x, "route '%.*s' never matches: line %u ('%.*s') comes first and is a prefix of it",
-				           word_plen(w[0]), w[0].p, seen[i].line, (int)seen[i].len, seen[i].p);
+				           word_plen(key), key.p, seen[i].line, (int)seen[i].len, seen[i].p);
 				goto out;
 			}
 		}
@@ -993,8 +998,8 @@ int config_check_routes(const struct config *c, const char *name, const char *te
 			}
 			seen = grown;
 		}
-		seen[nseen].p = w[0].p;
-		seen[nseen].len = w[0].len;
+		seen[nseen].p = key.p;
+		seen[nseen].len = key.len;
 		seen[nseen].line = x.line;
 		nseen++;
 	}
