@@ -231,6 +231,9 @@ print_try() {
 	  curl -i -X POST -H "Authorization: Bearer \$TOKEN" http://127.0.0.1:$A_PORT/transfers
 	  curl -i -X POST -H "Authorization: Bearer \$TOKEN" http://127.0.0.1:$B_PORT/transfers
 	  curl -i -H "Authorization: Bearer \$TOKEN" http://127.0.0.1:$A_PORT/accounts/$ACCOUNT
+	  curl -i -X POST -H "Authorization: Bearer \$TOKEN" http://127.0.0.1:$A_PORT/exports   # two windows: 2/1s, 5/1h
+
+	Routes and their policies: haproxy/routes.map; the policies: etc/ratelimit-spoa.conf.
 
 	Another account:  tools/jwt.sh mint --key $S/jwt-private.pem --sub ACC-2002
 	Stop everything:  make down
