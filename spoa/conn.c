@@ -251,28 +251,32 @@ static void conn_observe_decision(struct conn_env *env, const struct conn_req *r
  * one policy (what spoe-ratelimit.conf sends): with several messages the
  * merged decision may come from any of them, so none is named. Never on an
  * error; ratelimit_hdr only with a real count (not on a fail-open allow).
+ * All of them or none: they are left out when the ACK would outgrow the
+ * frame size HAProxy negotiated (<max>; 16380 by default, 256 at least).
  */
-static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r)
+static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, size_t max)
 {
+	/* action head (3) + name (1 + 13) + type (1) + length varint (<= 3) */
+	enum { VAR_ROOM = 21 };
 	const struct window_decision *d = &r->acc;
 	const struct window_policy *p = r->policy;
-	char v[HEADERS_POLICY_MAX];
-	int n;
+	char pol[HEADERS_POLICY_MAX], cur[HEADERS_RATELIMIT_MAX];
+	int np, nc = 0;
 
 	if (r->nasked != 1 || !p || !r->lim || d->status == WINDOW_ERROR ||
 	    d->window >= r->nwin || !(d->has_quota || d->limit > 0))
 		return;
+	np = headers_format_policy(p->name, p->name_len, r->lim, r->nwin, pol, sizeof(pol));
+	if (d->has_quota)
+		nc = headers_format_ratelimit(p->name, p->name_len, r->lim, r->nwin, d->window,
+		                              d->remaining, d->reset, cur, sizeof(cur));
+	if (np <= 0 || nc < 0 || a->len + 3 * VAR_ROOM + (size_t)np + (size_t)nc > max)
+		return;
 	spop_ack_set_int(a, SPOP_SCOPE_TXN, "window",
 	                 headers_window_seconds(r->lim[d->window].window_ms));
-	n = headers_format_policy(p->name, p->name_len, r->lim, r->nwin, v, sizeof(v));
-	if (n > 0)
-		spop_ack_set_str(a, SPOP_SCOPE_TXN, "policy_hdr", v, (size_t)n);
-	if (!d->has_quota)
-		return;
-	n = headers_format_ratelimit(p->name, p->name_len, r->lim, r->nwin, d->window,
-	                             d->remaining, d->reset, v, sizeof(v));
-	if (n > 0)
-		spop_ack_set_str(a, SPOP_SCOPE_TXN, "ratelimit_hdr", v, (size_t)n);
+	spop_ack_set_str(a, SPOP_SCOPE_TXN, "policy_hdr", pol, (size_t)np);
+	if (nc > 0)
+		spop_ack_set_str(a, SPOP_SCOPE_TXN, "ratelimit_hdr", cur, (size_t)nc);
 }
 
 /* Append the ACK for <r> (its merged decision as txn variables). */
@@ -307,7 +311,8 @@ static void conn_send_ack(struct conn *c, const struct conn_req *r)
 		}
 		if (d->reason != WINDOW_REASON_NONE)
 			spop_ack_set_str(&a, SPOP_SCOPE_TXN, "reason", why, strlen(why));
-		conn_ack_headers(&a, r);
+		/* the frame after its 4-byte length counts against max_frame */
+		conn_ack_headers(&a, r, (size_t)c->max_frame + 4);
 	}
 	n = spop_ack_end(&a);
 	if (n < 0) {

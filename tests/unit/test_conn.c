@@ -101,17 +101,22 @@ static void fixture_on_idle(struct conn_env *env)
 	f->idle_called = true;
 }
 
+/* max-frame-size the next HELLO offers (setup() resets it). */
+static uint32_t hello_max_frame = 16380;
+
 static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	char err[256];
 	int sv[2];
-	static const char text[] = "policy transfer 3/1s\npolicy reads 100/1m on-redis-error=allow\n";
+	static const char text[] = "policy transfer 3/1s\npolicy reads 100/1m on-redis-error=allow\n"
+		"policy a-policy-name-of-the-longest-length-480000000000 1/1s 2/1m 3/1h 4/2h\n";
 
 	assert_non_null(f);
 	memset(&fake, 0, sizeof(fake));
 	fake.sync = true;
 	fake.status = WINDOW_ALLOW;
+	hello_max_frame = 16380;
 	config_init(&f->cfg);
 	assert_int_equal(config_parse(&f->cfg, "t.conf", text, sizeof(text) - 1, err, sizeof(err)), 0);
 	f->ref.cfg = &f->cfg;
@@ -241,7 +246,7 @@ static void build_hello(struct wbuf *w, const char *caps, bool healthcheck)
 	w_str(w, "2.0", 3);
 	w_str(w, "max-frame-size", 14);
 	w_byte(w, SPOP_T_UINT32);
-	w_varint(w, 16380);
+	w_varint(w, hello_max_frame);
 	w_str(w, "capabilities", 12);
 	w_byte(w, SPOP_T_STR);
 	w_str(w, caps, strlen(caps));
@@ -284,7 +289,7 @@ static void build_notify(struct wbuf *w, uint64_t sid, uint64_t fid, const char 
 struct ack {
 	unsigned type;
 	uint64_t sid, fid;
-	char status[16], reason[32], policy_hdr[128], ratelimit_hdr[64];
+	char status[16], reason[32], policy_hdr[512], ratelimit_hdr[128];
 	int64_t limit, remaining, reset, retry_after, window;
 	bool has_retry, has_unset;
 	uint32_t disco_status;
@@ -538,6 +543,53 @@ static void expect_error_reason(struct fixture *f, struct wbuf *w, const char *r
 	assert_string_equal(a.ratelimit_hdr, "");
 }
 
+/* The header values of a 4-window policy with a 48-byte name fit a default
+ * frame; at the smallest frame HAProxy may negotiate (256) they are left
+ * out, all of them, and the decision still goes through. */
+static void test_header_vars_respect_max_frame(void **state)
+{
+	static const char name[] = "a-policy-name-of-the-longest-length-480000000000";
+	struct fixture *f = *state;
+	struct wbuf w;
+	struct ack a;
+
+	assert_int_equal(strlen(name), WINDOW_NAME_MAX);
+	handshake(f);
+	build_notify(&w, 1, 1, "ratelimit", name, SPOP_T_STR, "ACC-1", 5, 1);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_string_equal(a.status, "allow");
+	assert_int_equal(a.window, 1);
+	assert_true(strlen(a.policy_hdr) > 200);
+	assert_non_null(strstr(a.policy_hdr, "-2h\";q=4;w=7200"));
+	assert_string_equal(a.ratelimit_hdr,
+	                    "\"a-policy-name-of-the-longest-length-480000000000-1s\";r=2;t=1");
+}
+
+static void test_header_vars_left_out_of_a_small_frame(void **state)
+{
+	static const char name[] = "a-policy-name-of-the-longest-length-480000000000";
+	struct fixture *f = *state;
+	struct wbuf w;
+	struct ack a;
+
+	hello_max_frame = 256;
+	handshake(f);
+	build_notify(&w, 1, 1, "ratelimit", name, SPOP_T_STR, "ACC-1", 5, 1);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_string_equal(a.status, "allow");
+	assert_int_equal(a.remaining, 2);
+	assert_int_equal(a.window, -1);
+	assert_string_equal(a.policy_hdr, "");
+	assert_string_equal(a.ratelimit_hdr, "");
+	/* the connection stays usable */
+	build_notify(&w, 2, 1, "ratelimit", "transfer", SPOP_T_STR, "ACC-1", 5, 1);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_string_equal(a.policy_hdr, "\"transfer\";q=3;w=1");
+}
+
 static void test_bad_input_is_error_not_decision(void **state)
 {
 	struct fixture *f = *state;
@@ -723,6 +775,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_notify_deny_has_retry_after, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pipelined_acks_out_of_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_byte_by_byte, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_header_vars_respect_max_frame, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_header_vars_left_out_of_a_small_frame, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_input_is_error_not_decision, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_other_message_acked_with_action, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_notify_before_hello, setup, teardown),
