@@ -84,8 +84,7 @@ start_stack() {
 		# Above the 50ms default: a demo on a busy laptop should show the
 		# story, not a Redis call that took 60ms.
 		echo "redis-timeout 200ms"
-		# the policies of the shipped config, which routes.map names
-		grep -E '^(policy|override)[[:space:]]' "$ROOT/etc/ratelimit-spoa.conf"
+		edge_policies   # the policies of the shipped config, which routes.map names
 	} > "$S/agent.conf"
 	spawn agent "$(basename "$AGENT")" "$AGENT" -f "$S/agent.conf"
 	wait_port "$AGENT_PORT" || die "the agent did not start (see $S/agent.log)"
