@@ -543,22 +543,29 @@ static void expect_error_reason(struct fixture *f, struct wbuf *w, const char *r
 	assert_string_equal(a.ratelimit_hdr, "");
 }
 
-/* The header values of a 4-window policy with a 48-byte name fit a default
- * frame; at the smallest frame HAProxy may negotiate (256) they are left
- * out, all of them, and the decision still goes through. */
-static void test_header_vars_respect_max_frame(void **state)
+/* The ACK for the 4-window policy with a 48-byte name after a HELLO that
+ * offered <max_frame>, into <a>. */
+static void decide_longest_policy(struct fixture *f, uint32_t max_frame, struct ack *a)
 {
 	static const char name[] = "a-policy-name-of-the-longest-length-480000000000";
-	struct fixture *f = *state;
 	struct wbuf w;
-	struct ack a;
 
 	assert_int_equal(strlen(name), WINDOW_NAME_MAX);
+	hello_max_frame = max_frame;
 	handshake(f);
 	build_notify(&w, 1, 1, "ratelimit", name, SPOP_T_STR, "ACC-1", 5, 1);
 	peer_send(f, w.b, w.n);
-	expect_frame(f, &a);
-	assert_string_equal(a.status, "allow");
+	expect_frame(f, a);
+	assert_string_equal(a->status, "allow");
+	assert_int_equal(a->remaining, 2);
+}
+
+/* The header values of the largest policy fit a default frame. */
+static void test_header_vars_respect_max_frame(void **state)
+{
+	struct ack a;
+
+	decide_longest_policy(*state, 16380, &a);
 	assert_int_equal(a.window, 1);
 	assert_true(strlen(a.policy_hdr) > 200);
 	assert_non_null(strstr(a.policy_hdr, "-2h\";q=4;w=7200"));
@@ -566,20 +573,15 @@ static void test_header_vars_respect_max_frame(void **state)
 	                    "\"a-policy-name-of-the-longest-length-480000000000-1s\";r=2;t=1");
 }
 
+/* At the smallest frame HAProxy may negotiate (256) they are left out, all
+ * of them, and the decision still goes through. */
 static void test_header_vars_left_out_of_a_small_frame(void **state)
 {
-	static const char name[] = "a-policy-name-of-the-longest-length-480000000000";
 	struct fixture *f = *state;
 	struct wbuf w;
 	struct ack a;
 
-	hello_max_frame = 256;
-	handshake(f);
-	build_notify(&w, 1, 1, "ratelimit", name, SPOP_T_STR, "ACC-1", 5, 1);
-	peer_send(f, w.b, w.n);
-	expect_frame(f, &a);
-	assert_string_equal(a.status, "allow");
-	assert_int_equal(a.remaining, 2);
+	decide_longest_policy(f, 256, &a);
 	assert_int_equal(a.window, -1);
 	assert_string_equal(a.policy_hdr, "");
 	assert_string_equal(a.ratelimit_hdr, "");
