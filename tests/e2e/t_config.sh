@@ -7,18 +7,21 @@ t_setup
 jwt_setup
 H=$ROOT/haproxy
 
-# haproxy_check CFG: "haproxy -c" with warnings fatal (-dW); prints its output.
+# haproxy_check CFG: "haproxy -c" with warnings fatal (-dW); prints its
+# output less the line 2.6 prints on success (3.x prints nothing), so "" means
+# no warning or notice on any version.
 haproxy_check() {
 	RL_HAPROXY_DIR=$H RL_ADMIN_SOCK=$T/admin.sock RL_BIND=127.0.0.1:1 \
-		haproxy -c -dW -f "$1" 2>&1
+		"$HAPROXY" -c -dW -f "$1" 2>&1 | grep -vx 'Configuration file is valid'
+	return "${PIPESTATUS[0]}"
 }
 
 out=$(haproxy_check "$H/haproxy.cfg"); rc=$?
 eq "haproxy -c -dW haproxy.cfg passes" 0 "$rc"
-eq "haproxy -c haproxy.cfg prints no warning or notice" "Configuration file is valid" "$out"
+eq "haproxy -c haproxy.cfg prints no warning or notice" "" "$out"
 out=$(haproxy_check "$H/backend.cfg"); rc=$?
 eq "haproxy -c -dW backend.cfg passes" 0 "$rc"
-eq "haproxy -c backend.cfg prints no warning or notice" "Configuration file is valid" "$out"
+eq "haproxy -c backend.cfg prints no warning or notice" "" "$out"
 
 # The SPOE file: each directive of the 2.6/3.x compatibility recipe.
 spoe=$(sed 's/#.*//' "$H/spoe-ratelimit.conf")
