@@ -36,6 +36,7 @@ why() {
 	wrk)             echo "HTTP load for make bench" ;;
 	gnuplot-nox)     echo "make bench's graphs" ;;
 	python3-cryptography) echo "make bench signs 10,000 JWTs in one process" ;;
+	python3-yaml)    echo "the e2e check of compose.yaml" ;;
 	valgrind)        echo "make valgrind" ;;
 	cppcheck)        echo "make lint" ;;
 	clang-tidy)      echo "make lint" ;;
