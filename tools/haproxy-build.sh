@@ -18,7 +18,9 @@ series=${HAPROXY_SERIES:-3.2}
 root=$PWD/build
 out=$root/haproxy-$series
 bin=$out/haproxy
-if [ -x "$bin" ] && "$bin" -v 2>/dev/null | grep -q "version $series\."; then
+# (the version read whole first: grep -q closing the pipe early would make
+# haproxy -v fail under pipefail)
+if [ -x "$bin" ] && [[ $("$bin" -v 2>/dev/null) == *"version $series."* ]]; then
 	echo "$bin"
 	exit 0
 fi
