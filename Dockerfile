@@ -2,7 +2,8 @@
 # Docker; this is for running the same topology in containers.
 #
 #   docker build -t ratelimit-spoa .
-#   docker run --rm ratelimit-spoa -c -f /etc/ratelimit-spoa/ratelimit-spoa.conf
+#   docker run --rm -v $PWD/etc/ratelimit-spoa.conf:/etc/ratelimit-spoa/ratelimit-spoa.conf:ro \
+#       ratelimit-spoa -c -f /etc/ratelimit-spoa/ratelimit-spoa.conf
 FROM debian:bookworm AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential pkg-config libev-dev libhiredis-dev \
@@ -21,18 +22,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/spoa/ratelimit-spoa /usr/local/sbin/ratelimit-spoa
 COPY tools/jwt.sh /usr/local/bin/jwt.sh
-# The policies are those of the shipped config (the project's one policies file).
-COPY etc/ratelimit-spoa.conf /etc/ratelimit-spoa/ratelimit-spoa.conf.dist
-# In a container the agent listens on the container network (HAProxy runs in
-# another container), which the agent refuses unless told so explicitly.
-RUN { echo "listen 0.0.0.0:12345"; \
-      echo "allow-remote-listen"; \
-      echo "redis redis://redis:6379/0"; \
-      echo "redis-timeout 50ms"; \
-      grep -E '^(policy|override)[[:space:]]' /etc/ratelimit-spoa/ratelimit-spoa.conf.dist; } \
-      > /etc/ratelimit-spoa/ratelimit-spoa.conf \
- && ratelimit-spoa -c -f /etc/ratelimit-spoa/ratelimit-spoa.conf
+# No configuration in the image: mount it (compose.yaml mounts
+# compose/agent.conf and the policies), e.g.
+#   docker run -v $PWD/agent.conf:/etc/ratelimit-spoa/ratelimit-spoa.conf:ro ratelimit-spoa
+RUN mkdir -p /etc/ratelimit-spoa
 USER nobody
-EXPOSE 12345
+EXPOSE 12345 9102
 ENTRYPOINT ["/usr/local/sbin/ratelimit-spoa"]
 CMD ["-f", "/etc/ratelimit-spoa/ratelimit-spoa.conf"]

@@ -5,6 +5,8 @@
 #   make demo       the two-HAProxy story end to end on loopback (installs what it needs)
 #   make up / down  keep the demo stack running / stop it
 #   make check      everything: deps, build, unit tests, integration and end-to-end tests
+#   make haproxy32  build HAProxy 3.2 from Debian's source package into build/ (once)
+#   make e2e-3.2    the end-to-end tests on that HAProxy 3.2 (make e2e: HAPROXY=, else 2.6)
 #   make test       unit tests only (cmocka, no sockets)
 #   make sanitize   unit + integration tests under ASan + UBSan
 #   make valgrind   unit tests under valgrind
@@ -78,11 +80,11 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 # lint). make deps installs both.
 DEMO_PKGS := build-essential pkg-config libev-dev libhiredis-dev \
              redis-server redis-tools haproxy curl openssl python3 jq
-TEST_PKGS := libcmocka-dev wrk gnuplot-nox python3-cryptography valgrind cppcheck clang clang-tidy \
+TEST_PKGS := libcmocka-dev wrk gnuplot-nox python3-cryptography python3-yaml valgrind cppcheck clang clang-tidy \
              systemd redis-sentinel groff-base prometheus
 DEB_PKGS  := $(DEMO_PKGS) $(TEST_PKGS)
 
-.PHONY: all test check integration e2e chaos sanitize valgrind lint bench fuzz install \
+.PHONY: all test check integration e2e e2e-3.2 haproxy32 chaos sanitize valgrind lint bench fuzz install \
         uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help
 
 all: $(AGENT) $(BENCH)
@@ -137,6 +139,13 @@ integration: $(AGENT) $(BENCH)
 
 e2e: $(AGENT)
 	$(Q)AGENT=$(CURDIR)/$(AGENT) tests/run.sh e2e
+
+# HAProxy 3.2 LTS (3.1+ rewrote the SPOE engine) beside Debian 12's 2.6.
+haproxy32:
+	$(Q)tools/haproxy-build.sh >/dev/null
+
+e2e-3.2: $(AGENT)
+	$(Q)hap=$$(tools/haproxy-build.sh) && HAPROXY=$$hap AGENT=$(CURDIR)/$(AGENT) tests/run.sh e2e
 
 # Fault injection under load and resource limits (tests/chaos, ~2 min).
 chaos: $(AGENT) $(BENCH)
@@ -253,4 +262,5 @@ print-deb-pkgs:
 clean:
 	rm -rf build $(AGENT) $(BENCH) spoa/ratelimit-spoa bench/spoa-bench
 
--include $(shell find build -name '*.d' 2>/dev/null)
+# (not the HAProxy 3.2 tree nor its apt state that tools/haproxy-build.sh keeps there)
+-include $(shell find build -name '*.d' -type f -not -path 'build/haproxy-*' -not -path 'build/apt-*' 2>/dev/null)

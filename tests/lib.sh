@@ -16,6 +16,9 @@ set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 AGENT=${AGENT:-$ROOT/spoa/ratelimit-spoa}
 BENCH=${BENCH:-$ROOT/bench/spoa-bench}
+# The HAProxy binary the tests run (Debian's 2.6 unless told, e.g. the 3.2
+# that tools/haproxy-build.sh builds: HAPROXY=build/haproxy-3.2/haproxy).
+HAPROXY=${HAPROXY:-haproxy}
 SPOP_CLIENT="python3 $ROOT/tests/spop.py"
 T_PASS=0
 T_FAIL=0
@@ -181,7 +184,7 @@ start_backend() {
 	TRANSFERS_PORT=$(free_port)
 	ACCOUNTS_PORT=$(free_port)
 	RL_LOG=stdout RL_TRANSFERS_BIND=127.0.0.1:$TRANSFERS_PORT RL_ACCOUNTS_BIND=127.0.0.1:$ACCOUNTS_PORT \
-		haproxy -db -f "$ROOT/haproxy/backend.cfg" >>"$T/backend.log" 2>&1 &
+		"$HAPROXY" -db -f "$ROOT/haproxy/backend.cfg" >>"$T/backend.log" 2>&1 &
 	BACKEND_PID=$!
 	t_track "$BACKEND_PID"
 	wait_port "$TRANSFERS_PORT" && wait_port "$ACCOUNTS_PORT" || { echo "backend did not start"; return 1; }
@@ -194,7 +197,7 @@ _hap_exec() {
 	(
 		# shellcheck disable=SC1090
 		. "$T/haproxy-$name.env"
-		exec haproxy -db -f "$cfg" "$@"
+		exec "$HAPROXY" -db -f "$cfg" "$@"
 	) >>"$T/haproxy-$name.log" 2>&1 &
 	_HAP_NEW_PID=$!
 	t_track "$_HAP_NEW_PID"

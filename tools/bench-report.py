@@ -167,6 +167,10 @@ print()
 table(('(c) wrk -> HAProxy', 'alone req/s', 'e2e req/s', 'ratio', 'alone p50/p99 ms', 'e2e p50/p99 ms'),
       [r[:6] for r in cc])
 print()
+print("  (c) HAProxy CPU per request, alone / e2e (us): " + ', '.join(
+      f"{s} {R.get(f'wrk_alone_{s}_cpu_us', '-')} / {R.get(f'wrk_full_{s}_cpu_us', '-')}"
+      for s in ('uniform', 'mixed', 'abuse')))
+print()
 print(f"  (d) agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB "
       f"with 1,000 idle connections")
 print()
@@ -246,6 +250,9 @@ g.append(f"wrk {R.get('wrk_threads')} threads x {R.get('wrk_conns')} connections
 g.append(md(('scenario', 'alone req/s', 'e2e req/s', 'e2e / alone', 'alone p50 / p99 ms',
              'e2e p50 / p99 ms', 'e2e statuses', 'rounds (alone vs e2e)'),
             cc, ('---', '---:', '---:', '---:', '---:', '---:', '---', '---')))
+g.append(f"HAProxy {R.get('haproxy')}'s own CPU (user + system) per request, alone / e2e: " + ', '.join(
+         f"{s} {R.get(f'wrk_alone_{s}_cpu_us', '-')} / {R.get(f'wrk_full_{s}_cpu_us', '-')} µs"
+         for s in ('uniform', 'mixed', 'abuse')) + ".\n")
 g.append('### (d) Memory\n')
 g.append(f"Agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB with "
          f"1,000 idle SPOP connections (the agent's own gauge: {R.get('idle_conns', '-')} open). "

@@ -36,6 +36,8 @@
 #   BENCH_RENDER=FILE         only redo the report from a results file (each run
 #                             saves its own as $BENCH_CACHE/results-last.tsv)
 #   MCOUNT=build/rel/bench/mcount.so   the malloc counter (make bench sets it)
+#   HAPROXY=haproxy           the HAProxy binary of (c), e.g. build/haproxy-3.2/haproxy
+#                             (make haproxy32); its CPU per request is reported
 #   T_KEEP=1                  keep the temp dir with every log
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -79,7 +81,7 @@ note_error() { ERRORS+=("$*"); say "  ! $*"; }
 for b in "$AGENT" "$BENCH"; do
 	[ -x "$b" ] || die "$b is missing: run make first"
 done
-for t in redis-server redis-cli redis-benchmark haproxy wrk python3 curl; do
+for t in redis-server redis-cli redis-benchmark "$HAPROXY" wrk python3 curl; do
 	command -v "$t" >/dev/null || die "$t is not installed (make deps)"
 done
 python3 -c 'import cryptography' 2>/dev/null || tools/deps.sh tests python3-cryptography \
@@ -205,11 +207,15 @@ to_us() {
 # run_wrk NAME PORT HOT_N HOT_PCT: wrk for $SECS against an edge; fills
 # R[wrk_NAME_*] (req/s, p50/p99 us, status counts).
 run_wrk() {
-	local name=$1 port=$2 hot=$3 pct=$4 f=$T/wrk-$1.out
+	local name=$1 port=$2 hot=$3 pct=$4 f=$T/wrk-$1.out cpu0
+	cpu0=$(proc_ticks "${EDGE_PIDS[$port]:-}")
 	timeout $((SECS + 30)) wrk -t "$WRK_THREADS" -c "$WRK_CONNS" -d "${SECS}s" --latency \
 		-s tools/bench-wrk.lua "http://127.0.0.1:$port/transfers" -- "$TOKENS" "$hot" "$pct" >"$f" 2>&1 \
 		|| note_error "wrk $name failed: $(tail -n1 "$f")"
 	R[wrk_${name}_rps]=$(awk '/^Requests\/sec:/ { printf "%.1f", $2 }' "$f")
+	# HAProxy's own CPU (user + system) per request served, in µs
+	R[wrk_${name}_cpu_us]=$(awk -v t=$(( $(proc_ticks "${EDGE_PIDS[$port]:-}") - cpu0 )) \
+		-v hz="$(getconf CLK_TCK)" '/ requests in / { if ($1 > 0) printf "%.1f", t * 1e6 / hz / $1 }' "$f")
 	R[wrk_${name}_p50]=$(to_us "$(awk '$1 == "50%" { print $2 }' "$f")")
 	R[wrk_${name}_p99]=$(to_us "$(awk '$1 == "99%" { print $2 }' "$f")")
 	local st
@@ -218,7 +224,13 @@ run_wrk() {
 		R[wrk_${name}_$code]=$(echo "$st" | tr ' ' '\n' | awk -F= -v c="$code" '$1 == c { print $2 }')
 	done
 	grep -q 'Socket errors' "$f" && note_error "wrk $name: $(grep 'Socket errors' "$f")"
-	say "  wrk $name: ${R[wrk_${name}_rps]} req/s p50 ${R[wrk_${name}_p50]} us p99 ${R[wrk_${name}_p99]} us ($st)"
+	say "  wrk $name: ${R[wrk_${name}_rps]} req/s p50 ${R[wrk_${name}_p50]} us p99 ${R[wrk_${name}_p99]} us, HAProxy CPU ${R[wrk_${name}_cpu_us]:-?} us/req ($st)"
+}
+
+# proc_ticks PID: user + system clock ticks PID has used (0 without a PID).
+proc_ticks() {
+	[ -n "$1" ] || { echo 0; return; }
+	awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
 }
 
 # pick_median KIND NAME: of the rounds KIND_NAME_r1.._rN, copy the one with
@@ -351,7 +363,7 @@ fi
 BE_T=$(free_port)
 BE_A=$(free_port)
 RL_LOG=stdout RL_TRANSFERS_BIND=127.0.0.1:$BE_T RL_ACCOUNTS_BIND=127.0.0.1:$BE_A \
-	haproxy -db -f haproxy/backend.cfg >/dev/null 2>"$T/backend.log" &
+	"$HAPROXY" -db -f haproxy/backend.cfg >/dev/null 2>"$T/backend.log" &
 t_track $!
 wait_port "$BE_T" || die "backend did not start"
 
@@ -364,7 +376,9 @@ grep -v '^[[:space:]]*#' "$T/haproxy-alone.cfg" | grep -qE 'filter spoe|send-spo
 	&& die "could not strip the limiter out of haproxy/haproxy.cfg (did its layout change?)"
 
 # start_bench_edge NAME CFG: HAProxy with the edge environment; sets EDGE_PORT
+# and EDGE_PIDS[port]
 # (not tests/lib.sh's start_edge: one instance, its log to /dev/null).
+declare -A EDGE_PIDS
 start_bench_edge() {
 	local name=$1 cfg=$2
 	EDGE_PORT=$(free_port)
@@ -373,11 +387,12 @@ start_bench_edge() {
 	            "RL_TRANSFERS_ADDR=127.0.0.1:$BE_T" "RL_ACCOUNTS_ADDR=127.0.0.1:$BE_A"
 	            "RL_JWT_PUBKEY=$CACHE/jwt/jwt-public.pem" "RL_HAPROXY_DIR=$ROOT/haproxy"
 	            "RL_ADMIN_SOCK=$T/admin-$name.sock" RL_LOG=stdout)
-	env "${envs[@]}" haproxy -c -q -f "$cfg" >"$T/edge-$name.check" 2>&1 \
+	env "${envs[@]}" "$HAPROXY" -c -q -f "$cfg" >"$T/edge-$name.check" 2>&1 \
 		|| { cat "$T/edge-$name.check" >&2; die "haproxy refused $cfg"; }
 	# the per-request log line is formatted as in production, written to /dev/null
-	env "${envs[@]}" haproxy -db -f "$cfg" >/dev/null 2>"$T/edge-$name.log" &
+	env "${envs[@]}" "$HAPROXY" -db -f "$cfg" >/dev/null 2>"$T/edge-$name.log" &
 	t_track $!
+	EDGE_PIDS[$EDGE_PORT]=$!
 	wait_port "$EDGE_PORT" || die "edge $name did not start"
 }
 
@@ -532,7 +547,7 @@ R[date]=$(date -u '+%Y-%m-%d %H:%M UTC')
 R[nproc]=$(nproc)
 R[cpu]=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 R[kernel]=$(uname -r)
-R[haproxy]=$(haproxy -v | awk 'NR == 1 { print $3 }')
+R[haproxy]=$("$HAPROXY" -v | awk 'NR == 1 { print $3 }')
 R[redis]=$(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')
 R[wrk_threads]=$WRK_THREADS; R[wrk_conns]=$WRK_CONNS; R[secs]=$SECS
 R[c_p1]=$C_P1; R[c_p16]=$C_P16; R[accounts]=$ACCOUNTS; R[hot]=$HOT_N; R[mixed_pct]=$MIXED_PCT

@@ -4,16 +4,18 @@
 # is there.
 #
 #   tools/deps.sh GROUP PACKAGE...     GROUP: demo or tests (the Makefile's
-#                                      DEMO_PKGS and TEST_PKGS)
+#                                      DEMO_PKGS and TEST_PKGS), or haproxy32
+#                                      (tools/haproxy-build.sh)
 #
 # DEPS_DRY_RUN=1 prints what would be installed and installs nothing.
 set -euo pipefail
-group=${1:?usage: tools/deps.sh demo|tests PACKAGE...}
+group=${1:?usage: tools/deps.sh demo|tests|haproxy32 PACKAGE...}
 shift
 case $group in
 demo)  purpose="to build the agent and run the demo (make demo, make up)" ;;
 tests) purpose="for the tests and tools (make check, bench, fuzz, chaos, valgrind, lint)" ;;
-*) echo "deps: unknown group '$group' (demo or tests)" >&2; exit 2 ;;
+haproxy32) purpose="to build HAProxy 3.2 from Debian's source package (make haproxy32, make e2e-3.2)" ;;
+*) echo "deps: unknown group '$group' (demo, tests or haproxy32)" >&2; exit 2 ;;
 esac
 
 # why PACKAGE: what the package is for, one line.
@@ -34,6 +36,7 @@ why() {
 	wrk)             echo "HTTP load for make bench" ;;
 	gnuplot-nox)     echo "make bench's graphs" ;;
 	python3-cryptography) echo "make bench signs 10,000 JWTs in one process" ;;
+	python3-yaml)    echo "the e2e check of compose.yaml" ;;
 	valgrind)        echo "make valgrind" ;;
 	cppcheck)        echo "make lint" ;;
 	clang-tidy)      echo "make lint" ;;
@@ -42,6 +45,11 @@ why() {
 	redis-sentinel)  echo "the Sentinel failover tests" ;;
 	groff-base)      echo "the man page check (tests)" ;;
 	prometheus)      echo "promtool for the alert rules, a real Prometheus for the dashboard (tests)" ;;
+	dpkg-dev)        echo "unpacks Debian's haproxy source package" ;;
+	libssl-dev)      echo "HAProxy 3.2 with OpenSSL (TLS, jwt_verify)" ;;
+	libpcre2-dev)    echo "HAProxy 3.2 with PCRE2" ;;
+	liblua5.4-dev)   echo "HAProxy 3.2 with Lua" ;;
+	zlib1g-dev)      echo "HAProxy 3.2 with zlib" ;;
 	*)               echo "" ;;
 	esac
 }

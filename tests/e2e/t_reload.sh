@@ -2,14 +2,20 @@
 # An HAProxy reload (-x <stats socket> -sf <old pid>) in the middle of
 # traffic: every request before, during and after gets a decision (201 or
 # 429 with RateLimit headers), none is refused for lack of one, and the new
-# process keeps talking to the agent once the old one has gone.
+# process keeps talking to the agent once the old one has gone. HAProxy 3.1+
+# closes its SPOP connections with a TCP reset on reload (no
+# HAPROXY-DISCONNECT) and the new process opens all of its own at once: for
+# the agent that is a normal close, so nothing at warn/error level and no
+# error counted.
 . "$(dirname "$0")/../lib.sh"
 t_setup
 jwt_setup
 start_redis
 # A quota the traffic below cannot exhaust, so every answer should be 201;
 # a 429 would still be a decision and is accepted.
+MPORT=$(free_port)
 start_agent "$E2E_REDIS_TIMEOUT
+metrics 127.0.0.1:$MPORT
 policy transfer 100000/1m
 policy reads    100/1m  on-redis-error=allow"
 start_backend
@@ -18,14 +24,18 @@ start_haproxy A
 tok=$(mint_token ACC-RELOAD)
 url="http://127.0.0.1:$HAP_PORT_A/transfers"
 
-# Client loop: a new connection per request, as independent clients would.
-(
-	while [ ! -e "$T/stop" ]; do
-		curl -s -m 10 -o /dev/null -X POST -H "Authorization: Bearer $tok" \
-			-w '%{http_code} %header{ratelimit-limit}\n' "$url"
-	done
-) > "$T/loop.out" 2>&1 &
-loop_pid=$!
+# Client loops: a new connection per request, as independent clients would;
+# several at once, so HAProxy has several decisions in flight.
+loop_pids=()
+for _ in 1 2 3; do
+	(
+		while [ ! -e "$T/stop" ]; do
+			curl -s -m 10 -o /dev/null -X POST -H "Authorization: Bearer $tok" \
+				-w '%{http_code} %header{ratelimit-limit}\n' "$url"
+		done
+	) >> "$T/loop.out" 2>&1 &
+	loop_pids+=($!)
+done
 
 # Let some traffic through, reload, let more through (counted, not timed).
 wait_lines() { local n=$1; for _ in $(seq 400); do [ "$(wc -l < "$T/loop.out")" -ge "$n" ] && return 0; sleep 0.05; done; return 1; }
@@ -36,7 +46,7 @@ before=$(wc -l < "$T/loop.out")
 check "the old process hands over and exits" wait_gone "$old_pid" 40
 wait_lines $((before + 20))
 touch "$T/stop"
-wait "$loop_pid"
+wait "${loop_pids[@]}"
 
 total=$(wc -l < "$T/loop.out")
 echo "# $total requests across the reload: $(cut -d' ' -f1 "$T/loop.out" | sort | uniq -c | xargs)"
@@ -56,4 +66,14 @@ reload_haproxy A
 wait_gone "$HAP_OLD_PID" 40
 req A POST /transfers "$tok"
 eq "after a second reload: still deciding" 100000 "$(rsp_hdr RateLimit-Limit)"
+
+eq "the agent logged nothing at warn or error level across the reloads" "" \
+	"$(grep -E 'level=(warn|error)' "$T/agent.log")"
+m=$(curl -s -m 5 "http://127.0.0.1:$MPORT/metrics")
+check "the agent's metrics were read" grep -q '^ratelimit_spoa_errors_total' <<<"$m"
+eq "no agent error counted (errors_total)" 0 \
+	"$(awk '/^ratelimit_spoa_errors_total/ { n += $2 } END { print n + 0 }' <<<"$m")"
+eq "no malformed frame counted" 0 \
+	"$(awk '/^ratelimit_spoa_malformed_frames_total/ { n += $2 } END { print n + 0 }' <<<"$m")"
+echo "# agent closes: $(grep -o 'event=conn_close conn=[0-9]* reason="[^"]*"' "$T/agent.log" | sed 's/.*reason=//' | sort | uniq -c | xargs)"
 t_done

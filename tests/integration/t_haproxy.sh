@@ -8,9 +8,9 @@ start_redis
 start_agent "policy transfer 3/1s"
 HAP_PORT=$(free_port)
 export HAP_PORT AGENT_PORT SPOE_CONF="$ROOT/tests/integration/haproxy/minimal-spoe.conf"
-haproxy -c -f "$ROOT/tests/integration/haproxy/minimal.cfg" >"$T/haproxy-check.log" 2>&1
+"$HAPROXY" -c -f "$ROOT/tests/integration/haproxy/minimal.cfg" >"$T/haproxy-check.log" 2>&1
 check "haproxy -c accepts the minimal config" [ $? -eq 0 ]
-haproxy -f "$ROOT/tests/integration/haproxy/minimal.cfg" -db >>"$T/haproxy.log" 2>&1 &
+"$HAPROXY" -f "$ROOT/tests/integration/haproxy/minimal.cfg" -db >>"$T/haproxy.log" 2>&1 &
 t_track $!
 wait_port "$HAP_PORT" || fail "haproxy did not start"
 
