@@ -184,8 +184,8 @@ static void args_add_u64(struct args_writer *w, uint64_t v)
 /*
  * Build "EVALSHA <sha> <nkeys> KEYS... <cost> <member> (<limit> <ms>)..." for
  * <key> under <p> into <a> (argv borrows a->buf). Rejects a bad key
- * (BAD_KEY) and a cost of 0 or above the smallest limit that applies
- * (BAD_COST); an argument that cannot fit (an oversized <sha> or <member>)
+ * (BAD_KEY) and a cost of 0, above the policy's max-cost or above the
+ * smallest limit that applies (BAD_COST); an argument that cannot fit (an oversized <sha> or <member>)
  * is reported as REDIS_ERROR. Returns 0, or -1 with <*why>.
  */
 int window_build_args(const struct window_policy *p, const char *sha,
@@ -209,8 +209,12 @@ int window_build_args(const struct window_policy *p, const char *sha,
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
+	if (cost == 0 || (p->max_cost && cost > p->max_cost)) {
+		*why = WINDOW_REASON_BAD_COST;
+		return -1;
+	}
 	for (i = 0; i < nwin; i++) {
-		if (cost == 0 || cost > lim[i].limit) {
+		if (cost > lim[i].limit) {
 			*why = WINDOW_REASON_BAD_COST;
 			return -1;
 		}

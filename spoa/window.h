@@ -8,7 +8,9 @@
  * The script contract (lua/sliding_window.lua):
  *   KEYS[1..n]  one sorted set per window of the policy
  *   ARGV[1]     cost (units this request consumes)
- *   ARGV[2]     member prefix, unique per request (agent id + counter)
+ *   ARGV[2]     request id, unique per request (agent id + counter); kept
+ *               in the layout, not stored (the script makes its members
+ *               unique: one entry per admitted request carrying its cost)
  *   ARGV[3+2i]  limit of window i      ARGV[4+2i]  window i length in ms
  * returns an array of 6 integers:
  *   { allowed 0|1, limit, remaining, reset_us, retry_after_us, window_index }
@@ -78,6 +80,8 @@ struct window_policy {
 	struct window_limit win[WINDOW_MAX_WINDOWS];
 	enum window_on_error on_error;
 	bool shadow;                   /* decide and count, but answer allow */
+	uint64_t max_cost;             /* largest cost of one request; 0: the
+	                                * smallest limit that applies */
 	struct window_override *overrides; /* owned by the config, sorted by key */
 	size_t noverrides;
 };

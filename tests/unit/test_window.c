@@ -248,6 +248,11 @@ static void test_args_bad_cost(void **state)
 	assert_int_equal(window_build_args(&p, "sha", "k", 1, 3, "m", &a, &why), -1);
 	assert_int_equal(why, WINDOW_REASON_BAD_COST);
 	assert_int_equal(window_build_args(&p, "sha", "k", 1, 2, "m", &a, &why), 0);
+	/* max-cost caps it below the limits. */
+	p.max_cost = 1;
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 2, "m", &a, &why), -1);
+	assert_int_equal(why, WINDOW_REASON_BAD_COST);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 1, "m", &a, &why), 0);
 }
 
 static void test_overrides(void **state)
