@@ -32,6 +32,7 @@ static const char *const reason_names[WINDOW_REASON_COUNT] = {
 	[WINDOW_REASON_SHADOW_DENY]       = "shadow-deny",
 	[WINDOW_REASON_OVERLOAD]          = "overload",
 	[WINDOW_REASON_REDIS_EVICTS]      = "redis-evicts-keys",
+	[WINDOW_REASON_REDIS_OOM]         = "redis-oom",
 };
 
 /* Name of <s>; "unknown" outside the enum. Static storage. */
@@ -277,7 +278,8 @@ int64_t window_us_to_s_ceil(int64_t us)
 static bool reason_is_redis(enum window_reason why)
 {
 	return why == WINDOW_REASON_REDIS_UNAVAILABLE || why == WINDOW_REASON_REDIS_TIMEOUT ||
-	       why == WINDOW_REASON_REDIS_ERROR || why == WINDOW_REASON_REDIS_EVICTS;
+	       why == WINDOW_REASON_REDIS_ERROR || why == WINDOW_REASON_REDIS_EVICTS ||
+	       why == WINDOW_REASON_REDIS_OOM;
 }
 
 /* The error decision of <p> (which may be NULL: no policy) for <why>. */
@@ -324,7 +326,8 @@ int window_decide_reply(const struct window_policy *p, const struct redisReply *
                         struct window_decision *d)
 {
 	if (!reply_is_result(r)) {
-		window_decide_error(p, WINDOW_REASON_REDIS_ERROR, d);
+		window_decide_error(p, window_reply_is_oom(r) ? WINDOW_REASON_REDIS_OOM
+		                                              : WINDOW_REASON_REDIS_ERROR, d);
 		return -1;
 	}
 	memset(d, 0, sizeof(*d));
@@ -355,6 +358,19 @@ bool window_reply_is_noscript(const struct redisReply *r)
 {
 	return r && r->type == REDIS_REPLY_ERROR && r->str && r->len >= 8 &&
 	       memcmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* Is <r> the OOM refusal? Redis 7 passes it through from the script's
+ * ZADD as is; Redis 6 wraps it: "ERR Error running script ...: OOM ...". */
+bool window_reply_is_oom(const struct redisReply *r)
+{
+	static const char oom[] = "OOM command not allowed";
+
+	if (!r || r->type != REDIS_REPLY_ERROR || !r->str)
+		return false;
+	if (r->len >= 4 && memcmp(r->str, "OOM ", 4) == 0)
+		return true;
+	return memmem(r->str, r->len, oom, sizeof(oom) - 1) != NULL;
 }
 
 /* Empty accumulator for window_decision_merge(). */

@@ -57,6 +57,7 @@ enum window_reason {
 	WINDOW_REASON_SHADOW_DENY,
 	WINDOW_REASON_OVERLOAD,        /* agent-side limit hit */
 	WINDOW_REASON_REDIS_EVICTS,    /* maxmemory-policy is not noeviction */
+	WINDOW_REASON_REDIS_OOM,       /* Redis over maxmemory: cannot record */
 	WINDOW_REASON_COUNT
 };
 
@@ -143,7 +144,8 @@ int window_build_args(const struct window_policy *p, const char *sha,
 /*
  * Turn the script's reply into a decision for <p> (applying shadow mode).
  * An error reply, a nil, or a reply of the wrong shape becomes the policy's
- * error decision (see window_decide_error) with WINDOW_REASON_REDIS_ERROR.
+ * error decision (see window_decide_error) with WINDOW_REASON_REDIS_ERROR,
+ * or WINDOW_REASON_REDIS_OOM for Redis's out-of-memory refusal.
  * Returns 0 when <r> was a proper script result, -1 otherwise (<d> is set
  * either way). <r> is borrowed.
  */
@@ -159,6 +161,10 @@ void window_decide_error(const struct window_policy *p, enum window_reason why,
 
 /* Is <r> Redis's NOSCRIPT error? (the agent then re-sends with EVAL) */
 bool window_reply_is_noscript(const struct redisReply *r);
+
+/* Is <r> Redis's out-of-memory refusal ("OOM command not allowed ...",
+ * also wrapped in a script error by Redis 6)? */
+bool window_reply_is_oom(const struct redisReply *r);
 
 /* Fold <d> into <acc>: error over deny over allow; among denies the longest
  * retry_after; among allows the least remaining (an allow without quota, the

@@ -449,6 +449,50 @@ static void test_noscript(void **state)
 	assert_false(window_reply_is_noscript(NULL));
 }
 
+/* Redis over maxmemory refuses the script's ZADD: redis-oom, fail-closed
+ * (fail-open on on-redis-error=allow, like any Redis failure); any other
+ * error stays redis-error. */
+static void test_oom(void **state)
+{
+	static const char *const oom[] = {
+		/* Redis 7: the ZADD's error, passed through */
+		"-OOM command not allowed when used memory > 'maxmemory'. script: ab5d, on @user_script:159.\r\n",
+		/* Redis 6: wrapped in a script error */
+		"-ERR Error running script (call to f_ab5d): @user_script:159: "
+		"OOM command not allowed when used memory > 'maxmemory'.\r\n",
+	};
+	struct window_policy p;
+	struct window_decision d;
+	redisReply *r;
+	size_t i;
+
+	(void)state;
+	assert_string_equal(window_reason_str(WINDOW_REASON_REDIS_OOM), "redis-oom");
+	policy_make(&p, "transfer", 3, 1000);
+	for (i = 0; i < sizeof(oom) / sizeof(oom[0]); i++) {
+		p.on_error = WINDOW_ON_ERROR_DENY;
+		assert_int_equal(decide(&p, oom[i], &d), -1);
+		assert_int_equal(d.status, WINDOW_ERROR);
+		assert_int_equal(d.reason, WINDOW_REASON_REDIS_OOM);
+		assert_false(d.has_quota);
+		p.on_error = WINDOW_ON_ERROR_ALLOW;
+		assert_int_equal(decide(&p, oom[i], &d), -1);
+		assert_int_equal(d.status, WINDOW_ALLOW);
+		assert_int_equal(d.reason, WINDOW_REASON_REDIS_OOM);
+		assert_false(d.has_quota);
+	}
+	r = resp_parse("+OOM command not allowed\r\n");
+	assert_false(window_reply_is_oom(r));
+	freeReplyObject(r);
+	r = resp_parse("-ERR OOMPH\r\n");
+	assert_false(window_reply_is_oom(r));
+	freeReplyObject(r);
+	assert_false(window_reply_is_oom(NULL));
+	p.on_error = WINDOW_ON_ERROR_DENY;
+	assert_int_equal(decide(&p, "-WRONGTYPE Operation against a key\r\n", &d), -1);
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_ERROR);
+}
+
 static void test_fail_open(void **state)
 {
 	struct window_policy p;
@@ -606,6 +650,7 @@ int main(void)
 		cmocka_unit_test(test_reply_shadow),
 		cmocka_unit_test(test_reply_errors),
 		cmocka_unit_test(test_noscript),
+		cmocka_unit_test(test_oom),
 		cmocka_unit_test(test_fail_open),
 		cmocka_unit_test(test_fail_closed),
 		cmocka_unit_test(test_merge),
