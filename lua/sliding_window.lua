@@ -25,7 +25,7 @@
 -- The window's count is then cum(newest) - cum(oldest) + cost(oldest): two
 -- O(log n) reads, no walk, no companion key. The members are unique (cum
 -- grows strictly within a key). Entries without this form (one member per
--- unit, written by agents before 0.2) count one unit each, by a walk that
+-- unit, written by agents up to 0.1.0) count one unit each, by a walk that
 -- only runs while such entries are in the window.
 --
 -- Out of memory: the first write of an admission is a ZADD, which Redis

@@ -155,6 +155,24 @@ static void args_put(struct args_writer *w, size_t *pos, const void *s, size_t l
 	w->a->buf[w->used + *pos] = '\0';
 }
 
+/* Append account <key>/<len> as the content of a hash tag at <*pos>: '}'
+ * becomes "%7D" and '%' "%25", nothing else changes. The tag then ends at
+ * our own '}' (never empty, the same for every window of the key), and
+ * distinct accounts keep distinct keys (percent-decoding undoes it). */
+static void args_put_tag(struct args_writer *w, size_t *pos, const char *key, size_t len)
+{
+	size_t i, run = 0;
+
+	for (i = 0; i < len; i++) {
+		if (key[i] != '}' && key[i] != '%')
+			continue;
+		args_put(w, pos, key + run, i - run);
+		args_put(w, pos, key[i] == '}' ? "%7D" : "%25", 3);
+		run = i + 1;
+	}
+	args_put(w, pos, key + run, len - run);
+}
+
 /* One whole argv entry from <s>/<len>. */
 static void args_add(struct args_writer *w, const void *s, size_t len)
 {
@@ -241,7 +259,7 @@ int window_build_args(const struct window_policy *p, const char *sha,
 			int n = window_format_ms(lim[i].window_ms, ws, sizeof(ws));
 
 			args_put(&w, &pos, "{", 1);
-			args_put(&w, &pos, key, key_len);
+			args_put_tag(&w, &pos, key, key_len);
 			args_put(&w, &pos, "}:", 2);
 			args_put(&w, &pos, ws, n > 0 ? (size_t)n : 0);
 		}

@@ -29,7 +29,8 @@ struct redisReply;
 #define WINDOW_NAME_MAX        48     /* policy name, bytes, without NUL */
 #define WINDOW_KEY_MAX         256    /* account key, bytes */
 #define WINDOW_MAX_WINDOWS     4      /* "10/1s 1000/1h": windows per policy */
-#define WINDOW_REDIS_KEY_MAX   (WINDOW_NAME_MAX + WINDOW_KEY_MAX + 32)
+/* a key's '}' and '%' take 3 bytes in a hash tag */
+#define WINDOW_REDIS_KEY_MAX   (WINDOW_NAME_MAX + 3 * WINDOW_KEY_MAX + 32)
 /* "EVALSHA" sha nkeys, one key per window, cost, member, limit+window per window */
 #define WINDOW_SCRIPT_ARGC_MAX (5 + WINDOW_MAX_WINDOWS * 3)
 
@@ -132,7 +133,9 @@ int window_check_key(const char *key, size_t key_len);
  * Build the Redis key(s) and script argv for one request:
  * "EVALSHA" <sha> <nkeys> KEYS... ARGV... .
  * Single-window key: "<policy>:limit:v1:<key>". Multi-window keys share a
- * hash tag: "<policy>:limit:v1:{<key>}:<window>" (e.g. ":1s").
+ * hash tag: "<policy>:limit:v1:{<key>}:<window>" (e.g. ":1s"), where '}'
+ * and '%' of <key> are written "%7D" and "%25" so that the tag is the whole
+ * account, never empty, and the same for every window.
  * <member> is the request's unique member prefix (NUL-terminated).
  * Returns 0, or -1 with the reason in <*why> (BAD_KEY, BAD_COST).
  */

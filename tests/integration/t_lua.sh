@@ -256,8 +256,8 @@ eq "clock back: stamped at the newest entry's time" "2000000000 2000000000" \
 cev $K 3 5 1000
 eq "clock back: the 6th unit is denied" "0 2" "${R[0]} ${R[2]}"
 
-# Entries of the old form (one member per unit, written by agents before
-# 0.2) count one unit each, also in the middle of the window.
+# Entries of the old form (one member per unit, written by agents up to
+# 0.1.0) count one unit each, also in the middle of the window.
 K=clk:limit:v1:legacy
 rcli HSET test:clock s 3000 us 0 >/dev/null
 rcli ZADD $K 2999500000 0123456789abcdef-0-1:1 2999500000 0123456789abcdef-0-1:2 >/dev/null

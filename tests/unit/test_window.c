@@ -183,6 +183,46 @@ static void test_args_worst_case(void **state)
 	assert_int_equal(a.argc, 5 + 3 * WINDOW_MAX_WINDOWS);
 	assert_int_equal(a.argvlen[3], WINDOW_NAME_MAX + 11 + WINDOW_KEY_MAX + 2 + 10);
 	assert_memory_equal(a.argv[3] + WINDOW_NAME_MAX + 11 + WINDOW_KEY_MAX, "}:86399999ms", 12);
+	/* Every byte escaped: three times the key. */
+	memset(key, '}', sizeof(key));
+	assert_int_equal(window_build_args(&p, "0123456789abcdef0123456789abcdef01234567",
+	                                   key, sizeof(key), 1000000, member, &a, &why), 0);
+	assert_int_equal(a.argvlen[6], WINDOW_NAME_MAX + 11 + 3 * WINDOW_KEY_MAX + 2 + 10);
+	assert_memory_equal(a.argv[6] + WINDOW_NAME_MAX + 11 + 3 * WINDOW_KEY_MAX - 3, "%7D}:86399996ms", 15);
+}
+
+/* '}' and '%' of the account are escaped inside the hash tag, so the tag
+ * is never empty or cut short; everything else, '{' included, is kept. A
+ * single-window key has no tag and stays as it was. */
+static void test_args_tag_escape(void **state)
+{
+	static const struct { const char *key, *want; } cases[] = {
+		{ "}x", "api:limit:v1:{%7Dx}:1s" },
+		{ "{a}b", "api:limit:v1:{{a%7Db}:1s" },
+		{ "}", "api:limit:v1:{%7D}:1s" },
+		{ "%7D", "api:limit:v1:{%257D}:1s" },
+		{ "a}b%}", "api:limit:v1:{a%7Db%25%7D}:1s" },
+		{ "{", "api:limit:v1:{{}:1s" },
+		{ "ACC-1", "api:limit:v1:{ACC-1}:1s" },
+	};
+	struct window_policy p;
+	struct window_args a;
+	enum window_reason why;
+	size_t i;
+
+	(void)state;
+	policy_make(&p, "api", 10, 1000);
+	p.nwin = 2;
+	p.win[1].limit = 1000;
+	p.win[1].window_ms = 3600000;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_int_equal(window_build_args(&p, "sha", cases[i].key, strlen(cases[i].key), 1, "m",
+		                                   &a, &why), 0);
+		assert_arg(&a, 3, cases[i].want);
+	}
+	p.nwin = 1;
+	assert_int_equal(window_build_args(&p, "sha", "}x%", 3, 1, "m", &a, &why), 0);
+	assert_arg(&a, 3, "api:limit:v1:}x%");
 }
 
 /* An oversized member prefix cannot overflow the buffer: it is refused. */
@@ -641,6 +681,7 @@ int main(void)
 		cmocka_unit_test(test_args_single),
 		cmocka_unit_test(test_args_multi),
 		cmocka_unit_test(test_args_worst_case),
+		cmocka_unit_test(test_args_tag_escape),
 		cmocka_unit_test(test_args_overflow),
 		cmocka_unit_test(test_args_bad_key),
 		cmocka_unit_test(test_args_bad_cost),
