@@ -15,18 +15,23 @@
 -- does not extend the TTL).
 --
 -- One entry per admitted request, whatever its cost, so neither Redis time
--- nor memory grows with cost. Its member "#<cum>:<seq>:<cost>" carries:
---   cum   units admitted into this key up to and including this entry
---         (14 hex digits, fixed width: entries of one microsecond then sort
---         by it), a running total that restarts when the window empties;
---   seq   entries admitted the same way (hex): tells whether the window
---         holds only such entries;
---   cost  this entry's units (decimal).
--- The window's count is then cum(newest) - cum(oldest) + cost(oldest): two
--- O(log n) reads, no walk, no companion key. The members are unique (cum
--- grows strictly within a key). Entries without this form (one member per
--- unit, written by agents up to 0.1.0) count one unit each, by a walk that
--- only runs while such entries are in the window.
+-- nor memory grows with cost. Its member "<cum>:<cost>" (hex) holds:
+--   cum   units admitted into this key up to and including this entry, a
+--         running total that restarts when the window empties;
+--   cost  this entry's units.
+-- Scores grow strictly within a key (an entry is stamped at Redis time, or
+-- 1 us after the newest entry if that is later: same microsecond, clock
+-- stepped back), so rank order is cum order. The window's count is then
+-- cum(newest) - cum(oldest) + cost(oldest): two O(log n) reads, no walk, no
+-- companion key. The members are unique (cum grows strictly within a key).
+--
+-- Entries of the old form (one member per unit "<agent>-<thread>-<n>:<i>",
+-- written by agents up to 0.1.0) count one unit each, by a walk of the
+-- window. An old-form entry is always written as the newest, so the next
+-- decision here sees it at an end and walks; the entry it adds carries a
+-- third field, the score of the newest old-form entry seen, and so do the
+-- entries after it while that score is in the window: a window whose
+-- newest entry lacks it holds no old-form entry in the middle.
 --
 -- Out of memory: the first write of an admission is a ZADD, which Redis
 -- refuses with an OOM error when over maxmemory (noeviction), and nothing
@@ -49,90 +54,93 @@ local function int(x)
 	return string.format('%.0f', x)
 end
 
--- cum, seq, cost of member <m>, or nil for an entry of the old form.
+-- cum, cost and old-form mark (or nil) of member <m>; nil for an entry of
+-- the old form (never two or three hex fields).
 local function parse(m)
-	local c, s, k = string.match(m, '^#(%x+):(%x+):(%d+)$')
-	if not c then return nil end
-	return tonumber(c, 16), tonumber(s, 16), tonumber(k)
-end
-
-local function units(m)
-	local _, _, k = parse(m)
-	return k or 1
+	local c, k = string.match(m, '^(%x+):(%x+)$')
+	if c then return tonumber(c, 16), tonumber(k, 16) end
+	local c3, k3, l3 = string.match(m, '^(%x+):(%x+):(%x+)$')
+	if c3 then return tonumber(c3, 16), tonumber(k3, 16), tonumber(l3, 16) end
+	return nil
 end
 
 local PAGE = 512
 
--- Window i's state, read only: count, cum/seq/score of the newest entry (to
--- chain the next one), score of the oldest in-window entry, and whether
--- the fast form holds (every in-window entry has a cum).
-local function read_window(key, cut)
-	local lo = '(' .. int(cut)
-	local w = { count = 0, cum = 0, seq = 0, fast = true }
-	w.n = redis.call('ZCOUNT', key, lo, '+inf')
-	if w.n == 0 then return w end
+-- Window <key>'s state, read only: count; cum and score of the newest entry
+-- (to chain the next one); score and cost of the oldest in-window entry;
+-- old: score of the newest old-form entry that may be in the window (nil
+-- in the fast form, where every in-window entry has a cum).
+local function read_window(key, cut, cuts)
+	local lo = '(' .. cuts
+	local w = { count = 0, cum = 0 }
 	local a = redis.call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+	if not a[1] then return w end
 	local b = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 	w.oldest, w.top = tonumber(a[2]), tonumber(b[2])
-	local c1, s1, k1 = parse(a[1])
-	local c2, s2 = parse(b[1])
-	if c1 and c2 and s2 - s1 + 1 == w.n then
-		w.count, w.cum, w.seq = c2 - c1 + k1, c2, s2
+	local c1, k1 = parse(a[1])
+	local c2, _, l2 = parse(b[1])
+	if c1 and c2 and not (l2 and l2 > cut) then
+		w.count, w.cum, w.first = c2 - c1 + k1, c2, k1
 		return w
 	end
 	-- Old-form entries in the window: walk it (only until they are gone).
-	w.fast = false
+	w.old = 0
+	if l2 and l2 > cut then w.old = l2 end
 	local off = 0
-	while off < w.n do
-		local r = redis.call('ZRANGEBYSCORE', key, lo, '+inf', 'LIMIT', off, PAGE)
-		for j = 1, #r do
-			local c, s, k = parse(r[j])
+	repeat
+		local r = redis.call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', off, PAGE)
+		for j = 1, #r, 2 do
+			local c, k = parse(r[j])
 			if c then
-				w.count, w.cum, w.seq = w.count + k, c, s
+				w.count, w.cum = w.count + k, c
 			else
 				w.count = w.count + 1
+				w.old = tonumber(r[j + 1])
 			end
 		end
 		off = off + PAGE
-	end
+	until #r < 2 * PAGE
 	return w
 end
 
--- Time until <need> units have left window <w> (after its trim, so rank 0
--- is the oldest in-window entry): when the entry whose leaving frees the
--- <need>th unit leaves. Binary search on cum in the fast form, a walk
+-- Time until <need> units have left window <w> of <key> (after its trim, so
+-- rank 0 is the oldest in-window entry): when the entry whose leaving frees
+-- the <need>th unit leaves. Binary search on cum in the fast form, a walk
 -- otherwise. Never early: an entry leaves exactly one window after its score.
 local function retry_for(key, w, need, win_us)
+	-- the usual case (cost 1 on a full window): the oldest is enough
+	if not w.old and w.first >= need then return w.oldest + win_us - now end
 	local function at(r)
 		local x = redis.call('ZRANGE', key, r, r, 'WITHSCORES')
 		return x[1], tonumber(x[2])
 	end
-	if w.fast then
-		local m0 = at(0)
-		local c0, _, k0 = parse(m0)
-		local base = c0 - k0
-		local lo, hi = 0, w.n - 1
+	if not w.old then
+		local base = w.count - w.cum   -- cum of the entry before the oldest, negated
+		local lo, hi = 0, redis.call('ZCARD', key) - 1
 		while lo < hi do
 			local mid = math.floor((lo + hi) / 2)
 			local c = parse((at(mid)))
-			if c - base >= need then hi = mid else lo = mid + 1 end
+			if c + base >= need then hi = mid else lo = mid + 1 end
 		end
 		local _, s = at(lo)
 		return s + win_us - now
 	end
 	local acc, off = 0, 0
-	while off < w.n do
+	repeat
 		local r = redis.call('ZRANGE', key, off, off + PAGE - 1, 'WITHSCORES')
 		for j = 1, #r, 2 do
-			acc = acc + units(r[j])
+			local _, k = parse(r[j])
+			acc = acc + (k or 1)
 			if acc >= need then return tonumber(r[j + 1]) + win_us - now end
 		end
 		off = off + PAGE
-	end
+	until #r < 2 * PAGE
 	return win_us
 end
 
-local limit, win, cut, st = {}, {}, {}, {}
+-- (strings made once: formatting numbers is a good part of the script's time)
+local nows = int(now)
+local limit, win, cut, cuts, st = {}, {}, {}, {}, {}
 local allowed = true
 for i = 1, n do
 	limit[i] = tonumber(ARGV[1 + 2 * i])
@@ -143,7 +151,8 @@ for i = 1, n do
 	-- Inclusive bound: score <= now - window is out, so an entry exactly
 	-- one window old does not count.
 	cut[i] = now - win[i] * 1000
-	st[i] = read_window(KEYS[i], cut[i])
+	cuts[i] = int(cut[i])
+	st[i] = read_window(KEYS[i], cut[i], cuts[i])
 	if st[i].count + cost > limit[i] then allowed = false end
 end
 
@@ -151,16 +160,19 @@ local best, best_rem, best_reset, best_retry
 if allowed then
 	local score = {}
 	for i = 1, n do
-		-- Never below the newest entry: a clock stepped back must not put an
-		-- entry out of cum order (it only makes this one live longer).
+		-- Above the newest entry, so that rank order stays cum order (a
+		-- later stamp only makes this entry live longer, never shorter).
 		score[i] = now
-		if st[i].top and st[i].top > now then score[i] = st[i].top end
-		local m = string.format('#%014x:%x:%d', st[i].cum + cost, st[i].seq + 1, cost)
-		redis.call('ZADD', KEYS[i], int(score[i]), m)
+		if st[i].top and st[i].top >= now then score[i] = st[i].top + 1 end
+		local m = string.format('%x:%x', st[i].cum + cost, cost)
+		if st[i].old and st[i].old > cut[i] then m = m .. string.format(':%x', st[i].old) end
+		redis.call('ZADD', KEYS[i], score[i] == now and nows or int(score[i]), m)
 	end
 	for i = 1, n do
-		redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', int(cut[i]))
-		redis.call('PEXPIRE', KEYS[i], int(win[i] + math.ceil((score[i] - now) / 1000)))
+		redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', cuts[i])
+		local ttl = ARGV[2 + 2 * i]
+		if score[i] ~= now then ttl = int(win[i] + math.ceil((score[i] - now) / 1000)) end
+		redis.call('PEXPIRE', KEYS[i], ttl)
 		local rem = limit[i] - st[i].count - cost
 		if not best or rem < best_rem then
 			best, best_rem = i, rem
@@ -171,7 +183,7 @@ if allowed then
 	best_retry = 0
 else
 	for i = 1, n do
-		redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', int(cut[i]))
+		redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', cuts[i])
 	end
 	for i = 1, n do
 		local need = st[i].count + cost - limit[i]

@@ -128,9 +128,9 @@ class Harness:
 
     def units(self, key):
         """Units recorded in the window <key>: one entry per admitted request,
-        its member "#<cum>:<seq>:<cost>" (lua/sliding_window.lua)."""
+        its member "<cum>:<cost>[:<mark>]" in hex (lua/sliding_window.lua)."""
         members = self.rcli("ZRANGE", key, 0, -1).split()
-        return sum(int(m.rsplit(":", 1)[1]) for m in members)
+        return sum(int(m.split(":")[1], 16) for m in members)
 
     def write_agent_conf(self, extra, listen=None):
         self.agent_port = self.agent_port or free_port()
