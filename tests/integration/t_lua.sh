@@ -281,4 +281,17 @@ eq "legacy: no old-form member left" "" "$(rcli ZRANGE $K 0 -1 | grep -Ev '^[0-9
 eq "legacy: entries written while old ones were in the window are marked, later ones not" \
 	"2:1:b2d05e64 4:2:b2d05e64 6:2" "$(rcli ZRANGE $K 0 -1 | xargs)"
 
+# More old-form entries than one page of the walk (512).
+K=clk:limit:v1:legacy-big
+rcli HSET test:clock s 4000 us 0 >/dev/null
+for i in $(seq 1200); do echo "ZADD $K 3999000000 0123456789abcdef-0-$i:1"; done | rcli >/dev/null
+eq "legacy big: 1200 old units" 1200 "$(rcli ZCARD $K)"
+cev $K 200 1300 10000
+eq "legacy big: 1200 + 200 > 1300 denied; retry when they leave (9 s)" "0 100 9000000" \
+	"${R[0]} ${R[2]} ${R[4]}"
+cev $K 100 1300 10000
+eq "legacy big: 1200 + 100 fits exactly" "1 0" "${R[0]} ${R[2]}"
+cev $K 1 1300 10000
+eq "legacy big: then full" "0 0" "${R[0]} ${R[2]}"
+
 t_done
