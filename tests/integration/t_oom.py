@@ -11,9 +11,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Harness, free_port  # noqa: E402
-import ops_util as u  # noqa: E402
+import harness as u  # noqa: E402
 import spop  # noqa: E402
 
 h = Harness()
