@@ -188,6 +188,8 @@ sed "s/local t = redis.call('TIME')/local t = redis.call('HMGET', 'test:clock', 
 	"$SCRIPT" > "$T/clocked.lua"
 check "test copy reads the fake clock" grep -q "test:clock" "$T/clocked.lua"
 CSHA=$(rcli SCRIPT LOAD "$(cat "$T/clocked.lua")")
+# clock S US: set the fake clock to S seconds + US microseconds
+clock() { rcli HSET test:clock s "$1" us "$2" >/dev/null; }
 cev() {
 	local key=$1 cost=$2 limit=$3 ms=$4
 	SEQ=$((SEQ + 1))
@@ -197,7 +199,7 @@ cev() {
 	rcli PERSIST "$key" >/dev/null
 }
 K=clk:limit:v1:edge
-rcli HSET test:clock s 1000 us 0 >/dev/null          # now = 1000000000 us
+clock 1000 0          # now = 1000000000 us
 rcli ZADD $K 999000000 exactly-one-window 999000001 one-us-younger >/dev/null
 cev $K 1 2 1000
 eq "clock: entry exactly one window old is out" "" "$(rcli ZSCORE $K exactly-one-window)"
@@ -205,7 +207,7 @@ eq "clock: 1 us younger stays; allowed with remaining 0, reset 1 us" "1 2 0 1 0"
 	"${R[0]} ${R[1]} ${R[2]} ${R[3]} ${R[4]}"
 cev $K 1 2 1000
 eq "clock: full, denied; retry and reset 1 us" "0 0 1 1" "${R[0]} ${R[2]} ${R[3]} ${R[4]}"
-rcli HSET test:clock us 1 >/dev/null                  # 1 us later
+clock 1000 1                  # 1 us later
 cev $K 1 2 1000
 eq "clock: 1 us later the edge entry left: admitted" "1 0" "${R[0]} ${R[2]}"
 eq "clock: the new entry is scored at Redis time" 1000000001 "$(rcli ZRANGE $K -1 -1 WITHSCORES | tail -n 1)"
@@ -213,16 +215,16 @@ eq "clock: reset counts from the oldest kept entry" 999999 "${R[3]}"
 
 # --- cost as one entry, on the fake clock: exact counts and retry ----------
 K=clk:limit:v1:cost
-rcli HSET test:clock s 1000 us 0 >/dev/null
+clock 1000 0
 cev $K 3 10 1000
 eq "clock cost: 3 of 10 admitted" "1 7" "${R[0]} ${R[2]}"
-rcli HSET test:clock us 100000 >/dev/null
+clock 1000 100000
 cev $K 4 10 1000
 eq "clock cost: 4 more admitted" "1 3" "${R[0]} ${R[2]}"
-rcli HSET test:clock us 200000 >/dev/null
+clock 1000 200000
 cev $K 2 10 1000
 eq "clock cost: 2 more admitted" "1 1" "${R[0]} ${R[2]}"
-rcli HSET test:clock us 300000 >/dev/null
+clock 1000 300000
 cev $K 5 10 1000
 # 9 in the window, cost 5: 4 units must leave; the first entry holds 3, so
 # the second (t=0.1 s) must leave too: retry 0.1 + 1 - 0.3 = 0.8 s.
@@ -230,15 +232,15 @@ eq "clock cost: cost 5 denied; retry when the 2nd entry leaves, reset when the 1
 	"0 1 700000 800000" "${R[0]} ${R[2]} ${R[3]} ${R[4]}"
 cev $K 1 10 1000
 eq "clock cost: cost 1 still fits" "1 0" "${R[0]} ${R[2]}"
-rcli HSET test:clock s 1001 us 0 >/dev/null
+clock 1001 0
 cev $K 3 10 1000
 eq "clock cost: the 3-unit entry left exactly one window later: 3 fit" "1 0" "${R[0]} ${R[2]}"
 cev $K 1 10 1000
 eq "clock cost: full; retry when the 4-unit entry leaves" "0 100000" "${R[0]} ${R[4]}"
-rcli HSET test:clock us 99999 >/dev/null
+clock 1001 99999
 cev $K 1 10 1000
 eq "clock cost: 1 us before, still denied (retry never early)" "0 1" "${R[0]} ${R[4]}"
-rcli HSET test:clock us 100000 >/dev/null
+clock 1001 100000
 cev $K 4 10 1000
 eq "clock cost: on time, its 4 units are free again" "1 0" "${R[0]} ${R[2]}"
 eq "clock cost: one entry per admitted request" 4 "$(rcli ZCARD $K)"
@@ -246,9 +248,9 @@ eq "clock cost: one entry per admitted request" 4 "$(rcli ZCARD $K)"
 # A clock stepped back: the entry is stamped 1 us after the newest one (it
 # lives longer, never shorter) and the count stays right.
 K=clk:limit:v1:back
-rcli HSET test:clock s 2000 us 0 >/dev/null
+clock 2000 0
 cev $K 2 5 1000
-rcli HSET test:clock s 1999 us 500000 >/dev/null
+clock 1999 500000
 cev $K 1 5 1000
 eq "clock back: admitted, remaining 2" "1 2" "${R[0]} ${R[2]}"
 eq "clock back: stamped 1 us after the newest entry" "2000000000 2000000001" \
@@ -259,22 +261,22 @@ eq "clock back: the 6th unit is denied" "0 2" "${R[0]} ${R[2]}"
 # Entries of the old form (one member per unit, written by agents up to
 # 0.1.0) count one unit each, also in the middle of the window.
 K=clk:limit:v1:legacy
-rcli HSET test:clock s 3000 us 0 >/dev/null
+clock 3000 0
 rcli ZADD $K 2999500000 0123456789abcdef-0-1:1 2999500000 0123456789abcdef-0-1:2 >/dev/null
 cev $K 1 5 1000
 eq "legacy: 2 old units + 1" "1 2" "${R[0]} ${R[2]}"
 rcli ZADD $K 3000000100 0123456789abcdef-0-2:1 >/dev/null
-rcli HSET test:clock us 200000 >/dev/null
+clock 3000 200000
 cev $K 1 5 1000
 eq "legacy: an old unit after ours counts too" "1 0" "${R[0]} ${R[2]}"
 cev $K 1 5 1000
 eq "legacy: full; retry when the old units leave" "0 300000" "${R[0]} ${R[4]}"
-rcli HSET test:clock us 500000 >/dev/null
+clock 3000 500000
 cev $K 2 5 1000
 eq "legacy: old unit between two new entries counted (2 of 5 free)" "1 0" "${R[0]} ${R[2]}"
 cev $K 1 5 1000
 eq "legacy: then full" "0 0" "${R[0]} ${R[2]}"
-rcli HSET test:clock s 3001 us 100 >/dev/null
+clock 3001 100
 cev $K 2 5 1000
 eq "legacy: old units gone, new entries alone (3 in the window)" "1 0" "${R[0]} ${R[2]}"
 eq "legacy: no old-form member left" "" "$(rcli ZRANGE $K 0 -1 | grep -Ev '^[0-9a-f]+:[0-9a-f]+(:[0-9a-f]+)?$')"
@@ -283,7 +285,7 @@ eq "legacy: entries written while old ones were in the window are marked, later 
 
 # More old-form entries than one page of the walk (512).
 K=clk:limit:v1:legacy-big
-rcli HSET test:clock s 4000 us 0 >/dev/null
+clock 4000 0
 for i in $(seq 1200); do echo "ZADD $K 3999000000 0123456789abcdef-0-$i:1"; done | rcli >/dev/null
 eq "legacy big: 1200 old units" 1200 "$(rcli ZCARD $K)"
 cev $K 200 1300 10000

@@ -472,20 +472,22 @@ static void test_reply_errors(void **state)
 	assert_int_equal(d.status, WINDOW_ERROR);
 }
 
+/* <pred> on the reply parsed from RESP text <resp>. */
+static bool reply_is(bool (*pred)(const redisReply *), const char *resp)
+{
+	redisReply *r = resp_parse(resp);
+	bool v = pred(r);
+
+	freeReplyObject(r);
+	return v;
+}
+
 static void test_noscript(void **state)
 {
-	redisReply *r;
-
 	(void)state;
-	r = resp_parse("-NOSCRIPT No matching script. Please use EVAL.\r\n");
-	assert_true(window_reply_is_noscript(r));
-	freeReplyObject(r);
-	r = resp_parse("-ERR unknown command\r\n");
-	assert_false(window_reply_is_noscript(r));
-	freeReplyObject(r);
-	r = resp_parse("+NOSCRIPT\r\n");
-	assert_false(window_reply_is_noscript(r));
-	freeReplyObject(r);
+	assert_true(reply_is(window_reply_is_noscript, "-NOSCRIPT No matching script. Please use EVAL.\r\n"));
+	assert_false(reply_is(window_reply_is_noscript, "-ERR unknown command\r\n"));
+	assert_false(reply_is(window_reply_is_noscript, "+NOSCRIPT\r\n"));
 	assert_false(window_reply_is_noscript(NULL));
 }
 
@@ -503,7 +505,6 @@ static void test_oom(void **state)
 	};
 	struct window_policy p;
 	struct window_decision d;
-	redisReply *r;
 	size_t i;
 
 	(void)state;
@@ -521,12 +522,8 @@ static void test_oom(void **state)
 		assert_int_equal(d.reason, WINDOW_REASON_REDIS_OOM);
 		assert_false(d.has_quota);
 	}
-	r = resp_parse("+OOM command not allowed\r\n");
-	assert_false(window_reply_is_oom(r));
-	freeReplyObject(r);
-	r = resp_parse("-ERR OOMPH\r\n");
-	assert_false(window_reply_is_oom(r));
-	freeReplyObject(r);
+	assert_false(reply_is(window_reply_is_oom, "+OOM command not allowed\r\n"));
+	assert_false(reply_is(window_reply_is_oom, "-ERR OOMPH\r\n"));
 	assert_false(window_reply_is_oom(NULL));
 	p.on_error = WINDOW_ON_ERROR_DENY;
 	assert_int_equal(decide(&p, "-WRONGTYPE Operation against a key\r\n", &d), -1);
