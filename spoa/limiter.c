@@ -1720,13 +1720,12 @@ static void limiter_on_park(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 }
 
-/* Log a script error at warn as <event> (static storage), rate-limited per
- * event (log_limited), so a broken script cannot flood the log. */
-static void limiter_warn_reply(const struct limiter_link *k, const redisReply *reply,
-                               const char *event)
+/* Log a script error (<oom>: Redis over maxmemory) at warn, rate-limited
+ * (log_limited), so a broken script cannot flood the log. */
+static void limiter_warn_reply(const struct limiter_link *k, const redisReply *reply, bool oom)
 {
-	log_limited(CONFIG_LOG_WARN, event, event,
-	            "addr=%s reply=\"%.*s\"", k->addr,
+	log_limited(CONFIG_LOG_WARN, oom ? "redis_oom" : "redis_script_error",
+	            oom ? "redis_oom" : "redis_script_error", "addr=%s reply=\"%.*s\"", k->addr,
 	            reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
 	            reply->type == REDIS_REPLY_ERROR ? reply->str : "");
 }
@@ -1819,7 +1818,7 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 		bool oom = d.reason == WINDOW_REASON_REDIS_OOM;
 
 		limiter_count_error(l, oom ? METRICS_REDIS_ERR_OOM : METRICS_REDIS_ERR_SCRIPT);
-		limiter_warn_reply(k, reply, oom ? "redis_oom" : "redis_script_error");
+		limiter_warn_reply(k, reply, oom);
 	} else if (c->cacheable && d.status == WINDOW_DENY) {
 		limiter_cache_store(l, c, &d, now);
 	}
