@@ -2,7 +2,7 @@
 --
 -- KEYS[i]      one sorted set per window of the policy (score = Redis time, us)
 -- ARGV[1]      cost: units this request consumes (>= 1)
--- ARGV[2]      member prefix, unique per request; members are <prefix>:<n>
+-- ARGV[2]      request id (kept in the argument layout; not stored)
 -- ARGV[1+2i]   limit of window i        ARGV[2+2i]  length of window i, ms
 --
 -- Returns { allowed 0|1, limit, remaining, reset_us, retry_after_us, index }
@@ -13,11 +13,35 @@
 -- one window old is out; admission is all-or-nothing over the windows; a
 -- denial writes nothing but the trims (a refused request does not count and
 -- does not extend the TTL).
+--
+-- One entry per admitted request, whatever its cost, so neither Redis time
+-- nor memory grows with cost. Its member "<cum>:<cost>" (hex) holds:
+--   cum   units admitted into this key up to and including this entry, a
+--         running total that restarts when the window empties;
+--   cost  this entry's units.
+-- Scores grow strictly within a key (an entry is stamped at Redis time, or
+-- 1 us after the newest entry if that is later: same microsecond, clock
+-- stepped back), so rank order is cum order. The window's count is then
+-- cum(newest) - cum(oldest) + cost(oldest): two O(log n) reads, no walk, no
+-- companion key. The members are unique (cum grows strictly within a key).
+--
+-- Entries of the old form (one member per unit "<agent>-<thread>-<n>:<i>",
+-- written by agents up to 0.1.0) count one unit each, by a walk of the
+-- window. An old-form entry is always written as the newest, so the next
+-- decision here sees it at an end and walks; the entry it adds carries a
+-- third field, the score of the newest old-form entry seen, and so do the
+-- entries after it while that score is in the window: a window whose
+-- newest entry lacks it holds no old-form entry in the middle.
+--
+-- Out of memory: the first write of an admission is a ZADD, which Redis
+-- refuses with an OOM error when over maxmemory (noeviction), and nothing
+-- has been written before it: counting only reads, trims come after. (A
+-- script's first write is the only one Redis checks for OOM; a trim first
+-- would let the ZADD through.) No "#!lua" shebang: Redis 6 cannot load one.
 
 local cost = tonumber(ARGV[1])
-local prefix = ARGV[2]
 local n = #KEYS
-if not cost or cost < 1 or not prefix or n < 1 or #ARGV ~= 2 + 2 * n then
+if not cost or cost < 1 or not ARGV[2] or n < 1 or #ARGV ~= 2 + 2 * n then
 	return redis.error_reply('ERR sliding_window: bad arguments')
 end
 
@@ -30,14 +54,93 @@ local function int(x)
 	return string.format('%.0f', x)
 end
 
--- Score of the entry at 0-based rank <idx>, or nil.
-local function score_at(key, idx)
-	local r = redis.call('ZRANGE', key, idx, idx, 'WITHSCORES')
-	if r[2] then return tonumber(r[2]) end
+-- cum, cost and old-form mark (or nil) of member <m>; nil for an entry of
+-- the old form (never two or three hex fields).
+local function parse(m)
+	local c, k = string.match(m, '^(%x+):(%x+)$')
+	if c then return tonumber(c, 16), tonumber(k, 16) end
+	local c3, k3, l3 = string.match(m, '^(%x+):(%x+):(%x+)$')
+	if c3 then return tonumber(c3, 16), tonumber(k3, 16), tonumber(l3, 16) end
 	return nil
 end
 
-local limit, win, count = {}, {}, {}
+local PAGE = 512
+
+-- Window <key>'s state, read only: count; cum and score of the newest entry
+-- (to chain the next one); score and cost of the oldest in-window entry;
+-- old: score of the newest old-form entry that may be in the window (nil
+-- in the fast form, where every in-window entry has a cum).
+local function read_window(key, cut, cuts)
+	local lo = '(' .. cuts
+	local w = { count = 0, cum = 0 }
+	local a = redis.call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+	if not a[1] then return w end
+	local b = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+	w.oldest, w.top = tonumber(a[2]), tonumber(b[2])
+	local c1, k1 = parse(a[1])
+	local c2, _, l2 = parse(b[1])
+	if c1 and c2 and not (l2 and l2 > cut) then
+		w.count, w.cum, w.first = c2 - c1 + k1, c2, k1
+		return w
+	end
+	-- Old-form entries in the window: walk it (only until they are gone).
+	w.old = 0
+	if l2 and l2 > cut then w.old = l2 end
+	local off = 0
+	repeat
+		local r = redis.call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', off, PAGE)
+		for j = 1, #r, 2 do
+			local c, k = parse(r[j])
+			if c then
+				w.count, w.cum = w.count + k, c
+			else
+				w.count = w.count + 1
+				w.old = tonumber(r[j + 1])
+			end
+		end
+		off = off + PAGE
+	until #r < 2 * PAGE
+	return w
+end
+
+-- Time until <need> units have left window <w> of <key> (after its trim, so
+-- rank 0 is the oldest in-window entry): when the entry whose leaving frees
+-- the <need>th unit leaves. Binary search on cum in the fast form, a walk
+-- otherwise. Never early: an entry leaves exactly one window after its score.
+local function retry_for(key, w, need, win_us)
+	-- the usual case (cost 1 on a full window): the oldest is enough
+	if not w.old and w.first >= need then return w.oldest + win_us - now end
+	local function at(r)
+		local x = redis.call('ZRANGE', key, r, r, 'WITHSCORES')
+		return x[1], tonumber(x[2])
+	end
+	if not w.old then
+		local base = w.count - w.cum   -- cum of the entry before the oldest, negated
+		local lo, hi = 0, redis.call('ZCARD', key) - 1
+		while lo < hi do
+			local mid = math.floor((lo + hi) / 2)
+			local c = parse((at(mid)))
+			if c + base >= need then hi = mid else lo = mid + 1 end
+		end
+		local _, s = at(lo)
+		return s + win_us - now
+	end
+	local acc, off = 0, 0
+	repeat
+		local r = redis.call('ZRANGE', key, off, off + PAGE - 1, 'WITHSCORES')
+		for j = 1, #r, 2 do
+			local _, k = parse(r[j])
+			acc = acc + (k or 1)
+			if acc >= need then return tonumber(r[j + 1]) + win_us - now end
+		end
+		off = off + PAGE
+	until #r < 2 * PAGE
+	return win_us
+end
+
+-- (strings made once: formatting numbers is a good part of the script's time)
+local nows = int(now)
+local limit, win, cut, cuts, st = {}, {}, {}, {}, {}
 local allowed = true
 for i = 1, n do
 	limit[i] = tonumber(ARGV[1 + 2 * i])
@@ -45,48 +148,51 @@ for i = 1, n do
 	if not limit[i] or limit[i] < 1 or not win[i] or win[i] < 1 then
 		return redis.error_reply('ERR sliding_window: bad limit or window')
 	end
-	-- Inclusive bound: score <= now - window goes, so an entry exactly one
-	-- window old is out.
-	redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', int(now - win[i] * 1000))
-	count[i] = redis.call('ZCARD', KEYS[i])
-	if count[i] + cost > limit[i] then allowed = false end
+	-- Inclusive bound: score <= now - window is out, so an entry exactly
+	-- one window old does not count.
+	cut[i] = now - win[i] * 1000
+	cuts[i] = int(cut[i])
+	st[i] = read_window(KEYS[i], cut[i], cuts[i])
+	if st[i].count + cost > limit[i] then allowed = false end
 end
 
 local best, best_rem, best_reset, best_retry
 if allowed then
+	local score = {}
 	for i = 1, n do
-		-- ZADD in chunks: unpack() of a huge cost would overflow Lua's C stack.
-		local args, m = {}, 0
-		for j = 1, cost do
-			args[#args + 1] = int(now)
-			args[#args + 1] = prefix .. ':' .. j
-			m = m + 1
-			if m == 500 or j == cost then
-				redis.call('ZADD', KEYS[i], unpack(args))
-				args, m = {}, 0
-			end
-		end
-		redis.call('PEXPIRE', KEYS[i], int(win[i]))
-		local rem = limit[i] - count[i] - cost
+		-- Above the newest entry, so that rank order stays cum order (a
+		-- later stamp only makes this entry live longer, never shorter).
+		score[i] = now
+		if st[i].top and st[i].top >= now then score[i] = st[i].top + 1 end
+		local m = string.format('%x:%x', st[i].cum + cost, cost)
+		if st[i].old and st[i].old > cut[i] then m = m .. string.format(':%x', st[i].old) end
+		redis.call('ZADD', KEYS[i], score[i] == now and nows or int(score[i]), m)
+	end
+	for i = 1, n do
+		redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', cuts[i])
+		local ttl = ARGV[2 + 2 * i]
+		if score[i] ~= now then ttl = int(win[i] + math.ceil((score[i] - now) / 1000)) end
+		redis.call('PEXPIRE', KEYS[i], ttl)
+		local rem = limit[i] - st[i].count - cost
 		if not best or rem < best_rem then
 			best, best_rem = i, rem
 		end
 	end
-	-- The oldest in-window entry exists (we just added some): reset is when it leaves.
-	local w = win[best] * 1000
-	best_reset = score_at(KEYS[best], 0) + w - now
+	-- reset: when the oldest in-window entry (perhaps the new one) leaves.
+	best_reset = (st[best].oldest or score[best]) + win[best] * 1000 - now
 	best_retry = 0
 else
 	for i = 1, n do
-		local need = count[i] + cost - limit[i]
+		redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', cuts[i])
+	end
+	for i = 1, n do
+		local need = st[i].count + cost - limit[i]
 		if need > 0 then
 			local w = win[i] * 1000
-			-- Enough entries must leave for <cost> to fit: the one at rank
-			-- need-1 is the last of them. None when cost > limit: never fits,
-			-- answer a whole window rather than loop.
+			-- cost > limit never fits: answer a whole window rather than loop.
 			local retry = w
-			if need <= count[i] then
-				retry = score_at(KEYS[i], need - 1) + w - now
+			if need <= st[i].count then
+				retry = retry_for(KEYS[i], st[i], need, w)
 			end
 			if not best or retry > best_retry then
 				best, best_retry = i, retry
@@ -94,10 +200,9 @@ else
 		end
 	end
 	local w = win[best] * 1000
-	best_rem = limit[best] - count[best]
+	best_rem = limit[best] - st[best].count
 	if best_rem < 0 then best_rem = 0 end
-	local oldest = score_at(KEYS[best], 0)
-	if oldest then best_reset = oldest + w - now else best_reset = w end
+	if st[best].oldest then best_reset = st[best].oldest + w - now else best_reset = w end
 end
 
 return { allowed and 1 or 0, limit[best], best_rem, best_reset, best_retry, best - 1 }

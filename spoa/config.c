@@ -422,7 +422,8 @@ static int parse_limit_word(struct parse_ctx *x, const char *what, struct word w
 	return 0;
 }
 
-/* policy <name> <limit>/<window>... [on-redis-error=deny|allow] [shadow] */
+/* policy <name> <limit>/<window>... [on-redis-error=deny|allow] [shadow]
+ * [max-cost=<n>] */
 static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 {
 	struct config *c = x->c;
@@ -458,9 +459,14 @@ static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 			p->on_error = WINDOW_ON_ERROR_ALLOW;
 		else if (word_is(w[i], "shadow"))
 			p->shadow = true;
-		else
+		else if (w[i].len > 9 && memcmp(w[i].p, "max-cost=", 9) == 0) {
+			if (parse_uint(w[i].p + 9, w[i].len - 9, CONFIG_LIMIT_MAX, &p->max_cost) != 0 ||
+			    p->max_cost == 0)
+				return parse_fail(x, "%s: max-cost must be 1..%u, got '%.*s'", what,
+				                  CONFIG_LIMIT_MAX, word_plen(w[i]), w[i].p);
+		} else
 			return parse_fail(x, "%s: unknown option '%.*s' (expected <limit>/<window>, "
-			                  "on-redis-error=deny|allow or shadow)",
+			                  "on-redis-error=deny|allow, shadow or max-cost=<n>)",
 			                  what, word_plen(w[i]), w[i].p);
 	}
 	if (p->nwin == 0)

@@ -1720,12 +1720,12 @@ static void limiter_on_park(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 }
 
-/* Log a script error at warn, rate-limited (log_limited), so a broken
- * script cannot flood the log. */
-static void limiter_warn_reply(const struct limiter_link *k, const redisReply *reply)
+/* Log a script error (<oom>: Redis over maxmemory) at warn, rate-limited
+ * (log_limited), so a broken script cannot flood the log. */
+static void limiter_warn_reply(const struct limiter_link *k, const redisReply *reply, bool oom)
 {
-	log_limited(CONFIG_LOG_WARN, "redis_script_error", "redis_script_error",
-	            "addr=%s reply=\"%.*s\"", k->addr,
+	log_limited(CONFIG_LOG_WARN, oom ? "redis_oom" : "redis_script_error",
+	            oom ? "redis_oom" : "redis_script_error", "addr=%s reply=\"%.*s\"", k->addr,
 	            reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
 	            reply->type == REDIS_REPLY_ERROR ? reply->str : "");
 }
@@ -1814,8 +1814,11 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 	if (l->metrics)
 		metrics_observe_redis_latency(l->metrics, (uint64_t)(now - c->sent_us));
 	if (window_decide_reply(&c->policy, reply, &d) == -1) {
-		limiter_count_error(l, METRICS_REDIS_ERR_SCRIPT);
-		limiter_warn_reply(k, reply);
+		/* over maxmemory: fail-closed like any Redis error, named apart */
+		bool oom = d.reason == WINDOW_REASON_REDIS_OOM;
+
+		limiter_count_error(l, oom ? METRICS_REDIS_ERR_OOM : METRICS_REDIS_ERR_SCRIPT);
+		limiter_warn_reply(k, reply, oom);
 	} else if (c->cacheable && d.status == WINDOW_DENY) {
 		limiter_cache_store(l, c, &d, now);
 	}

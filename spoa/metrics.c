@@ -48,6 +48,7 @@ static const char *const redis_err_names[METRICS_REDIS_ERR_COUNT] = {
 	[METRICS_REDIS_ERR_REFUSED]  = "refused",
 	[METRICS_REDIS_ERR_SCRIPT]   = "script",
 	[METRICS_REDIS_ERR_NOSCRIPT] = "noscript",
+	[METRICS_REDIS_ERR_OOM]      = "oom",
 };
 
 /* Frame types by index of frames_in[] / frames_out[] (0 = anything else). */

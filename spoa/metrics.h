@@ -26,6 +26,7 @@ enum metrics_redis_error {
 	METRICS_REDIS_ERR_REFUSED,     /* not connected / connect failed */
 	METRICS_REDIS_ERR_SCRIPT,      /* error reply or bad shape */
 	METRICS_REDIS_ERR_NOSCRIPT,
+	METRICS_REDIS_ERR_OOM,         /* Redis over maxmemory refused a write */
 	METRICS_REDIS_ERR_COUNT
 };
 

@@ -32,6 +32,7 @@ static const char *const reason_names[WINDOW_REASON_COUNT] = {
 	[WINDOW_REASON_SHADOW_DENY]       = "shadow-deny",
 	[WINDOW_REASON_OVERLOAD]          = "overload",
 	[WINDOW_REASON_REDIS_EVICTS]      = "redis-evicts-keys",
+	[WINDOW_REASON_REDIS_OOM]         = "redis-oom",
 };
 
 /* Name of <s>; "unknown" outside the enum. Static storage. */
@@ -154,6 +155,24 @@ static void args_put(struct args_writer *w, size_t *pos, const void *s, size_t l
 	w->a->buf[w->used + *pos] = '\0';
 }
 
+/* Append account <key>/<len> as the content of a hash tag at <*pos>: '}'
+ * becomes "%7D" and '%' "%25", nothing else changes. The tag then ends at
+ * our own '}' (never empty, the same for every window of the key), and
+ * distinct accounts keep distinct keys (percent-decoding undoes it). */
+static void args_put_tag(struct args_writer *w, size_t *pos, const char *key, size_t len)
+{
+	size_t i, run = 0;
+
+	for (i = 0; i < len; i++) {
+		if (key[i] != '}' && key[i] != '%')
+			continue;
+		args_put(w, pos, key + run, i - run);
+		args_put(w, pos, key[i] == '}' ? "%7D" : "%25", 3);
+		run = i + 1;
+	}
+	args_put(w, pos, key + run, len - run);
+}
+
 /* One whole argv entry from <s>/<len>. */
 static void args_add(struct args_writer *w, const void *s, size_t len)
 {
@@ -184,8 +203,8 @@ static void args_add_u64(struct args_writer *w, uint64_t v)
 /*
  * Build "EVALSHA <sha> <nkeys> KEYS... <cost> <member> (<limit> <ms>)..." for
  * <key> under <p> into <a> (argv borrows a->buf). Rejects a bad key
- * (BAD_KEY) and a cost of 0 or above the smallest limit that applies
- * (BAD_COST); an argument that cannot fit (an oversized <sha> or <member>)
+ * (BAD_KEY) and a cost of 0, above the policy's max-cost or above the
+ * smallest limit that applies (BAD_COST); an argument that cannot fit (an oversized <sha> or <member>)
  * is reported as REDIS_ERROR. Returns 0, or -1 with <*why>.
  */
 int window_build_args(const struct window_policy *p, const char *sha,
@@ -209,8 +228,12 @@ int window_build_args(const struct window_policy *p, const char *sha,
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
+	if (cost == 0 || (p->max_cost && cost > p->max_cost)) {
+		*why = WINDOW_REASON_BAD_COST;
+		return -1;
+	}
 	for (i = 0; i < nwin; i++) {
-		if (cost == 0 || cost > lim[i].limit) {
+		if (cost > lim[i].limit) {
 			*why = WINDOW_REASON_BAD_COST;
 			return -1;
 		}
@@ -236,7 +259,7 @@ int window_build_args(const struct window_policy *p, const char *sha,
 			int n = window_format_ms(lim[i].window_ms, ws, sizeof(ws));
 
 			args_put(&w, &pos, "{", 1);
-			args_put(&w, &pos, key, key_len);
+			args_put_tag(&w, &pos, key, key_len);
 			args_put(&w, &pos, "}:", 2);
 			args_put(&w, &pos, ws, n > 0 ? (size_t)n : 0);
 		}
@@ -273,7 +296,8 @@ int64_t window_us_to_s_ceil(int64_t us)
 static bool reason_is_redis(enum window_reason why)
 {
 	return why == WINDOW_REASON_REDIS_UNAVAILABLE || why == WINDOW_REASON_REDIS_TIMEOUT ||
-	       why == WINDOW_REASON_REDIS_ERROR || why == WINDOW_REASON_REDIS_EVICTS;
+	       why == WINDOW_REASON_REDIS_ERROR || why == WINDOW_REASON_REDIS_EVICTS ||
+	       why == WINDOW_REASON_REDIS_OOM;
 }
 
 /* The error decision of <p> (which may be NULL: no policy) for <why>. */
@@ -320,7 +344,8 @@ int window_decide_reply(const struct window_policy *p, const struct redisReply *
                         struct window_decision *d)
 {
 	if (!reply_is_result(r)) {
-		window_decide_error(p, WINDOW_REASON_REDIS_ERROR, d);
+		window_decide_error(p, window_reply_is_oom(r) ? WINDOW_REASON_REDIS_OOM
+		                                              : WINDOW_REASON_REDIS_ERROR, d);
 		return -1;
 	}
 	memset(d, 0, sizeof(*d));
@@ -351,6 +376,19 @@ bool window_reply_is_noscript(const struct redisReply *r)
 {
 	return r && r->type == REDIS_REPLY_ERROR && r->str && r->len >= 8 &&
 	       memcmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* Is <r> the OOM refusal? Redis 7 passes it through from the script's
+ * ZADD as is; Redis 6 wraps it: "ERR Error running script ...: OOM ...". */
+bool window_reply_is_oom(const struct redisReply *r)
+{
+	static const char oom[] = "OOM command not allowed";
+
+	if (!r || r->type != REDIS_REPLY_ERROR || !r->str)
+		return false;
+	if (r->len >= 4 && memcmp(r->str, "OOM ", 4) == 0)
+		return true;
+	return memmem(r->str, r->len, oom, sizeof(oom) - 1) != NULL;
 }
 
 /* Empty accumulator for window_decision_merge(). */

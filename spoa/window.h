@@ -8,7 +8,9 @@
  * The script contract (lua/sliding_window.lua):
  *   KEYS[1..n]  one sorted set per window of the policy
  *   ARGV[1]     cost (units this request consumes)
- *   ARGV[2]     member prefix, unique per request (agent id + counter)
+ *   ARGV[2]     request id, unique per request (agent id + counter); kept
+ *               in the layout, not stored (the script makes its members
+ *               unique: one entry per admitted request carrying its cost)
  *   ARGV[3+2i]  limit of window i      ARGV[4+2i]  window i length in ms
  * returns an array of 6 integers:
  *   { allowed 0|1, limit, remaining, reset_us, retry_after_us, window_index }
@@ -27,7 +29,8 @@ struct redisReply;
 #define WINDOW_NAME_MAX        48     /* policy name, bytes, without NUL */
 #define WINDOW_KEY_MAX         256    /* account key, bytes */
 #define WINDOW_MAX_WINDOWS     4      /* "10/1s 1000/1h": windows per policy */
-#define WINDOW_REDIS_KEY_MAX   (WINDOW_NAME_MAX + WINDOW_KEY_MAX + 32)
+/* a key's '}' and '%' take 3 bytes in a hash tag */
+#define WINDOW_REDIS_KEY_MAX   (WINDOW_NAME_MAX + 3 * WINDOW_KEY_MAX + 32)
 /* "EVALSHA" sha nkeys, one key per window, cost, member, limit+window per window */
 #define WINDOW_SCRIPT_ARGC_MAX (5 + WINDOW_MAX_WINDOWS * 3)
 
@@ -55,6 +58,7 @@ enum window_reason {
 	WINDOW_REASON_SHADOW_DENY,
 	WINDOW_REASON_OVERLOAD,        /* agent-side limit hit */
 	WINDOW_REASON_REDIS_EVICTS,    /* maxmemory-policy is not noeviction */
+	WINDOW_REASON_REDIS_OOM,       /* Redis over maxmemory: cannot record */
 	WINDOW_REASON_COUNT
 };
 
@@ -78,6 +82,8 @@ struct window_policy {
 	struct window_limit win[WINDOW_MAX_WINDOWS];
 	enum window_on_error on_error;
 	bool shadow;                   /* decide and count, but answer allow */
+	uint64_t max_cost;             /* largest cost of one request; 0: the
+	                                * smallest limit that applies */
 	struct window_override *overrides; /* owned by the config, sorted by key */
 	size_t noverrides;
 };
@@ -127,7 +133,9 @@ int window_check_key(const char *key, size_t key_len);
  * Build the Redis key(s) and script argv for one request:
  * "EVALSHA" <sha> <nkeys> KEYS... ARGV... .
  * Single-window key: "<policy>:limit:v1:<key>". Multi-window keys share a
- * hash tag: "<policy>:limit:v1:{<key>}:<window>" (e.g. ":1s").
+ * hash tag: "<policy>:limit:v1:{<key>}:<window>" (e.g. ":1s"), where '}'
+ * and '%' of <key> are written "%7D" and "%25" so that the tag is the whole
+ * account, never empty, and the same for every window.
  * <member> is the request's unique member prefix (NUL-terminated).
  * Returns 0, or -1 with the reason in <*why> (BAD_KEY, BAD_COST).
  */
@@ -139,7 +147,8 @@ int window_build_args(const struct window_policy *p, const char *sha,
 /*
  * Turn the script's reply into a decision for <p> (applying shadow mode).
  * An error reply, a nil, or a reply of the wrong shape becomes the policy's
- * error decision (see window_decide_error) with WINDOW_REASON_REDIS_ERROR.
+ * error decision (see window_decide_error) with WINDOW_REASON_REDIS_ERROR,
+ * or WINDOW_REASON_REDIS_OOM for Redis's out-of-memory refusal.
  * Returns 0 when <r> was a proper script result, -1 otherwise (<d> is set
  * either way). <r> is borrowed.
  */
@@ -155,6 +164,10 @@ void window_decide_error(const struct window_policy *p, enum window_reason why,
 
 /* Is <r> Redis's NOSCRIPT error? (the agent then re-sends with EVAL) */
 bool window_reply_is_noscript(const struct redisReply *r);
+
+/* Is <r> Redis's out-of-memory refusal ("OOM command not allowed ...",
+ * also wrapped in a script error by Redis 6)? */
+bool window_reply_is_oom(const struct redisReply *r);
 
 /* Fold <d> into <acc>: error over deny over allow; among denies the longest
  * retry_after; among allows the least remaining (an allow without quota, the

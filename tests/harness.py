@@ -126,6 +126,12 @@ class Harness:
                              capture_output=True, text=True, timeout=10)
         return out.stdout.strip()
 
+    def units(self, key):
+        """Units recorded in the window <key>: one entry per admitted request,
+        its member "<cum>:<cost>[:<mark>]" in hex (lua/sliding_window.lua)."""
+        members = self.rcli("ZRANGE", key, 0, -1).split()
+        return sum(int(m.split(":")[1], 16) for m in members)
+
     def write_agent_conf(self, extra, listen=None):
         self.agent_port = self.agent_port or free_port()
         path = os.path.join(self.tmp, "agent.conf")

@@ -241,6 +241,7 @@ policy burst 50/30s
 policy api 10/1s 1000/1h
 policy mig 100000/1h
 policy mw 100000/1h 200000/24h
+policy tag 30/1m 40/1h
 log-level debug
 """)
     a, b = conn(h), conn(h)
@@ -286,6 +287,20 @@ log-level debug
     p = cl.owner("api:limit:v1:{ACC-MW}:1s")
     h.eq("multi-window keys on one primary, 10 each", ("10", "10"),
          (cl.cli(p, "ZCARD", "api:limit:v1:{ACC-MW}:1s"), cl.cli(p, "ZCARD", "api:limit:v1:{ACC-MW}:1h")))
+
+    # -- accounts with braces: the hash tag is escaped, never empty -----------------
+    # "}x" used to give "tag:limit:v1:{}x}:1m": an empty tag, so each window
+    # hashed on its whole key, two slots, CROSSSLOT (issue 10 item 19).
+    for acc, tag in (("}x", "%7Dx"), ("{a}b", "{a%7Db")):
+        results = race(lambda: conn(h), "tag", acc, conns=10, per=5)
+        h.eq("account %r, two windows on a cluster: a race admits exactly 30 of 50" % acc,
+             (30, 20), (results.count("allow"), results.count("deny")))
+        keys = ["tag:limit:v1:{%s}:1m" % tag, "tag:limit:v1:{%s}:1h" % tag]
+        p = cl.owner(keys[0])
+        h.eq("account %r: both windows on one primary, 30 entries each" % acc, (p, "30", "30"),
+             (cl.owner(keys[1]), cl.cli(p, "ZCARD", keys[0]), cl.cli(p, "ZCARD", keys[1])))
+        d = a.ratelimit(acc, policy="tag")["actions"]
+        h.eq("account %r: then denied by the 1m window" % acc, ("deny", 30), (d["status"], d["limit"]))
 
     # -- a race across connections on a cluster stays exact ------------------------
     results = race(lambda: conn(h), "burst", "ACC-RACE", conns=10, per=10)

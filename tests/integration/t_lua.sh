@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # lua/sliding_window.lua against a real redis-server: admission, denial that
-# records nothing, reset/retry values, the trim boundary, cost > 1, several
-# windows all-or-nothing, PEXPIRE, unique members.
+# records nothing, reset/retry values, the trim boundary, cost > 1 as one
+# entry (Redis work and memory independent of cost), several windows
+# all-or-nothing, PEXPIRE, unique members, entries of the old one-per-unit
+# form, and no admission when Redis is over maxmemory.
 #
 # Two clocks: the real script (Redis TIME) for behaviour, and a copy whose
 # TIME is read from a hash the test sets, for exact boundaries (an entry
@@ -53,7 +55,8 @@ eq "denials are not recorded (ZCARD stays 3)" 3 "$(rcli ZCARD $K)"
 in_range "PTTL set, at most the window" "$(rcli PTTL $K)" 1 10000
 mapfile -t M < <(rcli ZRANGE $K 0 -1)
 eq "members unique, one per admitted request" 3 "$(printf '%s\n' "${M[@]}" | sort -u | wc -l)"
-eq "members are <prefix>:<n>" "req-1:1 req-2:1 req-3:1" "$(printf '%s\n' "${M[@]}" | sort | xargs)"
+eq "members are <cum>:<cost>" "1:1 2:1 3:1" \
+	"$(printf '%s\n' "${M[@]}" | sort | xargs)"
 
 # A denial does not touch the TTL: mark it, deny, look again.
 rcli PEXPIRE $K 123456789 >/dev/null
@@ -84,18 +87,31 @@ in_range "trim: reset follows the oldest kept entry" "${R[3]}" 1 5000000
 K=c:limit:v1:cost
 ev 1 $K 2 5 10000
 eq "cost 2: allowed, remaining 3" "1 3" "${R[0]} ${R[2]}"
-eq "cost 2: two members" 2 "$(rcli ZCARD $K)"
+eq "cost 2: one entry carrying its cost" "2:2" "$(rcli ZRANGE $K 0 -1)"
 ev 1 $K 3 5 10000
 eq "cost 3: allowed, remaining 0" "1 0" "${R[0]} ${R[2]}"
 ev 1 $K 1 5 10000
 eq "cost 1 at the limit: denied" 0 "${R[0]}"
-eq "members unique across costs" 5 "$(rcli ZRANGE $K 0 -1 | sort -u | wc -l)"
+eq "one entry per admitted request, unique" 2 "$(rcli ZRANGE $K 0 -1 | sort -u | wc -l)"
 
-# A large cost is added in chunks (Lua's unpack() has a stack limit).
+# A large cost is one entry: Redis work and memory do not grow with it.
 K=c:limit:v1:big
 ev 1 $K 1234 2000 10000
 eq "cost 1234: allowed, remaining 766" "1 766" "${R[0]} ${R[2]}"
-eq "cost 1234: 1234 unique members" 1234 "$(rcli ZRANGE $K 0 -1 | sort -u | wc -l)"
+eq "cost 1234: one entry" 1 "$(rcli ZCARD $K)"
+K=c:limit:v1:huge
+rcli CONFIG RESETSTAT >/dev/null
+ev 1 $K 1000000 1000000 3600000
+eq "cost 1000000: allowed, remaining 0" "1 0" "${R[0]} ${R[2]}"
+eq "cost 1000000: one entry (hex)" "f4240:f4240" "$(rcli ZRANGE $K 0 -1)"
+in_range "cost 1000000: the key stays small (MEMORY USAGE)" "$(rcli MEMORY USAGE $K)" 1 1000
+ev 1 $K 1 1000000 3600000
+eq "cost 1 after it: denied, remaining 0" "0 0" "${R[0]} ${R[2]}"
+# commandstats: two calls; each used to take 0.2 s per 100000 units (one
+# member per unit). Not a timing assertion: the call count proves nothing
+# ran twice, the key size above proves no per-unit work.
+eq "commandstats: both calls counted" 2 \
+	"$(rcli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/p')"
 
 # retry for cost 3 with 5 in the window: the 3rd oldest must leave.
 K=c:limit:v1:retry
@@ -122,8 +138,8 @@ eq "2 windows: cost 2 allowed; deciding = least remaining (10s: 1)" "1 3 1 0" \
 	"${R[0]} ${R[1]} ${R[2]} ${R[5]}"
 ev 2 "$A" "$B" 2 3 10000 4 3600000
 eq "2 windows: the 10s window denies" "0 3 1 0" "${R[0]} ${R[1]} ${R[2]} ${R[5]}"
-eq "2 windows: nothing recorded in the 1h window either" 2 "$(rcli ZCARD "$B")"
-eq "2 windows: nor in the 10s window" 2 "$(rcli ZCARD "$A")"
+eq "2 windows: nothing recorded in the 1h window either" "2:2" "$(rcli ZRANGE "$B" 0 -1)"
+eq "2 windows: nor in the 10s window" "2:2" "$(rcli ZRANGE "$A" 0 -1)"
 in_range "PTTL of the 10s key" "$(rcli PTTL "$A")" 1 10000
 in_range "PTTL of the 1h key" "$(rcli PTTL "$B")" 10001 3600000
 
@@ -143,6 +159,20 @@ ev 2 "$A" "$B" 1 1 10000 1 3600000
 eq "both windows deny: the longest retry decides (1h)" "0 1" "${R[0]} ${R[5]}"
 in_range "both windows deny: retry close to an hour" "${R[4]}" 3500000000 3600000000
 
+# --- the ACL of docs/deployment.md is enough for the script ------------------
+ACL_LINE=$(grep -m1 '^ACL SETUSER ratelimit ' "$ROOT/docs/deployment.md")
+read -ra ACL_ARGS <<<"${ACL_LINE#ACL SETUSER }"
+eq "docs: ACL line found" ratelimit "${ACL_ARGS[0]:-}"
+eq "docs: ACL user created" OK "$(rcli ACL SETUSER "${ACL_ARGS[@]}")"
+acli() { redis-cli -p "$REDIS_PORT" --user ratelimit --pass s3cret --no-auth-warning "$@"; }
+A='acl:limit:v1:{ACC-1}:1s'; B='acl:limit:v1:{ACC-1}:1h'
+eq "ACL user: admitted" "1 1 0" "$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r1 1 10000 5 3600000 | head -3 | xargs)"
+eq "ACL user: denied (retry read from the log)" "0 1 0" \
+	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r2 1 10000 5 3600000 | head -3 | xargs)"
+rcli ZADD "$A" "$(redis_now_us)" 0123456789abcdef-0-1:1 >/dev/null
+eq "ACL user: an old-form entry is walked" "0 1 0" \
+	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r3 1 10000 5 3600000 | head -3 | xargs)"
+
 # --- bad arguments are errors, not crashes -----------------------------------
 out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 0 p 3 1000)
 check "cost 0 is an error reply" grep -q "bad arguments" <<<"$out"
@@ -158,6 +188,8 @@ sed "s/local t = redis.call('TIME')/local t = redis.call('HMGET', 'test:clock', 
 	"$SCRIPT" > "$T/clocked.lua"
 check "test copy reads the fake clock" grep -q "test:clock" "$T/clocked.lua"
 CSHA=$(rcli SCRIPT LOAD "$(cat "$T/clocked.lua")")
+# clock S US: set the fake clock to S seconds + US microseconds
+clock() { rcli HSET test:clock s "$1" us "$2" >/dev/null; }
 cev() {
 	local key=$1 cost=$2 limit=$3 ms=$4
 	SEQ=$((SEQ + 1))
@@ -167,7 +199,7 @@ cev() {
 	rcli PERSIST "$key" >/dev/null
 }
 K=clk:limit:v1:edge
-rcli HSET test:clock s 1000 us 0 >/dev/null          # now = 1000000000 us
+clock 1000 0          # now = 1000000000 us
 rcli ZADD $K 999000000 exactly-one-window 999000001 one-us-younger >/dev/null
 cev $K 1 2 1000
 eq "clock: entry exactly one window old is out" "" "$(rcli ZSCORE $K exactly-one-window)"
@@ -175,10 +207,93 @@ eq "clock: 1 us younger stays; allowed with remaining 0, reset 1 us" "1 2 0 1 0"
 	"${R[0]} ${R[1]} ${R[2]} ${R[3]} ${R[4]}"
 cev $K 1 2 1000
 eq "clock: full, denied; retry and reset 1 us" "0 0 1 1" "${R[0]} ${R[2]} ${R[3]} ${R[4]}"
-rcli HSET test:clock us 1 >/dev/null                  # 1 us later
+clock 1000 1                  # 1 us later
 cev $K 1 2 1000
 eq "clock: 1 us later the edge entry left: admitted" "1 0" "${R[0]} ${R[2]}"
-eq "clock: the new entry is scored at Redis time" 1000000001 "$(rcli ZSCORE $K "req-$SEQ:1")"
+eq "clock: the new entry is scored at Redis time" 1000000001 "$(rcli ZRANGE $K -1 -1 WITHSCORES | tail -n 1)"
 eq "clock: reset counts from the oldest kept entry" 999999 "${R[3]}"
+
+# --- cost as one entry, on the fake clock: exact counts and retry ----------
+K=clk:limit:v1:cost
+clock 1000 0
+cev $K 3 10 1000
+eq "clock cost: 3 of 10 admitted" "1 7" "${R[0]} ${R[2]}"
+clock 1000 100000
+cev $K 4 10 1000
+eq "clock cost: 4 more admitted" "1 3" "${R[0]} ${R[2]}"
+clock 1000 200000
+cev $K 2 10 1000
+eq "clock cost: 2 more admitted" "1 1" "${R[0]} ${R[2]}"
+clock 1000 300000
+cev $K 5 10 1000
+# 9 in the window, cost 5: 4 units must leave; the first entry holds 3, so
+# the second (t=0.1 s) must leave too: retry 0.1 + 1 - 0.3 = 0.8 s.
+eq "clock cost: cost 5 denied; retry when the 2nd entry leaves, reset when the 1st" \
+	"0 1 700000 800000" "${R[0]} ${R[2]} ${R[3]} ${R[4]}"
+cev $K 1 10 1000
+eq "clock cost: cost 1 still fits" "1 0" "${R[0]} ${R[2]}"
+clock 1001 0
+cev $K 3 10 1000
+eq "clock cost: the 3-unit entry left exactly one window later: 3 fit" "1 0" "${R[0]} ${R[2]}"
+cev $K 1 10 1000
+eq "clock cost: full; retry when the 4-unit entry leaves" "0 100000" "${R[0]} ${R[4]}"
+clock 1001 99999
+cev $K 1 10 1000
+eq "clock cost: 1 us before, still denied (retry never early)" "0 1" "${R[0]} ${R[4]}"
+clock 1001 100000
+cev $K 4 10 1000
+eq "clock cost: on time, its 4 units are free again" "1 0" "${R[0]} ${R[2]}"
+eq "clock cost: one entry per admitted request" 4 "$(rcli ZCARD $K)"
+
+# A clock stepped back: the entry is stamped 1 us after the newest one (it
+# lives longer, never shorter) and the count stays right.
+K=clk:limit:v1:back
+clock 2000 0
+cev $K 2 5 1000
+clock 1999 500000
+cev $K 1 5 1000
+eq "clock back: admitted, remaining 2" "1 2" "${R[0]} ${R[2]}"
+eq "clock back: stamped 1 us after the newest entry" "2000000000 2000000001" \
+	"$(rcli ZRANGE $K 0 -1 WITHSCORES | sed -n '2p;4p' | xargs)"
+cev $K 3 5 1000
+eq "clock back: the 6th unit is denied" "0 2" "${R[0]} ${R[2]}"
+
+# Entries of the old form (one member per unit, written by agents up to
+# 0.1.0) count one unit each, also in the middle of the window.
+K=clk:limit:v1:legacy
+clock 3000 0
+rcli ZADD $K 2999500000 0123456789abcdef-0-1:1 2999500000 0123456789abcdef-0-1:2 >/dev/null
+cev $K 1 5 1000
+eq "legacy: 2 old units + 1" "1 2" "${R[0]} ${R[2]}"
+rcli ZADD $K 3000000100 0123456789abcdef-0-2:1 >/dev/null
+clock 3000 200000
+cev $K 1 5 1000
+eq "legacy: an old unit after ours counts too" "1 0" "${R[0]} ${R[2]}"
+cev $K 1 5 1000
+eq "legacy: full; retry when the old units leave" "0 300000" "${R[0]} ${R[4]}"
+clock 3000 500000
+cev $K 2 5 1000
+eq "legacy: old unit between two new entries counted (2 of 5 free)" "1 0" "${R[0]} ${R[2]}"
+cev $K 1 5 1000
+eq "legacy: then full" "0 0" "${R[0]} ${R[2]}"
+clock 3001 100
+cev $K 2 5 1000
+eq "legacy: old units gone, new entries alone (3 in the window)" "1 0" "${R[0]} ${R[2]}"
+eq "legacy: no old-form member left" "" "$(rcli ZRANGE $K 0 -1 | grep -Ev '^[0-9a-f]+:[0-9a-f]+(:[0-9a-f]+)?$')"
+eq "legacy: entries written while old ones were in the window are marked, later ones not" \
+	"2:1:b2d05e64 4:2:b2d05e64 6:2" "$(rcli ZRANGE $K 0 -1 | xargs)"
+
+# More old-form entries than one page of the walk (512).
+K=clk:limit:v1:legacy-big
+clock 4000 0
+for i in $(seq 1200); do echo "ZADD $K 3999000000 0123456789abcdef-0-$i:1"; done | rcli >/dev/null
+eq "legacy big: 1200 old units" 1200 "$(rcli ZCARD $K)"
+cev $K 200 1300 10000
+eq "legacy big: 1200 + 200 > 1300 denied; retry when they leave (9 s)" "0 100 9000000" \
+	"${R[0]} ${R[2]} ${R[4]}"
+cev $K 100 1300 10000
+eq "legacy big: 1200 + 100 fits exactly" "1 0" "${R[0]} ${R[2]}"
+cev $K 1 1300 10000
+eq "legacy big: then full" "0 0" "${R[0]} ${R[2]}"
 
 t_done

@@ -102,8 +102,9 @@ h.eq("bad cost: no key written", "0", h.rcli("EXISTS", "api:limit:v1:{ACC-MW-COS
 d = ask("ACC-MW-COST", cost=2)
 h.eq("cost 2 = smallest limit: allow, 1s window left with 0",
      ("allow", 2, 0), (d["status"], d["limit"], d["remaining"]))
-h.eq("cost 2 recorded as 2 members in each window", (2, 2),
-     (zcard("api:limit:v1:{ACC-MW-COST}:1s"), zcard("api:limit:v1:{ACC-MW-COST}:6s")))
+h.eq("cost 2 recorded as one entry of 2 units in each window", (1, 1, 2, 2),
+     (zcard("api:limit:v1:{ACC-MW-COST}:1s"), zcard("api:limit:v1:{ACC-MW-COST}:6s"),
+      h.units("api:limit:v1:{ACC-MW-COST}:1s"), h.units("api:limit:v1:{ACC-MW-COST}:6s")))
 
 # -- past the 6s boundary: the first two entries leave -----------------------
 time.sleep(max(0.0, t0 + 6.15 - time.monotonic()))
@@ -143,7 +144,8 @@ h.eq("race: 40 members in each window", (40, 40),
 r = race("race3", "ACC-RACE", cost=2)
 h.eq("race with cost 2 (50/10s): exactly 25 of 200 admitted",
      (25, 175), (r.count("allow"), r.count("deny")))
-h.eq("race with cost 2: 50 units in each window", (50, 50),
-     (zcard("race3:limit:v1:{ACC-RACE}:10s"), zcard("race3:limit:v1:{ACC-RACE}:1h")))
+h.eq("race with cost 2: 50 units in 25 entries in each window", (50, 50, 25, 25),
+     (h.units("race3:limit:v1:{ACC-RACE}:10s"), h.units("race3:limit:v1:{ACC-RACE}:1h"),
+      zcard("race3:limit:v1:{ACC-RACE}:10s"), zcard("race3:limit:v1:{ACC-RACE}:1h")))
 
 h.done()

@@ -1,6 +1,7 @@
 /*
  * test_cluster - Redis Cluster routing (CRC16 vectors from the Redis Cluster
- * spec, hash tags, slot map from CLUSTER SLOTS, MOVED/ASK parsing) and the
+ * spec, hash tags, the keys of a multi-window policy in one slot whatever
+ * the account, slot map from CLUSTER SLOTS, MOVED/ASK parsing) and the
  * Redis URL parser with secrets from the environment. No sockets: replies
  * are canned RESP turned into redisReply by hiredis's own redisReader.
  */
@@ -19,6 +20,7 @@
 #include "cluster.h"
 #include "redis_url.h"
 #include "resp.h"
+#include "window.h"
 
 static unsigned slot_of(const char *key)
 {
@@ -74,6 +76,48 @@ static void test_hash_tags(void **state)
 	assert_int_equal(slot_of("api:limit:v1:{ACC-1001}:1h"), slot_of("ACC-1001"));
 	/* The tag is length-delimited: bytes after a NUL still count. */
 	assert_int_equal(cluster_key_slot("a{b\0c}d", 7), cluster_crc16("b\0c", 3) & (CLUSTER_SLOTS - 1));
+}
+
+/* The keys window_build_args() makes for one decision of a 4-window policy
+ * share one slot, the CRC of the (escaped) account, even for accounts with
+ * '{', '}' or '%' (issue 10 item 19: "}x" used to give an empty tag). */
+static void test_window_keys_one_slot(void **state)
+{
+	static const char *const accounts[] = {
+		"}x", "{a}b", "}", "{", "{}", "}{", "a}b}c", "%7D", "%", "x{y}z", "ACC-1001",
+	};
+	static const uint64_t ms[WINDOW_MAX_WINDOWS] = { 1000, 60000, 3600000, 500 };
+	struct window_policy p;
+	struct window_args a;
+	enum window_reason why;
+	size_t i;
+	unsigned k;
+
+	(void)state;
+	memset(&p, 0, sizeof(p));
+	memcpy(p.name, "api", 3);
+	p.name_len = 3;
+	p.nwin = WINDOW_MAX_WINDOWS;
+	for (k = 0; k < WINDOW_MAX_WINDOWS; k++) {
+		p.win[k].limit = 10;
+		p.win[k].window_ms = ms[k];
+	}
+	for (i = 0; i < sizeof(accounts) / sizeof(accounts[0]); i++) {
+		const char *acc = accounts[i];
+		unsigned slot;
+
+		assert_int_equal(window_build_args(&p, "sha", acc, strlen(acc), 1, "m", &a, &why), 0);
+		assert_int_equal(a.nkeys, WINDOW_MAX_WINDOWS);
+		slot = cluster_key_slot(a.argv[3], a.argvlen[3]);
+		for (k = 1; k < a.nkeys; k++)
+			assert_int_equal(cluster_key_slot(a.argv[3 + k], a.argvlen[3 + k]), slot);
+		/* the tag is the account itself when it has no '}' or '%' */
+		if (!strpbrk(acc, "}%"))
+			assert_int_equal(slot, slot_of(acc));
+	}
+	/* the escaped form is what is hashed */
+	assert_int_equal(window_build_args(&p, "sha", "}x", 2, 1, "m", &a, &why), 0);
+	assert_int_equal(cluster_key_slot(a.argv[3], a.argvlen[3]), slot_of("%7Dx"));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -532,6 +576,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_crc16_vectors),
 		cmocka_unit_test(test_hash_tags),
+		cmocka_unit_test(test_window_keys_one_slot),
 		cmocka_unit_test(test_map_from_slots),
 		cmocka_unit_test(test_map_old_shapes),
 		cmocka_unit_test(test_map_bad_replies),

@@ -102,7 +102,7 @@ static void test_full(void **state)
 		"hello-timeout 2s\n"
 		"frame-timeout 500ms\n"
 		"policy transfer 3/1s\n"
-		"policy api 10/s 1000/1h 50/500ms 2/24h on-redis-error=allow shadow\n"
+		"policy api 10/s 1000/1h 50/500ms 2/24h on-redis-error=allow shadow max-cost=20\n"
 		"policy x.y_z-1 1000000/1ms on-redis-error=deny\n"
 		"override api ACC-9 1/1s\n"
 		"override transfer ACC-VIP 30/1s 100/1m\n"
@@ -137,6 +137,7 @@ static void test_full(void **state)
 	assert_int_equal(p->win[0].window_ms, 1000);
 	assert_int_equal(p->on_error, WINDOW_ON_ERROR_DENY);
 	assert_false(p->shadow);
+	assert_int_equal(p->max_cost, 0);
 	assert_int_equal(p->noverrides, 2);
 	/* Stored sorted for bsearch. */
 	assert_memory_equal(p->overrides[0].key, "ACC-1", 5);
@@ -159,6 +160,7 @@ static void test_full(void **state)
 	assert_int_equal(p->win[3].window_ms, 86400000);
 	assert_int_equal(p->on_error, WINDOW_ON_ERROR_ALLOW);
 	assert_true(p->shadow);
+	assert_int_equal(p->max_cost, 20);
 	assert_int_equal(p->noverrides, 1);
 
 	p = config_find_policy(&c, "x.y_z-1", 7);
@@ -340,7 +342,14 @@ static void test_parse_errors(void **state)
 		{ "policy x 1/1s 2/2s 3/3s 4/4s 5/5s\n", "t.conf:1: policy 'x': at most 4 windows" },
 		{ "policy x 3/1s on-redis-error=maybe\n",
 		  "t.conf:1: policy 'x': unknown option 'on-redis-error=maybe' "
-		  "(expected <limit>/<window>, on-redis-error=deny|allow or shadow)" },
+		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow or max-cost=<n>)" },
+		{ "policy x 3/1s max-cost=0\n", "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=0'" },
+		{ "policy x 3/1s max-cost=1000001\n",
+		  "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=1000001'" },
+		{ "policy x 3/1s max-cost=2k\n", "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=2k'" },
+		{ "policy x 3/1s max-cost=\n",
+		  "t.conf:1: policy 'x': unknown option 'max-cost=' "
+		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow or max-cost=<n>)" },
 		{ "policy x shadow\n", "t.conf:1: policy 'x': expected at least one <limit>/<window>" },
 		{ "override y K 3/1s\n", "t.conf:1: override for unknown policy 'y'" },
 		{ "policy x 3/1s\noverride x K\n",

@@ -303,10 +303,10 @@ static void test_render_sums(void **state)
 	samples = check_format(out);
 	/* 2 policies x (4 statuses + shadow + cache) + reasons
 	 * + 2 policies x 4 statuses x 18 decision histogram + 17 Redis histogram
-	 * + 4 redis kinds + 7 scalars + 8 frames + 14 statuses + inflight
+	 * + every redis error kind + 7 scalars + 8 frames + 14 statuses + inflight
 	 * + 2 reload results + build_info */
-	assert_int_equal(samples, 2 * 6 + (WINDOW_REASON_COUNT - 1) + 2 * 4 * 18 + 17 + 4 + 7 + 8 + 14 + 1 +
-	                 2 + 1);
+	assert_int_equal(samples, 2 * 6 + (WINDOW_REASON_COUNT - 1) + 2 * 4 * 18 + 17 +
+	                 METRICS_REDIS_ERR_COUNT + 7 + 8 + 14 + 1 + 2 + 1);
 
 	assert_line(out, "ratelimit_spoa_decisions_total{policy=\"transfer\",status=\"allow\"} 7");
 	assert_line(out, "ratelimit_spoa_decisions_total{policy=\"transfer\",status=\"deny\"} 2");
@@ -319,6 +319,8 @@ static void test_render_sums(void **state)
 	assert_line(out, "ratelimit_spoa_errors_total{reason=\"redis-unavailable\"} 0");
 	assert_line(out, "ratelimit_spoa_redis_errors_total{kind=\"noscript\"} 2");
 	assert_line(out, "ratelimit_spoa_redis_errors_total{kind=\"timeout\"} 0");
+	assert_line(out, "ratelimit_spoa_redis_errors_total{kind=\"oom\"} 0");
+	assert_line(out, "ratelimit_spoa_errors_total{reason=\"redis-oom\"} 0");
 	assert_line(out, "ratelimit_spoa_redis_reconnects_total 3");
 	assert_line(out, "ratelimit_spoa_redis_connected 2");
 	assert_line(out, "ratelimit_spoa_connections_accepted_total 15");

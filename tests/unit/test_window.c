@@ -183,6 +183,46 @@ static void test_args_worst_case(void **state)
 	assert_int_equal(a.argc, 5 + 3 * WINDOW_MAX_WINDOWS);
 	assert_int_equal(a.argvlen[3], WINDOW_NAME_MAX + 11 + WINDOW_KEY_MAX + 2 + 10);
 	assert_memory_equal(a.argv[3] + WINDOW_NAME_MAX + 11 + WINDOW_KEY_MAX, "}:86399999ms", 12);
+	/* Every byte escaped: three times the key. */
+	memset(key, '}', sizeof(key));
+	assert_int_equal(window_build_args(&p, "0123456789abcdef0123456789abcdef01234567",
+	                                   key, sizeof(key), 1000000, member, &a, &why), 0);
+	assert_int_equal(a.argvlen[6], WINDOW_NAME_MAX + 11 + 3 * WINDOW_KEY_MAX + 2 + 10);
+	assert_memory_equal(a.argv[6] + WINDOW_NAME_MAX + 11 + 3 * WINDOW_KEY_MAX - 3, "%7D}:86399996ms", 15);
+}
+
+/* '}' and '%' of the account are escaped inside the hash tag, so the tag
+ * is never empty or cut short; everything else, '{' included, is kept. A
+ * single-window key has no tag and stays as it was. */
+static void test_args_tag_escape(void **state)
+{
+	static const struct { const char *key, *want; } cases[] = {
+		{ "}x", "api:limit:v1:{%7Dx}:1s" },
+		{ "{a}b", "api:limit:v1:{{a%7Db}:1s" },
+		{ "}", "api:limit:v1:{%7D}:1s" },
+		{ "%7D", "api:limit:v1:{%257D}:1s" },
+		{ "a}b%}", "api:limit:v1:{a%7Db%25%7D}:1s" },
+		{ "{", "api:limit:v1:{{}:1s" },
+		{ "ACC-1", "api:limit:v1:{ACC-1}:1s" },
+	};
+	struct window_policy p;
+	struct window_args a;
+	enum window_reason why;
+	size_t i;
+
+	(void)state;
+	policy_make(&p, "api", 10, 1000);
+	p.nwin = 2;
+	p.win[1].limit = 1000;
+	p.win[1].window_ms = 3600000;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_int_equal(window_build_args(&p, "sha", cases[i].key, strlen(cases[i].key), 1, "m",
+		                                   &a, &why), 0);
+		assert_arg(&a, 3, cases[i].want);
+	}
+	p.nwin = 1;
+	assert_int_equal(window_build_args(&p, "sha", "}x%", 3, 1, "m", &a, &why), 0);
+	assert_arg(&a, 3, "api:limit:v1:}x%");
 }
 
 /* An oversized member prefix cannot overflow the buffer: it is refused. */
@@ -248,6 +288,11 @@ static void test_args_bad_cost(void **state)
 	assert_int_equal(window_build_args(&p, "sha", "k", 1, 3, "m", &a, &why), -1);
 	assert_int_equal(why, WINDOW_REASON_BAD_COST);
 	assert_int_equal(window_build_args(&p, "sha", "k", 1, 2, "m", &a, &why), 0);
+	/* max-cost caps it below the limits. */
+	p.max_cost = 1;
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 2, "m", &a, &why), -1);
+	assert_int_equal(why, WINDOW_REASON_BAD_COST);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 1, "m", &a, &why), 0);
 }
 
 static void test_overrides(void **state)
@@ -427,21 +472,62 @@ static void test_reply_errors(void **state)
 	assert_int_equal(d.status, WINDOW_ERROR);
 }
 
+/* <pred> on the reply parsed from RESP text <resp>. */
+static bool reply_is(bool (*pred)(const redisReply *), const char *resp)
+{
+	redisReply *r = resp_parse(resp);
+	bool v = pred(r);
+
+	freeReplyObject(r);
+	return v;
+}
+
 static void test_noscript(void **state)
 {
-	redisReply *r;
+	(void)state;
+	assert_true(reply_is(window_reply_is_noscript, "-NOSCRIPT No matching script. Please use EVAL.\r\n"));
+	assert_false(reply_is(window_reply_is_noscript, "-ERR unknown command\r\n"));
+	assert_false(reply_is(window_reply_is_noscript, "+NOSCRIPT\r\n"));
+	assert_false(window_reply_is_noscript(NULL));
+}
+
+/* Redis over maxmemory refuses the script's ZADD: redis-oom, fail-closed
+ * (fail-open on on-redis-error=allow, like any Redis failure); any other
+ * error stays redis-error. */
+static void test_oom(void **state)
+{
+	static const char *const oom[] = {
+		/* Redis 7: the ZADD's error, passed through */
+		"-OOM command not allowed when used memory > 'maxmemory'. script: ab5d, on @user_script:159.\r\n",
+		/* Redis 6: wrapped in a script error */
+		"-ERR Error running script (call to f_ab5d): @user_script:159: "
+		"OOM command not allowed when used memory > 'maxmemory'.\r\n",
+	};
+	struct window_policy p;
+	struct window_decision d;
+	size_t i;
 
 	(void)state;
-	r = resp_parse("-NOSCRIPT No matching script. Please use EVAL.\r\n");
-	assert_true(window_reply_is_noscript(r));
-	freeReplyObject(r);
-	r = resp_parse("-ERR unknown command\r\n");
-	assert_false(window_reply_is_noscript(r));
-	freeReplyObject(r);
-	r = resp_parse("+NOSCRIPT\r\n");
-	assert_false(window_reply_is_noscript(r));
-	freeReplyObject(r);
-	assert_false(window_reply_is_noscript(NULL));
+	assert_string_equal(window_reason_str(WINDOW_REASON_REDIS_OOM), "redis-oom");
+	policy_make(&p, "transfer", 3, 1000);
+	for (i = 0; i < sizeof(oom) / sizeof(oom[0]); i++) {
+		p.on_error = WINDOW_ON_ERROR_DENY;
+		assert_int_equal(decide(&p, oom[i], &d), -1);
+		assert_int_equal(d.status, WINDOW_ERROR);
+		assert_int_equal(d.reason, WINDOW_REASON_REDIS_OOM);
+		assert_false(d.has_quota);
+		p.on_error = WINDOW_ON_ERROR_ALLOW;
+		assert_int_equal(decide(&p, oom[i], &d), -1);
+		assert_int_equal(d.status, WINDOW_ALLOW);
+		assert_int_equal(d.reason, WINDOW_REASON_REDIS_OOM);
+		assert_false(d.has_quota);
+	}
+	assert_false(reply_is(window_reply_is_oom, "+OOM command not allowed\r\n"));
+	assert_false(reply_is(window_reply_is_oom, "-ERR OOMPH\r\n"));
+	assert_false(window_reply_is_oom(NULL));
+	p.on_error = WINDOW_ON_ERROR_DENY;
+	assert_int_equal(decide(&p, "-WRONGTYPE Operation against a key\r\n", &d), -1);
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_ERROR);
 }
 
 static void test_fail_open(void **state)
@@ -592,6 +678,7 @@ int main(void)
 		cmocka_unit_test(test_args_single),
 		cmocka_unit_test(test_args_multi),
 		cmocka_unit_test(test_args_worst_case),
+		cmocka_unit_test(test_args_tag_escape),
 		cmocka_unit_test(test_args_overflow),
 		cmocka_unit_test(test_args_bad_key),
 		cmocka_unit_test(test_args_bad_cost),
@@ -601,6 +688,7 @@ int main(void)
 		cmocka_unit_test(test_reply_shadow),
 		cmocka_unit_test(test_reply_errors),
 		cmocka_unit_test(test_noscript),
+		cmocka_unit_test(test_oom),
 		cmocka_unit_test(test_fail_open),
 		cmocka_unit_test(test_fail_closed),
 		cmocka_unit_test(test_merge),
