@@ -58,7 +58,8 @@ else
 Q := @
 endif
 
-SPOA_MODULES := spop window headers config log metrics limiter conn worker http net cluster redis_url proc
+SPOA_MODULES := spop window headers config log metrics limiter limiter_link limiter_sentinel limiter_cluster deny_cache \
+                conn worker http net cluster redis_url proc
 AGENT_OBJS   := $(addprefix $(BUILD)/spoa/,$(addsuffix .o,$(SPOA_MODULES)))
 MAIN_OBJ     := $(BUILD)/spoa/main.o
 BENCH_OBJ    := $(BUILD)/bench/spoa-bench.o

@@ -1,0 +1,154 @@
+/*
+ * deny_cache - accounts known to be denied (see deny_cache.h). No I/O.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "deny_cache.h"
+
+struct deny_cache_entry {
+	uint64_t hash;                  /* 0 = empty slot */
+	int64_t deadline_us;            /* monotonic: the request may pass from here */
+	int64_t reset_us;               /* monotonic: the oldest entry leaves */
+	uint64_t cost;                  /* denied cost; a smaller one may fit earlier */
+	int64_t limit;
+	int64_t remaining;
+	unsigned window;
+	unsigned name_len;
+	unsigned key_len;
+	char name[WINDOW_NAME_MAX];
+	char key[WINDOW_KEY_MAX];
+};
+
+/* Hash of (<name>, <key>), seeded per cache so keys chosen by clients
+ * cannot aim at one probe window; never 0 (0 marks an empty slot). */
+static uint64_t deny_cache_hash(const struct deny_cache *dc, const char *name, size_t name_len,
+                                const char *key, size_t key_len)
+{
+	uint64_t h = 0xcbf29ce484222325ULL ^ dc->seed;
+	size_t i;
+
+	for (i = 0; i < name_len; i++)
+		h = (h ^ (unsigned char)name[i]) * 0x100000001b3ULL;
+	h = (h ^ 0xff) * 0x100000001b3ULL;   /* separator: no byte of a name */
+	for (i = 0; i < key_len; i++)
+		h = (h ^ (unsigned char)key[i]) * 0x100000001b3ULL;
+	h ^= h >> 29;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 32;
+	return h ? h : 1;
+}
+
+/* Does entry <e> hold (<name>, <key>) with hash <h>? */
+static bool deny_cache_match(const struct deny_cache_entry *e, uint64_t h,
+                             const char *name, size_t name_len,
+                             const char *key, size_t key_len)
+{
+	return e->hash == h && e->name_len == name_len && e->key_len == key_len &&
+	       memcmp(e->name, name, name_len) == 0 && memcmp(e->key, key, key_len) == 0;
+}
+
+/* <dc> owns nothing until the first deny. */
+void deny_cache_init(struct deny_cache *dc, uint64_t seed)
+{
+	dc->seed = seed;
+	dc->slots = NULL;
+}
+
+/* Frees <dc>'s table. */
+void deny_cache_clear(struct deny_cache *dc)
+{
+	free(dc->slots); dc->slots = NULL;
+}
+
+/* Borrows <name> and <key> for the call. See deny_cache.h. */
+bool deny_cache_lookup(struct deny_cache *dc, const char *name, size_t name_len,
+                       const char *key, size_t key_len, uint64_t cost, int64_t now,
+                       struct window_decision *d)
+{
+	uint64_t h;
+	unsigned i;
+
+	if (!dc->slots)
+		return false;
+	h = deny_cache_hash(dc, name, name_len, key, key_len);
+	for (i = 0; i < DENY_CACHE_PROBES; i++) {
+		struct deny_cache_entry *e = &dc->slots[(h + i) & (DENY_CACHE_SLOTS - 1)];
+		int64_t left;
+
+		if (!deny_cache_match(e, h, name, name_len, key, key_len))
+			continue;
+		if (e->deadline_us <= now) {
+			e->hash = 0;
+			return false;
+		}
+		if (cost < e->cost)
+			return false;
+		left = e->deadline_us - now;
+		memset(d, 0, sizeof(*d));
+		d->status = WINDOW_DENY;
+		d->has_quota = true;
+		d->limit = e->limit;
+		d->remaining = e->remaining;
+		d->retry_after_us = left;
+		d->retry_after = window_us_to_s_ceil(left);
+		if (d->retry_after < 1)
+			d->retry_after = 1;
+		d->reset = e->reset_us > now ? window_us_to_s_ceil(e->reset_us - now) : 0;
+		d->window = e->window;
+		return true;
+	}
+	return false;
+}
+
+/* Copies <name> and <key> into the table <dc> owns (allocated on the first
+ * deny). See deny_cache.h. */
+void deny_cache_store(struct deny_cache *dc, const char *name, size_t name_len,
+                      const char *key, size_t key_len, uint64_t cost, int64_t sent_us,
+                      const struct window_decision *d, int64_t now)
+{
+	struct deny_cache_entry *same = NULL, *unused = NULL, *oldest = NULL, *e;
+	int64_t reset_us;
+	uint64_t h;
+	unsigned i;
+
+	if (d->retry_after_us <= 0 || sent_us + d->retry_after_us <= now)
+		return;
+	if (name_len > WINDOW_NAME_MAX || key_len > WINDOW_KEY_MAX)
+		return;
+	if (!dc->slots) {
+		dc->slots = calloc(DENY_CACHE_SLOTS, sizeof(*dc->slots));
+		if (!dc->slots)
+			return;
+	}
+	h = deny_cache_hash(dc, name, name_len, key, key_len);
+	for (i = 0; i < DENY_CACHE_PROBES; i++) {
+		e = &dc->slots[(h + i) & (DENY_CACHE_SLOTS - 1)];
+		if (deny_cache_match(e, h, name, name_len, key, key_len)) {
+			same = e;
+			break;
+		}
+		if (e->hash == 0 || e->deadline_us <= now) {
+			if (!unused)
+				unused = e;
+		} else if (!oldest || e->deadline_us < oldest->deadline_us) {
+			oldest = e;
+		}
+	}
+	e = same ? same : unused ? unused : oldest;
+	e->hash = h;
+	e->deadline_us = sent_us + d->retry_after_us;
+	/* <reset> came rounded up to seconds: never past the retry deadline */
+	reset_us = d->reset * 1000000;
+	if (reset_us > d->retry_after_us || reset_us < 0)
+		reset_us = d->retry_after_us;
+	e->reset_us = sent_us + reset_us;
+	e->cost = cost;
+	e->limit = d->limit;
+	e->remaining = d->remaining;
+	e->window = d->window;
+	e->name_len = (unsigned)name_len;
+	e->key_len = (unsigned)key_len;
+	memcpy(e->name, name, name_len);
+	memcpy(e->key, key, key_len);
+}

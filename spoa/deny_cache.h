@@ -1,0 +1,58 @@
+/*
+ * deny_cache - accounts known to be denied, answered without Redis.
+ *
+ * No I/O, no clock of its own: the caller passes monotonic microseconds.
+ * A fixed table of DENY_CACHE_SLOTS entries (allocated on the first deny,
+ * freed by deny_cache_clear()), open addressing over DENY_CACHE_PROBES
+ * slots, hashed with a per-cache seed so that keys chosen by clients
+ * cannot aim at one probe window. An entry only ever expires early: its
+ * deadline counts from when the request was sent, before Redis read its
+ * clock, so the cache never denies what Redis would allow.
+ */
+#ifndef SPOA_DENY_CACHE_H
+#define SPOA_DENY_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "window.h"
+
+#define DENY_CACHE_SLOTS   16384u  /* entries, power of two */
+#define DENY_CACHE_PROBES  8u      /* slots looked at per key */
+
+struct deny_cache_entry;
+
+struct deny_cache {
+	uint64_t seed;
+	struct deny_cache_entry *slots;  /* DENY_CACHE_SLOTS, lazily; owned */
+};
+
+/* Start <dc> empty, hashing with <seed>; nothing is allocated yet. */
+void deny_cache_init(struct deny_cache *dc, uint64_t seed);
+
+/* Frees <dc>'s table; the next deny allocates a new one. */
+void deny_cache_clear(struct deny_cache *dc);
+
+/*
+ * Is (<name>, <key>) known to be denied for <cost> at <now>? Fills <d>
+ * with a deny whose retry_after and reset count down from the cached
+ * deadlines. Borrows <name> and <key> for the call only. Entries found
+ * expired are emptied on the way.
+ */
+bool deny_cache_lookup(struct deny_cache *dc, const char *name, size_t name_len,
+                       const char *key, size_t key_len, uint64_t cost, int64_t now,
+                       struct window_decision *d);
+
+/*
+ * Remember that (<name>, <key>) was denied <cost> by <d> for a request
+ * sent at <sent_us> (copied into the table, which <dc> owns): it cannot
+ * pass before <sent_us> + retry_after. Replaces the same key's entry, else
+ * an empty or expired slot, else the entry that expires first. Nothing is
+ * stored when the deny already expired or memory runs out.
+ */
+void deny_cache_store(struct deny_cache *dc, const char *name, size_t name_len,
+                      const char *key, size_t key_len, uint64_t cost, int64_t sent_us,
+                      const struct window_decision *d, int64_t now);
+
+#endif /* SPOA_DENY_CACHE_H */

@@ -1,0 +1,30 @@
+/*
+ * limiter_cluster - cluster:// : one link (limiter_link.h) per primary,
+ * from a slot map (CLUSTER SLOTS, parsed by cluster.h). A call goes to the
+ * primary of its key's slot; MOVED patches the map and re-sends, ASK
+ * re-sends once after ASKING, TRYAGAIN waits a few ms and re-sends, all
+ * within the call's deadline. The map is refreshed on redirects, and on a
+ * timer: fast while a primary is missing, slow otherwise. A slot whose
+ * primary is away is answered "unavailable" (fail-closed) until the map
+ * names a reachable one.
+ */
+#ifndef SPOA_LIMITER_CLUSTER_H
+#define SPOA_LIMITER_CLUSTER_H
+
+#include "limiter_int.h"
+
+/* Start cluster:// on <l>, which owns l->cluster (freed by
+ * limiter_cluster_stop()): the refresh timer and the seeds' links.
+ * Returns 0, or -1 when memory runs out. */
+int limiter_cluster_start(struct limiter *l);
+/* Stop the refresh timer and free l->cluster (the links stay <l>'s). */
+void limiter_cluster_stop(struct limiter *l);
+/* Ask for a new slot map soon (<why> for the debug log). */
+void limiter_topo_refresh(struct limiter *l, const char *why);
+/* The link serving Redis key <key>/<len> now, or NULL. */
+struct limiter_link *limiter_route(struct limiter *l, const char *key, size_t len);
+/* Follow the MOVED or ASK <reply> to call <c>: 0 when hiredis holds <c>
+ * again, -1 when the caller answers it. */
+int limiter_cluster_redirect(struct limiter *l, struct limiter_call *c, const redisReply *reply);
+
+#endif /* SPOA_LIMITER_CLUSTER_H */

@@ -1,0 +1,236 @@
+/*
+ * limiter_int - what the limiter's own files share, and nobody else:
+ *   limiter.c          calls, deadlines, the call pool, lifecycle (limiter.h)
+ *   limiter_link.c     one connection's life: connect, setup, backoff, stall, retire
+ *   limiter_sentinel.c where a sentinel says the primary is, +switch-master
+ *   limiter_cluster.c  Redis Cluster: the slot map's links, routing, redirects
+ *   deny_cache.c       (pure, its own header) accounts known to be denied
+ * Single-threaded: everything here runs on the one loop of the limiter's
+ * worker thread.
+ *
+ * Clock: every time kept here (latency, stall detection, deny cache
+ * deadlines) is CLOCK_MONOTONIC, not ev_now(): libev's ev_now() follows the
+ * wall clock, and a deny cached across a wall-clock step back would outlive
+ * what Redis would answer. The per-call deadlines are ev_timers, which libev
+ * runs on its own monotonic clock.
+ */
+#ifndef SPOA_LIMITER_INT_H
+#define SPOA_LIMITER_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <ev.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+
+#include "cluster.h"
+#include "deny_cache.h"
+#include "limiter.h"
+#include "metrics.h"
+#include "redis_url.h"
+#include "window.h"
+
+#define LIMITER_MAX_HELD        65536u  /* calls hiredis may hold at once */
+#define LIMITER_POOL_CHUNK      256u    /* calls allocated together */
+#define LIMITER_MEMBER_MAX      40      /* "<16 hex>-<4 hex>-<16 hex>" + NUL */
+#define LIMITER_BACKOFF_MIN_MS  100
+#define LIMITER_BACKOFF_MAX_MS  2000
+#define LIMITER_STALL_MIN_MS    1000    /* floor of connect and stall limits */
+#define LIMITER_SHA_MAX         64
+#define LIMITER_LINKS_MAX       (CLUSTER_NODES_MAX + REDIS_URL_HOSTS_MAX)
+#define LIMITER_REDIRECTS_MAX   5       /* MOVED/ASK/TRYAGAIN hops per call */
+#define LIMITER_TRYAGAIN_MS     5       /* wait before re-sending a TRYAGAIN */
+#define LIMITER_TOPO_TICK_MS    250     /* cluster map check cadence */
+#define LIMITER_TOPO_MIN_MS     100     /* no two CLUSTER SLOTS closer than this */
+#define LIMITER_TOPO_IDLE_MS    5000    /* refresh at least this often */
+#define LIMITER_EVICT_RECHECK_MS 1000   /* ask an evicting Redis again at most this often */
+
+enum limiter_state {
+	LIMITER_ST_IDLE = 0,    /* not connected; the retry timer may run */
+	LIMITER_ST_CONNECTING,  /* TCP connect or AUTH/SELECT/SCRIPT LOAD pending */
+	LIMITER_ST_READY,       /* EVALSHA may be sent */
+	LIMITER_ST_COUNT
+};
+
+
+/* One connection to one Redis server (the only one, a sentinel's primary,
+ * or a cluster primary). <addr> is what logs show: never a password. */
+struct limiter_link {
+	struct limiter *l;
+	enum limiter_state state;
+	redisAsyncContext *ac;          /* NULL when IDLE */
+	bool in_use;                    /* false: retired, may be reused */
+	bool is_unix;
+	char host[REDIS_URL_HOST_MAX];  /* TCP host, or the unix socket path */
+	int port;
+	char addr[REDIS_URL_ADDR_MAX];
+	bool script_loading;            /* a SCRIPT LOAD is in flight */
+	ev_timer retry;                 /* IDLE: next connect attempt */
+	ev_timer connect_timer;         /* CONNECTING: give up */
+	unsigned backoff_ms;
+	bool attempted;                 /* a first connect was tried */
+	unsigned failures;              /* failed attempts since last ready */
+	unsigned held;                  /* calls hiredis holds on this link */
+	int64_t quiet_since_us;         /* last reply, or when <held> left 0 */
+	bool evicts;                    /* maxmemory-policy is not noeviction */
+	bool evict_asking;              /* a CONFIG GET maxmemory-policy is in flight */
+	int64_t evict_asked_us;         /* when the last one was sent */
+};
+
+struct limiter_call {
+	struct limiter *l;
+	struct limiter_call *next;      /* pool freelist, or the parked list */
+	limiter_cb cb;                  /* NULL once answered */
+	void *arg;
+	ev_timer deadline;
+	int64_t sent_us;                /* monotonic, when EVALSHA was queued */
+	bool retried;                   /* already re-sent as EVAL */
+	bool asking;                    /* last sent after ASKING */
+	bool cacheable;                 /* a deny may go to the deny cache */
+	unsigned redirects;             /* MOVED/ASK/TRYAGAIN hops so far */
+	struct limiter_link *link;      /* where hiredis holds it */
+	unsigned policy_index;          /* UINT_MAX = unknown */
+	uint64_t cost;
+	/* Copies: <p> and <key> are only borrowed during limiter_check(). The
+	 * policy's own limits are replaced by those that apply to <key>, so
+	 * the copy needs no override table. */
+	struct window_policy policy;
+	size_t key_len;
+	char key[WINDOW_KEY_MAX];
+	char member[LIMITER_MEMBER_MAX];
+};
+
+struct limiter_chunk {
+	struct limiter_chunk *next;
+	struct limiter_call calls[LIMITER_POOL_CHUNK];
+};
+
+/* An answer that did not need Redis, delivered on the next loop iteration. */
+struct limiter_answer {
+	limiter_cb cb;
+	void *arg;
+	struct window_decision d;
+};
+
+
+/* Redis Cluster state: the slot map and the link of each of its nodes. */
+struct limiter_cluster {
+	struct cluster_map map;
+	struct cluster_map next;        /* scratch for a CLUSTER SLOTS reply */
+	struct limiter_link *route[CLUSTER_NODES_MAX];  /* map.nodes[i] -> link */
+	ev_timer topo;                  /* LIMITER_TOPO_TICK_MS, repeating */
+	redisAsyncContext *topo_ac;     /* where CLUSTER SLOTS waits, or NULL */
+	int64_t topo_last_us;           /* when the last refresh was sent */
+	bool topo_dirty;                /* a redirect or an error asked for one */
+	bool have_map;
+};
+
+/* Sentinel state: who the primary is, and the +switch-master subscription. */
+struct limiter_sentinel {
+	bool master_known;              /* the link's host/port came from a sentinel */
+	unsigned next;                  /* sentinel to ask next (round robin) */
+	redisAsyncContext *query;       /* get-master-addr-by-name in flight */
+	redisAsyncContext *sub;         /* SUBSCRIBE +switch-master */
+	unsigned sub_next;
+	unsigned sub_backoff_ms;
+	ev_timer sub_retry;
+};
+
+struct limiter {
+	struct ev_loop *loop;
+	struct redis_url url;           /* secrets included: wiped on free */
+	uint64_t timeout_ms;
+	const char *script;             /* borrowed from the settings */
+	size_t script_len;
+	char sha[LIMITER_SHA_MAX];      /* "" until a SCRIPT LOAD answered */
+	struct metrics *metrics;
+
+	/* every link ever made (retired ones included) */
+	struct limiter_link *links[LIMITER_LINKS_MAX];
+	unsigned nlinks;                /* allocated */
+	struct limiter_link *main_link;     /* the one link, unless cluster:// */
+	struct limiter_cluster *cluster;    /* cluster:// only */
+	struct limiter_sentinel *sentinel;  /* sentinel:// only */
+
+	ev_timer kick;                  /* deliver queued answers */
+	ev_timer park;                  /* re-send calls parked by TRYAGAIN */
+	struct limiter_call *parked;
+	bool closing;                   /* inside limiter_free() */
+	bool connected;                 /* what the metrics gauge says */
+	bool allow_eviction;            /* redis-allow-eviction yes */
+	bool standby;                   /* being prepared or retired: the gauges are not ours */
+	bool evicting;                  /* a link in use evicts keys */
+	char last_error[160];           /* why the last attempt failed, for a reload's verdict */
+
+	/* member prefix: random per limiter, thread id, counter */
+	uint64_t instance;
+	unsigned thread_id;
+	uint64_t counter;
+	uint64_t rng;                   /* xorshift state for jitter */
+
+	/* calls */
+	struct limiter_chunk *chunks;
+	struct limiter_call *free_calls;
+	unsigned ncalls;                /* allocated */
+	unsigned held;                  /* held by hiredis */
+	unsigned unanswered;            /* held and not answered yet */
+
+	struct limiter_answer *answers;
+	size_t nanswers, answers_cap;
+
+	/* deny cache */
+	bool cache_on;
+	struct deny_cache cache;
+
+	/* policy names, for cache_denies[index] */
+	size_t npolicies;
+	size_t policy_name_len[CONFIG_MAX_POLICIES];
+	char policy_names[CONFIG_MAX_POLICIES][WINDOW_NAME_MAX];
+};
+
+
+/* Microseconds of CLOCK_MONOTONIC (see "Clock" above). */
+static inline int64_t limiter_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Next value of the jitter generator in <l> (xorshift64*). */
+static inline uint64_t limiter_rand(struct limiter *l)
+{
+	l->rng ^= l->rng >> 12;
+	l->rng ^= l->rng << 25;
+	l->rng ^= l->rng >> 27;
+	return l->rng * 0x2545f4914f6cdd1dULL;
+}
+
+/* The stall limit and the connect timeout: max(1 s, 10 x <l>'s timeout). */
+static inline int64_t limiter_stall_us(const struct limiter *l)
+{
+	uint64_t ms = l->timeout_ms * 10;
+
+	if (ms < LIMITER_STALL_MIN_MS)
+		ms = LIMITER_STALL_MIN_MS;
+	return (int64_t)ms * 1000;
+}
+
+/* Count one failed Redis call of <kind> in <l>'s metrics, if any. */
+static inline void limiter_count_error(struct limiter *l, enum metrics_redis_error kind)
+{
+	if (l->metrics)
+		metrics_add(&l->metrics->redis_errors[kind], 1);
+}
+
+/* limiter.c: (re-)send a call, or park it for a TRYAGAIN (limiter_cluster.c
+ * uses both for redirects). */
+int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
+                      bool asking);
+void limiter_call_park(struct limiter *l, struct limiter_call *c);
+
+#endif /* SPOA_LIMITER_INT_H */

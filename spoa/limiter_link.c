@@ -1,0 +1,553 @@
+/*
+ * limiter_link - one connection to one Redis server: connect, the setup
+ * sequence, backoff, stall limit, retire. See limiter_link.h.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <ev.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+#include <hiredis/adapters/libev.h>
+
+#include "limiter_cluster.h"
+#include "limiter_link.h"
+#include "limiter_sentinel.h"
+#include "log.h"
+
+static const char *const limiter_state_names[LIMITER_ST_COUNT] = {
+	[LIMITER_ST_IDLE] = "idle",
+	[LIMITER_ST_CONNECTING] = "connecting",
+	[LIMITER_ST_READY] = "ready",
+};
+
+/* Name of connection state <s>, for logs. */
+static const char *limiter_state_str(enum limiter_state s)
+{
+	return s < LIMITER_ST_COUNT ? limiter_state_names[s] : "?";
+}
+
+/* ------------------------------------------------------------------ */
+/* gauges                                                              */
+
+/* Set <l>'s connected gauge to <up>. */
+void limiter_set_connected(struct limiter *l, bool up)
+{
+	l->connected = up;
+	if (l->metrics && !l->standby)
+		atomic_store_explicit(&l->metrics->redis_connected, up ? 1 : 0,
+		                      memory_order_relaxed);
+}
+
+/* Recompute the redis_connected gauge: the one link is READY, or (cluster)
+ * every slot has a primary whose link is READY. */
+void limiter_update_connected(struct limiter *l)
+{
+	struct limiter_cluster *cl = l->cluster;
+	bool up = true;
+	unsigned i;
+
+	if (!cl) {
+		up = l->main_link && l->main_link->state == LIMITER_ST_READY;
+	} else if (!cl->have_map || cl->map.covered != CLUSTER_SLOTS) {
+		up = false;
+	} else {
+		for (i = 0; i < cl->map.nnodes && up; i++)
+			up = cl->route[i] && cl->route[i]->state == LIMITER_ST_READY;
+	}
+	limiter_set_connected(l, up);
+}
+
+/* Remember why <l>'s last attempt failed (<what> about <addr>), for a
+ * reload that waits for a new Redis to tell why it gave up. */
+void limiter_note_error(struct limiter *l, const char *addr, const char *what)
+{
+	/* cut to fit: a reason in a log line, not a record */
+	snprintf(l->last_error, sizeof(l->last_error), "%.80s: %.70s", addr, what);
+}
+
+/* Recompute the redis_unsafe_eviction gauge: a link in use evicts keys. */
+void limiter_update_eviction(struct limiter *l)
+{
+	bool any = false;
+	unsigned i;
+
+	for (i = 0; i < l->nlinks && !any; i++)
+		any = l->links[i]->in_use && l->links[i]->evicts;
+	l->evicting = any;
+	if (l->metrics && !l->standby)
+		atomic_store_explicit(&l->metrics->redis_unsafe_eviction, any ? 1 : 0,
+		                      memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------------ */
+/* links                                                               */
+
+static void limiter_link_on_retry(struct ev_loop *loop, ev_timer *w, int revents);
+static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents);
+
+/* Point <k> at <host>:<port> (<is_unix>: <host> is a socket path). */
+void limiter_link_set_target(struct limiter_link *k, const char *host, int port,
+                             bool is_unix)
+{
+	snprintf(k->host, sizeof(k->host), "%s", host);
+	k->port = port;
+	k->is_unix = is_unix;
+	if (is_unix)
+		snprintf(k->addr, sizeof(k->addr), "unix:%s", host);
+	else
+		redis_url_format_host(host, port, k->addr, sizeof(k->addr));
+}
+
+/*
+ * A link to <host>:<port> for <l>, which owns it until limiter_free(): the
+ * in-use one with that target, else a retired one that hiredis no longer
+ * holds anything on, else a new one. Does not connect. NULL when
+ * LIMITER_LINKS_MAX are in use or memory runs out.
+ */
+struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int port,
+                                      bool is_unix)
+{
+	struct limiter_link *k, *spare = NULL;
+	unsigned i;
+
+	for (i = 0; i < l->nlinks; i++) {
+		k = l->links[i];
+		if (k->in_use && k->port == port && k->is_unix == is_unix &&
+		    strcmp(k->host, host) == 0)
+			return k;
+		if (!k->in_use && !k->ac && k->held == 0 && !spare)
+			spare = k;
+	}
+	if (!spare) {
+		if (l->nlinks >= LIMITER_LINKS_MAX)
+			return NULL;
+		spare = calloc(1, sizeof(*spare));
+		if (!spare)
+			return NULL;
+		spare->l = l;
+		ev_timer_init(&spare->retry, limiter_link_on_retry, 0., 0.);
+		spare->retry.data = spare;
+		ev_timer_init(&spare->connect_timer, limiter_link_on_connect_timeout, 1., 0.);
+		spare->connect_timer.data = spare;
+		l->links[l->nlinks++] = spare;
+	}
+	k = spare;
+	k->in_use = true;
+	k->state = LIMITER_ST_IDLE;
+	k->script_loading = false;
+	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
+	k->attempted = false;
+	k->failures = 0;
+	k->evicts = false;
+	k->evict_asking = false;
+	limiter_link_set_target(k, host, port, is_unix);
+	return k;
+}
+
+/* hiredis now holds one more call on <k>. */
+void limiter_link_hold(struct limiter_link *k)
+{
+	if (k->held == 0)
+		k->quiet_since_us = limiter_now_us();
+	k->held++;
+	k->l->held++;
+}
+
+/* Arm <k>'s retry timer: 100 ms doubling to 2 s, each wait drawn in
+ * [d/2, d] so threads and agents do not reconnect in step. */
+void limiter_link_schedule_retry(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+	unsigned d = k->backoff_ms;
+	unsigned wait = d / 2 + (unsigned)(limiter_rand(l) % (d / 2 + 1));
+
+	if (l->closing || !k->in_use)
+		return;
+	k->backoff_ms = d * 2 > LIMITER_BACKOFF_MAX_MS ? LIMITER_BACKOFF_MAX_MS : d * 2;
+	ev_timer_stop(l->loop, &k->retry);
+	ev_timer_set(&k->retry, (double)wait / 1000.0, 0.);
+	ev_timer_start(l->loop, &k->retry);
+}
+
+/* Forget <k>'s context (hiredis frees it, or already did) and plan a retry. */
+void limiter_link_lost(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+
+	k->ac = NULL;
+	k->state = LIMITER_ST_IDLE;
+	k->script_loading = false;
+	k->evict_asking = false;
+	ev_timer_stop(l->loop, &k->connect_timer);
+	/* Whoever the primary is now, a sentinel says so on the next attempt. */
+	if (l->sentinel && k == l->main_link)
+		l->sentinel->master_known = false;
+	if (l->cluster)
+		l->cluster->topo_dirty = true;
+	limiter_update_connected(l);
+	limiter_link_schedule_retry(k);
+}
+
+/*
+ * Close <k>'s connection now: every call hiredis holds on it comes back
+ * with a NULL reply (answered "unavailable" unless already answered) before
+ * this returns, except when we are inside one of this context's callbacks,
+ * where hiredis finishes the job once the callback returns.
+ */
+void limiter_link_drop(struct limiter_link *k, const char *why)
+{
+	redisAsyncContext *ac = k->ac;
+
+	if (!ac)
+		return;
+	log_limited(CONFIG_LOG_WARN, "redis_disconnected", "redis_disconnected",
+	            "addr=%s state=%s reason=\"%s\"", k->addr, limiter_state_str(k->state), why);
+	limiter_link_lost(k);
+	redisAsyncFree(ac);
+}
+
+/* Stop using <k>: drop its connection (see limiter_link_drop) and its
+ * timers. The struct stays, for reuse or for late hiredis callbacks. */
+void limiter_link_retire(struct limiter_link *k, const char *why)
+{
+	limiter_link_drop(k, why);
+	k->in_use = false;
+	k->state = LIMITER_ST_IDLE;
+	limiter_update_eviction(k->l);
+	ev_timer_stop(k->l->loop, &k->retry);
+	ev_timer_stop(k->l->loop, &k->connect_timer);
+}
+
+/* One failed connect attempt, at warn (traffic is refused meanwhile);
+ * the backoff (2 s at most) and log_limited keep it to a line a second. */
+void limiter_link_log_failure(struct limiter_link *k, const char *why)
+{
+	k->failures++;
+	limiter_note_error(k->l, k->addr, why);
+	log_limited(CONFIG_LOG_WARN, "redis_connect_failed", "redis_connect_failed",
+	            "addr=%s reason=\"%s\" attempt=%u", k->addr, why, k->failures);
+}
+
+/* hiredis: the TCP (or unix) connect of <ac> finished with <status>. On
+ * failure hiredis frees <ac> once this returns: never free it here. */
+static void limiter_link_on_connect(const redisAsyncContext *ac, int status)
+{
+	struct limiter_link *k = ac->data;
+
+	if (ac != k->ac)
+		return;
+	if (status != REDIS_OK) {
+		/* hiredis frees <ac> right after this callback */
+		limiter_link_log_failure(k, ac->errstr ? ac->errstr : "connect failed");
+		limiter_count_error(k->l, METRICS_REDIS_ERR_REFUSED);
+		limiter_link_lost(k);
+		return;
+	}
+	log_debug("redis_socket_connected", "addr=%s", k->addr);
+}
+
+/* hiredis: connected context <ac> is going away (its pending calls have
+ * had their NULL replies already); hiredis frees it once this returns. */
+static void limiter_link_on_disconnect(const redisAsyncContext *ac, int status)
+{
+	struct limiter_link *k = ac->data;
+
+	(void)status;
+	if (ac != k->ac)
+		return;   /* we dropped it ourselves and said so */
+	log_limited(CONFIG_LOG_WARN, "redis_disconnected", "redis_disconnected",
+	            "addr=%s state=%s reason=\"%s\"", k->addr, limiter_state_str(k->state),
+	            ac->errstr && ac->err ? ac->errstr : "closed");
+	limiter_link_lost(k);
+}
+
+/* AUTH or SELECT during setup: anything but +OK drops the connection. */
+static void limiter_link_on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_link *k = ac->data;
+	const redisReply *reply = r;
+	const char *what = privdata;
+
+	if (ac != k->ac || !reply)
+		return;
+	k->quiet_since_us = limiter_now_us();
+	if (reply->type == REDIS_REPLY_STATUS && reply->str && strcmp(reply->str, "OK") == 0)
+		return;
+	limiter_note_error(k->l, k->addr, strcmp(what, "auth") == 0 ? "AUTH refused" : "SELECT refused");
+	/* a misconfiguration repeats on every attempt: warn once a streak */
+	if (k->failures++ == 0)
+		log_warn("redis_setup_failed", "addr=%s step=%s reply=\"%.*s\"", k->addr, what,
+		         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
+		         reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+	limiter_count_error(k->l, METRICS_REDIS_ERR_REFUSED);
+	limiter_link_drop(k, "setup failed");
+}
+
+/*
+ * ROLE during setup (redis://, unix://, sentinel://): writing to a replica
+ * fails every call (READONLY), and a sentinel's answer may be stale, so
+ * only a primary will do. Anything else is a failed attempt: logged at
+ * error once per attempt, retried with the usual backoff (the link never
+ * becomes ready, so neither the backoff nor the connected gauge resets).
+ * A ROLE refused outright (an ACL without +role, a managed Redis that
+ * renamed it) cannot tell: warn and go on, except under Sentinel, where
+ * ROLE is the only check of the sentinel's word.
+ */
+static void limiter_link_on_role(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_link *k = ac->data;
+	const redisReply *reply = r;
+	const redisReply *role;
+
+	(void)privdata;
+	if (ac != k->ac || !reply)
+		return;
+	k->quiet_since_us = limiter_now_us();
+	if (reply->type == REDIS_REPLY_ERROR && !k->l->sentinel) {
+		log_warn("redis_role_unknown", "addr=%s reply=\"%.*s\" action=\"assuming a primary\"",
+		         k->addr, (int)reply->len, reply->str);
+		return;
+	}
+	role = reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 && reply->element ?
+	       reply->element[0] : NULL;
+	if (role && role->type == REDIS_REPLY_STRING && role->len == 6 &&
+	    memcmp(role->str, "master", 6) == 0)
+		return;
+	k->failures++;
+	limiter_note_error(k->l, k->addr, "not a primary (ROLE)");
+	log_error("redis_not_primary", "addr=%s role=\"%.*s\" attempt=%u action=\"retrying with "
+	          "backoff\"", k->addr,
+	          role && role->type == REDIS_REPLY_STRING ? (int)role->len : 0,
+	          role && role->type == REDIS_REPLY_STRING ? role->str : "", k->failures);
+	limiter_count_error(k->l, METRICS_REDIS_ERR_REFUSED);
+	limiter_link_drop(k, "not a primary");
+}
+
+/*
+ * CONFIG GET maxmemory-policy answered on <ac>: with any policy but
+ * noeviction Redis may drop the windows (the only keys with a TTL go
+ * first under volatile-*), and the limiter would admit everything. Such a
+ * link refuses decisions (redis-evicts-keys) unless redis-allow-eviction
+ * is set. Logged at error once per connection, and when it changes; a
+ * refused CONFIG (ACL, managed Redis) is a warning and the link goes on.
+ */
+static void limiter_link_on_eviction(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_link *k = ac->data;
+	struct limiter *l = k->l;
+	const redisReply *reply = r, *v;
+	bool setup = k->state == LIMITER_ST_CONNECTING, evicts;
+
+	(void)privdata;
+	if (ac != k->ac || !reply)
+		return;
+	k->quiet_since_us = limiter_now_us();
+	k->evict_asking = false;
+	v = reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 && reply->element &&
+	    reply->element[1]->type == REDIS_REPLY_STRING ? reply->element[1] : NULL;
+	if (!v) {
+		if (setup)
+			log_warn("redis_eviction_unknown", "addr=%s reply=\"%.*s\" action=\"deciding "
+			         "without knowing maxmemory-policy (give the user +config|get)\"", k->addr,
+			         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
+			         reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+		evicts = false;
+	} else {
+		evicts = !(v->len == 10 && memcmp(v->str, "noeviction", 10) == 0);
+		if (evicts)
+			limiter_note_error(l, k->addr, "maxmemory-policy is not noeviction");
+		if (evicts && (setup || !k->evicts))
+			log_error("redis_unsafe_eviction", "addr=%s policy=%.*s action=\"%s\"", k->addr,
+			          (int)v->len, v->str, l->allow_eviction ?
+			          "deciding anyway (redis-allow-eviction yes)" :
+			          "refusing decisions (reason=redis-evicts-keys)");
+		else if (!evicts && k->evicts)
+			log_info("redis_eviction_safe", "addr=%s policy=noeviction", k->addr);
+	}
+	k->evicts = evicts;
+	limiter_update_eviction(l);
+}
+
+/* Queue CONFIG GET maxmemory-policy on <k>'s connection. */
+void limiter_link_ask_eviction(struct limiter_link *k)
+{
+	if (redisAsyncCommand(k->ac, limiter_link_on_eviction, NULL,
+	                      "CONFIG GET maxmemory-policy") != REDIS_OK)
+		return;
+	k->evict_asking = true;
+	k->evict_asked_us = limiter_now_us();
+}
+
+/* SCRIPT LOAD answered: at setup this makes the link ready; later (after a
+ * NOSCRIPT, or a reload with a new script) it refreshes the SHA. */
+static void limiter_link_on_script_load(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_link *k = ac->data;
+	struct limiter *l = k->l;
+	const redisReply *reply = r;
+
+	(void)privdata;
+	if (ac != k->ac || !reply)
+		return;
+	k->quiet_since_us = limiter_now_us();
+	k->script_loading = false;
+	if (reply->type != REDIS_REPLY_STRING || reply->len == 0 ||
+	    reply->len >= sizeof(l->sha)) {
+		if (k->state != LIMITER_ST_CONNECTING || k->failures++ == 0)
+			log_warn("redis_script_load_failed", "addr=%s reply=\"%.*s\"", k->addr,
+			         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
+			         reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+		limiter_count_error(l, METRICS_REDIS_ERR_SCRIPT);
+		limiter_note_error(l, k->addr, "SCRIPT LOAD failed");
+		if (k->state == LIMITER_ST_CONNECTING)
+			limiter_link_drop(k, "script load failed");
+		return;
+	}
+	memcpy(l->sha, reply->str, reply->len);
+	l->sha[reply->len] = '\0';
+	if (k->state != LIMITER_ST_CONNECTING)
+		return;
+	ev_timer_stop(l->loop, &k->connect_timer);
+	k->state = LIMITER_ST_READY;
+	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
+	log_info("redis_connected", "addr=%s attempts=%u script=%s", k->addr,
+	         k->failures + 1, l->sha);
+	k->failures = 0;
+	limiter_update_connected(l);
+	if (l->cluster && (!l->cluster->have_map || l->cluster->topo_dirty))
+		limiter_topo_refresh(l, "connected");
+}
+
+/* Queue SCRIPT LOAD on <k>'s connection. Returns 0 or -1. */
+int limiter_link_send_script_load(struct limiter_link *k)
+{
+	const struct limiter *l = k->l;
+	const char *argv[3] = { "SCRIPT", "LOAD", l->script };
+	size_t argvlen[3] = { 6, 4, l->script_len };
+
+	if (redisAsyncCommandArgv(k->ac, limiter_link_on_script_load, NULL, 3, argv,
+	                          argvlen) != REDIS_OK)
+		return -1;
+	k->script_loading = true;
+	return 0;
+}
+
+/* CONNECTING lasted longer than the stall limit (e.g. a frozen Redis that
+ * still accepts TCP, or a sentinel that does not answer): give up this
+ * attempt. */
+static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct limiter_link *k = w->data;
+	struct limiter *l = k->l;
+
+	(void)loop;
+	(void)revents;
+	if (k->state != LIMITER_ST_CONNECTING)
+		return;
+	limiter_count_error(l, METRICS_REDIS_ERR_TIMEOUT);
+	if (!k->ac && l->sentinel && l->sentinel->query) {
+		redisAsyncContext *q = l->sentinel->query;
+
+		/* its callbacks, run by the free, see it is no longer ours */
+		l->sentinel->query = NULL;
+		redisAsyncFree(q);
+		limiter_link_log_failure(k, "sentinel did not answer in time");
+		limiter_link_lost(k);
+		return;
+	}
+	limiter_note_error(l, k->addr, "setup did not finish in time");
+	log_warn("redis_connect_timeout", "addr=%s", k->addr);
+	limiter_link_drop(k, "connect timeout");
+}
+
+/* The backoff wait is over: try to connect again. */
+static void limiter_link_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct limiter_link *k = w->data;
+
+	(void)loop;
+	(void)revents;
+	if (k->in_use && k->state == LIMITER_ST_IDLE)
+		limiter_link_connect(k);
+}
+
+/*
+ * Start one connection attempt on <k> (the context it creates is owned by
+ * <k>, freed through limiter_link_drop() or by hiredis on a connection
+ * error): non-blocking connect, then AUTH, SELECT, ROLE (not for cluster
+ * links), CONFIG GET maxmemory-policy and SCRIPT LOAD pipelined behind it (hiredis
+ * sends them once connected). Under sentinel:// with no primary known,
+ * ask a sentinel first. On an immediate failure, plan the next attempt. (A
+ * host name is resolved with a blocking getaddrinfo() inside hiredis: use
+ * addresses.)
+ */
+void limiter_link_connect(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+	const struct redis_url *u = &l->url;
+	redisAsyncContext *ac;
+	int64_t stall = limiter_stall_us(l);
+
+	if (!k->in_use || l->closing)
+		return;
+	if (k->attempted && l->metrics)
+		metrics_add(&l->metrics->redis_reconnects, 1);
+	k->attempted = true;
+	if (l->sentinel && !l->sentinel->master_known) {
+		limiter_sentinel_query(k);
+		return;
+	}
+	ac = k->is_unix ? redisAsyncConnectUnix(k->host) : redisAsyncConnect(k->host, k->port);
+	if (!ac) {
+		limiter_link_log_failure(k, "out of memory");
+		limiter_link_schedule_retry(k);
+		return;
+	}
+	if (ac->err) {
+		limiter_link_log_failure(k, ac->errstr);
+		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+		redisAsyncFree(ac);
+		limiter_link_schedule_retry(k);
+		return;
+	}
+	ac->data = k;
+	if (redisLibevAttach(l->loop, ac) != REDIS_OK) {
+		redisAsyncFree(ac);
+		limiter_link_schedule_retry(k);
+		return;
+	}
+	redisAsyncSetConnectCallback(ac, limiter_link_on_connect);
+	redisAsyncSetDisconnectCallback(ac, limiter_link_on_disconnect);
+	k->ac = ac;
+	k->state = LIMITER_ST_CONNECTING;
+	log_debug("redis_connecting", "addr=%s", k->addr);
+
+	if (u->has_pass) {
+		/* "AUTH user pass" (ACL) or "AUTH pass" */
+		const char *argv[3];
+		size_t argvlen[3];
+		int argc = 0;
+
+		argv[argc] = "AUTH";
+		argvlen[argc++] = 4;
+		if (u->user[0]) {
+			argv[argc] = u->user;
+			argvlen[argc++] = strlen(u->user);
+		}
+		argv[argc] = u->pass;
+		argvlen[argc++] = strlen(u->pass);
+		redisAsyncCommandArgv(ac, limiter_link_on_setup_reply, (void *)"auth", argc, argv,
+		                      argvlen);
+	}
+	if (u->db >= 0)
+		redisAsyncCommand(ac, limiter_link_on_setup_reply, (void *)"select", "SELECT %d", u->db);
+	/* a cluster's seeds may be replicas: CLUSTER SLOTS names the primaries */
+	if (!l->cluster)
+		redisAsyncCommand(ac, limiter_link_on_role, NULL, "ROLE");
+	limiter_link_ask_eviction(k);
+	limiter_link_send_script_load(k);
+
+	ev_timer_set(&k->connect_timer, (double)stall / 1e6, 0.);
+	ev_timer_start(l->loop, &k->connect_timer);
+}

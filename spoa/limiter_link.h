@@ -1,0 +1,60 @@
+/*
+ * limiter_link - one connection to one Redis server (the only one, a
+ * sentinel's primary, or a cluster primary): a struct limiter_link
+ * (limiter_int.h) and its life.
+ *
+ * IDLE (waiting to retry) -> CONNECTING (TCP, then AUTH, SELECT, ROLE (not
+ * for cluster links: a seed may be a replica), CONFIG GET maxmemory-policy
+ * and SCRIPT LOAD pipelined) -> READY (SCRIPT LOAD answered with a SHA).
+ * Anything else (a replica included) goes back to IDLE with exponential
+ * backoff and jitter. A READY link whose Redis may evict keys refuses calls
+ * (redis-evicts-keys) unless redis-allow-eviction is set. Our own timer
+ * bounds CONNECTING; a READY link on which nothing has been answered for
+ * max(1 s, 10 x timeout) while calls wait (a frozen Redis) is dropped by
+ * the call deadline (limiter.c), so new calls are answered "unavailable"
+ * at once instead of piling up in hiredis's output buffer.
+ *
+ * Link structs are never freed before limiter_free(): a dropped link is
+ * only retired (late hiredis callbacks compare their context to link->ac).
+ * The gauges (redis_connected, redis_unsafe_eviction) follow the links.
+ */
+#ifndef SPOA_LIMITER_LINK_H
+#define SPOA_LIMITER_LINK_H
+
+#include "limiter_int.h"
+
+/* A link to <host>:<port> for <l>, reused or new, owned by <l>; does not
+ * connect. NULL when LIMITER_LINKS_MAX are in use or memory runs out. */
+struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int port,
+                                      bool is_unix);
+/* Point <k> at <host>:<port> (<is_unix>: <host> is a socket path). */
+void limiter_link_set_target(struct limiter_link *k, const char *host, int port, bool is_unix);
+/* Start one connection attempt and the setup sequence on <k>. */
+void limiter_link_connect(struct limiter_link *k);
+/* Close <k>'s connection now (its calls come back "unavailable"). */
+void limiter_link_drop(struct limiter_link *k, const char *why);
+/* Stop using <k>: drop it and stop its timers; the struct stays. */
+void limiter_link_retire(struct limiter_link *k, const char *why);
+/* Forget <k>'s context and plan a retry. */
+void limiter_link_lost(struct limiter_link *k);
+/* Arm <k>'s retry timer (backoff with jitter). */
+void limiter_link_schedule_retry(struct limiter_link *k);
+/* Count and log one failed connect attempt of <k>. */
+void limiter_link_log_failure(struct limiter_link *k, const char *why);
+/* hiredis now holds one more call on <k>. */
+void limiter_link_hold(struct limiter_link *k);
+/* Queue CONFIG GET maxmemory-policy on <k>. */
+void limiter_link_ask_eviction(struct limiter_link *k);
+/* Queue SCRIPT LOAD on <k>. Returns 0 or -1. */
+int limiter_link_send_script_load(struct limiter_link *k);
+
+/* Set <l>'s connected gauge to <up>. */
+void limiter_set_connected(struct limiter *l, bool up);
+/* Recompute the connected gauge from the links. */
+void limiter_update_connected(struct limiter *l);
+/* Recompute the unsafe-eviction gauge from the links. */
+void limiter_update_eviction(struct limiter *l);
+/* Remember why <l>'s last attempt failed (<what> about <addr>). */
+void limiter_note_error(struct limiter *l, const char *addr, const char *what);
+
+#endif /* SPOA_LIMITER_LINK_H */

@@ -1,0 +1,341 @@
+/*
+ * limiter_sentinel - the primary a sentinel names. See limiter_sentinel.h.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ev.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+#include <hiredis/adapters/libev.h>
+
+#include "limiter_link.h"
+#include "limiter_sentinel.h"
+#include "log.h"
+
+/* Queue AUTH for the sentinels on <ac> when they have a password (the
+ * reply is not needed: a refusal shows in the next command's reply). */
+static void limiter_sentinel_auth(const struct limiter *l, redisAsyncContext *ac)
+{
+	if (l->url.has_sentinel_pass)
+		redisAsyncCommand(ac, NULL, NULL, "AUTH %s", l->url.sentinel_pass);
+}
+
+/* Connect to the next sentinel of the URL, for <what> (logs). Returns the
+ * context with <data> set, or NULL with <why> set. */
+static redisAsyncContext *limiter_sentinel_connect(struct limiter *l, unsigned *next, void *data,
+                                                   char *where, size_t cap, const char **why)
+{
+	const struct redis_url_host *h = &l->url.hosts[(*next)++ % l->url.nhosts];
+	redisAsyncContext *ac;
+
+	redis_url_format_host(h->host, h->port, where, cap);
+	ac = redisAsyncConnect(h->host, h->port);
+	if (!ac) {
+		*why = "out of memory";
+		return NULL;
+	}
+	if (ac->err || redisLibevAttach(l->loop, ac) != REDIS_OK) {
+		*why = "connect failed";
+		redisAsyncFree(ac);
+		return NULL;
+	}
+	ac->data = data;
+	return ac;
+}
+
+/* The query to a sentinel failed or the connection closed before its
+ * answer: the next attempt of <k> asks the next sentinel. */
+static void limiter_sentinel_query_failed(struct limiter_link *k, const char *why)
+{
+	char msg[REDIS_URL_ADDR_MAX + 64];
+
+	k->l->sentinel->query = NULL;
+	snprintf(msg, sizeof(msg), "sentinel: %s", why);
+	limiter_link_log_failure(k, msg);
+	limiter_count_error(k->l, METRICS_REDIS_ERR_REFUSED);
+	limiter_link_lost(k);
+}
+
+/* hiredis: the query connection <ac> to a sentinel finished connecting with
+ * <status>; a failure makes the next attempt ask the next sentinel. */
+static void limiter_sentinel_on_query_connect(const redisAsyncContext *ac, int status)
+{
+	struct limiter_link *k = ac->data;
+
+	if (!k->l->sentinel || ac != k->l->sentinel->query || status == REDIS_OK)
+		return;
+	limiter_sentinel_query_failed(k, ac->errstr ? ac->errstr : "connect failed");
+}
+
+/* hiredis: the query connection <ac> closed; before its answer, that is a
+ * failed attempt (after it, we closed it ourselves). */
+static void limiter_sentinel_on_query_disconnect(const redisAsyncContext *ac, int status)
+{
+	struct limiter_link *k = ac->data;
+
+	(void)status;
+	if (!k->l->sentinel || ac != k->l->sentinel->query)
+		return;
+	limiter_sentinel_query_failed(k, "closed before answering");
+}
+
+/* A sentinel answered get-master-addr-by-name: point the link at that
+ * primary and connect (ROLE confirms it), or try again later. */
+static void limiter_sentinel_on_addr(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_link *k = ac->data;
+	struct limiter *l = k->l;
+	struct limiter_sentinel *s = l->sentinel;
+	const redisReply *reply = r;
+	char host[REDIS_URL_HOST_MAX];
+	char *end;
+	long port;
+
+	(void)privdata;
+	if (!s || ac != s->query)
+		return;
+	s->query = NULL;
+	/* done with this connection: hiredis closes it once we return */
+	redisAsyncDisconnect(ac);
+	if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+	    reply->element[0]->type != REDIS_REPLY_STRING ||
+	    reply->element[1]->type != REDIS_REPLY_STRING ||
+	    reply->element[0]->len == 0 || reply->element[0]->len >= sizeof(host)) {
+		log_warn("sentinel_no_primary", "master=%s reply=\"%.*s\"", l->url.master,
+		         reply && reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
+		         reply && reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+		k->failures++;
+		limiter_link_lost(k);
+		return;
+	}
+	memcpy(host, reply->element[0]->str, reply->element[0]->len);
+	host[reply->element[0]->len] = '\0';
+	errno = 0;
+	port = strtol(reply->element[1]->str, &end, 10);
+	if (errno || *end || port < 1 || port > 65535) {
+		k->failures++;
+		limiter_link_lost(k);
+		return;
+	}
+	if (strcmp(host, k->host) != 0 || (int)port != k->port)
+		log_info("sentinel_primary", "master=%s addr=%s:%ld", l->url.master, host, port);
+	limiter_link_set_target(k, host, (int)port, false);
+	s->master_known = true;
+	k->state = LIMITER_ST_IDLE;
+	ev_timer_stop(l->loop, &k->connect_timer);
+	limiter_link_connect(k);
+}
+
+/* Ask the next sentinel where the primary of the URL's master is; <k>
+ * stays CONNECTING meanwhile, bounded by its connect timer. */
+void limiter_sentinel_query(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+	struct limiter_sentinel *s = l->sentinel;
+	char where[REDIS_URL_ADDR_MAX], msg[REDIS_URL_ADDR_MAX + 64];
+	const char *why = NULL;
+	redisAsyncContext *ac;
+
+	ac = limiter_sentinel_connect(l, &s->next, k, where, sizeof(where), &why);
+	if (!ac) {
+		snprintf(msg, sizeof(msg), "sentinel %s: %s", where, why);
+		limiter_link_log_failure(k, msg);
+		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+		limiter_link_schedule_retry(k);
+		return;
+	}
+	redisAsyncSetConnectCallback(ac, limiter_sentinel_on_query_connect);
+	redisAsyncSetDisconnectCallback(ac, limiter_sentinel_on_query_disconnect);
+	s->query = ac;
+	k->state = LIMITER_ST_CONNECTING;
+	log_debug("sentinel_query", "sentinel=%s master=%s", where, l->url.master);
+	limiter_sentinel_auth(l, ac);
+	redisAsyncCommand(ac, limiter_sentinel_on_addr, NULL,
+	                  "SENTINEL get-master-addr-by-name %s", l->url.master);
+	ev_timer_set(&k->connect_timer, (double)limiter_stall_us(l) / 1e6, 0.);
+	ev_timer_start(l->loop, &k->connect_timer);
+}
+
+static void limiter_sentinel_subscribe(struct limiter *l);
+
+/* The subscription is gone: try the next sentinel after a backoff. */
+static void limiter_sentinel_sub_lost(struct limiter *l)
+{
+	struct limiter_sentinel *s = l->sentinel;
+	unsigned d = s->sub_backoff_ms;
+
+	s->sub = NULL;
+	if (l->closing)
+		return;
+	s->sub_backoff_ms = d * 2 > LIMITER_BACKOFF_MAX_MS ? LIMITER_BACKOFF_MAX_MS : d * 2;
+	ev_timer_stop(l->loop, &s->sub_retry);
+	ev_timer_set(&s->sub_retry, (double)(d / 2 + limiter_rand(l) % (d / 2 + 1)) / 1000.0, 0.);
+	ev_timer_start(l->loop, &s->sub_retry);
+}
+
+/* hiredis: the subscription connection <ac> finished connecting with
+ * <status>; on failure, retry on the next sentinel. */
+static void limiter_sentinel_on_sub_connect(const redisAsyncContext *ac, int status)
+{
+	struct limiter *l = ac->data;
+
+	if (!l->sentinel || ac != l->sentinel->sub || status == REDIS_OK)
+		return;
+	limiter_sentinel_sub_lost(l);
+}
+
+/* hiredis: the subscription connection <ac> closed: subscribe again. */
+static void limiter_sentinel_on_sub_disconnect(const redisAsyncContext *ac, int status)
+{
+	struct limiter *l = ac->data;
+
+	(void)status;
+	if (!l->sentinel || ac != l->sentinel->sub)
+		return;
+	log_debug("sentinel_unsubscribed", "reason=\"%s\"", ac->err && ac->errstr ? ac->errstr : "closed");
+	limiter_sentinel_sub_lost(l);
+}
+
+/*
+ * A message on +switch-master: "<name> <old-ip> <old-port> <new-ip>
+ * <new-port>". For our master, drop the link to the old primary (its calls
+ * are answered "unavailable") and connect to the new one at once.
+ */
+static void limiter_sentinel_on_switch(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter *l = ac->data;
+	struct limiter_sentinel *s = l->sentinel;
+	const redisReply *reply = r, *kind, *msg;
+	char text[REDIS_URL_NAME_MAX + 2 * REDIS_URL_HOST_MAX + 32];
+	char name[REDIS_URL_NAME_MAX], oldh[REDIS_URL_HOST_MAX], newh[REDIS_URL_HOST_MAX];
+	int oldp, newp;
+	struct limiter_link *k;
+
+	(void)privdata;
+	if (!s || ac != s->sub || !reply)
+		return;
+	if (reply->type == REDIS_REPLY_ERROR) {
+		log_warn("sentinel_subscribe_failed", "reply=\"%.*s\"", (int)reply->len, reply->str);
+		s->sub = NULL;
+		redisAsyncDisconnect(ac);
+		limiter_sentinel_sub_lost(l);
+		return;
+	}
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3)
+		return;
+	kind = reply->element[0];
+	msg = reply->element[2];
+	if (kind->type != REDIS_REPLY_STRING)
+		return;
+	if (kind->len == 9 && memcmp(kind->str, "subscribe", 9) == 0) {
+		s->sub_backoff_ms = LIMITER_BACKOFF_MIN_MS;
+		log_debug("sentinel_subscribed", "channel=+switch-master");
+		return;
+	}
+	if (kind->len != 7 || memcmp(kind->str, "message", 7) != 0 ||
+	    msg->type != REDIS_REPLY_STRING || msg->len >= sizeof(text))
+		return;
+	memcpy(text, msg->str, msg->len);
+	text[msg->len] = '\0';
+	if (sscanf(text, "%63s %255s %d %255s %d", name, oldh, &oldp, newh, &newp) != 5 ||
+	    strcmp(name, l->url.master) != 0 || newp < 1 || newp > 65535)
+		return;
+	log_info("sentinel_switch_master", "master=%s from=%s:%d to=%s:%d", name, oldh, oldp,
+	         newh, newp);
+	k = l->main_link;
+	if (!k)
+		return;
+	limiter_link_drop(k, "+switch-master");
+	if (s->query) {
+		redisAsyncContext *q = s->query;
+
+		s->query = NULL;
+		redisAsyncFree(q);
+	}
+	limiter_link_set_target(k, newh, newp, false);
+	s->master_known = true;
+	k->state = LIMITER_ST_IDLE;
+	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
+	ev_timer_stop(l->loop, &k->retry);
+	ev_timer_stop(l->loop, &k->connect_timer);
+	limiter_link_connect(k);
+}
+
+/* Subscribe to +switch-master on the next sentinel. */
+static void limiter_sentinel_subscribe(struct limiter *l)
+{
+	struct limiter_sentinel *s = l->sentinel;
+	char where[REDIS_URL_ADDR_MAX];
+	const char *why = NULL;
+	redisAsyncContext *ac;
+
+	ac = limiter_sentinel_connect(l, &s->sub_next, l, where, sizeof(where), &why);
+	if (!ac) {
+		limiter_sentinel_sub_lost(l);
+		return;
+	}
+	redisAsyncSetConnectCallback(ac, limiter_sentinel_on_sub_connect);
+	redisAsyncSetDisconnectCallback(ac, limiter_sentinel_on_sub_disconnect);
+	s->sub = ac;
+	log_debug("sentinel_subscribing", "sentinel=%s", where);
+	limiter_sentinel_auth(l, ac);
+	redisAsyncCommand(ac, limiter_sentinel_on_switch, NULL, "SUBSCRIBE +switch-master");
+}
+
+/* The subscription's backoff wait is over: subscribe again. */
+static void limiter_sentinel_on_sub_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct limiter *l = w->data;
+
+	(void)loop;
+	(void)revents;
+	if (l->sentinel && !l->sentinel->sub && !l->closing)
+		limiter_sentinel_subscribe(l);
+}
+
+/* Close the sentinel connections of <l> (their callbacks, run by the
+ * frees, see they are no longer ours). */
+void limiter_sentinel_stop(struct limiter *l)
+{
+	struct limiter_sentinel *s = l->sentinel;
+	redisAsyncContext *ac;
+
+	if (!s)
+		return;
+	ev_timer_stop(l->loop, &s->sub_retry);
+	if ((ac = s->query)) {
+		s->query = NULL;
+		redisAsyncFree(ac);
+	}
+	if ((ac = s->sub)) {
+		s->sub = NULL;
+		redisAsyncFree(ac);
+	}
+}
+
+/* Allocates l->sentinel and the main link, both owned by <l>. See
+ * limiter_sentinel.h. */
+int limiter_sentinel_start(struct limiter *l)
+{
+	struct limiter_link *k;
+
+	l->sentinel = calloc(1, sizeof(*l->sentinel));
+	if (!l->sentinel)
+		return -1;
+	l->sentinel->sub_backoff_ms = LIMITER_BACKOFF_MIN_MS;
+	ev_timer_init(&l->sentinel->sub_retry, limiter_sentinel_on_sub_retry, 0., 0.);
+	l->sentinel->sub_retry.data = l;
+	k = limiter_link_get(l, "", 0, false);
+	if (!k)
+		return -1;
+	snprintf(k->addr, sizeof(k->addr), "%s", l->url.addr);
+	l->main_link = k;
+	limiter_update_connected(l);
+	limiter_sentinel_subscribe(l);
+	limiter_link_connect(k);
+	return 0;
+}
