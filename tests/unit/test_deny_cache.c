@@ -1,0 +1,177 @@
+/*
+ * test_deny_cache - the limiter's local deny cache on its own (no I/O, no
+ * clock: the tests pass the monotonic time): a hit counts down from the
+ * cached deadlines, a smaller cost may still pass, expiry, replacement of
+ * the same key, eviction of the entry that expires first, clear.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "deny_cache.h"
+
+#define S 1000000   /* one second in microseconds */
+
+static struct window_decision deny(int64_t retry_after_us, int64_t reset_s)
+{
+	struct window_decision d;
+
+	memset(&d, 0, sizeof(d));
+	d.status = WINDOW_DENY;
+	d.has_quota = true;
+	d.limit = 10;
+	d.remaining = 0;
+	d.retry_after_us = retry_after_us;
+	d.retry_after = window_us_to_s_ceil(retry_after_us);
+	d.reset = reset_s;
+	d.window = 60;
+	return d;
+}
+
+static void store(struct deny_cache *dc, const char *key, uint64_t cost, int64_t sent,
+                  int64_t retry_us, int64_t now)
+{
+	struct window_decision d = deny(retry_us, 60);
+
+	deny_cache_store(dc, "api", 3, key, strlen(key), cost, sent, &d, now);
+}
+
+static bool lookup(struct deny_cache *dc, const char *key, uint64_t cost, int64_t now,
+                   struct window_decision *d)
+{
+	return deny_cache_lookup(dc, "api", 3, key, strlen(key), cost, now, d);
+}
+
+static void test_empty(void **state)
+{
+	struct deny_cache dc;
+	struct window_decision d;
+
+	(void)state;
+	deny_cache_init(&dc, 42);
+	assert_false(lookup(&dc, "k", 1, 0, &d));
+	assert_null(dc.slots);   /* nothing allocated before the first deny */
+	deny_cache_clear(&dc);
+}
+
+static void test_hit_counts_down(void **state)
+{
+	struct deny_cache dc;
+	struct window_decision d;
+
+	(void)state;
+	deny_cache_init(&dc, 42);
+	/* sent at 10 s, answered at 10.1 s: denied for 5 s from the send */
+	store(&dc, "k", 1, 10 * S, 5 * S, 10 * S + S / 10);
+	assert_true(lookup(&dc, "k", 1, 11 * S, &d));
+	assert_int_equal(d.status, WINDOW_DENY);
+	assert_int_equal(d.retry_after_us, 4 * S);
+	assert_int_equal(d.retry_after, 4);
+	assert_int_equal(d.limit, 10);
+	assert_int_equal(d.remaining, 0);
+	assert_int_equal(d.window, 60);
+	/* <reset> (60 s) is capped at the retry deadline */
+	assert_int_equal(d.reset, 4);
+	/* less than a second left still says 1 */
+	assert_true(lookup(&dc, "k", 1, 15 * S - 1, &d));
+	assert_int_equal(d.retry_after, 1);
+	/* another key, another policy: not cached */
+	assert_false(lookup(&dc, "other", 1, 11 * S, &d));
+	assert_false(deny_cache_lookup(&dc, "web", 3, "k", 1, 1, 11 * S, &d));
+	deny_cache_clear(&dc);
+}
+
+static void test_expiry_and_cost(void **state)
+{
+	struct deny_cache dc;
+	struct window_decision d;
+
+	(void)state;
+	deny_cache_init(&dc, 7);
+	store(&dc, "k", 5, 0, 2 * S, 0);
+	/* a smaller cost may fit earlier: ask Redis */
+	assert_false(lookup(&dc, "k", 4, S, &d));
+	assert_true(lookup(&dc, "k", 5, S, &d));
+	assert_true(lookup(&dc, "k", 6, S, &d));
+	/* at the deadline the request may pass, and the entry is emptied */
+	assert_false(lookup(&dc, "k", 5, 2 * S, &d));
+	assert_false(lookup(&dc, "k", 5, S, &d));
+	/* a deny already over when it arrives is not stored */
+	store(&dc, "late", 1, 0, S, 2 * S);
+	assert_false(lookup(&dc, "late", 1, 0, &d));
+	store(&dc, "zero", 1, 0, 0, 0);
+	assert_false(lookup(&dc, "zero", 1, 0, &d));
+	deny_cache_clear(&dc);
+}
+
+static void test_replace_and_clear(void **state)
+{
+	struct deny_cache dc;
+	struct window_decision d;
+
+	(void)state;
+	deny_cache_init(&dc, 9);
+	store(&dc, "k", 1, 0, 10 * S, 0);
+	store(&dc, "k", 1, 0, 3 * S, 0);   /* the same key: replaced, not added */
+	assert_true(lookup(&dc, "k", 1, S, &d));
+	assert_int_equal(d.retry_after_us, 2 * S);
+	deny_cache_clear(&dc);
+	assert_null(dc.slots);
+	assert_false(lookup(&dc, "k", 1, S, &d));
+	/* oversized names or keys are never stored (nor read past) */
+	{
+		char big[WINDOW_KEY_MAX + 2];
+		struct window_decision x = deny(S, 1);
+
+		memset(big, 'a', sizeof(big));
+		deny_cache_store(&dc, "api", 3, big, sizeof(big), 1, 0, &x, 0);
+		assert_false(deny_cache_lookup(&dc, "api", 3, big, sizeof(big), 1, 0, &d));
+	}
+	deny_cache_clear(&dc);
+}
+
+/* More keys than slots: the table stays bounded, every lookup answers from
+ * what it holds, and the newest denies are found (an entry that expires
+ * first is the one given up). */
+static void test_bounded(void **state)
+{
+	struct deny_cache dc;
+	struct window_decision d;
+	char key[32];
+	unsigned i, found = 0;
+
+	(void)state;
+	deny_cache_init(&dc, 1);
+	for (i = 0; i < 2 * DENY_CACHE_SLOTS; i++) {
+		snprintf(key, sizeof(key), "k%u", i);
+		store(&dc, key, 1, 0, (int64_t)(i + 1) * 1000 + S, 0);
+	}
+	for (i = 0; i < 2 * DENY_CACHE_SLOTS; i++) {
+		snprintf(key, sizeof(key), "k%u", i);
+		found += lookup(&dc, key, 1, 1, &d);
+	}
+	assert_true(found <= DENY_CACHE_SLOTS);
+	assert_true(found > DENY_CACHE_SLOTS / 2);
+	/* the last one stored always stays */
+	snprintf(key, sizeof(key), "k%u", 2 * DENY_CACHE_SLOTS - 1);
+	assert_true(lookup(&dc, key, 1, 1, &d));
+	deny_cache_clear(&dc);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_empty),
+		cmocka_unit_test(test_hit_counts_down),
+		cmocka_unit_test(test_expiry_and_cost),
+		cmocka_unit_test(test_replace_and_clear),
+		cmocka_unit_test(test_bounded),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
