@@ -58,8 +58,8 @@ else
 Q := @
 endif
 
-SPOA_MODULES := spop window headers config log metrics limiter limiter_link limiter_sentinel limiter_cluster deny_cache \
-                conn worker http net cluster redis_url proc
+SPOA_MODULES := spop spop_write window headers config log metrics proc conn worker http net \
+                limiter limiter_link limiter_sentinel limiter_cluster deny_cache cluster redis_url
 AGENT_OBJS   := $(addprefix $(BUILD)/spoa/,$(addsuffix .o,$(SPOA_MODULES)))
 MAIN_OBJ     := $(BUILD)/spoa/main.o
 BENCH_OBJ    := $(BUILD)/bench/spoa-bench.o
@@ -110,7 +110,7 @@ $(AGENT): $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $^ $(LDLIBS_AGENT)
 
-$(BENCH): $(BENCH_OBJ) $(BUILD)/spoa/spop.o
+$(BENCH): $(BENCH_OBJ) $(BUILD)/spoa/spop.o $(BUILD)/spoa/spop_write.o
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $^ -lev -lm -pthread
 

@@ -28,6 +28,11 @@
 #define SPOP_VARINT_MAX_LEN     10
 #define SPOP_FLAG_FIN           0x00000001u
 #define SPOP_FLAG_ABORT         0x00000002u
+/* wire details shared by the decoder (spop.c) and the encoder (spop_write.c) */
+#define SPOP_HDR_FIXED          5u      /* type + 4 flag bytes */
+#define SPOP_DATA_TYPE_MASK     0x0fu
+#define SPOP_DATA_FLAG_SHIFT    4
+#define SPOP_DATA_FLAG_TRUE     0x01u   /* in the flag nibble */
 
 /* SPOP status codes (§3.2.8). Values are on the wire: do not renumber. */
 enum spop_status {

@@ -33,8 +33,8 @@ mkdir -p "$out/corpus" "$out/artifacts"
 # Modules each harness links (spoa/<module>.c) and extra libraries.
 modules() {
 	case $1 in
-	fuzz_spop)   echo "spop" ;;
-	fuzz_conn)   echo "conn spop window headers config log metrics" ;;
+	fuzz_spop)   echo "spop spop_write" ;;
+	fuzz_conn)   echo "conn spop spop_write window headers config log metrics" ;;
 	fuzz_config) echo "config window" ;;
 	*) echo "unknown harness: $1" >&2; return 1 ;;
 	esac
