@@ -7,7 +7,8 @@
 #   make check      everything: deps, build, unit tests, integration and end-to-end tests
 #   make haproxy32  build HAProxy 3.2 from Debian's source package into build/ (once)
 #   make e2e-3.2    the end-to-end tests on that HAProxy 3.2 (make e2e: HAPROXY=, else 2.6)
-#   make test       unit tests only (cmocka, no sockets)
+#   make test       unit tests only (cmocka; no network: test_limiter talks to
+#                   a scripted fake Redis on loopback inside its own process)
 #   make sanitize   unit + integration tests under ASan + UBSan
 #   make valgrind   unit tests under valgrind
 #   make lint       cppcheck + clang-tidy on spoa/ and bench/
@@ -121,7 +122,7 @@ $(MCOUNT): bench/mcount.c
 		-shared -fPIC -o $@ $< -ldl
 
 # A unit test links only the modules its tests/unit/<name>.deps lists
-# (pure ones: no sockets).
+# (pure ones: no sockets; test_limiter links the limiter and its fake Redis).
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $$(addprefix $(BUILD)/spoa/,$$(addsuffix .o,$$(shell cat tests/unit/$$*.deps)))
 	$(if $(Q),@echo "  LD      $@")

@@ -1,0 +1,605 @@
+/*
+ * test_limiter - the limiter (limiter*.c) against a scripted fake Redis
+ * (fake_redis.h) on loopback sockets inside this process, on this test's
+ * own libev loop. Not pure like the other unit tests: it opens sockets,
+ * but only to itself, and the fake answers exactly what each test scripts,
+ * so the cases a real redis-server cannot be made to produce on demand are
+ * driven deterministically: a half-written reply, a stall, NOSCRIPT, an
+ * evicting Redis, a replica, Cluster MOVED / ASK / TRYAGAIN.
+ *
+ * Waits poll for a condition with a generous deadline; nothing asserts how
+ * long anything took.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "cluster.h"
+#include "fake_redis.h"
+#include "limiter.h"
+#include "log.h"
+#include "window.h"
+
+#define WAIT_S       10.0
+#define SCRIPT       "return 1"
+#define ANSWERS_MAX  1024
+#define PAUSE_S      0.02   /* between the requests of ask_until() */
+
+/* The script's replies: allowed, limit, remaining, reset (us), retry (us), window. */
+#define REPLY_ALLOW  "*6\r\n:1\r\n:10\r\n:9\r\n:60000000\r\n:0\r\n:0\r\n"
+#define REPLY_DENY   "*6\r\n:0\r\n:10\r\n:0\r\n:60000000\r\n:5000000\r\n:0\r\n"
+
+static struct ev_loop *loop;
+static ev_timer tick;
+
+static const struct window_policy pol = {
+	.name = "api", .name_len = 3, .nwin = 1, .win = { { 10, 60000 } },
+	.on_error = WINDOW_ON_ERROR_DENY,
+};
+
+/* Every answer a test received, one slot per limiter_check(): the callback
+ * contract says each is written exactly once. */
+struct answer {
+	unsigned n;
+	struct window_decision d;
+};
+static struct answer answers[ANSWERS_MAX];
+static unsigned nanswers;
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Run the loop until <cond> holds, at most WAIT_S; then check it. */
+#define WAIT(cond) do { \
+	double t0_ = now_s(); \
+	while (!(cond) && now_s() - t0_ < WAIT_S) \
+		ev_run(loop, EVRUN_ONCE); \
+	assert_true(cond); \
+} while (0)
+
+static void on_answer(void *arg, const struct window_decision *d)
+{
+	struct answer *a = arg;
+
+	a->n++;
+	a->d = *d;
+}
+
+/* libev: keeps EVRUN_ONCE from sleeping long when nothing else is due. */
+static void on_tick(struct ev_loop *l, ev_timer *w, int revents)
+{
+	(void)l;
+	(void)w;
+	(void)revents;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	loop = ev_loop_new(EVFLAG_AUTO);
+	if (!loop)
+		return -1;
+	ev_timer_init(&tick, on_tick, 0.01, 0.01);
+	ev_timer_start(loop, &tick);
+	memset(answers, 0, sizeof(answers));
+	nanswers = 0;
+	return 0;
+}
+
+/* Every answer came exactly once. */
+static int teardown(void **state)
+{
+	unsigned i;
+
+	(void)state;
+	for (i = 0; i < nanswers; i++)
+		if (answers[i].n != 1) {
+			fprintf(stderr, "# answer %u came %u times\n", i, answers[i].n);
+			return -1;
+		}
+	ev_timer_stop(loop, &tick);
+	ev_loop_destroy(loop);
+	loop = NULL;
+	return 0;
+}
+
+/* A limiter on <url> with <timeout_ms>; the test frees it. */
+static struct limiter *new_limiter(const char *url, uint64_t timeout_ms)
+{
+	struct limiter_settings s = {
+		.redis_url = url, .timeout_ms = timeout_ms, .script = SCRIPT,
+		.script_len = strlen(SCRIPT), .thread_id = 1,
+	};
+	char err[256] = "";
+	struct limiter *l = limiter_new(loop, &s, err, sizeof(err));
+
+	if (!l)
+		fprintf(stderr, "# limiter_new: %s\n", err);
+	assert_non_null(l);
+	return l;
+}
+
+static struct limiter *new_limiter_on(const struct fake_redis *f, const char *scheme,
+                                      uint64_t timeout_ms)
+{
+	char url[64];
+
+	snprintf(url, sizeof(url), "%s://127.0.0.1:%d", scheme, f->port);
+	return new_limiter(url, timeout_ms);
+}
+
+static void wait_ready(struct limiter *l)
+{
+	char why[160];
+
+	WAIT(limiter_ready(l, why, sizeof(why)));
+}
+
+/* Start one decision for <key>; its answer lands in the returned slot. */
+static struct answer *start(struct limiter *l, const char *key)
+{
+	struct answer *a;
+
+	assert_true(nanswers < ANSWERS_MAX);
+	a = &answers[nanswers++];
+	assert_int_equal(limiter_check(l, &pol, key, strlen(key), 1, on_answer, a), 0);
+	return a;
+}
+
+/* One decision for <key>, waited for. */
+static struct window_decision ask(struct limiter *l, const char *key)
+{
+	struct answer *a = start(l, key);
+
+	WAIT(a->n > 0);
+	return a->d;
+}
+
+/* Ask again until the answer is <status> with <reason>. */
+static struct window_decision ask_until(struct limiter *l, const char *key,
+                                        enum window_status status, enum window_reason reason)
+{
+	struct window_decision d;
+	double t0 = now_s();
+
+	for (;;) {
+		double t1;
+
+		d = ask(l, key);
+		if ((d.status == status && d.reason == reason) || now_s() - t0 >= WAIT_S)
+			break;
+		/* let the limiter's timers move on before asking again */
+		for (t1 = now_s(); now_s() - t1 < PAUSE_S;)
+			ev_run(loop, EVRUN_ONCE);
+	}
+	assert_int_equal(d.status, status);
+	assert_int_equal(d.reason, reason);
+	return d;
+}
+
+/* The Redis Cluster hash slot of <key> under the test policy. */
+static unsigned slot_of(const char *key)
+{
+	char rkey[128];
+
+	snprintf(rkey, sizeof(rkey), "%.*s:limit:v1:%s", (int)pol.name_len, pol.name, key);
+	return cluster_key_slot(rkey, strlen(rkey));
+}
+
+/* CLUSTER SLOTS: every slot on <port>, except <slot> on <other> (when
+ * <other> is not 0). */
+static void slots_reply(char *buf, size_t cap, int port, unsigned slot, int other)
+{
+	char ranges[3][96];
+	unsigned n = 0, i;
+	size_t len;
+
+	if (!other) {
+		snprintf(ranges[n++], sizeof(ranges[0]), ":0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", port);
+	} else {
+		if (slot > 0)
+			snprintf(ranges[n++], sizeof(ranges[0]),
+			         ":0\r\n:%u\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", slot - 1, port);
+		snprintf(ranges[n++], sizeof(ranges[0]),
+		         ":%u\r\n:%u\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", slot, slot, other);
+		if (slot < CLUSTER_SLOTS - 1)
+			snprintf(ranges[n++], sizeof(ranges[0]),
+			         ":%u\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", slot + 1, port);
+	}
+	len = (size_t)snprintf(buf, cap, "*%u\r\n", n);
+	for (i = 0; i < n; i++)
+		len += (size_t)snprintf(buf + len, cap - len, "*3\r\n%s", ranges[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* one Redis                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The setup sequence, then a decision from the script's reply. */
+static void test_allow(void **state)
+{
+	struct fake_redis f;
+	struct limiter *l;
+	struct window_decision d;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:alice");
+	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
+	l = new_limiter_on(&f, "redis", 1000);
+	wait_ready(l);
+	assert_int_equal(fake_hits(&f, "ROLE"), 1);
+	assert_int_equal(fake_hits(&f, "CONFIG GET maxmemory-policy"), 1);
+	assert_int_equal(fake_hits(&f, "SCRIPT LOAD"), 1);
+	d = ask(l, "alice");
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(d.limit, 10);
+	assert_int_equal(d.remaining, 9);
+	assert_true(fake_done(&f));
+	assert_int_equal(f.unexpected, 0);
+	limiter_free(l);
+	fake_stop(&f);
+}
+
+/* A deny is cached: the next request of that account is answered without
+ * Redis, until its retry_after. */
+static void test_deny_cached(void **state)
+{
+	struct fake_redis f;
+	struct limiter *l;
+	struct window_decision d;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA");
+	fake_step(&f, FAKE_SEND, REPLY_DENY);
+	l = new_limiter_on(&f, "redis", 1000);
+	wait_ready(l);
+	d = ask(l, "bob");
+	assert_int_equal(d.status, WINDOW_DENY);
+	assert_int_equal(d.retry_after, 5);
+	d = ask(l, "bob");
+	assert_int_equal(d.status, WINDOW_DENY);
+	assert_true(d.retry_after >= 1 && d.retry_after <= 5);
+	assert_int_equal(fake_count(&f, "EVALSHA"), 1);
+	assert_int_equal(f.unexpected, 0);
+	limiter_free(l);
+	fake_stop(&f);
+}
+
+/* NOSCRIPT (Redis lost its script cache): the call is re-sent once as EVAL
+ * with the script, and the script is loaded again. */
+static void test_noscript(void **state)
+{
+	struct fake_redis f;
+	struct limiter *l;
+	struct window_decision d;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA");
+	fake_step(&f, FAKE_SEND, "-NOSCRIPT No matching script. Please use EVAL.\r\n");
+	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 1 api:limit:v1:carol");
+	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
+	l = new_limiter_on(&f, "redis", 1000);
+	wait_ready(l);
+	d = ask(l, "carol");
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	WAIT(fake_hits(&f, "SCRIPT LOAD") == 2);
+	assert_true(fake_done(&f));
+	assert_int_equal(f.unexpected, 0);
+	limiter_free(l);
+	fake_stop(&f);
+}
+
+/* A Redis that may evict keys: decisions refused (redis-evicts-keys)
+ * without a script call, until the policy is fixed and asked again. */
+static void test_eviction_policy(void **state)
+{
+	struct fake_redis f;
+	struct limiter *l;
+	char why[160] = "";
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "CONFIG GET maxmemory-policy",
+	          "*2\r\n$16\r\nmaxmemory-policy\r\n$11\r\nallkeys-lru\r\n");
+	fake_rule(&f, "EVALSHA", REPLY_ALLOW);
+	l = new_limiter_on(&f, "redis", 1000);
+	ask_until(l, "dave", WINDOW_ERROR, WINDOW_REASON_REDIS_EVICTS);
+	assert_false(limiter_ready(l, why, sizeof(why)));
+	assert_non_null(strstr(why, "maxmemory-policy"));
+	assert_int_equal(fake_count(&f, "EVALSHA"), 0);
+	/* an operator sets noeviction: seen on a later request */
+	fake_rule(&f, "CONFIG GET maxmemory-policy",
+	          "*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n");
+	ask_until(l, "dave", WINDOW_ALLOW, WINDOW_REASON_NONE);
+	assert_true(limiter_ready(l, why, sizeof(why)));
+	assert_int_equal(f.unexpected, 0);
+	limiter_free(l);
+	fake_stop(&f);
+}
+
+/* ROLE says replica: the link never becomes ready, and is retried. */
+static void test_role_replica(void **state)
+{
+	struct fake_redis f;
+	struct limiter *l;
+	struct window_decision d;
+	char why[160] = "";
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "ROLE", "*5\r\n$5\r\nslave\r\n$9\r\n127.0.0.1\r\n:6379\r\n"
+	          "$9\r\nconnected\r\n:0\r\n");
+	l = new_limiter_on(&f, "redis", 1000);
+	WAIT(f.nconns >= 2);
+	assert_false(limiter_ready(l, why, sizeof(why)));
+	assert_non_null(strstr(why, "not a primary"));
+	d = ask(l, "erin");
+	assert_int_equal(d.status, WINDOW_ERROR);
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
+	assert_int_equal(fake_count(&f, "EVALSHA"), 0);
+	limiter_free(l);
+	fake_stop(&f);
+}
+
+/* Half a reply, then the connection closes: "unavailable" at once; the
+ * link reconnects and decides again. */
+static void test_half_reply_then_close(void **state)
+{
+	struct fake_redis f;
+	struct limiter *l;
+	struct window_decision d;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA");
+	fake_step(&f, FAKE_SEND, "*6\r\n:1\r\n:10\r\n");
+	fake_step(&f, FAKE_CLOSE, NULL);
+	l = new_limiter_on(&f, "redis", 1000);
+	wait_ready(l);
+	d = ask(l, "frank");
+	assert_int_equal(d.status, WINDOW_ERROR);
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
+	fake_rule(&f, "EVALSHA", REPLY_ALLOW);
+	ask_until(l, "frank", WINDOW_ALLOW, WINDOW_REASON_NONE);
+	assert_true(f.nconns >= 2);
+	assert_int_equal(f.unexpected, 0);
+	limiter_free(l);
+	fake_stop(&f);
+}
+
+/* Half a reply, then silence: the call's own deadline answers "timeout". */
+static void test_half_reply_then_timeout(void **state)
+{
+	struct fake_redis f;
+	struct limiter *l;
+	struct window_decision d;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA");
+	fake_step(&f, FAKE_SEND, "*6\r\n:1\r\n");
+	fake_step(&f, FAKE_STALL, NULL);
+	l = new_limiter_on(&f, "redis", 50);
+	wait_ready(l);
+	d = ask(l, "gina");
+	assert_int_equal(d.status, WINDOW_ERROR);
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_TIMEOUT);
+	assert_true(fake_done(&f));
+	limiter_free(l);
+	fake_stop(&f);
+}
+
+/* A Redis that accepts commands and never answers: each call times out,
+ * and once nothing has been answered for the stall limit (1 s here) the
+ * link is dropped and made anew (the new connection answers). */
+static void test_stall(void **state)
+{
+	struct fake_redis f;
+	struct limiter *l;
+	struct window_decision d;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA");
+	fake_step(&f, FAKE_STALL, NULL);
+	fake_rule(&f, "EVALSHA", REPLY_ALLOW);
+	l = new_limiter_on(&f, "redis", 20);
+	wait_ready(l);
+	d = ask(l, "hank");
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_TIMEOUT);
+	d = ask_until(l, "hank", WINDOW_ALLOW, WINDOW_REASON_NONE);
+	assert_int_equal(d.remaining, 9);
+	assert_true(f.nconns >= 2);
+	assert_int_equal(f.unexpected, 0);
+	limiter_free(l);
+	fake_stop(&f);
+}
+
+/* limiter_free() answers a call Redis still holds, once. */
+static void test_free_answers_pending(void **state)
+{
+	struct fake_redis f;
+	struct limiter *l;
+	struct answer *a;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA");
+	fake_step(&f, FAKE_STALL, NULL);
+	l = new_limiter_on(&f, "redis", 5000);
+	wait_ready(l);
+	a = start(l, "ivy");
+	WAIT(fake_done(&f));
+	assert_int_equal(a->n, 0);
+	limiter_free(l);
+	assert_int_equal(a->n, 1);
+	assert_int_equal(a->d.status, WINDOW_ERROR);
+	assert_int_equal(a->d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
+	fake_stop(&f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Redis Cluster                                                             */
+/* ------------------------------------------------------------------------ */
+
+struct cluster2 {
+	struct fake_redis a, b;
+	char map[512];
+	struct limiter *l;
+};
+
+/* Two nodes, every slot on <a> at first; a limiter on cluster://a, ready. */
+static void cluster2_start(struct cluster2 *c)
+{
+	assert_int_equal(fake_start(&c->a, loop), 0);
+	assert_int_equal(fake_start(&c->b, loop), 0);
+	slots_reply(c->map, sizeof(c->map), c->a.port, 0, 0);
+	fake_rule(&c->a, "CLUSTER SLOTS", c->map);
+	fake_rule(&c->b, "CLUSTER SLOTS", c->map);
+	c->l = new_limiter_on(&c->a, "cluster", 2000);
+	wait_ready(c->l);
+	/* cluster links skip ROLE: a seed may be a replica */
+	assert_int_equal(fake_hits(&c->a, "ROLE"), 0);
+}
+
+static void cluster2_stop(struct cluster2 *c)
+{
+	assert_int_equal(c->a.unexpected, 0);
+	assert_int_equal(c->b.unexpected, 0);
+	limiter_free(c->l);
+	fake_stop(&c->a);
+	fake_stop(&c->b);
+}
+
+/* MOVED: the map learns the slot's new node and the call follows it. */
+static void test_cluster_moved(void **state)
+{
+	struct cluster2 c;
+	char moved[96], map[512];
+	struct window_decision d;
+	unsigned slot = slot_of("jane");
+
+	(void)state;
+	cluster2_start(&c);
+	/* from now on the cluster says the slot moved to b */
+	slots_reply(map, sizeof(map), c.a.port, slot, c.b.port);
+	fake_rule(&c.a, "CLUSTER SLOTS", map);
+	fake_rule(&c.b, "CLUSTER SLOTS", map);
+	snprintf(moved, sizeof(moved), "-MOVED %u 127.0.0.1:%d\r\n", slot, c.b.port);
+	fake_step(&c.a, FAKE_EXPECT, "EVALSHA");
+	fake_step(&c.a, FAKE_SEND, moved);
+	fake_step(&c.b, FAKE_EXPECT, "EVALSHA");
+	fake_step(&c.b, FAKE_SEND, REPLY_ALLOW);
+	d = ask(c.l, "jane");
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_true(fake_done(&c.a));
+	assert_true(fake_done(&c.b));
+	/* the next call of that slot goes to b directly */
+	fake_rule(&c.b, "EVALSHA", REPLY_ALLOW);
+	d = ask(c.l, "jane");
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(fake_count(&c.a, "EVALSHA"), 1);
+	assert_int_equal(fake_count(&c.b, "EVALSHA"), 2);
+	cluster2_stop(&c);
+}
+
+/* ASK: this once, ASKING then the call on the node named; the map stays. */
+static void test_cluster_ask(void **state)
+{
+	struct cluster2 c;
+	char askr[96];
+	struct window_decision d;
+
+	(void)state;
+	cluster2_start(&c);
+	snprintf(askr, sizeof(askr), "-ASK %u 127.0.0.1:%d\r\n", slot_of("kate"), c.b.port);
+	fake_step(&c.a, FAKE_EXPECT, "EVALSHA");
+	fake_step(&c.a, FAKE_SEND, askr);
+	fake_step(&c.a, FAKE_EXPECT, "EVALSHA");
+	fake_step(&c.a, FAKE_SEND, REPLY_ALLOW);
+	fake_step(&c.b, FAKE_EXPECT, "ASKING");
+	fake_step(&c.b, FAKE_SEND, "+OK\r\n");
+	fake_step(&c.b, FAKE_EXPECT, "EVALSHA");
+	fake_step(&c.b, FAKE_SEND, REPLY_ALLOW);
+	d = ask(c.l, "kate");
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_true(fake_done(&c.b));
+	/* the slot still belongs to a */
+	d = ask(c.l, "kate");
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_true(fake_done(&c.a));
+	cluster2_stop(&c);
+}
+
+/* TRYAGAIN (keys mid-migration): the call waits a moment and is re-sent. */
+static void test_cluster_tryagain(void **state)
+{
+	struct cluster2 c;
+	struct window_decision d;
+
+	(void)state;
+	cluster2_start(&c);
+	fake_step(&c.a, FAKE_EXPECT, "EVALSHA");
+	fake_step(&c.a, FAKE_SEND, "-TRYAGAIN Multiple keys request during rehashing of slot\r\n");
+	fake_step(&c.a, FAKE_EXPECT, "EVALSHA");
+	fake_step(&c.a, FAKE_SEND, REPLY_ALLOW);
+	d = ask(c.l, "liam");
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_true(fake_done(&c.a));
+	assert_int_equal(fake_count(&c.b, "EVALSHA"), 0);
+	cluster2_stop(&c);
+}
+
+/* CLUSTERDOWN: "unavailable", not a script error. */
+static void test_cluster_down(void **state)
+{
+	struct cluster2 c;
+	struct window_decision d;
+
+	(void)state;
+	cluster2_start(&c);
+	fake_step(&c.a, FAKE_EXPECT, "EVALSHA");
+	fake_step(&c.a, FAKE_SEND, "-CLUSTERDOWN The cluster is down\r\n");
+	d = ask(c.l, "mona");
+	assert_int_equal(d.status, WINDOW_ERROR);
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
+	assert_true(fake_done(&c.a));
+	cluster2_stop(&c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_allow, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_deny_cached, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_noscript, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_eviction_policy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_role_replica, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_half_reply_then_close, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_half_reply_then_timeout, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_answers_pending, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_moved, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_ask, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_tryagain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_down, setup, teardown),
+	};
+
+	/* the limiter's warnings are expected here; errors still show */
+	log_set_level(CONFIG_LOG_ERROR);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
