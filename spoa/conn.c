@@ -143,9 +143,10 @@ static void conn_want_flush(struct conn *c)
 	c->env->flush_head = c;
 }
 
-static void conn_count_out(struct conn *c, unsigned type)
+/* Count one frame of <type> sent on <c>. */
+static void conn_count_out(struct conn *c, enum metrics_frame_out type)
 {
-	if (c->env->metrics && type < 4)
+	if (c->env->metrics)
 		metrics_add(&c->env->metrics->frames_out[type], 1);
 }
 
@@ -164,7 +165,7 @@ static void conn_send_disconnect(struct conn *c, unsigned status, const char *ms
 	                                 status, msg);
 	if (n > 0) {
 		c->out_len += (size_t)n;
-		conn_count_out(c, 2);
+		conn_count_out(c, METRICS_OUT_DISCONNECT);
 	}
 	c->flags |= CONN_F_DISCO_SENT;
 	log_info("spop_disconnect_sent", "conn=%llu status=%u message=\"%s\"",
@@ -320,7 +321,7 @@ static void conn_send_ack(struct conn *c, const struct conn_req *r)
 		return;
 	}
 	c->out_len += (size_t)n;
-	conn_count_out(c, 3);
+	conn_count_out(c, METRICS_OUT_ACK);
 	conn_observe_decision(c->env, r);
 	conn_want_flush(c);
 }
@@ -551,7 +552,7 @@ static void conn_handle_hello(struct conn *c, const struct spop_frame *f)
 		return;
 	}
 	c->out_len += (size_t)n;
-	conn_count_out(c, 1);
+	conn_count_out(c, METRICS_OUT_HELLO);
 	conn_want_flush(c);
 	ev_timer_stop(c->env->loop, &c->timer);
 	if (h->healthcheck) {

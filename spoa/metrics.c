@@ -51,17 +51,20 @@ static const char *const redis_err_names[METRICS_REDIS_ERR_COUNT] = {
 	[METRICS_REDIS_ERR_OOM]      = "oom",
 };
 
-/* Frame types by index of frames_in[] / frames_out[] (0 = anything else). */
 static const char *const reload_names[METRICS_RELOAD_COUNT] = {
 	[METRICS_RELOAD_SUCCESS] = "success",
 	[METRICS_RELOAD_FAILURE] = "failure",
 };
 
-static const char *const frame_in_names[4] = {
+/* Frame types by index of frames_in[] / frames_out[] (0 = anything else). */
+static const char *const frame_in_names[METRICS_FRAMES_IN] = {
 	"other", "haproxy-hello", "haproxy-disconnect", "notify",
 };
-static const char *const frame_out_names[4] = {
-	"other", "agent-hello", "agent-disconnect", "ack",
+static const char *const frame_out_names[METRICS_OUT_COUNT] = {
+	[METRICS_OUT_OTHER]      = "other",
+	[METRICS_OUT_HELLO]      = "agent-hello",
+	[METRICS_OUT_DISCONNECT] = "agent-disconnect",
+	[METRICS_OUT_ACK]        = "ack",
 };
 
 /* SPOP status codes as label values. Kept here rather than taken from the
@@ -254,10 +257,10 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 	acc(&t->conn_accepted, &m->conn_accepted);
 	acc(&t->conn_open, &m->conn_open);
 	acc(&t->conn_rejected, &m->conn_rejected);
-	for (s = 0; s < 4; s++) {
+	for (s = 0; s < METRICS_FRAMES_IN; s++)
 		acc(&t->frames_in[s], &m->frames_in[s]);
+	for (s = 0; s < METRICS_OUT_COUNT; s++)
 		acc(&t->frames_out[s], &m->frames_out[s]);
-	}
 	for (s = 0; s < SPOP_ST_COUNT; s++)
 		acc(&t->malformed[s], &m->malformed[s]);
 	acc(&t->notify_inflight, &m->notify_inflight);
@@ -265,7 +268,11 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 		acc(&t->config_reloads[s], &m->config_reloads[s]);
 }
 
-#define SUM(field) atomic_load_explicit(&t.field, memory_order_relaxed)
+/* The value of counter or gauge <v> (a sum in the render's totals). */
+static uint64_t val(const _Atomic uint64_t *v)
+{
+	return atomic_load_explicit(v, memory_order_relaxed);
+}
 
 /* One unlabelled sample <name> with the summed value <v>. */
 static void scalar(struct render *r, const char *name, const char *type, const char *help,
@@ -328,28 +335,28 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 		for (s = 0; s < WINDOW_STATUS_COUNT; s++)
 			out(&r, METRICS_PREFIX "decisions_total{policy=\"%s\",status=\"%s\"} %" PRIu64 "\n",
 			    c->policies[i].name, window_status_str((enum window_status)s),
-			    SUM(decisions[i][s]));
+			    val(&t.decisions[i][s]));
 		out(&r, METRICS_PREFIX "decisions_total{policy=\"%s\",status=\"shadow-deny\"} %" PRIu64 "\n",
-		    c->policies[i].name, SUM(shadow_denies[i]));
+		    c->policies[i].name, val(&t.shadow_denies[i]));
 	}
 
 	family(&r, "shadow_denies_total", "counter",
 	       "Requests a shadow policy would have denied (answered allow).");
 	for (i = 0; i < np; i++)
 		out(&r, METRICS_PREFIX "shadow_denies_total{policy=\"%s\"} %" PRIu64 "\n",
-		    c->policies[i].name, SUM(shadow_denies[i]));
+		    c->policies[i].name, val(&t.shadow_denies[i]));
 
 	family(&r, "local_cache_answers_total", "counter",
 	       "Denies answered from the agent's local deny cache without asking Redis.");
 	for (i = 0; i < np; i++)
 		out(&r, METRICS_PREFIX "local_cache_answers_total{policy=\"%s\"} %" PRIu64 "\n",
-		    c->policies[i].name, SUM(cache_denies[i]));
+		    c->policies[i].name, val(&t.cache_denies[i]));
 
 	family(&r, "errors_total", "counter",
 	       "Decisions that carried a reason (errors and fail-open allows), by reason.");
 	for (s = 1; s < WINDOW_REASON_COUNT; s++)
 		out(&r, METRICS_PREFIX "errors_total{reason=\"%s\"} %" PRIu64 "\n",
-		    window_reason_str((enum window_reason)s), SUM(errors_by_reason[s]));
+		    window_reason_str((enum window_reason)s), val(&t.errors_by_reason[s]));
 
 	family(&r, "decision_duration_seconds", "histogram",
 	       "Time from reading a NOTIFY to writing its ACK, by policy (the first message's) "
@@ -362,61 +369,61 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 			         c->policies[i].name, dec_status_str(s));
 			histogram(&r, "decision_duration_seconds", labels, dec_bounds_s,
 			          METRICS_DEC_BUCKETS, t.decision_latency[i][s],
-			          SUM(decision_latency_sum_us[i][s]));
+			          val(&t.decision_latency_sum_us[i][s]));
 		}
 	}
 
 	family(&r, "redis_call_duration_seconds", "histogram",
 	       "Time from sending a script call to Redis to its reply.");
 	histogram(&r, "redis_call_duration_seconds", "", lat_bounds_s, METRICS_LAT_BUCKETS,
-	          t.redis_latency, SUM(redis_latency_sum_us));
+	          t.redis_latency, val(&t.redis_latency_sum_us));
 
 	family(&r, "redis_errors_total", "counter", "Failed Redis calls, by kind.");
 	for (s = 0; s < METRICS_REDIS_ERR_COUNT; s++)
 		out(&r, METRICS_PREFIX "redis_errors_total{kind=\"%s\"} %" PRIu64 "\n",
-		    redis_err_names[s], SUM(redis_errors[s]));
+		    redis_err_names[s], val(&t.redis_errors[s]));
 
 	scalar(&r, "redis_reconnects_total", "counter", "Reconnections to Redis.",
-	       SUM(redis_reconnects));
+	       val(&t.redis_reconnects));
 	scalar(&r, "redis_connected", "gauge",
 	       "Worker threads currently connected to Redis (equals the thread count when healthy).",
-	       SUM(redis_connected));
+	       val(&t.redis_connected));
 	scalar(&r, "redis_unsafe_eviction", "gauge",
 	       "1 while a Redis the agent uses has a maxmemory-policy other than noeviction.",
-	       SUM(redis_unsafe_eviction) ? 1 : 0);
+	       val(&t.redis_unsafe_eviction) ? 1 : 0);
 	scalar(&r, "late_admissions_total", "counter",
 	       "Requests Redis admitted (and recorded) after the agent had answered "
-	       "redis-timeout: size redis-timeout with it.", SUM(late_admissions));
+	       "redis-timeout: size redis-timeout with it.", val(&t.late_admissions));
 	scalar(&r, "connections_accepted_total", "counter", "Connections accepted from HAProxy.",
-	       SUM(conn_accepted));
+	       val(&t.conn_accepted));
 	scalar(&r, "connections_open", "gauge", "Connections from HAProxy open now.",
-	       SUM(conn_open));
+	       val(&t.conn_open));
 	scalar(&r, "connections_rejected_total", "counter",
-	       "Connections refused because max-connections was reached.", SUM(conn_rejected));
+	       "Connections refused because max-connections was reached.", val(&t.conn_rejected));
 
 	family(&r, "frames_received_total", "counter", "SPOP frames received, by type.");
-	for (s = 0; s < 4; s++)
+	for (s = 0; s < METRICS_FRAMES_IN; s++)
 		out(&r, METRICS_PREFIX "frames_received_total{type=\"%s\"} %" PRIu64 "\n",
-		    frame_in_names[s], SUM(frames_in[s]));
+		    frame_in_names[s], val(&t.frames_in[s]));
 	family(&r, "frames_sent_total", "counter", "SPOP frames sent, by type.");
-	for (s = 0; s < 4; s++)
+	for (s = 0; s < METRICS_OUT_COUNT; s++)
 		out(&r, METRICS_PREFIX "frames_sent_total{type=\"%s\"} %" PRIu64 "\n",
-		    frame_out_names[s], SUM(frames_out[s]));
+		    frame_out_names[s], val(&t.frames_out[s]));
 
 	family(&r, "malformed_frames_total", "counter",
 	       "Connections closed for a protocol error, by SPOP status sent.");
 	for (s = 0; s < SPOP_ST_COUNT; s++)
 		out(&r, METRICS_PREFIX "malformed_frames_total{status=\"%s\"} %" PRIu64 "\n",
-		    spop_status_names[s], SUM(malformed[s]));
+		    spop_status_names[s], val(&t.malformed[s]));
 
 	scalar(&r, "notify_inflight", "gauge", "NOTIFY frames waiting for a decision.",
-	       SUM(notify_inflight));
+	       val(&t.notify_inflight));
 
 	family(&r, "config_reloads_total", "counter",
 	       "SIGHUP reloads, by result (failure: the file was rejected, the old one serves).");
 	for (s = 0; s < METRICS_RELOAD_COUNT; s++)
 		out(&r, METRICS_PREFIX "config_reloads_total{result=\"%s\"} %" PRIu64 "\n",
-		    reload_names[s], SUM(config_reloads[s]));
+		    reload_names[s], val(&t.config_reloads[s]));
 
 	escape_label(ver, sizeof(ver), version ? version : "");
 	family(&r, "build_info", "gauge", "Build information; the value is always 1.");

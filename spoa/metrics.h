@@ -30,6 +30,18 @@ enum metrics_redis_error {
 	METRICS_REDIS_ERR_COUNT
 };
 
+/* frames_in[] index: HAProxy's frame type (SPOP_FRAME_UNSET..NOTIFY). */
+#define METRICS_FRAMES_IN (SPOP_FRAME_NOTIFY + 1)
+
+/* frames_out[] index: the agent's frames. */
+enum metrics_frame_out {
+	METRICS_OUT_OTHER = 0,
+	METRICS_OUT_HELLO,
+	METRICS_OUT_DISCONNECT,
+	METRICS_OUT_ACK,
+	METRICS_OUT_COUNT
+};
+
 enum metrics_reload {
 	METRICS_RELOAD_SUCCESS = 0,
 	METRICS_RELOAD_FAILURE,        /* the file was rejected, the old one serves */
@@ -67,8 +79,8 @@ struct metrics {
 	_Atomic uint64_t conn_accepted;
 	_Atomic uint64_t conn_open;                /* gauge */
 	_Atomic uint64_t conn_rejected;            /* over max-connections */
-	_Atomic uint64_t frames_in[4];             /* by HAProxy frame type 0..3 */
-	_Atomic uint64_t frames_out[4];            /* 1 hello, 2 disconnect, 3 ack */
+	_Atomic uint64_t frames_in[METRICS_FRAMES_IN];   /* by HAProxy frame type */
+	_Atomic uint64_t frames_out[METRICS_OUT_COUNT];
 	_Atomic uint64_t malformed[SPOP_ST_COUNT];
 	_Atomic uint64_t notify_inflight;          /* gauge */
 	_Atomic uint64_t config_reloads[METRICS_RELOAD_COUNT]; /* main thread's block */
