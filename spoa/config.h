@@ -34,6 +34,7 @@
 #define CONFIG_ADDR_MAX       256
 #define CONFIG_URL_MAX        512
 #define CONFIG_MAX_POLICIES   64
+#define CONFIG_THREADS_MAX    64u     /* worker threads */
 
 enum config_log_level {
 	CONFIG_LOG_ERROR = 0,

@@ -33,7 +33,6 @@
 #define SPOA_VERSION "0.0.0"
 #endif
 
-#define MAIN_MAX_THREADS 64
 /* A worker whose loop has not turned for this long no longer serves SPOP. */
 #define MAIN_WORKER_SILENCE_US (10u * 1000000u)
 
@@ -60,7 +59,7 @@ struct main_state {
 	unsigned reload_seq;
 	struct config staged;           /* the parsed file, while reloading */
 	struct cfg_gen *staged_gen;
-	struct worker *workers[MAIN_MAX_THREADS];
+	struct worker *workers[CONFIG_THREADS_MAX];
 	unsigned nworkers;
 	unsigned next_worker;
 	struct http_server *http;
@@ -259,7 +258,7 @@ static void main_on_term(struct ev_loop *loop, ev_signal *s, int revents)
 static int main_render_metrics(void *arg, char *dst, size_t cap, int *status)
 {
 	struct main_state *m = arg;
-	const struct metrics *ms[MAIN_MAX_THREADS + 1];
+	const struct metrics *ms[CONFIG_THREADS_MAX + 1];
 	struct metrics_process proc;
 	unsigned i;
 	int n, k;
@@ -654,7 +653,7 @@ int main(int argc, char **argv)
 		log_error("startup_failed", "error=\"out of memory\"");
 		goto out;
 	}
-	m.nworkers = m.cfg.threads < 1 ? 1 : m.cfg.threads > MAIN_MAX_THREADS ? MAIN_MAX_THREADS : m.cfg.threads;
+	m.nworkers = m.cfg.threads < 1 ? 1 : m.cfg.threads > CONFIG_THREADS_MAX ? CONFIG_THREADS_MAX : m.cfg.threads;
 	for (i = 0; i < m.nworkers; i++) {
 		m.workers[i] = worker_new(i, g, spoa_script, spoa_script_len, err, sizeof(err));
 		if (m.workers[i])
