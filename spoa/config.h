@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "log.h"
 #include "window.h"
 
 #define CONFIG_ERR_LEN        512
@@ -35,14 +36,6 @@
 #define CONFIG_URL_MAX        512
 #define CONFIG_MAX_POLICIES   64
 #define CONFIG_THREADS_MAX    64u     /* worker threads */
-
-enum config_log_level {
-	CONFIG_LOG_ERROR = 0,
-	CONFIG_LOG_WARN,
-	CONFIG_LOG_INFO,
-	CONFIG_LOG_DEBUG,
-	CONFIG_LOG_COUNT
-};
 
 struct config {
 	char path[CONFIG_ADDR_MAX];            /* file it came from, "" if none */

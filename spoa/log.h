@@ -10,7 +10,16 @@
 #ifndef SPOA_LOG_H
 #define SPOA_LOG_H
 
-#include "config.h"
+#include <stdbool.h>
+
+/* The levels (the config's log-level directive names them). */
+enum config_log_level {
+	CONFIG_LOG_ERROR = 0,
+	CONFIG_LOG_WARN,
+	CONFIG_LOG_INFO,
+	CONFIG_LOG_DEBUG,
+	CONFIG_LOG_COUNT
+};
 
 void log_set_level(enum config_log_level l);
 enum config_log_level log_get_level(void);
