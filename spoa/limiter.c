@@ -707,12 +707,6 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 	l->script_len = s->script_len;
 	l->timeout_ms = s->timeout_ms ? s->timeout_ms : 1;
 	l->allow_eviction = s->allow_eviction;
-	if (s->metrics != l->metrics) {
-		limiter_set_connected(l, false);
-		l->metrics = s->metrics;
-		limiter_update_connected(l);
-		limiter_set_connected(l, l->connected);
-	}
 	limiter_copy_policy_names(l, s);
 	/* limits or policies may have changed what a cached deny means */
 	deny_cache_clear(&l->cache);

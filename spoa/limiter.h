@@ -32,7 +32,8 @@ struct limiter_settings {
 	const char *script;             /* Lua source, borrowed until limiter_free() */
 	size_t script_len;
 	unsigned thread_id;             /* for the unique member prefix */
-	struct metrics *metrics;        /* this thread's counters, may be NULL */
+	struct metrics *metrics;        /* this thread's counters, may be NULL; set once by
+	                                 * limiter_new() (a reconfigure keeps them) */
 	bool allow_eviction;            /* decide even when Redis may evict keys */
 	bool standby;                   /* prepared for a reload: leave the gauges alone */
 	/* The config's policy table, in metrics index order, so a deny answered
