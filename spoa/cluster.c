@@ -10,6 +10,7 @@
 #include <hiredis/hiredis.h>
 
 #include "cluster.h"
+#include "decimal.h"
 
 static const char *const reply_kind_names[CLUSTER_REPLY_COUNT] = {
 	[CLUSTER_REPLY_OTHER]       = "other",
@@ -276,25 +277,6 @@ enum cluster_reply_kind cluster_classify_error(const char *s, size_t len)
 	return CLUSTER_REPLY_OTHER;
 }
 
-/* Decimal <s>/<len> in 0..<max> into <*out>. Returns 0 or -1. */
-static int parse_small_uint(const char *s, size_t len, unsigned max, unsigned *out)
-{
-	unsigned v = 0;
-	size_t i;
-
-	if (len == 0 || len > 5)
-		return -1;
-	for (i = 0; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -1;
-		v = v * 10 + (unsigned)(s[i] - '0');
-	}
-	if (v > max)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 /* MOVED/ASK text <s>/<len> into <out> (<from_host> stands in for an empty
  * host). Returns 0 or -1; see cluster.h. */
 int cluster_parse_redirect(const char *s, size_t len, const char *from_host,
@@ -303,7 +285,7 @@ int cluster_parse_redirect(const char *s, size_t len, const char *from_host,
 	enum cluster_reply_kind k = cluster_classify_error(s, len);
 	const char *p, *end = s + len, *sp, *colon, *host;
 	size_t hlen;
-	unsigned slot, port;
+	uint64_t slot, port;
 
 	if (k != CLUSTER_REPLY_MOVED && k != CLUSTER_REPLY_ASK)
 		return -1;
@@ -311,11 +293,11 @@ int cluster_parse_redirect(const char *s, size_t len, const char *from_host,
 	if (p >= end)
 		return -1;
 	sp = memchr(p, ' ', (size_t)(end - p));
-	if (!sp || parse_small_uint(p, (size_t)(sp - p), CLUSTER_SLOTS - 1, &slot) == -1)
+	if (!sp || decimal_parse(p, (size_t)(sp - p), CLUSTER_SLOTS - 1, &slot) != 0)
 		return -1;
 	p = sp + 1;
 	colon = memrchr(p, ':', (size_t)(end - p));
-	if (!colon || parse_small_uint(colon + 1, (size_t)(end - colon - 1), 65535, &port) == -1 ||
+	if (!colon || decimal_parse(colon + 1, (size_t)(end - colon - 1), 65535, &port) != 0 ||
 	    port == 0)
 		return -1;
 	host = p;

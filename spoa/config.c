@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "decimal.h"
 #include "redis_url.h"
 
 #define CONFIG_MAX_WORDS      16
@@ -133,28 +134,6 @@ static int word_plen(struct word w)
 	return w.len > 64 ? 64 : (int)w.len;
 }
 
-/* Parse the decimal <s>/<len> (digits only) into <*out> if <= <max>.
- * Returns 0, -1 when not a number, -2 when above <max>. */
-static int parse_uint(const char *s, size_t len, uint64_t max, uint64_t *out)
-{
-	uint64_t v = 0;
-	size_t i;
-
-	if (len == 0)
-		return -1;
-	for (i = 0; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -1;
-		if (v > (UINT64_MAX - 9) / 10)
-			return -2;
-		v = v * 10 + (uint64_t)(s[i] - '0');
-	}
-	if (v > max)
-		return -2;
-	*out = v;
-	return 0;
-}
-
 /* Milliseconds in <unit>/<len> ("ms", "s", "m", "h"), or 0. */
 static uint64_t unit_ms(const char *unit, size_t len)
 {
@@ -178,7 +157,7 @@ int config_parse_duration(const char *s, size_t len, uint64_t *ms)
 	while (i < len && s[i] >= '0' && s[i] <= '9')
 		i++;
 	mul = unit_ms(s + i, len - i);
-	if (i == 0 || mul == 0 || parse_uint(s, i, UINT64_MAX / mul, &n) != 0)
+	if (i == 0 || mul == 0 || decimal_parse(s, i, UINT64_MAX / mul, &n) != 0)
 		return -1;
 	*ms = n * mul;
 	return 0;
@@ -269,7 +248,7 @@ static const char *check_hostport(const char *s, size_t len, const char **host,
 		if (check_hostname(*host, *hlen) == -1)
 			return "bad host";
 	}
-	if (parse_uint(colon + 1, (size_t)(s + len - colon - 1), 65535, &port) != 0 || port == 0)
+	if (decimal_parse(colon + 1, (size_t)(s + len - colon - 1), 65535, &port) != 0 || port == 0)
 		return "port must be 1..65535";
 	return NULL;
 }
@@ -394,7 +373,7 @@ static int parse_limit_word(struct parse_ctx *x, const char *what, struct word w
 
 	if (!slash)
 		return 1;
-	rc = parse_uint(w.p, (size_t)(slash - w.p), CONFIG_LIMIT_MAX, &limit);
+	rc = decimal_parse(w.p, (size_t)(slash - w.p), CONFIG_LIMIT_MAX, &limit);
 	if (rc == -1 || (rc == 0 && limit == 0))
 		return parse_fail(x, "%s: limit must be a positive integer, got '%.*s'",
 		                  what, word_plen(w), w.p);
@@ -653,17 +632,17 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 		c->redis_timeout_ms = u;
 		return 0;
 	case CONFIG_DIR_THREADS:
-		if (parse_uint(v.p, v.len, CONFIG_THREADS_MAX, &u) != 0 || u < 1)
+		if (decimal_parse(v.p, v.len, CONFIG_THREADS_MAX, &u) != 0 || u < 1)
 			return parse_fail(x, "threads must be an integer 1..%u", CONFIG_THREADS_MAX);
 		c->threads = (unsigned)u;
 		return 0;
 	case CONFIG_DIR_MAX_CONNECTIONS:
-		if (parse_uint(v.p, v.len, CONFIG_CONN_MAX, &u) != 0 || u < 1)
+		if (decimal_parse(v.p, v.len, CONFIG_CONN_MAX, &u) != 0 || u < 1)
 			return parse_fail(x, "max-connections must be an integer 1..%u", CONFIG_CONN_MAX);
 		c->max_connections = (unsigned)u;
 		return 0;
 	case CONFIG_DIR_MAX_INFLIGHT:
-		if (parse_uint(v.p, v.len, CONFIG_INFLIGHT_MAX, &u) != 0 || u < 1)
+		if (decimal_parse(v.p, v.len, CONFIG_INFLIGHT_MAX, &u) != 0 || u < 1)
 			return parse_fail(x, "max-inflight must be an integer 1..%u", CONFIG_INFLIGHT_MAX);
 		c->max_inflight = (unsigned)u;
 		return 0;

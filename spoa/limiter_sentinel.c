@@ -1,7 +1,6 @@
 /*
  * limiter_sentinel - the primary a sentinel names. See limiter_sentinel.h.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 #include <hiredis/async.h>
 #include <hiredis/adapters/libev.h>
 
+#include "decimal.h"
 #include "limiter_link.h"
 #include "limiter_sentinel.h"
 #include "log.h"
@@ -91,8 +91,7 @@ static void limiter_sentinel_on_addr(redisAsyncContext *ac, void *r, void *privd
 	struct limiter_sentinel *s = l->sentinel;
 	const redisReply *reply = r;
 	char host[REDIS_URL_HOST_MAX];
-	char *end;
-	long port;
+	uint64_t port;
 
 	(void)privdata;
 	if (!s || ac != s->query)
@@ -114,15 +113,14 @@ static void limiter_sentinel_on_addr(redisAsyncContext *ac, void *r, void *privd
 	}
 	memcpy(host, reply->element[0]->str, reply->element[0]->len);
 	host[reply->element[0]->len] = '\0';
-	errno = 0;
-	port = strtol(reply->element[1]->str, &end, 10);
-	if (errno || *end || port < 1 || port > 65535) {
+	if (decimal_parse(reply->element[1]->str, reply->element[1]->len, 65535, &port) != 0 ||
+	    port < 1) {
 		k->failures++;
 		limiter_link_lost(k);
 		return;
 	}
 	if (strcmp(host, k->host) != 0 || (int)port != k->port)
-		log_info("sentinel_primary", "master=%s addr=%s:%ld", l->url.master, host, port);
+		log_info("sentinel_primary", "master=%s addr=%s:%d", l->url.master, host, (int)port);
 	limiter_link_set_target(k, host, (int)port, false);
 	s->master_known = true;
 	k->state = LIMITER_ST_IDLE;

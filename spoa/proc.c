@@ -2,34 +2,15 @@
  * proc - process_* metrics from /proc (see proc.h).
  */
 #include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "decimal.h"
 #include "metrics.h"
 #include "proc.h"
-
-/* A field value: decimal digits only (strtoull alone would take a sign).
- * Returns 0 with <*v>, or -1. */
-static int proc_parse_u64(const char *s, size_t len, uint64_t *v)
-{
-	char tmp[24], *end;
-	unsigned long long x;
-
-	if (len == 0 || len >= sizeof(tmp) || s[0] < '0' || s[0] > '9')
-		return -1;
-	memcpy(tmp, s, len);
-	tmp[len] = '\0';
-	errno = 0;
-	x = strtoull(tmp, &end, 10);
-	if (*end || errno)
-		return -1;
-	*v = (uint64_t)x;
-	return 0;
-}
 
 int proc_parse_stat(const char *buf, size_t len, struct proc_stat *st)
 {
@@ -59,7 +40,7 @@ int proc_parse_stat(const char *buf, size_t len, struct proc_stat *st)
 			break;
 		if (field >= F_UTIME) {
 			/* rss may be negative in theory, as a signed field: refuse */
-			if (proc_parse_u64(tok, (size_t)(p - tok), &v) == -1)
+			if (decimal_parse(tok, (size_t)(p - tok), UINT64_MAX, &v) != 0)
 				return -1;
 			switch (field) {
 			case F_UTIME: st->utime_ticks = v; break;
@@ -84,7 +65,7 @@ int proc_parse_btime(const char *buf, size_t len, uint64_t *btime)
 		if (!eol)
 			eol = end;
 		if ((size_t)(eol - p) > 6 && memcmp(p, "btime ", 6) == 0)
-			return proc_parse_u64(p + 6, (size_t)(eol - p - 6), btime);
+			return decimal_parse(p + 6, (size_t)(eol - p - 6), UINT64_MAX, btime) == 0 ? 0 : -1;
 		p = eol + 1;
 	}
 	return -1;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "decimal.h"
 #include "redis_url.h"
 
 #define REDIS_URL_SENTINEL_PORT 26379
@@ -72,25 +73,6 @@ static int url_unescape(const char *src, size_t len, char *dst, size_t cap)
 	return 0;
 }
 
-/* Decimal <s>/<len> in <lo>..<hi> into <*out>. Returns 0 or -1. */
-static int url_parse_int(const char *s, size_t len, long lo, long hi, int *out)
-{
-	long v = 0;
-	size_t i;
-
-	if (len == 0 || len > 6)
-		return -1;
-	for (i = 0; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -1;
-		v = v * 10 + (s[i] - '0');
-	}
-	if (v < lo || v > hi)
-		return -1;
-	*out = (int)v;
-	return 0;
-}
-
 /* Is <s>/<len> 1..253 bytes of letters, digits, '.', '-' and '_'? Host
  * names (container names have '_'; an IPv4 literal passes too) and
  * sentinel master names, which go into commands and logs. */
@@ -117,6 +99,7 @@ static const char *url_parse_host(const char *s, size_t len, int def_port,
 {
 	const char *end = s + len, *host, *host_end, *p;
 	size_t hlen;
+	uint64_t v;
 
 	if (len == 0)
 		return "missing host";
@@ -151,8 +134,9 @@ static const char *url_parse_host(const char *s, size_t len, int def_port,
 	h->port = def_port;
 	if (p == end)
 		return NULL;
-	if (*p != ':' || url_parse_int(p + 1, (size_t)(end - p - 1), 1, 65535, &h->port) == -1)
+	if (*p != ':' || decimal_parse(p + 1, (size_t)(end - p - 1), 65535, &v) != 0 || v < 1)
 		return "port must be 1..65535";
+	h->port = (int)v;
 	return NULL;
 }
 
@@ -310,10 +294,13 @@ int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen
 			why = "a cluster has only db 0";
 			goto fail;
 		}
-		if (url_parse_int(slash + 1, (size_t)(end - slash - 1), 0, 65535, &u->db) == -1) {
+		uint64_t db;
+
+		if (decimal_parse(slash + 1, (size_t)(end - slash - 1), 65535, &db) != 0) {
 			why = "db must be a number 0..65535";
 			goto fail;
 		}
+		u->db = (int)db;
 	}
 	if (slash)
 		end = slash;

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "decimal.h"
 #include "redis_url.h"
 
 #define SHAPES "redis://[user:password@]host[:port][/db], unix:///path, " \
@@ -639,6 +640,33 @@ static void test_copy(void **state)
 	config_release(&d);
 }
 
+/* The one decimal parser (config, URLs, redirects, sentinel, /proc). */
+static void test_decimal(void **state)
+{
+	uint64_t v = 7;
+
+	(void)state;
+	assert_int_equal(decimal_parse("0", 1, 10, &v), 0);
+	assert_int_equal(v, 0);
+	assert_int_equal(decimal_parse("65535", 5, 65535, &v), 0);
+	assert_int_equal(v, 65535);
+	assert_int_equal(decimal_parse("18446744073709551615", 20, UINT64_MAX, &v), 0);
+	assert_true(v == UINT64_MAX);
+	v = 7;
+	assert_int_equal(decimal_parse("65536", 5, 65535, &v), -2);
+	assert_int_equal(decimal_parse("18446744073709551616", 20, UINT64_MAX, &v), -2);
+	assert_int_equal(decimal_parse("", 0, 10, &v), -1);
+	assert_int_equal(decimal_parse("+1", 2, 10, &v), -1);
+	assert_int_equal(decimal_parse("-1", 2, 10, &v), -1);
+	assert_int_equal(decimal_parse(" 1", 2, 10, &v), -1);
+	assert_int_equal(decimal_parse("1x", 2, 10, &v), -1);
+	assert_int_equal(decimal_parse("0x1", 3, 10, &v), -1);
+	assert_int_equal(v, 7);   /* left alone on failure */
+	/* only <len> bytes are read */
+	assert_int_equal(decimal_parse("12junk", 2, 99, &v), 0);
+	assert_int_equal(v, 12);
+}
+
 /* check_routes <text> against "policy transfer 3/1s", "policy reads 10/1m":
  * the route count, or -1 with <err> set. */
 static int check_routes(const char *text, char *err)
@@ -707,6 +735,7 @@ static void test_shipped_routes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_decimal),
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_strings),
 		cmocka_unit_test(test_durations),
