@@ -536,7 +536,8 @@ static void conn_handle_hello(struct conn *c, const struct spop_frame *f)
 		conn_protocol_error(c, SPOP_ST_NO_CAP, "no capabilities");
 		return;
 	}
-	/* echo HAProxy's size: announcing less only makes HAProxy fail (P2) */
+	/* echo HAProxy's size: announcing less only makes HAProxy fail
+	 * (docs/protocol.md, "What we answer, and why") */
 	max = h->max_frame_size > SPOP_MAX_FRAME_SIZE ? SPOP_MAX_FRAME_SIZE : h->max_frame_size;
 	c->max_frame = max;
 	if (h->cap_pipelining)
@@ -651,7 +652,8 @@ static int conn_in_make_room(struct conn *c)
 	unsigned char *p;
 	int r;
 
-	/* refuse a bad length before buffering a single byte of it (P1) */
+	/* refuse a bad length before buffering a single byte of it
+	 * (docs/protocol.md, "What the codec enforces") */
 	r = spop_peek_length(c->in, c->in_len, max, &flen, &st);
 	if (r == -1) {
 		conn_protocol_error(c, st, "bad frame length");

@@ -8,7 +8,7 @@
  * stay valid until the caller consumes or overwrites those bytes.
  * Encoders write into a caller buffer <dst> of <cap> bytes and never past it.
  *
- * Wire facts (see docs/protocol.md, which cites the spec, SPOE-2.6.txt §3):
+ * Wire facts (see docs/protocol.md, which cites the spec, HAProxy's doc/SPOE.txt §3):
  *   - every frame is <LENGTH:4 BE> <TYPE:1> <FLAGS:4 BE> <STREAM-ID:varint>
  *     <FRAME-ID:varint> <PAYLOAD>; LENGTH excludes itself;
  *   - varints are HAProxy's own encoding (not LEB128), at most 10 bytes;

@@ -2,7 +2,8 @@
  * worker - one thread, one libev loop, its limiter (Redis links), its HAProxy
  * connections. Nothing in a worker is touched by another thread except
  * through worker_* calls below, which go through a locked mailbox and an
- * ev_async (libev loops are not thread-safe: P15).
+ * ev_async (a libev loop belongs to one thread; ev_async_send() is the one
+ * call another thread may make on it: ev(3), "THREADS AND COROUTINES").
  */
 #ifndef SPOA_WORKER_H
 #define SPOA_WORKER_H

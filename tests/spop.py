@@ -2,7 +2,7 @@
 """spop - a small SPOP 2.0 client that plays HAProxy, for integration tests.
 
 No dependencies beyond the standard library. See docs/protocol.md for the
-byte layouts (docs/protocol.md cites the spec, SPOE-2.6.txt section 3).
+byte layouts (docs/protocol.md cites the spec, HAProxy's doc/SPOE.txt section 3).
 
 Library:
 

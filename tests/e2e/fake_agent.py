@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A stand-in SPOP agent, written from DESIGN.md's contract only.
+"""A stand-in SPOP agent, written from the contract in docs/configuration.md
+("HAProxy side": the message, the variables, the responses) only.
 
 It answers the `ratelimit` message like ratelimit-spoa would, but keeps its
 sliding-window log in memory (one process, no Redis). The end-to-end suite

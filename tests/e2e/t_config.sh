@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Static checks of what an SRE copies: haproxy -c with zero warnings, the SPOE
-# directives both 2.6 and 3.x need, every txn.rl.* variable referenced (P7),
-# the agent accepting the policies haproxy.cfg names, compose.yaml.
+# directives both 2.6 and 3.x need, every txn.rl.* variable referenced
+# (docs/configuration.md, "Variables"), the agent accepting the policies
+# haproxy.cfg names, compose.yaml.
 . "$(dirname "$0")/../lib.sh"
 t_setup
 jwt_setup

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The HAProxy side depends on the contract (DESIGN.md), not on our agent:
+# The HAProxy side depends on the contract (docs/configuration.md, "HAProxy
+# side"), not on our agent:
 # the same haproxy.cfg and SPOE file, unchanged, in front of fake_agent.py -
 # an independent SPOP agent written from the contract alone (in-memory
 # window, no Redis) - still gives the story, the 401s, and 503 on errors.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The acceptance story (DESIGN.md) against real processes: redis-server, the
-# agent, the demo backends and two HAProxy edges sharing one window.
+# The acceptance story (docs/architecture.md, "The story, as a sequence")
+# against real processes: redis-server, the agent, the demo backends and two
+# HAProxy edges sharing one window.
 #   ACC-1001 sends 6 transfers alternating A/B: 3 x 201, then 3 x 429 with
 #   Retry-After; once Retry-After has passed a transfer passes again; with
 #   Redis stopped a transfer gets 503, never a free pass.

@@ -3,7 +3,7 @@
  *
  * Every decode runs on input that ends right before a PROT_NONE page
  * (harness.h), so reading one byte too far crashes instead of passing.
- * Expected bytes are written out by hand from spec §3 (SPOE-2.6.txt) and
+ * Expected bytes are written out by hand from spec §3 (HAProxy's doc/SPOE.txt) and
  * from frames captured from HAProxy 2.6.12 and 3.2.0 (tests/vectors, see its
  * README; $VECTORS_DIR overrides).
  */
