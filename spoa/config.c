@@ -1,5 +1,6 @@
 /*
- * config - parse and validate the agent's configuration (see config.h).
+ * config - parse the agent's configuration (see config.h); the checks of
+ * addresses, URLs, the whole config and a routes map are config_check.c.
  *
  * A line is split into words on blanks; a word starting with '#' starts a
  * comment, so a '#' inside a word (a password, say) is kept. Words are
@@ -16,59 +17,9 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "config_int.h"
 #include "decimal.h"
 #include "redis_url.h"
-
-#define CONFIG_MAX_WORDS      16
-#define CONFIG_LIMIT_MAX      1000000u
-#define CONFIG_WINDOW_MAX_MS  (24u * 3600u * 1000u)
-#define CONFIG_TIMEOUT_MAX_MS 60000u
-#define CONFIG_CONN_MAX       1000000u
-#define CONFIG_INFLIGHT_MAX   65536u
-#define CONFIG_PEER_TIMEOUT_MIN_MS 10u
-#define CONFIG_PEER_TIMEOUT_MAX_MS (3600u * 1000u)
-#define CONFIG_FILE_MAX       (16u << 20)
-#define CONFIG_UNIX_PATH_MAX  107u      /* sun_path minus its NUL */
-
-/* A slice of the text being parsed. */
-struct word {
-	const char *p;
-	size_t len;
-};
-
-/* Scalar directives: each may appear once per parsed text. */
-enum config_dir {
-	CONFIG_DIR_LISTEN = 0,
-	CONFIG_DIR_REDIS,
-	CONFIG_DIR_REDIS_TIMEOUT,
-	CONFIG_DIR_THREADS,
-	CONFIG_DIR_LOG_LEVEL,
-	CONFIG_DIR_METRICS,
-	CONFIG_DIR_MAX_CONNECTIONS,
-	CONFIG_DIR_MAX_INFLIGHT,
-	CONFIG_DIR_HELLO_TIMEOUT,
-	CONFIG_DIR_FRAME_TIMEOUT,
-	CONFIG_DIR_ALLOW_REMOTE_LISTEN,
-	CONFIG_DIR_DENY_CACHE,
-	CONFIG_DIR_REDIS_ALLOW_EVICTION,
-	CONFIG_DIR_POLICY,             /* repeatable from here on */
-	CONFIG_DIR_OVERRIDE,
-	CONFIG_DIR_COUNT
-};
-
-struct parse_ctx {
-	struct config *c;
-	const char *name;
-	unsigned line;
-	char *err;
-	size_t errlen;
-	unsigned seen[CONFIG_DIR_COUNT];          /* line of first use, 0 = not yet */
-	/* Overrides added by this parse, per policy: where they start, the
-	 * array's capacity, and the line of each (for duplicate messages). */
-	size_t ov_first[CONFIG_MAX_POLICIES];
-	size_t ov_cap[CONFIG_MAX_POLICIES];
-	unsigned *ov_line[CONFIG_MAX_POLICIES];
-};
 
 static const char *const log_level_names[CONFIG_LOG_COUNT] = {
 	[CONFIG_LOG_ERROR] = "error",
@@ -77,17 +28,13 @@ static const char *const log_level_names[CONFIG_LOG_COUNT] = {
 	[CONFIG_LOG_DEBUG] = "debug",
 };
 
-static const char redis_shapes[] =
-	"expected redis://[user:password@]host[:port][/db], unix:///path, "
-	"cluster://host[:port][,host[:port]...] or sentinel://host[:port][,host[:port]...]/name";
-
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                              */
 /* ------------------------------------------------------------------------ */
 
 /* Format "<name>:<line>: <fmt...>" into the context's error buffer. */
 __attribute__((format(printf, 2, 3)))
-static int parse_fail(struct parse_ctx *x, const char *fmt, ...)
+int config_parse_fail(struct parse_ctx *x, const char *fmt, ...)
 {
 	va_list ap;
 	int n;
@@ -102,26 +49,8 @@ static int parse_fail(struct parse_ctx *x, const char *fmt, ...)
 	return -1;
 }
 
-/* Format "<path>: <fmt...>" (no line: whole-config checks) into <err>. */
-__attribute__((format(printf, 4, 5)))
-static int validate_fail(const struct config *c, char *err, size_t errlen,
-                         const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (!err || !errlen)
-		return -1;
-	va_start(ap, fmt);
-	n = snprintf(err, errlen, "%s: ", c->path[0] ? c->path : "config");
-	if (n >= 0 && (size_t)n < errlen)
-		vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
 /* Is <w> exactly the C string <s>? */
-static int word_is(struct word w, const char *s)
+int config_word_is(struct word w, const char *s)
 {
 	size_t n = strlen(s);
 
@@ -129,7 +58,7 @@ static int word_is(struct word w, const char *s)
 }
 
 /* Printable length of <w> for messages: long words are cut at 64 bytes. */
-static int word_plen(struct word w)
+int config_word_plen(struct word w)
 {
 	return w.len > 64 ? 64 : (int)w.len;
 }
@@ -186,165 +115,6 @@ const char *config_log_level_str(enum config_log_level l)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Addresses and URLs: shape only, nothing is resolved                        */
-/* ------------------------------------------------------------------------ */
-
-/* A host name or IPv4 literal: [A-Za-z0-9.-], 1..253 bytes. */
-static int check_hostname(const char *s, size_t len)
-{
-	size_t i;
-
-	if (len == 0 || len > 253)
-		return -1;
-	for (i = 0; i < len; i++) {
-		char ch = s[i];
-
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-		      (ch >= '0' && ch <= '9') || ch == '.' || ch == '-'))
-			return -1;
-	}
-	return 0;
-}
-
-/*
- * Check "host:port" or "[v6]:port" in <s>/<len>. On success sets <*host>/
- * <*hlen> to the host without brackets (borrowed from <s>) and <*v6>.
- * Returns NULL or a reason.
- */
-static const char *check_hostport(const char *s, size_t len, const char **host,
-                                  size_t *hlen, int *v6)
-{
-	const char *colon;
-	uint64_t port;
-	char tmp[64];
-	unsigned char bin[16];
-
-	*v6 = 0;
-	if (len && s[0] == '[') {
-		const char *close = memchr(s, ']', len);
-
-		if (!close || close == s + 1)
-			return "bad IPv6 address";
-		*host = s + 1;
-		*hlen = (size_t)(close - s - 1);
-		if (*hlen >= sizeof(tmp))
-			return "bad IPv6 address";
-		memcpy(tmp, *host, *hlen);
-		tmp[*hlen] = '\0';
-		if (inet_pton(AF_INET6, tmp, bin) != 1)
-			return "bad IPv6 address";
-		*v6 = 1;
-		colon = close + 1;
-		if (colon >= s + len || *colon != ':')
-			return "missing port";
-	} else {
-		colon = memchr(s, ':', len);
-		if (!colon)
-			return "missing port";
-		*host = s;
-		*hlen = (size_t)(colon - s);
-		if (*hlen == 0)
-			return "missing host";
-		if (check_hostname(*host, *hlen) == -1)
-			return "bad host";
-	}
-	if (decimal_parse(colon + 1, (size_t)(s + len - colon - 1), 65535, &port) != 0 || port == 0)
-		return "port must be 1..65535";
-	return NULL;
-}
-
-/* "unix:/path": an absolute path that fits a sockaddr_un. */
-static const char *check_unix_path(const char *path, size_t len)
-{
-	if (len == 0 || path[0] != '/')
-		return "unix socket path must be absolute";
-	if (len > CONFIG_UNIX_PATH_MAX)
-		return "unix socket path too long";
-	return NULL;
-}
-
-/* A listen or metrics address in <s>/<len>. Returns NULL or a reason. */
-static const char *check_listen_addr(const char *s, size_t len)
-{
-	const char *host;
-	size_t hlen;
-	int v6;
-
-	if (len >= 5 && memcmp(s, "unix:", 5) == 0)
-		return check_unix_path(s + 5, len - 5);
-	return check_hostport(s, len, &host, &hlen, &v6);
-}
-
-/* Is the address <s> (already shape-checked) on this host only? */
-static int addr_is_loopback(const char *s)
-{
-	const char *host;
-	size_t hlen;
-	int v6;
-	char tmp[64];
-	unsigned char bin[16];
-
-	if (strncmp(s, "unix:", 5) == 0)
-		return 1;
-	if (check_hostport(s, strlen(s), &host, &hlen, &v6) || hlen >= sizeof(tmp))
-		return 0;
-	memcpy(tmp, host, hlen);
-	tmp[hlen] = '\0';
-	if (v6) {
-		static const unsigned char lo6[16] = { [15] = 1 };
-		static const unsigned char mapped[12] = { [10] = 0xff, [11] = 0xff };
-
-		if (inet_pton(AF_INET6, tmp, bin) != 1)
-			return 0;
-		return memcmp(bin, lo6, 16) == 0 ||
-		       (memcmp(bin, mapped, 12) == 0 && bin[12] == 127);
-	}
-	if (strcmp(tmp, "localhost") == 0)
-		return 1;
-	/* inet_pton accepts only full dotted quads: "127.1" is not loopback
-	 * here, it is a host name nobody should use. */
-	return inet_pton(AF_INET, tmp, bin) == 1 && bin[0] == 127;
-}
-
-/* Policy names end up in Redis keys and metric labels: keep them plain. */
-static int check_policy_name(struct word w)
-{
-	size_t i;
-
-	if (w.len == 0 || w.len > WINDOW_NAME_MAX)
-		return -1;
-	for (i = 0; i < w.len; i++) {
-		char ch = w.p[i];
-
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-'))
-			return -1;
-	}
-	return 0;
-}
-
-/* Redis URL <s>/<len>, by the parser the limiter runs (redis_url), so that
- * -c and a reload accept exactly what will connect. The reason goes into
- * <why>/<cap> (never the URL: it may hold a password). Returns 0 or -1. */
-static int check_redis_url(const char *s, size_t len, char *why, size_t cap)
-{
-	struct redis_url u;
-	char copy[CONFIG_URL_MAX];
-	int rc;
-
-	if (len >= sizeof(copy)) {
-		snprintf(why, cap, "URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
-		return -1;
-	}
-	memcpy(copy, s, len);
-	copy[len] = '\0';
-	rc = redis_url_parse(copy, &u, why, cap);
-	redis_url_wipe(&u);
-	explicit_bzero(copy, sizeof(copy));
-	return rc;
-}
-
-/* ------------------------------------------------------------------------ */
 /* Directives                                                                 */
 /* ------------------------------------------------------------------------ */
 
@@ -375,25 +145,25 @@ static int parse_limit_word(struct parse_ctx *x, const char *what, struct word w
 		return 1;
 	rc = decimal_parse(w.p, (size_t)(slash - w.p), CONFIG_LIMIT_MAX, &limit);
 	if (rc == -1 || (rc == 0 && limit == 0))
-		return parse_fail(x, "%s: limit must be a positive integer, got '%.*s'",
-		                  what, word_plen(w), w.p);
+		return config_parse_fail(x, "%s: limit must be a positive integer, got '%.*s'",
+		                  what, config_word_plen(w), w.p);
 	if (rc == -2)
-		return parse_fail(x, "%s: limit must be at most %u", what, CONFIG_LIMIT_MAX);
+		return config_parse_fail(x, "%s: limit must be at most %u", what, CONFIG_LIMIT_MAX);
 	if (parse_window(slash + 1, (size_t)(w.p + w.len - slash - 1), &ms) == -1)
-		return parse_fail(x, "%s: bad window in '%.*s' (use <n>ms, <n>s, <n>m or <n>h)",
-		                  what, word_plen(w), w.p);
+		return config_parse_fail(x, "%s: bad window in '%.*s' (use <n>ms, <n>s, <n>m or <n>h)",
+		                  what, config_word_plen(w), w.p);
 	if (ms < 1 || ms > CONFIG_WINDOW_MAX_MS)
-		return parse_fail(x, "%s: window must be 1ms..24h", what);
+		return config_parse_fail(x, "%s: window must be 1ms..24h", what);
 	for (i = 0; i < *nwin; i++) {
 		if (win[i].window_ms == ms) {
 			char ws[32];
 
 			window_format_ms(ms, ws, sizeof(ws));
-			return parse_fail(x, "%s: window %s given twice", what, ws);
+			return config_parse_fail(x, "%s: window %s given twice", what, ws);
 		}
 	}
 	if (*nwin >= WINDOW_MAX_WINDOWS)
-		return parse_fail(x, "%s: at most %d windows", what, WINDOW_MAX_WINDOWS);
+		return config_parse_fail(x, "%s: at most %d windows", what, WINDOW_MAX_WINDOWS);
 	win[*nwin].limit = limit;
 	win[*nwin].window_ms = ms;
 	(*nwin)++;
@@ -411,14 +181,14 @@ static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 	int rc;
 
 	if (n < 3)
-		return parse_fail(x, "policy: expected 'policy <name> <limit>/<window> [options]'");
-	if (check_policy_name(w[1]) == -1)
-		return parse_fail(x, "policy name '%.*s' must be 1..%d characters of A-Z a-z 0-9 _ . -",
-		                  word_plen(w[1]), w[1].p, WINDOW_NAME_MAX);
+		return config_parse_fail(x, "policy: expected 'policy <name> <limit>/<window> [options]'");
+	if (config_check_policy_name(w[1]) == -1)
+		return config_parse_fail(x, "policy name '%.*s' must be 1..%d characters of A-Z a-z 0-9 _ . -",
+		                  config_word_plen(w[1]), w[1].p, WINDOW_NAME_MAX);
 	if (config_find_policy(c, w[1].p, w[1].len))
-		return parse_fail(x, "duplicate policy '%.*s'", (int)w[1].len, w[1].p);
+		return config_parse_fail(x, "duplicate policy '%.*s'", (int)w[1].len, w[1].p);
 	if (c->npolicies >= CONFIG_MAX_POLICIES)
-		return parse_fail(x, "too many policies (at most %d)", CONFIG_MAX_POLICIES);
+		return config_parse_fail(x, "too many policies (at most %d)", CONFIG_MAX_POLICIES);
 
 	p = &c->policies[c->npolicies];
 	memset(p, 0, sizeof(*p));
@@ -431,24 +201,24 @@ static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 			return -1;
 		if (rc == 0)
 			continue;
-		if (word_is(w[i], "on-redis-error=deny"))
+		if (config_word_is(w[i], "on-redis-error=deny"))
 			p->on_error = WINDOW_ON_ERROR_DENY;
-		else if (word_is(w[i], "on-redis-error=allow"))
+		else if (config_word_is(w[i], "on-redis-error=allow"))
 			p->on_error = WINDOW_ON_ERROR_ALLOW;
-		else if (word_is(w[i], "shadow"))
+		else if (config_word_is(w[i], "shadow"))
 			p->shadow = true;
 		else if (w[i].len > 9 && memcmp(w[i].p, "max-cost=", 9) == 0) {
-			if (parse_uint(w[i].p + 9, w[i].len - 9, CONFIG_LIMIT_MAX, &p->max_cost) != 0 ||
+			if (decimal_parse(w[i].p + 9, w[i].len - 9, CONFIG_LIMIT_MAX, &p->max_cost) != 0 ||
 			    p->max_cost == 0)
-				return parse_fail(x, "%s: max-cost must be 1..%u, got '%.*s'", what,
-				                  CONFIG_LIMIT_MAX, word_plen(w[i]), w[i].p);
+				return config_parse_fail(x, "%s: max-cost must be 1..%u, got '%.*s'", what,
+				                  CONFIG_LIMIT_MAX, config_word_plen(w[i]), w[i].p);
 		} else
-			return parse_fail(x, "%s: unknown option '%.*s' (expected <limit>/<window>, "
+			return config_parse_fail(x, "%s: unknown option '%.*s' (expected <limit>/<window>, "
 			                  "on-redis-error=deny|allow, shadow or max-cost=<n>)",
-			                  what, word_plen(w[i]), w[i].p);
+			                  what, config_word_plen(w[i]), w[i].p);
 	}
 	if (p->nwin == 0)
-		return parse_fail(x, "%s: expected at least one <limit>/<window>", what);
+		return config_parse_fail(x, "%s: expected at least one <limit>/<window>", what);
 	/* Overrides added later in this parse start at index 0. */
 	x->ov_first[c->npolicies] = 0;
 	x->ov_cap[c->npolicies] = 0;
@@ -468,12 +238,12 @@ static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 	int rc;
 
 	if (n < 4)
-		return parse_fail(x, "override: expected 'override <policy> <key> <limit>/<window>...'");
+		return config_parse_fail(x, "override: expected 'override <policy> <key> <limit>/<window>...'");
 	p = (struct window_policy *)config_find_policy(c, w[1].p, w[1].len);
 	if (!p)
-		return parse_fail(x, "override for unknown policy '%.*s'", word_plen(w[1]), w[1].p);
+		return config_parse_fail(x, "override for unknown policy '%.*s'", config_word_plen(w[1]), w[1].p);
 	if (window_check_key(w[2].p, w[2].len) == -1)
-		return parse_fail(x, "override: key must be 1..%d bytes", WINDOW_KEY_MAX);
+		return config_parse_fail(x, "override: key must be 1..%d bytes", WINDOW_KEY_MAX);
 	pi = (size_t)(p - c->policies);
 
 	if (p->noverrides == x->ov_cap[pi]) {
@@ -483,12 +253,12 @@ static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 		unsigned *lines;
 
 		if (!grown)
-			return parse_fail(x, "out of memory");
+			return config_parse_fail(x, "out of memory");
 		p->overrides = grown;
 		x->ov_cap[pi] = cap;
 		lines = realloc(x->ov_line[pi], nnew * sizeof(*lines));
 		if (!lines)
-			return parse_fail(x, "out of memory");
+			return config_parse_fail(x, "out of memory");
 		x->ov_line[pi] = lines;
 	}
 	o = &p->overrides[p->noverrides];
@@ -496,14 +266,14 @@ static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 	memcpy(o->key, w[2].p, w[2].len);
 	o->key_len = w[2].len;
 	snprintf(what, sizeof(what), "override '%.*s' of '%s'",
-	         word_plen(w[2]) > 24 ? 24 : word_plen(w[2]), w[2].p, p->name);
+	         config_word_plen(w[2]) > 24 ? 24 : config_word_plen(w[2]), w[2].p, p->name);
 	for (i = 3; i < n; i++) {
 		rc = parse_limit_word(x, what, w[i], o->win, &o->nwin);
 		if (rc == -1)
 			return -1;
 		if (rc == 1)
-			return parse_fail(x, "%s: expected <limit>/<window>, got '%.*s'",
-			                  what, word_plen(w[i]), w[i].p);
+			return config_parse_fail(x, "%s: expected <limit>/<window>, got '%.*s'",
+			                  what, config_word_plen(w[i]), w[i].p);
 	}
 	k = p->noverrides - x->ov_first[pi];
 	x->ov_line[pi][k] = x->line;
@@ -545,7 +315,7 @@ static int overrides_finish(struct parse_ctx *x, size_t pi)
 	refs = malloc(n * sizeof(*refs));
 	sorted = malloc(n * sizeof(*sorted));
 	if (!refs || !sorted) {
-		parse_fail(x, "out of memory");
+		config_parse_fail(x, "out of memory");
 		goto out;
 	}
 	for (i = 0; i < n; i++) {
@@ -556,7 +326,7 @@ static int overrides_finish(struct parse_ctx *x, size_t pi)
 	for (i = 0; i < n; i++) {
 		if (i && window_override_cmp(refs[i - 1].ov, refs[i].ov) == 0) {
 			x->line = refs[i].line;
-			parse_fail(x, "duplicate override '%.*s' for policy '%s'",
+			config_parse_fail(x, "duplicate override '%.*s' for policy '%s'",
 			           refs[i].ov->key_len > 64 ? 64 : (int)refs[i].ov->key_len,
 			           refs[i].ov->key, p->name);
 			goto out;
@@ -580,12 +350,12 @@ out:
 static int parse_switch(struct parse_ctx *x, struct word key, struct word v, const char *on,
                         const char *off, bool *out)
 {
-	if (word_is(v, on) || word_is(v, off)) {
-		*out = word_is(v, on);
+	if (config_word_is(v, on) || config_word_is(v, off)) {
+		*out = config_word_is(v, on);
 		return 0;
 	}
-	return parse_fail(x, "%.*s must be %s or %s; got '%.*s'", word_plen(key), key.p, on, off,
-	                  word_plen(v), v.p);
+	return config_parse_fail(x, "%.*s must be %s or %s; got '%.*s'", config_word_plen(key), key.p, on, off,
+	                  config_word_plen(v), v.p);
 }
 
 /* A scalar directive <d> with one argument <v> (already counted). */
@@ -600,50 +370,50 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 
 	switch (d) {
 	case CONFIG_DIR_LISTEN:
-		why = check_listen_addr(v.p, v.len);
+		why = config_check_listen_addr(v.p, v.len);
 		if (why)
-			return parse_fail(x, "listen '%.*s': %s (expected host:port, [ipv6]:port or unix:/path)",
-			                  word_plen(v), v.p, why);
+			return config_parse_fail(x, "listen '%.*s': %s (expected host:port, [ipv6]:port or unix:/path)",
+			                  config_word_plen(v), v.p, why);
 		if (word_copy(c->listen, sizeof(c->listen), v) == -1)
-			return parse_fail(x, "listen: address too long");
+			return config_parse_fail(x, "listen: address too long");
 		return 0;
 	case CONFIG_DIR_METRICS:
-		if (word_is(v, "off")) {
+		if (config_word_is(v, "off")) {
 			c->metrics[0] = '\0';
 			return 0;
 		}
-		why = check_listen_addr(v.p, v.len);
+		why = config_check_listen_addr(v.p, v.len);
 		if (why)
-			return parse_fail(x, "metrics '%.*s': %s (expected host:port, [ipv6]:port, unix:/path or off)",
-			                  word_plen(v), v.p, why);
+			return config_parse_fail(x, "metrics '%.*s': %s (expected host:port, [ipv6]:port, unix:/path or off)",
+			                  config_word_plen(v), v.p, why);
 		if (word_copy(c->metrics, sizeof(c->metrics), v) == -1)
-			return parse_fail(x, "metrics: address too long");
+			return config_parse_fail(x, "metrics: address too long");
 		return 0;
 	case CONFIG_DIR_REDIS:
-		if (check_redis_url(v.p, v.len, whybuf, sizeof(whybuf)) == -1)
-			return parse_fail(x, "redis: %s (%s)", whybuf, redis_shapes);
+		if (config_check_redis_url(v.p, v.len, whybuf, sizeof(whybuf)) == -1)
+			return config_parse_fail(x, "redis: %s (%s)", whybuf, config_redis_shapes);
 		if (word_copy(c->redis, sizeof(c->redis), v) == -1)
-			return parse_fail(x, "redis: URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
+			return config_parse_fail(x, "redis: URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
 		return 0;
 	case CONFIG_DIR_REDIS_TIMEOUT:
 		if (config_parse_duration(v.p, v.len, &u) == -1 || u < 1 || u > CONFIG_TIMEOUT_MAX_MS)
-			return parse_fail(x, "redis-timeout must be a duration 1ms..60s, e.g. 50ms; got '%.*s'",
-			                  word_plen(v), v.p);
+			return config_parse_fail(x, "redis-timeout must be a duration 1ms..60s, e.g. 50ms; got '%.*s'",
+			                  config_word_plen(v), v.p);
 		c->redis_timeout_ms = u;
 		return 0;
 	case CONFIG_DIR_THREADS:
 		if (decimal_parse(v.p, v.len, CONFIG_THREADS_MAX, &u) != 0 || u < 1)
-			return parse_fail(x, "threads must be an integer 1..%u", CONFIG_THREADS_MAX);
+			return config_parse_fail(x, "threads must be an integer 1..%u", CONFIG_THREADS_MAX);
 		c->threads = (unsigned)u;
 		return 0;
 	case CONFIG_DIR_MAX_CONNECTIONS:
 		if (decimal_parse(v.p, v.len, CONFIG_CONN_MAX, &u) != 0 || u < 1)
-			return parse_fail(x, "max-connections must be an integer 1..%u", CONFIG_CONN_MAX);
+			return config_parse_fail(x, "max-connections must be an integer 1..%u", CONFIG_CONN_MAX);
 		c->max_connections = (unsigned)u;
 		return 0;
 	case CONFIG_DIR_MAX_INFLIGHT:
 		if (decimal_parse(v.p, v.len, CONFIG_INFLIGHT_MAX, &u) != 0 || u < 1)
-			return parse_fail(x, "max-inflight must be an integer 1..%u", CONFIG_INFLIGHT_MAX);
+			return config_parse_fail(x, "max-inflight must be an integer 1..%u", CONFIG_INFLIGHT_MAX);
 		c->max_inflight = (unsigned)u;
 		return 0;
 	case CONFIG_DIR_HELLO_TIMEOUT:
@@ -651,8 +421,8 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 		/* a floor keeps a typo ("1ms") from cutting every peer off */
 		if (config_parse_duration(v.p, v.len, &u) == -1 || u < CONFIG_PEER_TIMEOUT_MIN_MS ||
 		    u > CONFIG_PEER_TIMEOUT_MAX_MS)
-			return parse_fail(x, "%.*s must be a duration 10ms..1h, e.g. 10s; got '%.*s'",
-			                  word_plen(key), key.p, word_plen(v), v.p);
+			return config_parse_fail(x, "%.*s must be a duration 10ms..1h, e.g. 10s; got '%.*s'",
+			                  config_word_plen(key), key.p, config_word_plen(v), v.p);
 		if (d == CONFIG_DIR_HELLO_TIMEOUT)
 			c->hello_timeout_ms = u;
 		else
@@ -664,15 +434,15 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 		return parse_switch(x, key, v, "yes", "no", &c->redis_allow_eviction);
 	case CONFIG_DIR_LOG_LEVEL:
 		for (i = 0; i < CONFIG_LOG_COUNT; i++) {
-			if (word_is(v, log_level_names[i])) {
+			if (config_word_is(v, log_level_names[i])) {
 				c->log_level = (enum config_log_level)i;
 				return 0;
 			}
 		}
-		return parse_fail(x, "log-level must be error, warn, info or debug; got '%.*s'",
-		                  word_plen(v), v.p);
+		return config_parse_fail(x, "log-level must be error, warn, info or debug; got '%.*s'",
+		                  config_word_plen(v), v.p);
 	default:
-		rc = parse_fail(x, "internal: unhandled directive '%.*s'", word_plen(key), key.p);
+		rc = config_parse_fail(x, "internal: unhandled directive '%.*s'", config_word_plen(key), key.p);
 		return rc;
 	}
 }
@@ -705,30 +475,30 @@ static int parse_words(struct parse_ctx *x, const struct word *w, size_t n)
 	enum config_dir d = CONFIG_DIR_COUNT;
 
 	for (i = 0; i < sizeof(directives) / sizeof(directives[0]); i++) {
-		if (word_is(w[0], directives[i].name)) {
+		if (config_word_is(w[0], directives[i].name)) {
 			d = directives[i].dir;
 			break;
 		}
 	}
 	if (d == CONFIG_DIR_COUNT)
-		return parse_fail(x, "unknown directive '%.*s'", word_plen(w[0]), w[0].p);
+		return config_parse_fail(x, "unknown directive '%.*s'", config_word_plen(w[0]), w[0].p);
 	if (d == CONFIG_DIR_POLICY)
 		return dir_policy(x, w, n);
 	if (d == CONFIG_DIR_OVERRIDE)
 		return dir_override(x, w, n);
 
 	if (x->seen[d])
-		return parse_fail(x, "duplicate directive '%s' (first at line %u)",
+		return config_parse_fail(x, "duplicate directive '%s' (first at line %u)",
 		                  directives[i].name, x->seen[d]);
 	x->seen[d] = x->line;
 	if (d == CONFIG_DIR_ALLOW_REMOTE_LISTEN) {
 		if (n != 1)
-			return parse_fail(x, "allow-remote-listen takes no argument");
+			return config_parse_fail(x, "allow-remote-listen takes no argument");
 		x->c->allow_remote_listen = true;
 		return 0;
 	}
 	if (n != 2)
-		return parse_fail(x, "%s takes exactly one argument", directives[i].name);
+		return config_parse_fail(x, "%s takes exactly one argument", directives[i].name);
 	return dir_scalar(x, d, w[0], w[1]);
 }
 
@@ -761,7 +531,7 @@ static int split_words(const char *s, size_t len, struct word *w)
  * comment lines are skipped. <*p> moves past it, <*line>/<*line_len> are the
  * line itself (borrowed). Returns the word count, 0 at the end, or -1 with
  * the error set. */
-static int next_line(struct parse_ctx *x, const char **p, const char *end,
+int config_next_line(struct parse_ctx *x, const char **p, const char *end,
                      struct word *w, const char **line, size_t *line_len)
 {
 	int n = 0;
@@ -774,10 +544,10 @@ static int next_line(struct parse_ctx *x, const char **p, const char *end,
 		*p = eol ? eol + 1 : end;
 		x->line++;
 		if (memchr(*line, '\0', *line_len))
-			return parse_fail(x, "NUL byte in line");
+			return config_parse_fail(x, "NUL byte in line");
 		n = split_words(*line, *line_len, w);
 		if (n == -1)
-			return parse_fail(x, "too many words (at most %d)", CONFIG_MAX_WORDS);
+			return config_parse_fail(x, "too many words (at most %d)", CONFIG_MAX_WORDS);
 	}
 	return n;
 }
@@ -805,7 +575,7 @@ int config_parse(struct config *c, const char *name, const char *text, size_t le
 	if (err && errlen)
 		err[0] = '\0';
 
-	while ((n = next_line(&x, &p, end, w, &line, &line_len)) > 0)
+	while ((n = config_next_line(&x, &p, end, w, &line, &line_len)) > 0)
 		if (parse_words(&x, w, (size_t)n) == -1)
 			goto out;
 	if (n == -1)
@@ -825,8 +595,8 @@ out:
 
 /* Read <path> whole into a new buffer <*buf> (NUL-terminated, the caller
  * frees it) of <*len> bytes. Returns 0, or -1 with "<path>: reason". */
-static int config_read_file(const char *path, char **buf, size_t *len,
-                            char *err, size_t errlen)
+int config_read_file(const char *path, char **buf, size_t *len,
+                     char *err, size_t errlen)
 {
 	FILE *f = NULL;
 	struct stat st;
@@ -883,133 +653,6 @@ int config_load_file(struct config *c, const char *path, char *err, size_t errle
 	return rc;
 }
 
-/* One line of a routes map: "<METHOD></path prefix> <policy> [<identity>
- * [<cost>]]" (haproxy/routes.map). Returns 0 or -1 with the error set. */
-static int routes_check_line(struct parse_ctx *x, const struct config *c,
-                             const struct word *w, int n)
-{
-	static const char *const kinds[] = { "jwt", "key", "cert" };
-	const char *slash;
-	size_t i;
-	uint64_t cost = 0;
-
-	if (n < 1 || !w[0].p)
-		return parse_fail(x, "internal: empty route line");   /* for the analyzer */
-	slash = memchr(w[0].p, '/', w[0].len);
-
-	if (!slash || slash == w[0].p)
-		return parse_fail(x, "route '%.*s' must be <METHOD>/<path prefix>, e.g. POST/transfers",
-		                  word_plen(w[0]), w[0].p);
-	for (i = 0; w[0].p + i < slash; i++)
-		if (w[0].p[i] < 'A' || w[0].p[i] > 'Z')
-			return parse_fail(x, "route '%.*s': the method must be upper case letters",
-			                  word_plen(w[0]), w[0].p);
-	if (n < 2)
-		return parse_fail(x, "route '%.*s' names no policy", word_plen(w[0]), w[0].p);
-	if (n > 4)
-		return parse_fail(x, "route '%.*s': too many words (<policy> [<identity> [<cost>]])",
-		                  word_plen(w[0]), w[0].p);
-	if (!config_find_policy(c, w[1].p, w[1].len))
-		return parse_fail(x, "route '%.*s' names policy '%.*s', which the agent's config does not define",
-		                  word_plen(w[0]), w[0].p, word_plen(w[1]), w[1].p);
-	if (n >= 3) {
-		for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-			if (word_is(w[2], kinds[i]))
-				break;
-		if (i == sizeof(kinds) / sizeof(kinds[0]))
-			return parse_fail(x, "route '%.*s': identity must be jwt, key or cert; got '%.*s'",
-			                  word_plen(w[0]), w[0].p, word_plen(w[2]), w[2].p);
-	}
-	if (n == 4) {
-		for (i = 0; i < w[3].len && cost <= UINT32_MAX; i++) {
-			if (w[3].p[i] < '0' || w[3].p[i] > '9')
-				break;
-			cost = cost * 10 + (uint64_t)(w[3].p[i] - '0');
-		}
-		if (i != w[3].len || cost < 1 || cost > UINT32_MAX)
-			return parse_fail(x, "route '%.*s': cost must be an integer 1..%u; got '%.*s'",
-			                  word_plen(w[0]), w[0].p, UINT32_MAX, word_plen(w[3]), w[3].p);
-	}
-	return 0;
-}
-
-/* See config.h. The route keys seen so far are borrowed from <text>, in a
- * table owned here. */
-int config_check_routes(const struct config *c, const char *name, const char *text,
-                        size_t len, char *err, size_t errlen)
-{
-	struct route_seen { const char *p; size_t len; unsigned line; } *seen = NULL, *grown;
-	struct parse_ctx x;
-	struct word w[CONFIG_MAX_WORDS] = { { NULL, 0 } }, key;
-	const char *p = text, *end = text + len, *line;
-	size_t nseen = 0, capseen = 0, i, line_len;
-	int n, rc = -1;
-
-	memset(&x, 0, sizeof(x));
-	x.name = name ? name : "routes";
-	x.err = err;
-	x.errlen = errlen;
-	if (err && errlen)
-		err[0] = '\0';
-	while ((n = next_line(&x, &p, end, w, &line, &line_len)) > 0) {
-		/* HAProxy reads a '#' after the key as part of the value */
-		if (memchr(line, '#', line_len)) {
-			parse_fail(&x, "a comment must be a line of its own ('#' after a route is part of its value)");
-			goto out;
-		}
-		if (routes_check_line(&x, c, w, n) == -1)
-			goto out;
-		key = w[0];
-		if (!key.p) {   /* cannot happen (n > 0); for the analyzer */
-			parse_fail(&x, "internal: empty route line");
-			goto out;
-		}
-		/* map_beg answers with the first line whose key begins the
-		 * request: a line behind a prefix of its own key never matches */
-		for (i = 0; i < nseen; i++) {
-			if (seen[i].len <= key.len && memcmp(seen[i].p, key.p, seen[i].len) == 0) {
-				parse_fail(&x, "route '%.*s' never matches: line %u ('%.*s') comes first and is a prefix of it",
-				           word_plen(key), key.p, seen[i].line, (int)seen[i].len, seen[i].p);
-				goto out;
-			}
-		}
-		if (nseen == capseen) {
-			capseen = capseen ? capseen * 2 : 16;
-			grown = realloc(seen, capseen * sizeof(*seen));
-			if (!grown) {
-				parse_fail(&x, "out of memory");
-				goto out;
-			}
-			seen = grown;
-		}
-		seen[nseen].p = key.p;
-		seen[nseen].len = key.len;
-		seen[nseen].line = x.line;
-		nseen++;
-	}
-	if (n == -1)
-		goto out;
-	rc = nseen > INT32_MAX ? INT32_MAX : (int)nseen;
-out:
-	free(seen);
-	return rc;
-}
-
-/* Read the routes map at <path> and check it against <c> (see config.h). */
-int config_check_routes_file(const struct config *c, const char *path,
-                             char *err, size_t errlen)
-{
-	char *buf;
-	size_t len;
-	int rc;
-
-	if (config_read_file(path, &buf, &len, err, errlen) == -1)
-		return -1;
-	rc = config_check_routes(c, path, buf, len, err, errlen);
-	free(buf);
-	return rc;
-}
-
 /* Defaults into <c>; it owns nothing yet. */
 void config_init(struct config *c)
 {
@@ -1024,55 +667,6 @@ void config_init(struct config *c)
 	c->hello_timeout_ms = 10000;
 	c->frame_timeout_ms = 10000;
 	c->deny_cache = true;
-}
-
-/* Whole-config checks on <c> once file and flags are merged. */
-int config_validate(const struct config *c, char *err, size_t errlen)
-{
-	const char *why;
-	char whybuf[128];
-	size_t i;
-
-	if (c->npolicies == 0)
-		return validate_fail(c, err, errlen,
-		                     "no policy defined (add one, e.g. 'policy transfer 3/1s')");
-	why = check_listen_addr(c->listen, strlen(c->listen));
-	if (why)
-		return validate_fail(c, err, errlen, "listen '%s': %s", c->listen, why);
-	if (!c->allow_remote_listen && !addr_is_loopback(c->listen))
-		return validate_fail(c, err, errlen,
-		                     "listen '%s' is not loopback (127.0.0.0/8, ::1, localhost or unix:); "
-		                     "add 'allow-remote-listen' to accept other hosts", c->listen);
-	if (c->metrics[0]) {
-		why = check_listen_addr(c->metrics, strlen(c->metrics));
-		if (why)
-			return validate_fail(c, err, errlen, "metrics '%s': %s", c->metrics, why);
-		if (!c->allow_remote_listen && !addr_is_loopback(c->metrics))
-			return validate_fail(c, err, errlen,
-			                     "metrics '%s' is not loopback; add 'allow-remote-listen' "
-			                     "to expose it to other hosts", c->metrics);
-	}
-	if (check_redis_url(c->redis, strlen(c->redis), whybuf, sizeof(whybuf)) == -1)
-		return validate_fail(c, err, errlen, "redis: %s (%s)", whybuf, redis_shapes);
-	if (c->redis_timeout_ms < 1 || c->redis_timeout_ms > CONFIG_TIMEOUT_MAX_MS)
-		return validate_fail(c, err, errlen, "redis-timeout must be 1ms..60s");
-	if (c->threads < 1 || c->threads > CONFIG_THREADS_MAX)
-		return validate_fail(c, err, errlen, "threads must be 1..%u", CONFIG_THREADS_MAX);
-	if (c->max_connections < 1 || c->max_inflight < 1)
-		return validate_fail(c, err, errlen, "max-connections and max-inflight must be >= 1");
-	if (c->hello_timeout_ms < CONFIG_PEER_TIMEOUT_MIN_MS ||
-	    c->hello_timeout_ms > CONFIG_PEER_TIMEOUT_MAX_MS ||
-	    c->frame_timeout_ms < CONFIG_PEER_TIMEOUT_MIN_MS ||
-	    c->frame_timeout_ms > CONFIG_PEER_TIMEOUT_MAX_MS)
-		return validate_fail(c, err, errlen, "hello-timeout and frame-timeout must be 10ms..1h");
-	if ((unsigned)c->log_level >= CONFIG_LOG_COUNT)
-		return validate_fail(c, err, errlen, "bad log level");
-	for (i = 0; i < c->npolicies; i++) {
-		if (c->policies[i].nwin < 1 || c->policies[i].nwin > WINDOW_MAX_WINDOWS)
-			return validate_fail(c, err, errlen, "policy '%s': 1..%d windows",
-			                     c->policies[i].name, WINDOW_MAX_WINDOWS);
-	}
-	return 0;
 }
 
 /* Free the override tables <c> owns; <c> stays usable (without overrides). */

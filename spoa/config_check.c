@@ -1,0 +1,376 @@
+/*
+ * config_check - what the config must be beyond its grammar: the shape of
+ * addresses and Redis URLs (nothing is resolved), the whole-config checks
+ * once the file and the flags are merged (config_validate), and a routes
+ * map checked against the policies (config_check_routes). No I/O but
+ * reading the routes file.
+ */
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "config_int.h"
+#include "decimal.h"
+#include "redis_url.h"
+
+const char config_redis_shapes[] =
+	"expected redis://[user:password@]host[:port][/db], unix:///path, "
+	"cluster://host[:port][,host[:port]...] or sentinel://host[:port][,host[:port]...]/name";
+
+/* Format "<path>: <fmt...>" (no line: whole-config checks) into <err>. */
+__attribute__((format(printf, 4, 5)))
+static int validate_fail(const struct config *c, char *err, size_t errlen,
+                         const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!err || !errlen)
+		return -1;
+	va_start(ap, fmt);
+	n = snprintf(err, errlen, "%s: ", c->path[0] ? c->path : "config");
+	if (n >= 0 && (size_t)n < errlen)
+		vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Addresses and URLs: shape only, nothing is resolved                        */
+/* ------------------------------------------------------------------------ */
+
+/* A host name or IPv4 literal: [A-Za-z0-9.-], 1..253 bytes. */
+static int check_hostname(const char *s, size_t len)
+{
+	size_t i;
+
+	if (len == 0 || len > 253)
+		return -1;
+	for (i = 0; i < len; i++) {
+		char ch = s[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '.' || ch == '-'))
+			return -1;
+	}
+	return 0;
+}
+
+/*
+ * Check "host:port" or "[v6]:port" in <s>/<len>. On success sets <*host>/
+ * <*hlen> to the host without brackets (borrowed from <s>) and <*v6>.
+ * Returns NULL or a reason.
+ */
+static const char *check_hostport(const char *s, size_t len, const char **host,
+                                  size_t *hlen, int *v6)
+{
+	const char *colon;
+	uint64_t port;
+	char tmp[64];
+	unsigned char bin[16];
+
+	*v6 = 0;
+	if (len && s[0] == '[') {
+		const char *close = memchr(s, ']', len);
+
+		if (!close || close == s + 1)
+			return "bad IPv6 address";
+		*host = s + 1;
+		*hlen = (size_t)(close - s - 1);
+		if (*hlen >= sizeof(tmp))
+			return "bad IPv6 address";
+		memcpy(tmp, *host, *hlen);
+		tmp[*hlen] = '\0';
+		if (inet_pton(AF_INET6, tmp, bin) != 1)
+			return "bad IPv6 address";
+		*v6 = 1;
+		colon = close + 1;
+		if (colon >= s + len || *colon != ':')
+			return "missing port";
+	} else {
+		colon = memchr(s, ':', len);
+		if (!colon)
+			return "missing port";
+		*host = s;
+		*hlen = (size_t)(colon - s);
+		if (*hlen == 0)
+			return "missing host";
+		if (check_hostname(*host, *hlen) == -1)
+			return "bad host";
+	}
+	if (decimal_parse(colon + 1, (size_t)(s + len - colon - 1), 65535, &port) != 0 || port == 0)
+		return "port must be 1..65535";
+	return NULL;
+}
+
+/* "unix:/path": an absolute path that fits a sockaddr_un. */
+static const char *check_unix_path(const char *path, size_t len)
+{
+	if (len == 0 || path[0] != '/')
+		return "unix socket path must be absolute";
+	if (len > CONFIG_UNIX_PATH_MAX)
+		return "unix socket path too long";
+	return NULL;
+}
+
+/* A listen or metrics address in <s>/<len>. Returns NULL or a reason. */
+const char *config_check_listen_addr(const char *s, size_t len)
+{
+	const char *host;
+	size_t hlen;
+	int v6;
+
+	if (len >= 5 && memcmp(s, "unix:", 5) == 0)
+		return check_unix_path(s + 5, len - 5);
+	return check_hostport(s, len, &host, &hlen, &v6);
+}
+
+/* Is the address <s> (already shape-checked) on this host only? */
+static int addr_is_loopback(const char *s)
+{
+	const char *host;
+	size_t hlen;
+	int v6;
+	char tmp[64];
+	unsigned char bin[16];
+
+	if (strncmp(s, "unix:", 5) == 0)
+		return 1;
+	if (check_hostport(s, strlen(s), &host, &hlen, &v6) || hlen >= sizeof(tmp))
+		return 0;
+	memcpy(tmp, host, hlen);
+	tmp[hlen] = '\0';
+	if (v6) {
+		static const unsigned char lo6[16] = { [15] = 1 };
+		static const unsigned char mapped[12] = { [10] = 0xff, [11] = 0xff };
+
+		if (inet_pton(AF_INET6, tmp, bin) != 1)
+			return 0;
+		return memcmp(bin, lo6, 16) == 0 ||
+		       (memcmp(bin, mapped, 12) == 0 && bin[12] == 127);
+	}
+	if (strcmp(tmp, "localhost") == 0)
+		return 1;
+	/* inet_pton accepts only full dotted quads: "127.1" is not loopback
+	 * here, it is a host name nobody should use. */
+	return inet_pton(AF_INET, tmp, bin) == 1 && bin[0] == 127;
+}
+
+/* Policy names end up in Redis keys and metric labels: keep them plain. */
+int config_check_policy_name(struct word w)
+{
+	size_t i;
+
+	if (w.len == 0 || w.len > WINDOW_NAME_MAX)
+		return -1;
+	for (i = 0; i < w.len; i++) {
+		char ch = w.p[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-'))
+			return -1;
+	}
+	return 0;
+}
+
+/* Redis URL <s>/<len>, by the parser the limiter runs (redis_url), so that
+ * -c and a reload accept exactly what will connect. The reason goes into
+ * <why>/<cap> (never the URL: it may hold a password). Returns 0 or -1. */
+int config_check_redis_url(const char *s, size_t len, char *why, size_t cap)
+{
+	struct redis_url u;
+	char copy[CONFIG_URL_MAX];
+	int rc;
+
+	if (len >= sizeof(copy)) {
+		snprintf(why, cap, "URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
+		return -1;
+	}
+	memcpy(copy, s, len);
+	copy[len] = '\0';
+	rc = redis_url_parse(copy, &u, why, cap);
+	redis_url_wipe(&u);
+	explicit_bzero(copy, sizeof(copy));
+	return rc;
+}
+
+
+/* Whole-config checks on <c> once file and flags are merged. */
+int config_validate(const struct config *c, char *err, size_t errlen)
+{
+	const char *why;
+	char whybuf[128];
+	size_t i;
+
+	if (c->npolicies == 0)
+		return validate_fail(c, err, errlen,
+		                     "no policy defined (add one, e.g. 'policy transfer 3/1s')");
+	why = config_check_listen_addr(c->listen, strlen(c->listen));
+	if (why)
+		return validate_fail(c, err, errlen, "listen '%s': %s", c->listen, why);
+	if (!c->allow_remote_listen && !addr_is_loopback(c->listen))
+		return validate_fail(c, err, errlen,
+		                     "listen '%s' is not loopback (127.0.0.0/8, ::1, localhost or unix:); "
+		                     "add 'allow-remote-listen' to accept other hosts", c->listen);
+	if (c->metrics[0]) {
+		why = config_check_listen_addr(c->metrics, strlen(c->metrics));
+		if (why)
+			return validate_fail(c, err, errlen, "metrics '%s': %s", c->metrics, why);
+		if (!c->allow_remote_listen && !addr_is_loopback(c->metrics))
+			return validate_fail(c, err, errlen,
+			                     "metrics '%s' is not loopback; add 'allow-remote-listen' "
+			                     "to expose it to other hosts", c->metrics);
+	}
+	if (config_check_redis_url(c->redis, strlen(c->redis), whybuf, sizeof(whybuf)) == -1)
+		return validate_fail(c, err, errlen, "redis: %s (%s)", whybuf, config_redis_shapes);
+	if (c->redis_timeout_ms < 1 || c->redis_timeout_ms > CONFIG_TIMEOUT_MAX_MS)
+		return validate_fail(c, err, errlen, "redis-timeout must be 1ms..60s");
+	if (c->threads < 1 || c->threads > CONFIG_THREADS_MAX)
+		return validate_fail(c, err, errlen, "threads must be 1..%u", CONFIG_THREADS_MAX);
+	if (c->max_connections < 1 || c->max_inflight < 1)
+		return validate_fail(c, err, errlen, "max-connections and max-inflight must be >= 1");
+	if (c->hello_timeout_ms < CONFIG_PEER_TIMEOUT_MIN_MS ||
+	    c->hello_timeout_ms > CONFIG_PEER_TIMEOUT_MAX_MS ||
+	    c->frame_timeout_ms < CONFIG_PEER_TIMEOUT_MIN_MS ||
+	    c->frame_timeout_ms > CONFIG_PEER_TIMEOUT_MAX_MS)
+		return validate_fail(c, err, errlen, "hello-timeout and frame-timeout must be 10ms..1h");
+	if ((unsigned)c->log_level >= CONFIG_LOG_COUNT)
+		return validate_fail(c, err, errlen, "bad log level");
+	for (i = 0; i < c->npolicies; i++) {
+		if (c->policies[i].nwin < 1 || c->policies[i].nwin > WINDOW_MAX_WINDOWS)
+			return validate_fail(c, err, errlen, "policy '%s': 1..%d windows",
+			                     c->policies[i].name, WINDOW_MAX_WINDOWS);
+	}
+	return 0;
+}
+
+/* One line of a routes map: "<METHOD></path prefix> <policy> [<identity>
+ * [<cost>]]" (haproxy/routes.map). Returns 0 or -1 with the error set. */
+static int routes_check_line(struct parse_ctx *x, const struct config *c,
+                             const struct word *w, int n)
+{
+	static const char *const kinds[] = { "jwt", "key", "cert" };
+	const char *slash;
+	size_t i;
+	uint64_t cost = 0;
+
+	if (n < 1 || !w[0].p)
+		return config_parse_fail(x, "internal: empty route line");   /* for the analyzer */
+	slash = memchr(w[0].p, '/', w[0].len);
+
+	if (!slash || slash == w[0].p)
+		return config_parse_fail(x, "route '%.*s' must be <METHOD>/<path prefix>, e.g. POST/transfers",
+		                  config_word_plen(w[0]), w[0].p);
+	for (i = 0; w[0].p + i < slash; i++)
+		if (w[0].p[i] < 'A' || w[0].p[i] > 'Z')
+			return config_parse_fail(x, "route '%.*s': the method must be upper case letters",
+			                  config_word_plen(w[0]), w[0].p);
+	if (n < 2)
+		return config_parse_fail(x, "route '%.*s' names no policy", config_word_plen(w[0]), w[0].p);
+	if (n > 4)
+		return config_parse_fail(x, "route '%.*s': too many words (<policy> [<identity> [<cost>]])",
+		                  config_word_plen(w[0]), w[0].p);
+	if (!config_find_policy(c, w[1].p, w[1].len))
+		return config_parse_fail(x, "route '%.*s' names policy '%.*s', which the agent's config does not define",
+		                  config_word_plen(w[0]), w[0].p, config_word_plen(w[1]), w[1].p);
+	if (n >= 3) {
+		for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+			if (config_word_is(w[2], kinds[i]))
+				break;
+		if (i == sizeof(kinds) / sizeof(kinds[0]))
+			return config_parse_fail(x, "route '%.*s': identity must be jwt, key or cert; got '%.*s'",
+			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[2]), w[2].p);
+	}
+	if (n == 4) {
+		for (i = 0; i < w[3].len && cost <= UINT32_MAX; i++) {
+			if (w[3].p[i] < '0' || w[3].p[i] > '9')
+				break;
+			cost = cost * 10 + (uint64_t)(w[3].p[i] - '0');
+		}
+		if (i != w[3].len || cost < 1 || cost > UINT32_MAX)
+			return config_parse_fail(x, "route '%.*s': cost must be an integer 1..%u; got '%.*s'",
+			                  config_word_plen(w[0]), w[0].p, UINT32_MAX, config_word_plen(w[3]), w[3].p);
+	}
+	return 0;
+}
+
+/* See config.h. The route keys seen so far are borrowed from <text>, in a
+ * table owned here. */
+int config_check_routes(const struct config *c, const char *name, const char *text,
+                        size_t len, char *err, size_t errlen)
+{
+	struct route_seen { const char *p; size_t len; unsigned line; } *seen = NULL, *grown;
+	struct parse_ctx x;
+	struct word w[CONFIG_MAX_WORDS] = { { NULL, 0 } }, key;
+	const char *p = text, *end = text + len, *line;
+	size_t nseen = 0, capseen = 0, i, line_len;
+	int n, rc = -1;
+
+	memset(&x, 0, sizeof(x));
+	x.name = name ? name : "routes";
+	x.err = err;
+	x.errlen = errlen;
+	if (err && errlen)
+		err[0] = '\0';
+	while ((n = config_next_line(&x, &p, end, w, &line, &line_len)) > 0) {
+		/* HAProxy reads a '#' after the key as part of the value */
+		if (memchr(line, '#', line_len)) {
+			config_parse_fail(&x, "a comment must be a line of its own ('#' after a route is part of its value)");
+			goto out;
+		}
+		if (routes_check_line(&x, c, w, n) == -1)
+			goto out;
+		key = w[0];
+		if (!key.p) {   /* cannot happen (n > 0); for the analyzer */
+			config_parse_fail(&x, "internal: empty route line");
+			goto out;
+		}
+		/* map_beg answers with the first line whose key begins the
+		 * request: a line behind a prefix of its own key never matches */
+		for (i = 0; i < nseen; i++) {
+			if (seen[i].len <= key.len && memcmp(seen[i].p, key.p, seen[i].len) == 0) {
+				config_parse_fail(&x, "route '%.*s' never matches: line %u ('%.*s') comes first and is a prefix of it",
+				           config_word_plen(key), key.p, seen[i].line, (int)seen[i].len, seen[i].p);
+				goto out;
+			}
+		}
+		if (nseen == capseen) {
+			capseen = capseen ? capseen * 2 : 16;
+			grown = realloc(seen, capseen * sizeof(*seen));
+			if (!grown) {
+				config_parse_fail(&x, "out of memory");
+				goto out;
+			}
+			seen = grown;
+		}
+		seen[nseen].p = key.p;
+		seen[nseen].len = key.len;
+		seen[nseen].line = x.line;
+		nseen++;
+	}
+	if (n == -1)
+		goto out;
+	rc = nseen > INT32_MAX ? INT32_MAX : (int)nseen;
+out:
+	free(seen);
+	return rc;
+}
+
+/* Read the routes map at <path> and check it against <c> (see config.h). */
+int config_check_routes_file(const struct config *c, const char *path,
+                             char *err, size_t errlen)
+{
+	char *buf;
+	size_t len;
+	int rc;
+
+	if (config_read_file(path, &buf, &len, err, errlen) == -1)
+		return -1;
+	rc = config_check_routes(c, path, buf, len, err, errlen);
+	free(buf);
+	return rc;
+}
+
