@@ -285,12 +285,7 @@ static int routes_check_line(struct parse_ctx *x, const struct config *c,
 			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[2]), w[2].p);
 	}
 	if (n == 4) {
-		for (i = 0; i < w[3].len && cost <= UINT32_MAX; i++) {
-			if (w[3].p[i] < '0' || w[3].p[i] > '9')
-				break;
-			cost = cost * 10 + (uint64_t)(w[3].p[i] - '0');
-		}
-		if (i != w[3].len || cost < 1 || cost > UINT32_MAX)
+		if (decimal_parse(w[3].p, w[3].len, UINT32_MAX, &cost) != 0 || cost < 1)
 			return config_parse_fail(x, "route '%.*s': cost must be an integer 1..%u; got '%.*s'",
 			                  config_word_plen(w[0]), w[0].p, UINT32_MAX, config_word_plen(w[3]), w[3].p);
 	}
