@@ -226,19 +226,36 @@ static void slots_reply(char *buf, size_t cap, int port, unsigned slot, int othe
 /* one Redis                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* One fake Redis and a limiter on it: a test scripts the fake between
+ * fake_start() and one_connect(). */
+static struct fake_redis f;
+static struct limiter *l;
+
+static void one_connect(uint64_t timeout_ms, bool ready)
+{
+	l = new_limiter_on(&f, "redis", timeout_ms);
+	if (ready)
+		wait_ready(l);
+}
+
+/* Nothing unexpected reached the fake; free both. */
+static void one_stop(void)
+{
+	assert_int_equal(f.unexpected, 0);
+	limiter_free(l);
+	fake_stop(&f);
+}
+
 /* The setup sequence, then a decision from the script's reply. */
 static void test_allow(void **state)
 {
-	struct fake_redis f;
-	struct limiter *l;
 	struct window_decision d;
 
 	(void)state;
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:alice");
 	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
-	l = new_limiter_on(&f, "redis", 1000);
-	wait_ready(l);
+	one_connect(1000, true);
 	assert_int_equal(fake_hits(&f, "ROLE"), 1);
 	assert_int_equal(fake_hits(&f, "CONFIG GET maxmemory-policy"), 1);
 	assert_int_equal(fake_hits(&f, "SCRIPT LOAD"), 1);
@@ -247,25 +264,20 @@ static void test_allow(void **state)
 	assert_int_equal(d.limit, 10);
 	assert_int_equal(d.remaining, 9);
 	assert_true(fake_done(&f));
-	assert_int_equal(f.unexpected, 0);
-	limiter_free(l);
-	fake_stop(&f);
+	one_stop();
 }
 
 /* A deny is cached: the next request of that account is answered without
  * Redis, until its retry_after. */
 static void test_deny_cached(void **state)
 {
-	struct fake_redis f;
-	struct limiter *l;
 	struct window_decision d;
 
 	(void)state;
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_step(&f, FAKE_EXPECT, "EVALSHA");
 	fake_step(&f, FAKE_SEND, REPLY_DENY);
-	l = new_limiter_on(&f, "redis", 1000);
-	wait_ready(l);
+	one_connect(1000, true);
 	d = ask(l, "bob");
 	assert_int_equal(d.status, WINDOW_DENY);
 	assert_int_equal(d.retry_after, 5);
@@ -273,42 +285,30 @@ static void test_deny_cached(void **state)
 	assert_int_equal(d.status, WINDOW_DENY);
 	assert_true(d.retry_after >= 1 && d.retry_after <= 5);
 	assert_int_equal(fake_count(&f, "EVALSHA"), 1);
-	assert_int_equal(f.unexpected, 0);
-	limiter_free(l);
-	fake_stop(&f);
+	one_stop();
 }
 
 /* NOSCRIPT (Redis lost its script cache): the call is re-sent once as EVAL
  * with the script, and the script is loaded again. */
 static void test_noscript(void **state)
 {
-	struct fake_redis f;
-	struct limiter *l;
-	struct window_decision d;
-
 	(void)state;
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_step(&f, FAKE_EXPECT, "EVALSHA");
 	fake_step(&f, FAKE_SEND, "-NOSCRIPT No matching script. Please use EVAL.\r\n");
 	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 1 api:limit:v1:carol");
 	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
-	l = new_limiter_on(&f, "redis", 1000);
-	wait_ready(l);
-	d = ask(l, "carol");
-	assert_int_equal(d.status, WINDOW_ALLOW);
+	one_connect(1000, true);
+	assert_int_equal(ask(l, "carol").status, WINDOW_ALLOW);
 	WAIT(fake_hits(&f, "SCRIPT LOAD") == 2);
 	assert_true(fake_done(&f));
-	assert_int_equal(f.unexpected, 0);
-	limiter_free(l);
-	fake_stop(&f);
+	one_stop();
 }
 
 /* A Redis that may evict keys: decisions refused (redis-evicts-keys)
  * without a script call, until the policy is fixed and asked again. */
 static void test_eviction_policy(void **state)
 {
-	struct fake_redis f;
-	struct limiter *l;
 	char why[160] = "";
 
 	(void)state;
@@ -316,7 +316,7 @@ static void test_eviction_policy(void **state)
 	fake_rule(&f, "CONFIG GET maxmemory-policy",
 	          "*2\r\n$16\r\nmaxmemory-policy\r\n$11\r\nallkeys-lru\r\n");
 	fake_rule(&f, "EVALSHA", REPLY_ALLOW);
-	l = new_limiter_on(&f, "redis", 1000);
+	one_connect(1000, false);
 	ask_until(l, "dave", WINDOW_ERROR, WINDOW_REASON_REDIS_EVICTS);
 	assert_false(limiter_ready(l, why, sizeof(why)));
 	assert_non_null(strstr(why, "maxmemory-policy"));
@@ -326,16 +326,12 @@ static void test_eviction_policy(void **state)
 	          "*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n");
 	ask_until(l, "dave", WINDOW_ALLOW, WINDOW_REASON_NONE);
 	assert_true(limiter_ready(l, why, sizeof(why)));
-	assert_int_equal(f.unexpected, 0);
-	limiter_free(l);
-	fake_stop(&f);
+	one_stop();
 }
 
 /* ROLE says replica: the link never becomes ready, and is retried. */
 static void test_role_replica(void **state)
 {
-	struct fake_redis f;
-	struct limiter *l;
 	struct window_decision d;
 	char why[160] = "";
 
@@ -343,7 +339,7 @@ static void test_role_replica(void **state)
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_rule(&f, "ROLE", "*5\r\n$5\r\nslave\r\n$9\r\n127.0.0.1\r\n:6379\r\n"
 	          "$9\r\nconnected\r\n:0\r\n");
-	l = new_limiter_on(&f, "redis", 1000);
+	one_connect(1000, false);
 	WAIT(f.nconns >= 2);
 	assert_false(limiter_ready(l, why, sizeof(why)));
 	assert_non_null(strstr(why, "not a primary"));
@@ -351,16 +347,13 @@ static void test_role_replica(void **state)
 	assert_int_equal(d.status, WINDOW_ERROR);
 	assert_int_equal(d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
 	assert_int_equal(fake_count(&f, "EVALSHA"), 0);
-	limiter_free(l);
-	fake_stop(&f);
+	one_stop();
 }
 
 /* Half a reply, then the connection closes: "unavailable" at once; the
  * link reconnects and decides again. */
 static void test_half_reply_then_close(void **state)
 {
-	struct fake_redis f;
-	struct limiter *l;
 	struct window_decision d;
 
 	(void)state;
@@ -368,24 +361,19 @@ static void test_half_reply_then_close(void **state)
 	fake_step(&f, FAKE_EXPECT, "EVALSHA");
 	fake_step(&f, FAKE_SEND, "*6\r\n:1\r\n:10\r\n");
 	fake_step(&f, FAKE_CLOSE, NULL);
-	l = new_limiter_on(&f, "redis", 1000);
-	wait_ready(l);
+	one_connect(1000, true);
 	d = ask(l, "frank");
 	assert_int_equal(d.status, WINDOW_ERROR);
 	assert_int_equal(d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
 	fake_rule(&f, "EVALSHA", REPLY_ALLOW);
 	ask_until(l, "frank", WINDOW_ALLOW, WINDOW_REASON_NONE);
 	assert_true(f.nconns >= 2);
-	assert_int_equal(f.unexpected, 0);
-	limiter_free(l);
-	fake_stop(&f);
+	one_stop();
 }
 
 /* Half a reply, then silence: the call's own deadline answers "timeout". */
 static void test_half_reply_then_timeout(void **state)
 {
-	struct fake_redis f;
-	struct limiter *l;
 	struct window_decision d;
 
 	(void)state;
@@ -393,14 +381,12 @@ static void test_half_reply_then_timeout(void **state)
 	fake_step(&f, FAKE_EXPECT, "EVALSHA");
 	fake_step(&f, FAKE_SEND, "*6\r\n:1\r\n");
 	fake_step(&f, FAKE_STALL, NULL);
-	l = new_limiter_on(&f, "redis", 50);
-	wait_ready(l);
+	one_connect(50, true);
 	d = ask(l, "gina");
 	assert_int_equal(d.status, WINDOW_ERROR);
 	assert_int_equal(d.reason, WINDOW_REASON_REDIS_TIMEOUT);
 	assert_true(fake_done(&f));
-	limiter_free(l);
-	fake_stop(&f);
+	one_stop();
 }
 
 /* A Redis that accepts commands and never answers: each call times out,
@@ -408,8 +394,6 @@ static void test_half_reply_then_timeout(void **state)
  * link is dropped and made anew (the new connection answers). */
 static void test_stall(void **state)
 {
-	struct fake_redis f;
-	struct limiter *l;
 	struct window_decision d;
 
 	(void)state;
@@ -417,39 +401,32 @@ static void test_stall(void **state)
 	fake_step(&f, FAKE_EXPECT, "EVALSHA");
 	fake_step(&f, FAKE_STALL, NULL);
 	fake_rule(&f, "EVALSHA", REPLY_ALLOW);
-	l = new_limiter_on(&f, "redis", 20);
-	wait_ready(l);
+	one_connect(20, true);
 	d = ask(l, "hank");
 	assert_int_equal(d.reason, WINDOW_REASON_REDIS_TIMEOUT);
 	d = ask_until(l, "hank", WINDOW_ALLOW, WINDOW_REASON_NONE);
 	assert_int_equal(d.remaining, 9);
 	assert_true(f.nconns >= 2);
-	assert_int_equal(f.unexpected, 0);
-	limiter_free(l);
-	fake_stop(&f);
+	one_stop();
 }
 
 /* limiter_free() answers a call Redis still holds, once. */
 static void test_free_answers_pending(void **state)
 {
-	struct fake_redis f;
-	struct limiter *l;
 	struct answer *a;
 
 	(void)state;
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_step(&f, FAKE_EXPECT, "EVALSHA");
 	fake_step(&f, FAKE_STALL, NULL);
-	l = new_limiter_on(&f, "redis", 5000);
-	wait_ready(l);
+	one_connect(5000, true);
 	a = start(l, "ivy");
 	WAIT(fake_done(&f));
 	assert_int_equal(a->n, 0);
-	limiter_free(l);
+	one_stop();
 	assert_int_equal(a->n, 1);
 	assert_int_equal(a->d.status, WINDOW_ERROR);
 	assert_int_equal(a->d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
-	fake_stop(&f);
 }
 
 /* ------------------------------------------------------------------------ */
