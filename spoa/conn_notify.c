@@ -1,0 +1,330 @@
+/*
+ * conn_notify - what a connection asks and answers: a NOTIFY's messages
+ * checked and handed to the limiter, their decisions merged, the ACK built
+ * (variables and RateLimit headers) and counted. The requests outlive
+ * their connection when it closes first. See conn.h for the model.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <ev.h>
+
+#include "config.h"
+#include "conn.h"
+#include "conn_int.h"
+#include "headers.h"
+#include "log.h"
+#include "metrics.h"
+#include "spop.h"
+
+/* Borrow a request from the worker's pool (or the heap). Caller returns it
+ * with conn_req_put(). */
+static struct conn_req *conn_req_get(struct conn_env *env)
+{
+	struct conn_req *r = env->free_reqs;
+
+	if (r) {
+		env->free_reqs = r->next;
+		env->nfree_reqs--;
+		memset(r, 0, sizeof(*r));
+		return r;
+	}
+	return calloc(1, sizeof(*r));
+}
+
+static void conn_cfg_unref(struct conn_cfg_ref *ref)
+{
+	if (--ref->refs == 0)
+		ref->release(ref);
+}
+
+static void conn_req_put(struct conn_env *env, struct conn_req *r)
+{
+	conn_cfg_unref(r->cfg);
+	if (env->nfree_reqs >= CONN_REQ_POOL_MAX) {
+		free(r);
+		return;
+	}
+	r->next = env->free_reqs;
+	env->free_reqs = r;
+	env->nfree_reqs++;
+}
+
+static void conn_req_unlink(struct conn *c, struct conn_req *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		c->reqs = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	r->prev = r->next = NULL;
+}
+
+/* The decision histogram: <r> from its NOTIFY read to its ACK written (the
+ * ACK leaves in this loop iteration's flush), under the policy and status
+ * decisions_total counts it under. */
+static void conn_observe_decision(struct conn_env *env, const struct conn_req *r)
+{
+	const struct config *cfg = r->cfg->cfg;
+
+	if (env->metrics && r->policy && r->acc.status != WINDOW_STATUS_COUNT)
+		metrics_observe_decision(env->metrics, (size_t)(r->policy - cfg->policies), &r->acc,
+		                         metrics_now_us() - r->read_us);
+}
+
+/*
+ * The draft's header values and the deciding window, for a request that asked
+ * one policy (what spoe-ratelimit.conf sends): with several messages the
+ * merged decision may come from any of them, so none is named. Never on an
+ * error; ratelimit_hdr only with a real count (not on a fail-open allow).
+ * All of them or none: they are left out when the ACK would outgrow the
+ * frame size HAProxy negotiated (<max>; 16380 by default, 256 at least).
+ */
+static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, size_t max)
+{
+	/* action head (3) + name (1 + 13) + type (1) + length varint (<= 3) */
+	enum { VAR_ROOM = 21 };
+	const struct window_decision *d = &r->acc;
+	const struct window_policy *p = r->policy;
+	char pol[HEADERS_POLICY_MAX], cur[HEADERS_RATELIMIT_MAX];
+	int np, nc = 0;
+
+	if (r->nasked != 1 || !p || !r->lim || d->status == WINDOW_ERROR ||
+	    d->window >= r->nwin || !(d->has_quota || d->limit > 0))
+		return;
+	np = headers_format_policy(p->name, p->name_len, r->lim, r->nwin, pol, sizeof(pol));
+	if (d->has_quota)
+		nc = headers_format_ratelimit(p->name, p->name_len, r->lim, r->nwin, d->window,
+		                              d->remaining, d->reset, cur, sizeof(cur));
+	if (np <= 0 || nc < 0 || a->len + 3 * VAR_ROOM + (size_t)np + (size_t)nc > max)
+		return;
+	spop_ack_set_int(a, SPOP_SCOPE_TXN, "window",
+	                 headers_window_seconds(r->lim[d->window].window_ms));
+	spop_ack_set_str(a, SPOP_SCOPE_TXN, "policy_hdr", pol, (size_t)np);
+	if (nc > 0)
+		spop_ack_set_str(a, SPOP_SCOPE_TXN, "ratelimit_hdr", cur, (size_t)nc);
+}
+
+/* Append the ACK for <r> (its merged decision as txn variables). */
+static void conn_send_ack(struct conn *c, const struct conn_req *r)
+{
+	const struct window_decision *d = &r->acc;
+	struct spop_writer a;
+	int n;
+
+	if (conn_out_reserve(c, CONN_ACK_ROOM) == -1) {
+		conn_send_disconnect(c, SPOP_ST_RES, "out of memory");
+		return;
+	}
+	spop_ack_begin(&a, c->out + c->out_len, c->out_cap - c->out_len,
+	               r->stream_id, r->frame_id);
+	if (d->status == WINDOW_STATUS_COUNT) {
+		/* no ratelimit message: HAProxy still needs an action (3.1 hangs on
+		 * an empty ACK), and one that cannot disturb a real decision */
+		spop_ack_unset(&a, SPOP_SCOPE_TXN, "none");
+	} else {
+		const char *st = window_status_str(d->status);
+		const char *why = window_reason_str(d->reason);
+
+		spop_ack_set_str(&a, SPOP_SCOPE_TXN, "status", st, strlen(st));
+		if (d->has_quota || d->limit > 0)
+			spop_ack_set_int(&a, SPOP_SCOPE_TXN, "limit", d->limit);
+		if (d->has_quota) {
+			spop_ack_set_int(&a, SPOP_SCOPE_TXN, "remaining", d->remaining);
+			spop_ack_set_int(&a, SPOP_SCOPE_TXN, "reset", d->reset);
+			if (d->status == WINDOW_DENY)
+				spop_ack_set_int(&a, SPOP_SCOPE_TXN, "retry_after", d->retry_after);
+		}
+		if (d->reason != WINDOW_REASON_NONE)
+			spop_ack_set_str(&a, SPOP_SCOPE_TXN, "reason", why, strlen(why));
+		/* the frame after its 4-byte length counts against max_frame */
+		conn_ack_headers(&a, r, (size_t)c->max_frame + 4);
+	}
+	n = spop_ack_end(&a);
+	if (n < 0) {
+		conn_send_disconnect(c, SPOP_ST_RES, "ack does not fit");
+		return;
+	}
+	c->out_len += (size_t)n;
+	conn_count_out(c, METRICS_OUT_ACK);
+	conn_observe_decision(c->env, r);
+	conn_want_flush(c);
+}
+
+/* Count <d> under policy <p> of generation <cfg> (per NOTIFY: a NOTIFY with
+ * several messages counts once, under its first policy). */
+static void conn_count_decision(struct conn_env *env, const struct config *cfg,
+                                const struct window_policy *p,
+                                const struct window_decision *d)
+{
+	size_t idx;
+
+	/* every refusal shows at warn, a line a second per reason and thread */
+	if (d->status == WINDOW_ERROR ||
+	    (d->reason != WINDOW_REASON_NONE && d->reason != WINDOW_REASON_SHADOW_DENY))
+		log_limited(CONFIG_LOG_WARN, window_reason_str(d->reason),
+		            d->status == WINDOW_ERROR ? "decision_refused" : "decision_fail_open",
+		            "reason=%s policy=%s", window_reason_str(d->reason), p ? p->name : "-");
+	if (!env->metrics)
+		return;
+	if (p && p >= cfg->policies && p < cfg->policies + cfg->npolicies) {
+		idx = (size_t)(p - cfg->policies);
+		/* a shadow deny is its own status in the metrics, never an allow:
+		 * "allow" then means what the policy itself admitted */
+		if (d->reason == WINDOW_REASON_SHADOW_DENY)
+			metrics_add(&env->metrics->shadow_denies[idx], 1);
+		else if ((unsigned)d->status < WINDOW_STATUS_COUNT)
+			metrics_add(&env->metrics->decisions[idx][d->status], 1);
+	}
+	if (d->reason != WINDOW_REASON_NONE && (unsigned)d->reason < WINDOW_REASON_COUNT)
+		metrics_add(&env->metrics->errors_by_reason[d->reason], 1);
+}
+
+/* All decisions of <r> are in: ACK it (if its conn is still there) and
+ * recycle it. */
+static void conn_req_finish(struct conn_env *env, struct conn_req *r)
+{
+	struct conn *c = r->conn;
+
+	if (env->metrics)
+		metrics_sub(&env->metrics->notify_inflight, 1);
+	if (r->acc.status != WINDOW_STATUS_COUNT)
+		conn_count_decision(env, r->cfg->cfg, r->policy, &r->acc);
+	if (c) {
+		conn_req_unlink(c, r);
+		c->inflight--;
+		if (c->state == CONN_ST_READY)
+			conn_send_ack(c, r);
+		if (env->draining && c->inflight == 0 && c->state == CONN_ST_READY)
+			conn_send_disconnect(c, SPOP_ST_NORMAL, "agent is shutting down");
+	}
+	conn_req_put(env, r);
+}
+
+/* Limiter callback: one decision for one message of the request <arg>. */
+static void conn_on_decision(void *arg, const struct window_decision *d)
+{
+	struct conn_req *r = arg;
+
+	window_decision_merge(&r->acc, d);
+	if (--r->pending == 0)
+		conn_req_finish(r->env, r);
+}
+
+/*
+ * Decide one "ratelimit" message <m> for request <r>: validate the args,
+ * then ask the limiter (which answers through conn_on_decision). Invalid
+ * input is decided here as an error, never passed on.
+ */
+static void conn_decide_message(struct conn *c, struct conn_req *r,
+                                const struct spop_message *m)
+{
+	const struct config *cfg = r->cfg->cfg;
+	const struct window_policy *p = NULL;
+	struct window_decision d;
+	struct spop_iter it;
+	struct spop_arg a;
+	struct spop_str key = { NULL, 0 };
+	bool have_policy = false, have_key = false, have_cost = false;
+	int64_t cost = 1;
+	enum window_reason why = WINDOW_REASON_NONE;
+
+	spop_iter_args(m, &it);
+	while (spop_next_arg(&it, &a)) {
+		if (!have_policy && spop_str_eq(a.name, "policy")) {
+			have_policy = true;
+			if (a.value.type == SPOP_T_STR || a.value.type == SPOP_T_BIN)
+				p = config_find_policy(cfg, a.value.v.s.ptr, a.value.v.s.len);
+		} else if (!have_key && spop_str_eq(a.name, "key")) {
+			have_key = true;
+			/* NULL (missing sample) and IP addresses are refused: the key is
+			 * the authenticated account, never the client address */
+			if (a.value.type == SPOP_T_STR || a.value.type == SPOP_T_BIN)
+				key = a.value.v.s;
+		} else if (!have_cost && spop_str_eq(a.name, "cost")) {
+			have_cost = true;
+			if (spop_data_to_int64(&a.value, &cost) == -1)
+				cost = 0;   /* rejected below as bad-cost */
+		}
+	}
+
+	if (!p)
+		why = WINDOW_REASON_UNKNOWN_POLICY;
+	else if (window_check_key(key.ptr, key.len) == -1)
+		why = WINDOW_REASON_BAD_KEY;
+	else if (cost < 1)
+		why = WINDOW_REASON_BAD_COST;
+	if (why != WINDOW_REASON_NONE) {
+		window_decide_error(NULL, why, &d);
+		d.status = WINDOW_ERROR;   /* input errors never fail open */
+		window_decision_merge(&r->acc, &d);
+		return;
+	}
+	if (!r->policy) {
+		r->policy = p;
+		r->lim = window_limits_for(p, key.ptr, key.len, &r->nwin);
+	}
+	r->nasked++;
+
+	r->pending++;
+	if (c->env->ops.check(c->env->ops.ctx, p, key.ptr, key.len, (uint64_t)cost,
+	                      conn_on_decision, r) == -1) {
+		r->pending--;
+		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
+		window_decision_merge(&r->acc, &d);
+	}
+}
+
+/* NOTIFY: one request, a decision per "ratelimit" message, one ACK. */
+void conn_handle_notify(struct conn *c, const struct spop_frame *f)
+{
+	struct conn_env *env = c->env;
+	struct conn_req *r;
+	struct spop_iter it;
+	struct spop_message m;
+	unsigned max_inflight = env->cfg->cfg->max_inflight;
+
+	if (c->state != CONN_ST_READY) {
+		conn_protocol_error(c, SPOP_ST_INVALID, "NOTIFY before HELLO");
+		return;
+	}
+	r = conn_req_get(env);
+	if (!r) {
+		conn_send_disconnect(c, SPOP_ST_RES, "out of memory");
+		return;
+	}
+	r->env = env;
+	r->conn = c;
+	r->cfg = env->cfg;
+	r->cfg->refs++;
+	r->stream_id = f->hdr.stream_id;
+	r->frame_id = f->hdr.frame_id;
+	r->read_us = metrics_now_us();
+	r->pending = 1;     /* held while issuing, so a synchronous answer cannot finish it early */
+	window_decision_init(&r->acc);
+	r->next = c->reqs;
+	if (c->reqs)
+		c->reqs->prev = r;
+	c->reqs = r;
+	c->inflight++;
+	if (env->metrics)
+		metrics_add(&env->metrics->notify_inflight, 1);
+
+	if (max_inflight && c->inflight > max_inflight) {
+		/* shed: answer this one as an error at once instead of queueing */
+		struct window_decision d;
+
+		window_decide_error(NULL, WINDOW_REASON_OVERLOAD, &d);
+		d.status = WINDOW_ERROR;
+		window_decision_merge(&r->acc, &d);
+	} else {
+		spop_iter_messages(&f->u.notify, &it);
+		while (spop_next_message(&it, &m)) {
+			if (spop_str_eq(m.name, "ratelimit"))
+				conn_decide_message(c, r, &m);
+		}
+	}
+	if (--r->pending == 0)
+		conn_req_finish(env, r);
+}
