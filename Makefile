@@ -51,7 +51,10 @@ endif
 CFLAGS  ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS_AGENT := -lev -lhiredis -lm -pthread
-LDLIBS_TEST  := -lcmocka -lhiredis -lm
+LDLIBS_TEST  := -lcmocka -lm
+# A unit test links hiredis only with a module that uses it (the pure ones
+# read plain values: struct window_reply).
+HIREDIS_MODULES := cluster limiter limiter_link limiter_sentinel limiter_cluster
 
 ifeq ($(V),1)
 Q :=
@@ -126,7 +129,8 @@ $(MCOUNT): bench/mcount.c
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $$(addprefix $(BUILD)/spoa/,$$(addsuffix .o,$$(shell cat tests/unit/$$*.deps)))
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $^ $(LDLIBS_TEST) -lev -pthread
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $^ $(LDLIBS_TEST) \
+		$(if $(filter $(HIREDIS_MODULES),$(shell cat tests/unit/$*.deps)),-lhiredis) -lev -pthread
 
 $(BUILD)/tests/unit/%.o: tests/unit/%.c
 	@mkdir -p $(dir $@)

@@ -309,6 +309,33 @@ static void limiter_warn_reply(const struct limiter_link *k, const redisReply *r
 	            reply->type == REDIS_REPLY_ERROR ? reply->str : "");
 }
 
+/* The view window.c reads of <r> (borrowed: <v> points into it until
+ * hiredis frees <r>): an error's text, or an array's integers. */
+static void limiter_reply_view(const redisReply *r, struct window_reply *v)
+{
+	size_t i;
+
+	memset(v, 0, sizeof(*v));
+	if (!r)
+		return;
+	if (r->type == REDIS_REPLY_ERROR && r->str) {
+		v->kind = WINDOW_REPLY_ERROR;
+		v->str = r->str;
+		v->len = r->len;
+		return;
+	}
+	if (r->type != REDIS_REPLY_ARRAY || (r->elements && !r->element))
+		return;
+	for (i = 0; i < r->elements; i++) {
+		if (!r->element[i] || r->element[i]->type != REDIS_REPLY_INTEGER)
+			return;
+		if (i < WINDOW_REPLY_INTS)
+			v->v[i] = r->element[i]->integer;
+	}
+	v->kind = WINDOW_REPLY_INTEGERS;
+	v->n = r->elements;
+}
+
 /*
  * hiredis hands call <privdata> back on <ac>: with the script's reply <r>
  * (borrowed: hiredis frees it after this returns), or NULL when the
@@ -323,6 +350,7 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 	struct limiter *l = c->l;
 	struct limiter_link *k = c->link;
 	const redisReply *reply = r;
+	struct window_reply view;
 	struct window_decision d;
 	int64_t now = limiter_now_us();
 
@@ -340,6 +368,7 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 		goto recycle;
 	}
 	k->quiet_since_us = now;
+	limiter_reply_view(reply, &view);
 	if (reply->type == REDIS_REPLY_ERROR) {
 		switch (cluster_classify_error(reply->str, reply->len)) {
 		case CLUSTER_REPLY_MOVED:
@@ -367,7 +396,7 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 			break;
 		}
 	}
-	if (window_reply_is_noscript(reply)) {
+	if (window_reply_is_noscript(&view)) {
 		limiter_count_error(l, METRICS_REDIS_ERR_NOSCRIPT);
 		if (!c->cb) {
 			/* answered already: nothing to retry, but reload for the others */
@@ -384,7 +413,7 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 		/* The deadline answered first (error/redis-timeout), yet Redis ran
 		 * the script: an admission it recorded is one the client never got.
 		 * Counted so that operators can size redis-timeout. */
-		if (window_decide_reply(&c->policy, reply, &d) == 0 && d.status == WINDOW_ALLOW &&
+		if (window_decide_reply(&c->policy, &view, &d) == 0 && d.status == WINDOW_ALLOW &&
 		    l->metrics)
 			metrics_add(&l->metrics->late_admissions, 1);
 		goto recycle;
@@ -392,7 +421,7 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 
 	if (l->metrics)
 		metrics_observe_redis_latency(l->metrics, (uint64_t)(now - c->sent_us));
-	if (window_decide_reply(&c->policy, reply, &d) == -1) {
+	if (window_decide_reply(&c->policy, &view, &d) == -1) {
 		/* over maxmemory: fail-closed like any Redis error, named apart */
 		bool oom = d.reason == WINDOW_REASON_REDIS_OOM;
 

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <hiredis/hiredis.h>
 
 #include "window.h"
 
@@ -318,29 +317,26 @@ void window_decide_error(const struct window_policy *p, enum window_reason why,
 }
 
 /* Is <r> a well-formed script result? Checks shape and value ranges. */
-static int reply_is_result(const struct redisReply *r)
+static int reply_is_result(const struct window_reply *r)
 {
 	size_t i;
 
-	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 6 || !r->element)
+	if (!r || r->kind != WINDOW_REPLY_INTEGERS || r->n != WINDOW_REPLY_INTS)
 		return 0;
-	for (i = 0; i < 6; i++)
-		if (!r->element[i] || r->element[i]->type != REDIS_REPLY_INTEGER)
-			return 0;
-	if (r->element[0]->integer != 0 && r->element[0]->integer != 1)
+	if (r->v[0] != 0 && r->v[0] != 1)
 		return 0;
-	if (r->element[1]->integer < 1)
+	if (r->v[1] < 1)
 		return 0;
 	for (i = 2; i < 5; i++)
-		if (r->element[i]->integer < 0)
+		if (r->v[i] < 0)
 			return 0;
-	if (r->element[5]->integer < 0 || r->element[5]->integer >= WINDOW_MAX_WINDOWS)
+	if (r->v[5] < 0 || r->v[5] >= WINDOW_MAX_WINDOWS)
 		return 0;
 	return 1;
 }
 
 /* Decision of <p> from script reply <r> (borrowed); see window.h. */
-int window_decide_reply(const struct window_policy *p, const struct redisReply *r,
+int window_decide_reply(const struct window_policy *p, const struct window_reply *r,
                         struct window_decision *d)
 {
 	if (!reply_is_result(r)) {
@@ -350,16 +346,16 @@ int window_decide_reply(const struct window_policy *p, const struct redisReply *
 	}
 	memset(d, 0, sizeof(*d));
 	d->has_quota = true;
-	d->limit = r->element[1]->integer;
-	d->remaining = r->element[2]->integer;
-	d->reset = window_us_to_s_ceil(r->element[3]->integer);
-	d->window = (unsigned)r->element[5]->integer;
-	if (r->element[0]->integer == 1) {
+	d->limit = r->v[1];
+	d->remaining = r->v[2];
+	d->reset = window_us_to_s_ceil(r->v[3]);
+	d->window = (unsigned)r->v[5];
+	if (r->v[0] == 1) {
 		d->status = WINDOW_ALLOW;
 		return 0;
 	}
 	d->status = WINDOW_DENY;
-	d->retry_after_us = r->element[4]->integer;
+	d->retry_after_us = r->v[4];
 	d->retry_after = window_us_to_s_ceil(d->retry_after_us);
 	/* A deny always means "come back later", never "now". */
 	if (d->retry_after < 1)
@@ -372,19 +368,19 @@ int window_decide_reply(const struct window_policy *p, const struct redisReply *
 }
 
 /* Is <r> the NOSCRIPT error (the script cache of that node lacks ours)? */
-bool window_reply_is_noscript(const struct redisReply *r)
+bool window_reply_is_noscript(const struct window_reply *r)
 {
-	return r && r->type == REDIS_REPLY_ERROR && r->str && r->len >= 8 &&
+	return r && r->kind == WINDOW_REPLY_ERROR && r->str && r->len >= 8 &&
 	       memcmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
 /* Is <r> the OOM refusal? Redis 7 passes it through from the script's
  * ZADD as is; Redis 6 wraps it: "ERR Error running script ...: OOM ...". */
-bool window_reply_is_oom(const struct redisReply *r)
+bool window_reply_is_oom(const struct window_reply *r)
 {
 	static const char oom[] = "OOM command not allowed";
 
-	if (!r || r->type != REDIS_REPLY_ERROR || !r->str)
+	if (!r || r->kind != WINDOW_REPLY_ERROR || !r->str)
 		return false;
 	if (r->len >= 4 && memcmp(r->str, "OOM ", 4) == 0)
 		return true;

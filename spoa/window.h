@@ -2,7 +2,7 @@
  * window - rate-limit policy math without I/O.
  *
  * Policies, the Redis key of a request, the script's arguments, and the
- * translation of the script's reply (a hiredis redisReply) into a decision.
+ * translation of the script's reply (a struct window_reply) into a decision.
  * No sockets, no libev, no clock: functions that need "now" take it.
  *
  * The script contract (lua/sliding_window.lua):
@@ -24,7 +24,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct redisReply;
 
 #define WINDOW_NAME_MAX        48     /* policy name, bytes, without NUL */
 #define WINDOW_KEY_MAX         256    /* account key, bytes */
@@ -144,6 +143,25 @@ int window_build_args(const struct window_policy *p, const char *sha,
                       const char *member, struct window_args *a,
                       enum window_reason *why);
 
+/* The script's reply as the window math reads it: plain values, so this
+ * module needs no hiredis (the limiter fills it from a redisReply). */
+enum window_reply_kind {
+	WINDOW_REPLY_OTHER = 0,     /* nil, status, string, a mixed array, none */
+	WINDOW_REPLY_ERROR,         /* an error reply: <str>/<len> */
+	WINDOW_REPLY_INTEGERS,      /* an array of integers only: <n> of them */
+	WINDOW_REPLY_KIND_COUNT
+};
+
+#define WINDOW_REPLY_INTS 6     /* integers of a script result */
+
+struct window_reply {
+	enum window_reply_kind kind;
+	const char *str;            /* ERROR: the text, borrowed */
+	size_t len;
+	size_t n;                   /* INTEGERS: how many */
+	int64_t v[WINDOW_REPLY_INTS]; /* INTEGERS: the first ones */
+};
+
 /*
  * Turn the script's reply into a decision for <p> (applying shadow mode).
  * An error reply, a nil, or a reply of the wrong shape becomes the policy's
@@ -152,7 +170,7 @@ int window_build_args(const struct window_policy *p, const char *sha,
  * Returns 0 when <r> was a proper script result, -1 otherwise (<d> is set
  * either way). <r> is borrowed.
  */
-int window_decide_reply(const struct window_policy *p, const struct redisReply *r,
+int window_decide_reply(const struct window_policy *p, const struct window_reply *r,
                         struct window_decision *d);
 
 /* The decision when Redis cannot decide: error, or fail-open allow when the
@@ -163,11 +181,11 @@ void window_decide_error(const struct window_policy *p, enum window_reason why,
                          struct window_decision *d);
 
 /* Is <r> Redis's NOSCRIPT error? (the agent then re-sends with EVAL) */
-bool window_reply_is_noscript(const struct redisReply *r);
+bool window_reply_is_noscript(const struct window_reply *r);
 
 /* Is <r> Redis's out-of-memory refusal ("OOM command not allowed ...",
  * also wrapped in a script error by Redis 6)? */
-bool window_reply_is_oom(const struct redisReply *r);
+bool window_reply_is_oom(const struct window_reply *r);
 
 /* Fold <d> into <acc>: error over deny over allow; among denies the longest
  * retry_after; among allows the least remaining (an allow without quota, the

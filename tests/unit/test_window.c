@@ -1,8 +1,9 @@
 /*
  * test_window - policy math: keys, script argv, reply -> decision, merge.
  *
- * Replies are real hiredis objects: canned RESP bytes go through
- * redisReader, exactly as the limiter would receive them.
+ * Replies are canned RESP text turned into the struct window_reply the
+ * limiter hands window.c (an error's text, or an array's integers): no
+ * hiredis here.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,10 +13,8 @@
 #include <string.h>
 
 #include <cmocka.h>
-#include <hiredis/hiredis.h>
 
 #include "window.h"
-#include "resp.h"
 
 /* A one-window policy <name> of <limit> per <ms> into <p> (no allocation). */
 static void policy_make(struct window_policy *p, const char *name, uint64_t limit,
@@ -29,14 +28,45 @@ static void policy_make(struct window_policy *p, const char *name, uint64_t limi
 	p->win[0].window_ms = ms;
 }
 
+/* The view of RESP text <resp> (borrowed from it) as the limiter builds
+ * it from hiredis's reply: an error's text, an array of integers only, or
+ * "other" (nil, status, string, a mixed array). */
+static struct window_reply view_of(const char *resp)
+{
+	struct window_reply v;
+	const char *p, *eol = strstr(resp, "\r\n");
+	long long n, i;
+
+	memset(&v, 0, sizeof(v));
+	assert_non_null(eol);
+	if (resp[0] == '-') {
+		v.kind = WINDOW_REPLY_ERROR;
+		v.str = resp + 1;
+		v.len = (size_t)(eol - resp - 1);
+		return v;
+	}
+	if (resp[0] != '*' || (n = strtoll(resp + 1, NULL, 10)) < 0)
+		return v;
+	for (i = 0, p = eol + 2; i < n; i++) {
+		if (*p != ':')
+			return v;
+		if (i < WINDOW_REPLY_INTS)
+			v.v[i] = strtoll(p + 1, NULL, 10);
+		p = strstr(p, "\r\n");
+		assert_non_null(p);
+		p += 2;
+	}
+	v.kind = WINDOW_REPLY_INTEGERS;
+	v.n = (size_t)n;
+	return v;
+}
+
 /* Decide <resp> under <p> into <d>; returns window_decide_reply's result. */
 static int decide(const struct window_policy *p, const char *resp, struct window_decision *d)
 {
-	redisReply *r = resp_parse(resp);
-	int rc = window_decide_reply(p, r, d);
+	struct window_reply v = view_of(resp);
 
-	freeReplyObject(r);
-	return rc;
+	return window_decide_reply(p, &v, d);
 }
 
 static void assert_arg(const struct window_args *a, int i, const char *want)
@@ -472,14 +502,12 @@ static void test_reply_errors(void **state)
 	assert_int_equal(d.status, WINDOW_ERROR);
 }
 
-/* <pred> on the reply parsed from RESP text <resp>. */
-static bool reply_is(bool (*pred)(const redisReply *), const char *resp)
+/* <pred> on the view of RESP text <resp>. */
+static bool reply_is(bool (*pred)(const struct window_reply *), const char *resp)
 {
-	redisReply *r = resp_parse(resp);
-	bool v = pred(r);
+	struct window_reply v = view_of(resp);
 
-	freeReplyObject(r);
-	return v;
+	return pred(&v);
 }
 
 static void test_noscript(void **state)
