@@ -49,20 +49,6 @@ int config_parse_fail(struct parse_ctx *x, const char *fmt, ...)
 	return -1;
 }
 
-/* Is <w> exactly the C string <s>? */
-int config_word_is(struct word w, const char *s)
-{
-	size_t n = strlen(s);
-
-	return w.len == n && memcmp(w.p, s, n) == 0;
-}
-
-/* Printable length of <w> for messages: long words are cut at 64 bytes. */
-int config_word_plen(struct word w)
-{
-	return w.len > 64 ? 64 : (int)w.len;
-}
-
 /* Milliseconds in <unit>/<len> ("ms", "s", "m", "h"), or 0. */
 static uint64_t unit_ms(const char *unit, size_t len)
 {
@@ -558,7 +544,8 @@ int config_parse(struct config *c, const char *name, const char *text, size_t le
                  char *err, size_t errlen)
 {
 	struct parse_ctx x;
-	struct word w[CONFIG_MAX_WORDS];
+	/* config_next_line() fills it; initialised for clang-analyzer */
+	struct word w[CONFIG_MAX_WORDS] = { { NULL, 0 } };
 	const char *p = text, *end = text + len, *line;
 	size_t i, line_len;
 	int n, rc = -1;

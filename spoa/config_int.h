@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "config.h"
 
@@ -64,11 +65,23 @@ struct parse_ctx {
 /* The URL shapes a bad `redis` setting is told about. */
 extern const char config_redis_shapes[];
 
+/* Is <w> exactly the C string <s>? */
+static inline int config_word_is(struct word w, const char *s)
+{
+	size_t n = strlen(s);
+
+	return w.p && w.len == n && memcmp(w.p, s, n) == 0;
+}
+
+/* Printable length of <w> for messages: long words are cut at 64 bytes. */
+static inline int config_word_plen(struct word w)
+{
+	return w.len > 64 ? 64 : (int)w.len;
+}
+
 /* config.c: the line reader and the error format both files use. */
 __attribute__((format(printf, 2, 3)))
 int config_parse_fail(struct parse_ctx *x, const char *fmt, ...);
-int config_word_is(struct word w, const char *s);
-int config_word_plen(struct word w);
 int config_next_line(struct parse_ctx *x, const char **p, const char *end,
                      struct word *w, const char **line, size_t *line_len);
 int config_read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen);
