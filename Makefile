@@ -53,8 +53,8 @@ ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS_AGENT := -lev -lhiredis -lm -pthread
 LDLIBS_TEST  := -lcmocka -lm
 # A unit test links hiredis only with a module that uses it (the pure ones
-# read plain values: struct window_reply).
-HIREDIS_MODULES := cluster limiter limiter_link limiter_sentinel limiter_cluster
+# read plain values: struct window_reply, struct cluster_view).
+HIREDIS_MODULES := limiter limiter_link limiter_sentinel limiter_cluster
 
 ifeq ($(V),1)
 Q :=

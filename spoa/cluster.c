@@ -7,8 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <hiredis/hiredis.h>
-
 #include "cluster.h"
 #include "decimal.h"
 
@@ -134,9 +132,9 @@ const struct cluster_addr *cluster_map_node_for(const struct cluster_map *m, uns
 }
 
 /* Is <r> an integer reply in <lo>..<hi>? */
-static bool reply_int_in(const redisReply *r, long long lo, long long hi)
+static bool reply_int_in(const struct cluster_view *r, long long lo, long long hi)
 {
-	return r && r->type == REDIS_REPLY_INTEGER && r->integer >= lo && r->integer <= hi;
+	return r && r->type == CLUSTER_VIEW_INTEGER && r->integer >= lo && r->integer <= hi;
 }
 
 /*
@@ -144,21 +142,20 @@ static bool reply_int_in(const redisReply *r, long long lo, long long hi)
  * empty host is <from_host>. Returns 0, 1 for the unknown endpoint "?",
  * or -1 on a bad shape.
  */
-static int slots_node_host(const redisReply *n, const char *from_host, char *dst, size_t cap)
+static int slots_node_host(const struct cluster_view *n, const char *from_host, char *dst,
+                           size_t cap)
 {
-	const redisReply *h;
+	const struct cluster_view *h;
 	const char *s;
 	size_t len;
 
-	if (!n || n->type != REDIS_REPLY_ARRAY || n->elements < 2 || !n->element)
+	if (!n || n->type != CLUSTER_VIEW_ARRAY || n->elements < 2 || !n->element)
 		return -1;
-	h = n->element[0];
-	if (!h)
-		return -1;
-	if (h->type == REDIS_REPLY_NIL || (h->type == REDIS_REPLY_STRING && h->len == 0)) {
+	h = &n->element[0];
+	if (h->type == CLUSTER_VIEW_NIL || (h->type == CLUSTER_VIEW_STRING && h->len == 0)) {
 		s = from_host ? from_host : "";
 		len = strlen(s);
-	} else if (h->type == REDIS_REPLY_STRING) {
+	} else if (h->type == CLUSTER_VIEW_STRING && h->str) {
 		s = h->str;
 		len = h->len;
 	} else {
@@ -175,47 +172,49 @@ static int slots_node_host(const redisReply *n, const char *from_host, char *dst
 
 /* <m> from CLUSTER SLOTS reply <r> (borrowed) asked of <from_host>; see
  * cluster.h. Everything is checked before it is read. */
-int cluster_map_from_slots(struct cluster_map *m, const struct redisReply *r,
+int cluster_map_from_slots(struct cluster_map *m, const struct cluster_view *r,
                            const char *from_host, char *err, size_t errlen)
 {
 	char host[CLUSTER_HOST_MAX];
 	size_t i;
 
 	cluster_map_init(m);
-	if (!r || r->type != REDIS_REPLY_ARRAY || (r->elements && !r->element)) {
-		snprintf(err, errlen, "CLUSTER SLOTS: %s",
-		         r && r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
+	if (!r || r->type != CLUSTER_VIEW_ARRAY || (r->elements && !r->element)) {
+		if (r && r->type == CLUSTER_VIEW_ERROR && r->str)
+			snprintf(err, errlen, "CLUSTER SLOTS: %.*s", (int)r->len, r->str);
+		else
+			snprintf(err, errlen, "CLUSTER SLOTS: not an array");
 		return -1;
 	}
 	for (i = 0; i < r->elements; i++) {
-		const redisReply *e = r->element[i];
+		const struct cluster_view *e = &r->element[i], *node;
 		unsigned s, lo, hi;
 		int rc, idx;
 
 		/* [start, end, primary, replica...] */
-		if (!e || e->type != REDIS_REPLY_ARRAY || e->elements < 3 || !e->element ||
-		    !reply_int_in(e->element[0], 0, CLUSTER_SLOTS - 1) ||
-		    !reply_int_in(e->element[1], e->element[0]->integer, CLUSTER_SLOTS - 1) ||
-		    !e->element[2] || e->element[2]->type != REDIS_REPLY_ARRAY ||
-		    e->element[2]->elements < 2 || !e->element[2]->element ||
-		    !reply_int_in(e->element[2]->element[1], 1, 65535)) {
+		node = e->type == CLUSTER_VIEW_ARRAY && e->elements >= 3 && e->element ?
+		       &e->element[2] : NULL;
+		if (!node || !reply_int_in(&e->element[0], 0, CLUSTER_SLOTS - 1) ||
+		    !reply_int_in(&e->element[1], e->element[0].integer, CLUSTER_SLOTS - 1) ||
+		    node->type != CLUSTER_VIEW_ARRAY || node->elements < 2 || !node->element ||
+		    !reply_int_in(&node->element[1], 1, 65535)) {
 			snprintf(err, errlen, "CLUSTER SLOTS: range %zu has the wrong shape", i);
 			goto fail;
 		}
-		rc = slots_node_host(e->element[2], from_host, host, sizeof(host));
+		rc = slots_node_host(node, from_host, host, sizeof(host));
 		if (rc == 1)
 			continue;
 		if (rc == -1) {
 			snprintf(err, errlen, "CLUSTER SLOTS: range %zu has a bad host", i);
 			goto fail;
 		}
-		idx = cluster_map_add(m, host, (int)e->element[2]->element[1]->integer);
+		idx = cluster_map_add(m, host, (int)node->element[1].integer);
 		if (idx < 0) {
 			snprintf(err, errlen, "CLUSTER SLOTS: more than %u primaries", CLUSTER_NODES_MAX);
 			goto fail;
 		}
-		lo = (unsigned)e->element[0]->integer;
-		hi = (unsigned)e->element[1]->integer;
+		lo = (unsigned)e->element[0].integer;
+		hi = (unsigned)e->element[1].integer;
 		for (s = lo; s <= hi; s++)
 			cluster_map_set_slot(m, s, (unsigned)idx);
 	}

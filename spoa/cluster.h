@@ -7,7 +7,8 @@
  *     (the bytes between the first '{' and the next '}', when not empty),
  *     modulo 16384;
  *   - the slot map: which primary serves each slot, built from a CLUSTER
- *     SLOTS reply (a hiredis redisReply) and patched by MOVED redirects;
+ *     SLOTS reply (a struct cluster_view, no hiredis) and patched by MOVED
+ *     redirects;
  *   - MOVED / ASK / TRYAGAIN / CLUSTERDOWN error replies, classified and
  *     parsed.
  * No sockets, no libev, no allocation: the limiter owns the connections.
@@ -18,8 +19,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-struct redisReply;
 
 #define CLUSTER_SLOTS        16384u
 #define CLUSTER_HOST_MAX     256          /* host or address, with its NUL */
@@ -81,6 +80,27 @@ int cluster_map_set_slot(struct cluster_map *m, unsigned slot, unsigned idx);
 /* Node serving <slot>, borrowed from <m>, or NULL. */
 const struct cluster_addr *cluster_map_node_for(const struct cluster_map *m, unsigned slot);
 
+/* A reply as cluster.c reads it, without hiredis: the limiter converts
+ * hiredis's redisReply (limiter_cluster.c), the unit tests parse RESP. */
+enum cluster_view_type {
+	CLUSTER_VIEW_OTHER = 0,            /* a status, or anything not read here */
+	CLUSTER_VIEW_NIL,
+	CLUSTER_VIEW_INTEGER,
+	CLUSTER_VIEW_STRING,
+	CLUSTER_VIEW_ERROR,
+	CLUSTER_VIEW_ARRAY,
+	CLUSTER_VIEW_COUNT
+};
+
+struct cluster_view {
+	enum cluster_view_type type;
+	long long integer;                  /* INTEGER */
+	const char *str;                    /* STRING, ERROR: borrowed, not NUL-terminated */
+	size_t len;
+	size_t elements;                    /* ARRAY */
+	const struct cluster_view *element; /* ARRAY: <elements> in a row */
+};
+
 /*
  * Build <m> from the reply <r> to CLUSTER SLOTS sent to <from_host> (a nil
  * or empty host in the reply means that same host; "?" an unknown endpoint,
@@ -89,7 +109,7 @@ const struct cluster_addr *cluster_map_node_for(const struct cluster_map *m, uns
  * reply has the wrong shape or serves no slot at all (<m> is then empty).
  * <r> is borrowed.
  */
-int cluster_map_from_slots(struct cluster_map *m, const struct redisReply *r,
+int cluster_map_from_slots(struct cluster_map *m, const struct cluster_view *r,
                            const char *from_host, char *err, size_t errlen);
 
 /* Same nodes in the same order, same routes? */

@@ -3,6 +3,7 @@
  * parts, slot hashing and reply parsing, are cluster.c). See
  * limiter_cluster.h.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +69,71 @@ static void limiter_cluster_seed(struct limiter *l)
 	}
 }
 
+/* Nodes in the tree of reply <r>. */
+static size_t limiter_view_count(const redisReply *r)
+{
+	size_t n = 1, i;
+
+	if (r && r->type == REDIS_REPLY_ARRAY && r->element)
+		for (i = 0; i < r->elements; i++)
+			n += limiter_view_count(r->element[i]);
+	return n;
+}
+
+/* Fill <v> from <r> (borrowed: strings point into it), an array's
+ * elements taken in a row from <*pool>. */
+static void limiter_view_fill(const redisReply *r, struct cluster_view *v,
+                              struct cluster_view **pool)
+{
+	struct cluster_view *el;
+	size_t i;
+
+	memset(v, 0, sizeof(*v));
+	if (!r)
+		return;
+	switch (r->type) {
+	case REDIS_REPLY_INTEGER:
+		v->type = CLUSTER_VIEW_INTEGER;
+		v->integer = r->integer;
+		break;
+	case REDIS_REPLY_NIL:
+		v->type = CLUSTER_VIEW_NIL;
+		break;
+	case REDIS_REPLY_STRING:
+	case REDIS_REPLY_ERROR:
+		v->type = r->type == REDIS_REPLY_STRING ? CLUSTER_VIEW_STRING : CLUSTER_VIEW_ERROR;
+		v->str = r->str;
+		v->len = r->len;
+		break;
+	case REDIS_REPLY_ARRAY:
+		if (r->elements && !r->element)
+			break;   /* not an array we can read */
+		v->type = CLUSTER_VIEW_ARRAY;
+		v->elements = r->elements;
+		v->element = el = *pool;
+		*pool += r->elements;
+		for (i = 0; i < r->elements; i++)
+			limiter_view_fill(r->element[i], &el[i], pool);
+		break;
+	default:
+		break;
+	}
+}
+
+/* The view cluster.c reads of CLUSTER SLOTS reply <r>, in one allocation
+ * the caller frees (its strings are borrowed from <r>). NULL when memory
+ * runs out. */
+static struct cluster_view *limiter_view_new(const redisReply *r)
+{
+	struct cluster_view *nodes = calloc(limiter_view_count(r), sizeof(*nodes)), *pool;
+
+	if (!nodes)
+		return NULL;
+	pool = nodes + 1;
+	limiter_view_fill(r, nodes, &pool);
+	return nodes;
+}
+
 /* CLUSTER SLOTS answered <r> on <ac> of link <privdata> (borrowed, freed by
  * hiredis after this returns): a new map replaces the old one and the links
  * follow it; a bad reply keeps the old map. */
@@ -77,14 +143,21 @@ static void limiter_cluster_on_slots(redisAsyncContext *ac, void *r, void *privd
 	struct limiter *l = k->l;
 	struct limiter_cluster *cl = l->cluster;
 	const redisReply *reply = r;
+	struct cluster_view *view;
 	char err[160];
+	int rc;
 
 	if (!cl || ac != cl->topo_ac)
 		return;
 	cl->topo_ac = NULL;
 	if (!reply)
 		return;   /* that link went away; the tick asks another */
-	if (cluster_map_from_slots(&cl->next, reply, k->host, err, sizeof(err)) == -1) {
+	view = limiter_view_new(reply);
+	if (!view)
+		snprintf(err, sizeof(err), "out of memory");
+	rc = view ? cluster_map_from_slots(&cl->next, view, k->host, err, sizeof(err)) : -1;
+	free(view);
+	if (rc == -1) {
 		log_warn("cluster_slots_failed", "via=%s reason=\"%s\"", k->addr, err);
 		limiter_count_error(l, METRICS_REDIS_ERR_SCRIPT);
 		return;
