@@ -5,8 +5,11 @@
 . "$(dirname "$0")/../lib.sh"
 t_setup
 start_redis
+# Exact counts: a generous deadline, so a loaded machine cannot turn an
+# answer into a (fail-closed) redis-timeout error.
 start_agent "policy transfer 5/1m
-threads 2"
+threads 2
+redis-timeout 2s"
 out=$("$BENCH" -a "127.0.0.1:$AGENT_PORT" -c 4 -T 2 -d 16 -n 2000 -k 50 --key-prefix BENCH- \
 	--strict --json 2>"$T/bench.err"); rc=$?
 eq "spoa-bench exits 0 (no protocol error, no error ACK)" 0 "$rc"

@@ -19,7 +19,7 @@ import spop  # noqa: E402
 h = Harness()
 h.start_redis()
 mport = free_port()
-h.start_agent("metrics 127.0.0.1:%d\nlog-level warn\nthreads 2\nredis-timeout 50ms\n"
+h.start_agent("metrics 127.0.0.1:%d\nlog-level warn\nthreads 2\nredis-timeout 1s\n"
               "policy transfer 1000/1s\n" % mport)
 h.check("agent ready", u.wait_ready(mport, 2) and wait_port(mport))
 
