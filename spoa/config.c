@@ -156,8 +156,20 @@ static int parse_limit_word(struct parse_ctx *x, const char *what, struct word w
 	return 0;
 }
 
+/* <what>'s windows <win>/<nwin> under precision=<precision_ms> (0: none):
+ * see window_check_precision. Returns 0 or -1 (a parse failure). */
+static int check_precision(struct parse_ctx *x, const char *what, uint64_t precision_ms,
+                           const struct window_limit *win, unsigned nwin)
+{
+	char why[160];
+
+	if (!precision_ms || window_check_precision(precision_ms, win, nwin, why, sizeof(why)) == 0)
+		return 0;
+	return config_parse_fail(x, "%s: %s", what, why);
+}
+
 /* policy <name> <limit>/<window>... [on-redis-error=deny|allow] [shadow]
- * [max-cost=<n>] */
+ * [max-cost=<n>] [precision=<duration>] */
 static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 {
 	struct config *c = x->c;
@@ -198,13 +210,28 @@ static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 			    p->max_cost == 0)
 				return config_parse_fail(x, "%s: max-cost must be 1..%u, got '%.*s'", what,
 				                  CONFIG_LIMIT_MAX, config_word_plen(w[i]), w[i].p);
+		} else if (w[i].len > 10 && memcmp(w[i].p, "precision=", 10) == 0) {
+			if (config_parse_duration(w[i].p + 10, w[i].len - 10, &p->precision_ms) != 0 ||
+			    p->precision_ms == 0)
+				return config_parse_fail(x, "%s: bad precision in '%.*s' (use <n>s, <n>m or <n>h)",
+				                  what, config_word_plen(w[i]), w[i].p);
 		} else
 			return config_parse_fail(x, "%s: unknown option '%.*s' (expected <limit>/<window>, "
-			                  "on-redis-error=deny|allow, shadow or max-cost=<n>)",
+			                  "on-redis-error=deny|allow, shadow, max-cost=<n> or "
+			                  "precision=<duration>)",
 			                  what, config_word_plen(w[i]), w[i].p);
 	}
 	if (p->nwin == 0)
 		return config_parse_fail(x, "%s: expected at least one <limit>/<window>", what);
+	if (check_precision(x, what, p->precision_ms, p->win, p->nwin) == -1)
+		return -1;
+	if (p->precision_ms) {
+		for (i = 0; i < p->nwin && !window_is_bucketed(p, p->win[i].window_ms); i++)
+			;
+		if (i == p->nwin)
+			return config_parse_fail(x, "%s: precision applies to no window (only windows "
+			                  "longer than it are counted in buckets)", what);
+	}
 	/* Overrides added later in this parse start at index 0. */
 	x->ov_first[c->npolicies] = 0;
 	x->ov_cap[c->npolicies] = 0;
@@ -261,6 +288,8 @@ static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 			return config_parse_fail(x, "%s: expected <limit>/<window>, got '%.*s'",
 			                  what, config_word_plen(w[i]), w[i].p);
 	}
+	if (check_precision(x, what, p->precision_ms, o->win, o->nwin) == -1)
+		return -1;
 	k = p->noverrides - x->ov_first[pi];
 	x->ov_line[pi][k] = x->line;
 	p->noverrides++;

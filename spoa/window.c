@@ -86,6 +86,46 @@ const struct window_limit *window_limits_for(const struct window_policy *p,
 	return p->win;
 }
 
+/* Does precision= of <p> apply to a window of <window_ms>? Only windows
+ * longer than a bucket are bucketed: "10/1s 1000/1h precision=1m" keeps
+ * the 1s window exact. */
+bool window_is_bucketed(const struct window_policy *p, uint64_t window_ms)
+{
+	return p->precision_ms && window_ms > p->precision_ms;
+}
+
+/* Check <precision_ms> against <win>/<nwin> (see window.h); <why> is the
+ * caller's buffer. */
+int window_check_precision(uint64_t precision_ms, const struct window_limit *win,
+                           unsigned nwin, char *why, size_t cap)
+{
+	char ps[32], ws[32];
+	unsigned i;
+
+	window_format_ms(precision_ms, ps, sizeof(ps));
+	if (precision_ms < WINDOW_PRECISION_MIN_MS) {
+		snprintf(why, cap, "precision=%s is below the minimum of %ds", ps,
+		         WINDOW_PRECISION_MIN_MS / 1000);
+		return -1;
+	}
+	for (i = 0; i < nwin; i++) {
+		if (win[i].window_ms <= precision_ms)
+			continue;
+		window_format_ms(win[i].window_ms, ws, sizeof(ws));
+		if (win[i].window_ms % precision_ms) {
+			snprintf(why, cap, "precision=%s does not divide the %s window", ps, ws);
+			return -1;
+		}
+		if (win[i].window_ms / precision_ms > WINDOW_PRECISION_MAX_BUCKETS) {
+			snprintf(why, cap, "precision=%s gives %" PRIu64 " buckets for the %s window "
+			         "(at most %d)", ps, win[i].window_ms / precision_ms, ws,
+			         WINDOW_PRECISION_MAX_BUCKETS);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* Accept <key>/<key_len> if it is 1..WINDOW_KEY_MAX bytes (any bytes: the
  * key travels length-delimited). Returns 0 or -1. */
 int window_check_key(const char *key, size_t key_len)
@@ -185,9 +225,9 @@ static void args_add(struct args_writer *w, const void *s, size_t len)
 		args_end(w, start, pos);
 }
 
-/* One argv entry holding the decimal text of <v>. By hand, not snprintf:
- * four of these per decision showed up in the agent's profile. */
-static void args_add_u64(struct args_writer *w, uint64_t v)
+/* Append the decimal text of <v> at <*pos>. By hand, not snprintf: four
+ * of these per decision showed up in the agent's profile. */
+static void args_put_u64(struct args_writer *w, size_t *pos, uint64_t v)
 {
 	char tmp[24];
 	size_t n = sizeof(tmp);
@@ -196,7 +236,25 @@ static void args_add_u64(struct args_writer *w, uint64_t v)
 		tmp[--n] = (char)('0' + v % 10);
 		v /= 10;
 	} while (v);
-	args_add(w, tmp + n, sizeof(tmp) - n);
+	args_put(w, pos, tmp + n, sizeof(tmp) - n);
+}
+
+/* One argv entry holding the decimal text of <v>, or "<v>:<v2>" when <v2>
+ * is not 0 (a bucketed window's "<ms>:<precision ms>"). */
+static void args_add_u64(struct args_writer *w, uint64_t v, uint64_t v2)
+{
+	char *start = args_begin(w);
+	size_t pos = 0;
+
+	if (!start)
+		return;
+	args_put_u64(w, &pos, v);
+	if (v2) {
+		args_put(w, &pos, ":", 1);
+		args_put_u64(w, &pos, v2);
+	}
+	if (!w->failed)
+		args_end(w, start, pos);
 }
 
 /*
@@ -211,7 +269,7 @@ int window_build_args(const struct window_policy *p, const char *sha,
                       const char *member, struct window_args *a,
                       enum window_reason *why)
 {
-	static const char prefix[] = ":limit:v1:";
+	static const char prefix[] = ":limit:v1:", bprefix[] = ":limit:b1:";
 	struct args_writer w = { .a = a, .used = 0, .failed = 0 };
 	const struct window_limit *lim;
 	unsigned nwin, i;
@@ -240,7 +298,7 @@ int window_build_args(const struct window_policy *p, const char *sha,
 
 	args_add(&w, "EVALSHA", 7);
 	args_add(&w, sha, strlen(sha));
-	args_add_u64(&w, nwin);
+	args_add_u64(&w, nwin, 0);
 	for (i = 0; i < nwin; i++) {
 		char *start = args_begin(&w);
 		size_t pos = 0;
@@ -248,7 +306,10 @@ int window_build_args(const struct window_policy *p, const char *sha,
 		if (!start)
 			break;
 		args_put(&w, &pos, p->name, p->name_len);
-		args_put(&w, &pos, prefix, sizeof(prefix) - 1);
+		if (window_is_bucketed(p, lim[i].window_ms))
+			args_put(&w, &pos, bprefix, sizeof(bprefix) - 1);
+		else
+			args_put(&w, &pos, prefix, sizeof(prefix) - 1);
 		if (nwin == 1) {
 			args_put(&w, &pos, key, key_len);
 		} else {
@@ -266,11 +327,12 @@ int window_build_args(const struct window_policy *p, const char *sha,
 			break;
 		args_end(&w, start, pos);
 	}
-	args_add_u64(&w, cost);
+	args_add_u64(&w, cost, 0);
 	args_add(&w, member, strlen(member));
 	for (i = 0; i < nwin; i++) {
-		args_add_u64(&w, lim[i].limit);
-		args_add_u64(&w, lim[i].window_ms);
+		args_add_u64(&w, lim[i].limit, 0);
+		args_add_u64(&w, lim[i].window_ms,
+		             window_is_bucketed(p, lim[i].window_ms) ? p->precision_ms : 0);
 	}
 	if (w.failed) {
 		a->argc = 0;

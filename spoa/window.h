@@ -11,7 +11,9 @@
  *   ARGV[2]     request id, unique per request (agent id + counter); kept
  *               in the layout, not stored (the script makes its members
  *               unique: one entry per admitted request carrying its cost)
- *   ARGV[3+2i]  limit of window i      ARGV[4+2i]  window i length in ms
+ *   ARGV[3+2i]  limit of window i      ARGV[4+2i]  window i length in ms,
+ *               or "<ms>:<precision ms>" for a bucketed window (a hash of
+ *               per-bucket counts instead of the sorted-set log)
  * returns an array of 6 integers:
  *   { allowed 0|1, limit, remaining, reset_us, retry_after_us, window_index }
  * of the deciding window (least remaining when allowed, longest retry when
@@ -32,6 +34,9 @@
 #define WINDOW_REDIS_KEY_MAX   (WINDOW_NAME_MAX + 3 * WINDOW_KEY_MAX + 32)
 /* "EVALSHA" sha nkeys, one key per window, cost, member, limit+window per window */
 #define WINDOW_SCRIPT_ARGC_MAX (5 + WINDOW_MAX_WINDOWS * 3)
+/* precision=<d>: bucket length bounds (a bucket per precision of window) */
+#define WINDOW_PRECISION_MIN_MS      1000
+#define WINDOW_PRECISION_MAX_BUCKETS 600
 
 enum window_on_error {
 	WINDOW_ON_ERROR_DENY = 0,   /* status=error: HAProxy answers 503 */
@@ -83,6 +88,8 @@ struct window_policy {
 	bool shadow;                   /* decide and count, but answer allow */
 	uint64_t max_cost;             /* largest cost of one request; 0: the
 	                                * smallest limit that applies */
+	uint64_t precision_ms;         /* 0: exact log; else windows longer than
+	                                * this are counted in buckets of it */
 	struct window_override *overrides; /* owned by the config, sorted by key */
 	size_t noverrides;
 };
@@ -125,6 +132,17 @@ int window_override_cmp(const void *a, const void *b);
  * included. Returns the length, or -1 when <cap> is too small. */
 int window_format_ms(uint64_t ms, char *dst, size_t cap);
 
+/* Is a window of <window_ms> under <p> counted in buckets (precision=)? */
+bool window_is_bucketed(const struct window_policy *p, uint64_t window_ms);
+
+/* Check <precision_ms> against windows <win>/<nwin>: at least
+ * WINDOW_PRECISION_MIN_MS, dividing every window longer than it into at
+ * most WINDOW_PRECISION_MAX_BUCKETS buckets (shorter windows stay exact:
+ * an override may have only those). Returns 0, or -1 with the
+ * reason in <why>/<cap>. */
+int window_check_precision(uint64_t precision_ms, const struct window_limit *win,
+                           unsigned nwin, char *why, size_t cap);
+
 /* Check a key: 1..WINDOW_KEY_MAX bytes. Returns 0 or -1. */
 int window_check_key(const char *key, size_t key_len);
 
@@ -134,7 +152,10 @@ int window_check_key(const char *key, size_t key_len);
  * Single-window key: "<policy>:limit:v1:<key>". Multi-window keys share a
  * hash tag: "<policy>:limit:v1:{<key>}:<window>" (e.g. ":1s"), where '}'
  * and '%' of <key> are written "%7D" and "%25" so that the tag is the whole
- * account, never empty, and the same for every window.
+ * account, never empty, and the same for every window. A bucketed window
+ * (precision=) is a hash under "b1" instead of "v1", so that a config
+ * change never reads a sorted set as a hash or the reverse; its window
+ * argument is "<ms>:<precision ms>".
  * <member> is the request's unique member prefix (NUL-terminated).
  * Returns 0, or -1 with the reason in <*why> (BAD_KEY, BAD_COST).
  */
