@@ -4,6 +4,7 @@
 -- ARGV[1]      cost: units this request consumes (>= 1)
 -- ARGV[2]      request id (kept in the argument layout; not stored)
 -- ARGV[1+2i]   limit of window i        ARGV[2+2i]  length of window i, ms
+--              or "<ms>:<precision ms>" for a bucketed window (KEYS[i] a hash)
 --
 -- Returns { allowed 0|1, limit, remaining, reset_us, retry_after_us, index }
 -- for the deciding window (0-based index): the least remaining when allowed,
@@ -32,6 +33,17 @@
 -- third field, the score of the newest old-form entry seen, and so do the
 -- entries after it while that score is in the window: a window whose
 -- newest entry lacks it holds no old-form entry in the middle.
+--
+-- Bucketed windows (precision=): KEYS[i] is a hash, field = end of a
+-- bucket of <precision> ms of Redis time (epoch-aligned, decimal ms), value
+-- = units admitted in it. A bucket counts while its end is after the cut:
+-- every bucket that overlaps the window, the partly expired oldest one
+-- included. Each admission in it is then counted at least as long as the
+-- log would count it (its time < the bucket's end), so the window never
+-- holds more than its limit; the price is under-admission by at most one
+-- bucket for at most one bucket's time. Fields hold their own end, so a
+-- change of precision or window length never misreads them. Memory is one
+-- field per bucket (window / precision), whatever the limit or the cost.
 --
 -- Out of memory: the first write of an admission is a ZADD, which Redis
 -- refuses with an OOM error when over maxmemory (noeviction), and nothing
@@ -65,6 +77,46 @@ local function parse(m)
 end
 
 local PAGE = 512
+
+-- Bucketed window <key>'s state, read only: count of the buckets that end
+-- after <cut>; b = those buckets as { end us, units } oldest first; dead =
+-- the fields to trim (ended at or before the cut, or not ours).
+local function read_buckets(key, cut)
+	local h = redis.call('HGETALL', key)
+	local w = { count = 0, b = {}, dead = {} }
+	for j = 1, #h, 2 do
+		local e, v = tonumber(h[j]), tonumber(h[j + 1])
+		if e and v and e * 1000 > cut then
+			w.count = w.count + v
+			w.b[#w.b + 1] = { e * 1000, v }
+		else
+			w.dead[#w.dead + 1] = h[j]
+		end
+	end
+	table.sort(w.b, function(x, y) return x[1] < y[1] end)
+	if w.b[1] then w.oldest = w.b[1][1] end
+	return w
+end
+
+-- Time until <need> units have left bucketed window <w>: a bucket leaves
+-- when the cut reaches its end, one window after it. Never early.
+local function retry_buckets(w, need, win_us)
+	local acc = 0
+	for j = 1, #w.b do
+		acc = acc + w.b[j][2]
+		if acc >= need then return w.b[j][1] + win_us - now end
+	end
+	return win_us
+end
+
+-- Drop window <i>'s expired entries or buckets (after the first write).
+local function trim(key, w, cuts)
+	if not w.dead then
+		redis.call('ZREMRANGEBYSCORE', key, '-inf', cuts)
+	elseif w.dead[1] then
+		redis.call('HDEL', key, unpack(w.dead))
+	end
+end
 
 -- Window <key>'s state, read only: count; cum and score of the newest entry
 -- (to chain the next one); score and cost of the oldest in-window entry;
@@ -140,19 +192,25 @@ end
 
 -- (strings made once: formatting numbers is a good part of the script's time)
 local nows = int(now)
-local limit, win, cut, cuts, st = {}, {}, {}, {}, {}
+local limit, win, prec, cut, cuts, st = {}, {}, {}, {}, {}, {}
 local allowed = true
 for i = 1, n do
+	local ws, ps = string.match(ARGV[2 + 2 * i], '^(%d+):(%d+)$')
 	limit[i] = tonumber(ARGV[1 + 2 * i])
-	win[i] = tonumber(ARGV[2 + 2 * i])
-	if not limit[i] or limit[i] < 1 or not win[i] or win[i] < 1 then
+	win[i] = tonumber(ws or ARGV[2 + 2 * i])
+	prec[i] = ps and tonumber(ps)
+	if not limit[i] or limit[i] < 1 or not win[i] or win[i] < 1 or prec[i] == 0 then
 		return redis.error_reply('ERR sliding_window: bad limit or window')
 	end
 	-- Inclusive bound: score <= now - window is out, so an entry exactly
 	-- one window old does not count.
 	cut[i] = now - win[i] * 1000
 	cuts[i] = int(cut[i])
-	st[i] = read_window(KEYS[i], cut[i], cuts[i])
+	if prec[i] then
+		st[i] = read_buckets(KEYS[i], cut[i])
+	else
+		st[i] = read_window(KEYS[i], cut[i], cuts[i])
+	end
 	if st[i].count + cost > limit[i] then allowed = false end
 end
 
@@ -160,16 +218,24 @@ local best, best_rem, best_reset, best_retry
 if allowed then
 	local score = {}
 	for i = 1, n do
-		-- Above the newest entry, so that rank order stays cum order (a
-		-- later stamp only makes this entry live longer, never shorter).
-		score[i] = now
-		if st[i].top and st[i].top >= now then score[i] = st[i].top + 1 end
-		local m = string.format('%x:%x', st[i].cum + cost, cost)
-		if st[i].old and st[i].old > cut[i] then m = m .. string.format(':%x', st[i].old) end
-		redis.call('ZADD', KEYS[i], score[i] == now and nows or int(score[i]), m)
+		if prec[i] then
+			-- The bucket of <now>: score = its end (us), where it leaves.
+			local e = (math.floor(math.floor(now / 1000) / prec[i]) + 1) * prec[i]
+			score[i] = e * 1000
+			redis.call('HINCRBY', KEYS[i], int(e), cost)
+		else
+			-- Above the newest entry, so that rank order stays cum order (a
+			-- later stamp only makes this entry live longer, never shorter).
+			score[i] = now
+			if st[i].top and st[i].top >= now then score[i] = st[i].top + 1 end
+			local m = string.format('%x:%x', st[i].cum + cost, cost)
+			if st[i].old and st[i].old > cut[i] then m = m .. string.format(':%x', st[i].old) end
+			redis.call('ZADD', KEYS[i], score[i] == now and nows or int(score[i]), m)
+		end
 	end
 	for i = 1, n do
-		redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', cuts[i])
+		trim(KEYS[i], st[i], cuts[i])
+		-- (a bucket's score, its end, is always after now)
 		local ttl = ARGV[2 + 2 * i]
 		if score[i] ~= now then ttl = int(win[i] + math.ceil((score[i] - now) / 1000)) end
 		redis.call('PEXPIRE', KEYS[i], ttl)
@@ -178,12 +244,13 @@ if allowed then
 			best, best_rem = i, rem
 		end
 	end
-	-- reset: when the oldest in-window entry (perhaps the new one) leaves.
+	-- reset: when the oldest in-window entry or bucket (perhaps the new
+	-- one) leaves.
 	best_reset = (st[best].oldest or score[best]) + win[best] * 1000 - now
 	best_retry = 0
 else
 	for i = 1, n do
-		redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', cuts[i])
+		trim(KEYS[i], st[i], cuts[i])
 	end
 	for i = 1, n do
 		local need = st[i].count + cost - limit[i]
@@ -191,7 +258,9 @@ else
 			local w = win[i] * 1000
 			-- cost > limit never fits: answer a whole window rather than loop.
 			local retry = w
-			if need <= st[i].count then
+			if need <= st[i].count and prec[i] then
+				retry = retry_buckets(st[i], need, w)
+			elseif need <= st[i].count then
 				retry = retry_for(KEYS[i], st[i], need, w)
 			end
 			if not best or retry > best_retry then
