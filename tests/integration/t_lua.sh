@@ -3,7 +3,8 @@
 # records nothing, reset/retry values, the trim boundary, cost > 1 as one
 # entry (Redis work and memory independent of cost), several windows
 # all-or-nothing, PEXPIRE, unique members, entries of the old one-per-unit
-# form, and no admission when Redis is over maxmemory.
+# form, no admission when Redis is over maxmemory, and bucketed windows
+# (precision=): bucket boundaries, retry from bucket ends, mixed with a log.
 #
 # Two clocks: the real script (Redis TIME) for behaviour, and a copy whose
 # TIME is read from a hash the test sets, for exact boundaries (an entry
@@ -180,6 +181,8 @@ out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 p 3)
 check "missing window length is an error reply" grep -q "bad arguments" <<<"$out"
 out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 p 0 1000)
 check "limit 0 is an error reply" grep -q "bad limit" <<<"$out"
+out=$(rcli EVALSHA "$SHA" 1 x:limit:b1:k 1 p 5 3600000:0)
+check "precision 0 is an error reply" grep -q "bad limit or window" <<<"$out"
 eq "redis still answers" PONG "$(rcli PING)"
 
 # --- exact boundaries on a clock the test controls ---------------------------
@@ -295,5 +298,71 @@ cev $K 100 1300 10000
 eq "legacy big: 1200 + 100 fits exactly" "1 0" "${R[0]} ${R[2]}"
 cev $K 1 1300 10000
 eq "legacy big: then full" "0 0" "${R[0]} ${R[2]}"
+
+# --- bucketed windows (precision=) on the fake clock -------------------------
+# 5 per 1h counted in 1m buckets: hash field = bucket end (ms), value = units.
+# cevb KEYS... -- COST LIMIT WIN [LIMIT WIN...]: cev for any number of keys.
+cevb() {
+	local keys=()
+	while [ "$1" != -- ]; do keys+=("$1"); shift; done
+	shift
+	SEQ=$((SEQ + 1))
+	mapfile -t R < <(rcli EVALSHA "$CSHA" "${#keys[@]}" "${keys[@]}" "$1" "req-$SEQ" "${@:2}")
+	rcli PERSIST "${keys[@]}" >/dev/null
+}
+K=clk:limit:b1:bucket
+clock 3600 0                  # now = 3600 s, the start of a 1m bucket (ends 3660 s)
+cevb $K -- 3 5 3600000:60000
+eq "bucket: 3 of 5 admitted; reset = bucket end + window" "1 5 2 3660000000 0" \
+	"${R[0]} ${R[1]} ${R[2]} ${R[3]} ${R[4]}"
+eq "bucket: a hash field per bucket, named by its end (ms)" "hash 3660000 3" \
+	"$(rcli TYPE $K) $(rcli HGETALL $K | xargs)"
+in_range "bucket: PEXPIRE = bucket end + window - now" "$(rcli EVALSHA "$SHA" 1 clk:limit:b1:ttl 1 p 5 3600000:60000 >/dev/null; rcli PTTL clk:limit:b1:ttl)" 3599000 3660000
+clock 3659 999999             # last us of the same bucket
+cevb $K -- 2 5 3600000:60000
+eq "bucket: same bucket, 2 more (full)" "1 0 1" "${R[0]} ${R[2]} $(rcli HLEN $K)"
+clock 3660 0                  # next bucket
+cevb $K -- 1 5 3600000:60000
+eq "bucket: full: denied; retry when the bucket's end is one window old (1 h)" \
+	"0 0 3600000000 3600000000" "${R[0]} ${R[2]} ${R[3]} ${R[4]}"
+eq "bucket: a denial writes nothing" "1" "$(rcli HLEN $K)"
+clock 7200 0                  # the log would have let the 3 of 3600 s go
+cevb $K -- 3 5 3600000:60000
+eq "bucket: the partly expired oldest bucket still counts whole" "0 60000000" "${R[0]} ${R[4]}"
+clock 7259 999999             # 1 us before the retry
+cevb $K -- 1 5 3600000:60000
+eq "bucket: 1 us before retry_after: still denied, retry 1 us" "0 1" "${R[0]} ${R[4]}"
+clock 7260 0                  # exactly retry_after
+cevb $K -- 5 5 3600000:60000
+eq "bucket: at retry_after the whole limit is free" "1 0" "${R[0]} ${R[2]}"
+eq "bucket: the expired bucket was trimmed" "7320000 5" "$(rcli HGETALL $K | xargs)"
+
+# retry from bucket boundaries with cost: 2 units per minute for 4 minutes
+K=clk:limit:b1:bcost
+for m in 0 1 2 3; do clock $((36000 + m * 60)) 500000; cevb $K -- 2 8 600000:60000; done
+eq "bucket cost: 8 of 8 in 4 buckets" "1 0 4" "${R[0]} ${R[2]} $(rcli HLEN $K)"
+clock 36200 0
+cevb $K -- 5 8 600000:60000
+# 5 units must leave: the 3rd bucket (ends 36180 s) frees the 6th: 36180 + 600 - 36200
+eq "bucket cost: retry when enough buckets have left (580 s)" "0 580000000" "${R[0]} ${R[4]}"
+
+# one bucketed and one exact window, all-or-nothing; a bucketed window after
+# a config change from a log never meets the sorted set (b1 vs v1 key)
+KB="clk:limit:b1:{mix}:1h" KL="clk:limit:v1:{mix}:10s"
+clock 50000 0
+cevb "$KL" "$KB" -- 2 3 10000 4 3600000:60000
+eq "mixed: admitted into both" "1 1 0" "${R[0]} ${R[2]} ${R[5]}"
+eq "mixed: zset and hash" "zset hash" "$(rcli TYPE "$KL") $(rcli TYPE "$KB")"
+clock 50001 0
+cevb "$KL" "$KB" -- 2 3 10000 4 3600000:60000
+eq "mixed: 10s window denies (retry 9 s); nothing written in either" "0 0 9000000 1 1 2" \
+	"${R[0]} ${R[5]} ${R[4]} $(rcli ZCARD "$KL") $(rcli HLEN "$KB") $(rcli HGET "$KB" 50040000)"
+clock 50010 0
+cevb "$KL" "$KB" -- 2 3 10000 4 3600000:60000
+eq "mixed: 10s window free, 1h buckets hold 4: admitted" "1 0 1" "${R[0]} ${R[2]} ${R[5]}"
+clock 50020 0
+cevb "$KL" "$KB" -- 1 3 10000 4 3600000:60000
+eq "mixed: 1h window denies until its bucket leaves (50040 + 3600 - 50020 s)" \
+	"0 1 3620000000" "${R[0]} ${R[5]} ${R[4]}"
 
 t_done
