@@ -93,7 +93,10 @@ def ev(sha, keys, cost, wins):
 
 
 # -- never over-admit, on Redis's clock ---------------------------------------
-def property_run(name, keys, wins, secs, max_cost):
+def property_run(name, keys, wins, secs, max_cost, rate):
+    """Arrivals at about <rate> a second (exponential gaps, so bursts and
+    lulls), costs 1..<max_cost>: offered a little above the limits, so that
+    admissions spread over every bucket and the windows fill."""
     admitted = []          # (redis time us, cost)
     decisions = denied = 0
     end = time.monotonic() + secs
@@ -109,7 +112,7 @@ def property_run(name, keys, wins, secs, max_cost):
             admitted.append((int(rep[6]), cost))
         else:
             denied += 1
-        time.sleep(rnd.random() * 0.004)
+        time.sleep(rnd.expovariate(rate))
     worst = []
     for lim, ms, prec in wins:
         w = ms * 1000
@@ -125,7 +128,9 @@ def property_run(name, keys, wins, secs, max_cost):
             peak = max(peak, total)
         worst.append(peak)
         h.check("%s: every %dms window holds at most %d units (peak %d; %d decisions, "
-                "%d admitted, %d denied)" % (name, ms, lim, peak, decisions, len(admitted), denied),
+                "%d admitted with %d units, %d denied)" % (name, ms, lim, peak, decisions,
+                                                           len(admitted), sum(c for _, c in admitted),
+                                                           denied),
                 peak <= lim)
     h.check("%s: some admitted, some denied" % name, admitted and denied)
     # Redis's own record: each live bucket holds exactly the units admitted in it.
@@ -144,10 +149,10 @@ def property_run(name, keys, wins, secs, max_cost):
         h.check("%s: at most window/precision + 1 buckets" % name, len(fields) <= ms // prec + 1)
 
 
-property_run("bucketed 20/4s precision=1s", ["p:limit:b1:one"], [(20, 4000, 1000)], 9, 4)
-property_run("mixed 6/1s + 20/4s precision=1s",
+property_run("bucketed 200/4s precision=1s", ["p:limit:b1:one"], [(200, 4000, 1000)], 8, 4, 25)
+property_run("mixed 50/1s + 160/4s precision=1s",
              ["p:limit:v1:{mix}:1s", "p:limit:b1:{mix}:4s"],
-             [(6, 1000, 0), (20, 4000, 1000)], 9, 3)
+             [(50, 1000, 0), (160, 4000, 1000)], 8, 3, 25)
 
 
 # -- retry_after never early, on the test's clock -----------------------------
