@@ -104,6 +104,8 @@ static void test_full(void **state)
 		"frame-timeout 500ms\n"
 		"policy transfer 3/1s\n"
 		"policy api 10/s 1000/1h 50/500ms 2/24h on-redis-error=allow shadow max-cost=20\n"
+		"policy exports 10/1s 1000/1h precision=1m\n"
+		"override exports ACC-VIP 30/1s\n"
 		"policy x.y_z-1 1000000/1ms on-redis-error=deny\n"
 		"override api ACC-9 1/1s\n"
 		"override transfer ACC-VIP 30/1s 100/1m\n"
@@ -129,7 +131,7 @@ static void test_full(void **state)
 	assert_int_equal(c.hello_timeout_ms, 2000);
 	assert_int_equal(c.frame_timeout_ms, 500);
 	assert_true(c.allow_remote_listen);
-	assert_int_equal(c.npolicies, 3);
+	assert_int_equal(c.npolicies, 4);
 
 	p = config_find_policy(&c, "transfer", 8);
 	assert_non_null(p);
@@ -162,6 +164,16 @@ static void test_full(void **state)
 	assert_int_equal(p->on_error, WINDOW_ON_ERROR_ALLOW);
 	assert_true(p->shadow);
 	assert_int_equal(p->max_cost, 20);
+	assert_int_equal(p->noverrides, 1);
+	assert_int_equal(p->precision_ms, 0);
+
+	/* precision= applies to the windows longer than it; an override with
+	 * only shorter windows is fine */
+	p = config_find_policy(&c, "exports", 7);
+	assert_non_null(p);
+	assert_int_equal(p->precision_ms, 60000);
+	assert_false(window_is_bucketed(p, p->win[0].window_ms));
+	assert_true(window_is_bucketed(p, p->win[1].window_ms));
 	assert_int_equal(p->noverrides, 1);
 
 	p = config_find_policy(&c, "x.y_z-1", 7);
@@ -343,15 +355,35 @@ static void test_parse_errors(void **state)
 		{ "policy x 1/1s 2/2s 3/3s 4/4s 5/5s\n", "t.conf:1: policy 'x': at most 4 windows" },
 		{ "policy x 3/1s on-redis-error=maybe\n",
 		  "t.conf:1: policy 'x': unknown option 'on-redis-error=maybe' "
-		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow or max-cost=<n>)" },
+		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n> or "
+		  "precision=<duration>)" },
 		{ "policy x 3/1s max-cost=0\n", "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=0'" },
 		{ "policy x 3/1s max-cost=1000001\n",
 		  "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=1000001'" },
 		{ "policy x 3/1s max-cost=2k\n", "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=2k'" },
 		{ "policy x 3/1s max-cost=\n",
 		  "t.conf:1: policy 'x': unknown option 'max-cost=' "
-		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow or max-cost=<n>)" },
+		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n> or "
+		  "precision=<duration>)" },
 		{ "policy x shadow\n", "t.conf:1: policy 'x': expected at least one <limit>/<window>" },
+		{ "policy x 3/1h precision=7m\n",
+		  "t.conf:1: policy 'x': precision=7m does not divide the 1h window" },
+		{ "policy x 3/1h precision=5s\n",
+		  "t.conf:1: policy 'x': precision=5s gives 720 buckets for the 1h window (at most 600)" },
+		{ "policy x 3/1h precision=999ms\n",
+		  "t.conf:1: policy 'x': precision=999ms is below the minimum of 1s" },
+		{ "policy x 3/1m 5/30s precision=1m\n",
+		  "t.conf:1: policy 'x': precision applies to no window (only windows longer than "
+		  "it are counted in buckets)" },
+		{ "policy x 3/1h precision=\n", "t.conf:1: policy 'x': unknown option 'precision=' "
+		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n> or "
+		  "precision=<duration>)" },
+		{ "policy x 3/1h precision=0s\n",
+		  "t.conf:1: policy 'x': bad precision in 'precision=0s' (use <n>s, <n>m or <n>h)" },
+		{ "policy x 3/1h precision=m\n",
+		  "t.conf:1: policy 'x': bad precision in 'precision=m' (use <n>s, <n>m or <n>h)" },
+		{ "policy x 3/1h precision=1m\noverride x K 9/1s 3/150s\n",
+		  "t.conf:2: override 'K' of 'x': precision=1m does not divide the 150s window" },
 		{ "override y K 3/1s\n", "t.conf:1: override for unknown policy 'y'" },
 		{ "policy x 3/1s\noverride x K\n",
 		  "t.conf:2: override: expected 'override <policy> <key> <limit>/<window>...'" },

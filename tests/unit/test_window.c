@@ -187,6 +187,62 @@ static void test_args_multi(void **state)
 	assert_arg(&a, 13, "500");
 }
 
+/* precision=: windows longer than it go to a b1 hash with "<ms>:<precision>";
+ * shorter ones stay v1 logs with the plain length; keys share the tag. */
+static void test_args_precision(void **state)
+{
+	struct window_policy p;
+	struct window_args a;
+	enum window_reason why;
+
+	(void)state;
+	policy_make(&p, "exports", 10, 1000);
+	p.nwin = 3;
+	p.win[1].limit = 1000;
+	p.win[1].window_ms = 3600000;
+	p.win[2].limit = 30;
+	p.win[2].window_ms = 60000;
+	p.precision_ms = 60000;
+	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 2, "m", &a, &why), 0);
+	assert_int_equal(a.argc, 3 + 3 + 2 + 6);
+	assert_arg(&a, 3, "exports:limit:v1:{ACC-1}:1s");
+	assert_arg(&a, 4, "exports:limit:b1:{ACC-1}:1h");
+	assert_arg(&a, 5, "exports:limit:v1:{ACC-1}:1m");
+	assert_arg(&a, 9, "1000");
+	assert_arg(&a, 11, "3600000:60000");
+	assert_arg(&a, 13, "60000");
+
+	/* single window: no tag, b1 */
+	policy_make(&p, "big", 10000, 86400000);
+	p.precision_ms = 900000;
+	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 1, "m", &a, &why), 0);
+	assert_arg(&a, 3, "big:limit:b1:ACC-1");
+	assert_arg(&a, 6, "10000");
+	assert_arg(&a, 7, "86400000:900000");
+}
+
+/* precision= checks (config's -c): minimum, divides, bucket count; windows
+ * not longer than the precision are not its concern. */
+static void test_check_precision(void **state)
+{
+	struct window_limit w[2] = { { 10, 1000 }, { 1000, 3600000 } };
+	char why[160];
+
+	(void)state;
+	assert_int_equal(window_check_precision(60000, w, 2, why, sizeof(why)), 0);
+	assert_int_equal(window_check_precision(1000, w, 2, why, sizeof(why)), -1);
+	assert_string_equal(why, "precision=1s gives 3600 buckets for the 1h window (at most 600)");
+	assert_int_equal(window_check_precision(6000, w, 2, why, sizeof(why)), 0);
+	assert_int_equal(window_check_precision(5000, w, 2, why, sizeof(why)), -1);
+	assert_string_equal(why, "precision=5s gives 720 buckets for the 1h window (at most 600)");
+	assert_int_equal(window_check_precision(420000, w, 2, why, sizeof(why)), -1);
+	assert_string_equal(why, "precision=7m does not divide the 1h window");
+	assert_int_equal(window_check_precision(999, w, 2, why, sizeof(why)), -1);
+	assert_string_equal(why, "precision=999ms is below the minimum of 1s");
+	/* longer than every window: nothing to check here (config says "no window") */
+	assert_int_equal(window_check_precision(7200000, w, 2, why, sizeof(why)), 0);
+}
+
 /* The largest request must fit the argv and buffer sizes of window.h. */
 static void test_args_worst_case(void **state)
 {
@@ -219,6 +275,11 @@ static void test_args_worst_case(void **state)
 	                                   key, sizeof(key), 1000000, member, &a, &why), 0);
 	assert_int_equal(a.argvlen[6], WINDOW_NAME_MAX + 11 + 3 * WINDOW_KEY_MAX + 2 + 10);
 	assert_memory_equal(a.argv[6] + WINDOW_NAME_MAX + 11 + 3 * WINDOW_KEY_MAX - 3, "%7D}:86399996ms", 15);
+	/* and every window bucketed, with the longest window arguments */
+	p.precision_ms = 43199999;
+	assert_int_equal(window_build_args(&p, "0123456789abcdef0123456789abcdef01234567",
+	                                   key, sizeof(key), 1000000, member, &a, &why), 0);
+	assert_arg(&a, 5 + 3 * WINDOW_MAX_WINDOWS - 1, "86399996:43199999");
 }
 
 /* '}' and '%' of the account are escaped inside the hash tag, so the tag
@@ -705,6 +766,8 @@ int main(void)
 		cmocka_unit_test(test_format_ms),
 		cmocka_unit_test(test_args_single),
 		cmocka_unit_test(test_args_multi),
+		cmocka_unit_test(test_args_precision),
+		cmocka_unit_test(test_check_precision),
 		cmocka_unit_test(test_args_worst_case),
 		cmocka_unit_test(test_args_tag_escape),
 		cmocka_unit_test(test_args_overflow),
