@@ -173,6 +173,12 @@ eq "ACL user: denied (retry read from the log)" "0 1 0" \
 rcli ZADD "$A" "$(redis_now_us)" 0123456789abcdef-0-1:1 >/dev/null
 eq "ACL user: an old-form entry is walked" "0 1 0" \
 	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r3 1 10000 5 3600000 | head -3 | xargs)"
+A='acl:limit:v1:{ACC-2}:1s'; B='acl:limit:b1:{ACC-2}:1h'
+eq "ACL user: a bucketed window admits" "1 1 0" \
+	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r4 1 10000 1 3600000:60000 | head -3 | xargs)"
+rcli HSET "$B" 1000 1 >/dev/null     # an expired bucket, trimmed by a denial
+eq "ACL user: a bucketed window denies and trims" "0 1 0 1" \
+	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r5 1 10000 1 3600000:60000 | head -3 | xargs) $(rcli HLEN "$B")"
 
 # --- bad arguments are errors, not crashes -----------------------------------
 out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 0 p 3 1000)
