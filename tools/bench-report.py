@@ -145,11 +145,23 @@ targets = [
      '-' if rss is None else f"{rss / 1024:.1f} MB ({num('rss_start_kb') / 1024:.1f} MB at start)",
      verdict(None if rss is None else rss <= 16 * 1024),
      '' if rss is None else f'{16 - rss / 1024:+.1f} MB'),
+    ('Redis memory per busy 1000/1h account with precision=1m <= 2 KB',
+     '-' if num('mem_1000_1h_bucket_bytes') is None else
+     f"{R['mem_1000_1h_bucket_bytes']} bytes (sliding log: {R.get('mem_1000_1h_log_bytes', '-')})",
+     verdict(None if num('mem_1000_1h_bucket_bytes') is None else num('mem_1000_1h_bucket_bytes') <= 2048),
+     ''),
     ('no malloc per request on the hot path (agent code)',
      '-' if mc_u is None else f'{mc_u:.3f} per decision via Redis, {mc_a:.3f} per cached deny '
      f'(libhiredis: {mc_hu:.2f} and {mc_ha:.2f})',
      verdict(None if mc_u is None else (mc_u < 0.01 and mc_a < 0.01)), ''),
 ]
+
+# (m) Redis memory per busy account and usec_per_call, log vs precision=
+mem = [(pol, R.get(f'mem_{pol.replace("/", "_")}_{m}_label'), R.get(f'mem_{pol.replace("/", "_")}_{m}_bytes'),
+        R.get(f'mem_{pol.replace("/", "_")}_{m}_usec_busy'), R.get(f'mem_{pol.replace("/", "_")}_{m}_usec_wide'))
+       for pol in ('10/1s', '1000/1h', '10000/24h') for m in ('log', 'bucket')]
+mem = [r for r in mem if r[1]]
+MEM_HEAD = ('(m) policy', 'storage', 'bytes/account', 'us/call busy', 'us/call 10k accounts')
 
 # --- stdout ------------------------------------------------------------------
 def table(head, rows):
@@ -174,6 +186,9 @@ print()
 print(f"  (d) agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB "
       f"with 1,000 idle connections")
 print()
+if mem:
+    table(MEM_HEAD, mem)
+    print()
 for t in targets:
     print(f'  {t[2]:7} {t[0]}: {t[1]}' + (f' ({t[3]})' if t[3] else ''))
 if R.get('errors'):
@@ -266,6 +281,13 @@ if mc_u is not None:
                  for k, label in (('uniform', 'via Redis (uniform keys)'),
                                   ('abuse', 'abuse (deny cache answers)'))],
                 ('---', '---:', '---:', '---:', '---:')))
+if mem:
+    g.append('### (m) Redis memory per account, sliding log vs `precision=`\n')
+    g.append('One account filled to its limit by cost-1 requests spread over its window, then '
+             '`MEMORY USAGE <key> SAMPLES 0`; Redis time per decision is `INFO commandstats` '
+             '`usec_per_call` of EVALSHA under redis-benchmark (busy accounts: twice their limit '
+             'each; and 10,000 accounts). `tools/bench-memory.sh` runs this part alone.\n')
+    g.append(md(MEM_HEAD, mem, ('---', '---', '---:', '---:', '---:')))
 if R.get('profile'):
     g.append('### (e) Where the agent spends its cycles\n')
     g.append(f"`perf record` on the agent during `spoa-bench -c {c16} -d 16` (self time by object, "

@@ -13,6 +13,8 @@
 #   (d) memory            agent RSS with 1,000 idle SPOP connections, and
 #                         malloc calls per decision (an LD_PRELOAD counter)
 #   (e) profile           where the agent's cycles go (perf, when it works)
+#   (m) Redis memory      MEMORY USAGE per busy account and usec_per_call, sliding
+#                         log vs precision= buckets (tools/bench-memory.sh)
 #
 # It prints one table and writes docs/benchmarks.md and docs/bench.svg (the
 # report is tools/bench-report.py; the malloc counter of (d) is bench/mcount.c,
@@ -31,7 +33,7 @@
 #   BENCH_PLOT=docs/bench.svg      plot file ('' = none)
 #   BENCH_PERF=1              profile the agent with perf (0 = skip)
 #   BENCH_CACHE=build/bench-cache  JWT key pair and tokens, reused while valid
-#   BENCH_SECTIONS="a b c d e"     the parts to run (the report shows '-' for
+#   BENCH_SECTIONS="a b c d e m"   the parts to run (the report shows '-' for
 #                                  the others)
 #   BENCH_RENDER=FILE         only redo the report from a results file (each run
 #                             saves its own as $BENCH_CACHE/results-last.tsv)
@@ -51,7 +53,7 @@ ACCOUNTS=${BENCH_ACCOUNTS:-10000}
 OUT=${BENCH_OUT-docs/benchmarks.md}
 PLOT=${BENCH_PLOT-docs/bench.svg}
 PERF=${BENCH_PERF:-1}
-SECTIONS=" ${BENCH_SECTIONS:-a b c d e} "
+SECTIONS=" ${BENCH_SECTIONS:-a b c d e m} "
 ROUNDS=${BENCH_ROUNDS:-3}
 CACHE=${BENCH_CACHE:-$ROOT/build/bench-cache}
 MCOUNT=${MCOUNT:-$ROOT/build/rel/bench/mcount.so}
@@ -538,6 +540,15 @@ if want e && [ "$PERF" = 1 ] && command -v perf >/dev/null; then
 	fi
 	wait "$PB"
 	stop_bench_agent
+fi
+
+if want m; then
+	say "== (m) Redis memory per busy account, log vs precision= (tools/bench-memory.sh)"
+	if BENCH_MEM_TSV="$T/mem.tsv" tools/bench-memory.sh >&2; then
+		while IFS=$'\t' read -r k v; do R[$k]=$v; done <"$T/mem.tsv"
+	else
+		note_error "bench-memory.sh failed"
+	fi
 fi
 
 # ---------------------------------------------------------------------------
