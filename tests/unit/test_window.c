@@ -61,6 +61,14 @@ static struct window_reply view_of(const char *resp)
 	return v;
 }
 
+/* Append a window of <limit> per <ms> to <p>. */
+static void policy_add(struct window_policy *p, uint64_t limit, uint64_t ms)
+{
+	p->win[p->nwin].limit = limit;
+	p->win[p->nwin].window_ms = ms;
+	p->nwin++;
+}
+
 /* Decide <resp> under <p> into <d>; returns window_decide_reply's result. */
 static int decide(const struct window_policy *p, const char *resp, struct window_decision *d)
 {
@@ -165,11 +173,8 @@ static void test_args_multi(void **state)
 
 	(void)state;
 	policy_make(&p, "api", 10, 1000);
-	p.nwin = 3;
-	p.win[1].limit = 1000;
-	p.win[1].window_ms = 3600000;
-	p.win[2].limit = 50;
-	p.win[2].window_ms = 500;
+	policy_add(&p, 1000, 3600000);
+	policy_add(&p, 50, 500);
 	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 2, "m", &a, &why), 0);
 	assert_int_equal(a.nkeys, 3);
 	assert_int_equal(a.argc, 3 + 3 + 2 + 6);
@@ -197,11 +202,8 @@ static void test_args_precision(void **state)
 
 	(void)state;
 	policy_make(&p, "exports", 10, 1000);
-	p.nwin = 3;
-	p.win[1].limit = 1000;
-	p.win[1].window_ms = 3600000;
-	p.win[2].limit = 30;
-	p.win[2].window_ms = 60000;
+	policy_add(&p, 1000, 3600000);
+	policy_add(&p, 30, 60000);
 	p.precision_ms = 60000;
 	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 2, "m", &a, &why), 0);
 	assert_int_equal(a.argc, 3 + 3 + 2 + 6);
