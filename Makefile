@@ -5,7 +5,8 @@
 #   make demo       the two-HAProxy story end to end on loopback (installs what it needs)
 #   make up / down  keep the demo stack running / stop it
 #   make check      everything: deps, build, unit tests, integration and end-to-end tests
-#   make haproxy32  build HAProxy 3.2 from Debian's source package into build/ (once)
+#   make haproxy32  HAProxy 3.2 from Debian's archive into build/ (once): built from its
+#                   source package, else sid's binary package with its own libraries
 #   make e2e-3.2    the end-to-end tests on that HAProxy 3.2 (make e2e: HAPROXY=, else 2.6)
 #   make test       unit tests only (cmocka; no network: test_limiter talks to
 #                   a scripted fake Redis on loopback inside its own process)
@@ -86,7 +87,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 DEMO_PKGS := build-essential pkg-config libev-dev libhiredis-dev \
              redis-server redis-tools haproxy curl openssl python3 jq
 TEST_PKGS := libcmocka-dev wrk gnuplot-nox python3-cryptography python3-yaml valgrind cppcheck clang clang-tidy \
-             systemd redis-sentinel groff-base prometheus
+             systemd redis-sentinel groff-base prometheus patchelf
 DEB_PKGS  := $(DEMO_PKGS) $(TEST_PKGS)
 
 .PHONY: all test check integration e2e e2e-3.2 haproxy32 chaos sanitize valgrind lint bench fuzz install \
@@ -146,12 +147,15 @@ integration: $(AGENT) $(BENCH)
 e2e: $(AGENT)
 	$(Q)AGENT=$(CURDIR)/$(AGENT) tests/run.sh e2e
 
-# HAProxy 3.2 LTS (3.1+ rewrote the SPOE engine) beside Debian 12's 2.6.
+# HAProxy 3.2 LTS (3.1+ rewrote the SPOE engine) beside Debian 12's 2.6
+# (build/haproxy-3.2/FROM says whether it was built or is sid's binary).
 haproxy32:
 	$(Q)tools/haproxy-build.sh >/dev/null
 
 e2e-3.2: $(AGENT)
-	$(Q)hap=$$(tools/haproxy-build.sh) && HAPROXY=$$hap AGENT=$(CURDIR)/$(AGENT) tests/run.sh e2e
+	$(Q)hap=$$(tools/haproxy-build.sh) && \
+	echo "e2e on $$($$hap -v | head -1): $$(head -1 $$(dirname $$hap)/FROM 2>/dev/null)" && \
+	HAPROXY=$$hap AGENT=$(CURDIR)/$(AGENT) tests/run.sh e2e
 
 # Fault injection under load and resource limits (tests/chaos, ~2 min).
 chaos: $(AGENT) $(BENCH)

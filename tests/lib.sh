@@ -17,7 +17,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 AGENT=${AGENT:-$ROOT/spoa/ratelimit-spoa}
 BENCH=${BENCH:-$ROOT/bench/spoa-bench}
 # The HAProxy binary the tests run (Debian's 2.6 unless told, e.g. the 3.2
-# that tools/haproxy-build.sh builds: HAPROXY=build/haproxy-3.2/haproxy).
+# that tools/haproxy-build.sh provides: HAPROXY=build/haproxy-3.2/haproxy).
 HAPROXY=${HAPROXY:-haproxy}
 SPOP_CLIENT="python3 $ROOT/tests/spop.py"
 T_PASS=0
@@ -141,7 +141,8 @@ t_done() {
 #   jwt_setup                    # RS256 key pair in $T/jwt, exports RL_JWT_PUBKEY
 #   mint_token SUB [opts]        # a token for SUB (tools/jwt.sh mint options)
 #   start_backend                # haproxy/backend.cfg; TRANSFERS_PORT, ACCOUNTS_PORT
-#   start_haproxy NAME [CFG]     # the edge (haproxy/haproxy.cfg); HAP_PORT_<NAME>, HAP_PID_<NAME>
+#   start_haproxy NAME [CFG [ARG...]]  # the edge (haproxy/haproxy.cfg), ARGs to haproxy
+#                                # (e.g. -W); HAP_PORT_<NAME>, HAP_PID_<NAME>
 #   reload_haproxy NAME          # seamless reload: -x <stats socket> -sf <old pid>
 #   stop_haproxy NAME
 #   edge_policies                # the agent policies haproxy.cfg names
@@ -205,6 +206,7 @@ _hap_exec() {
 
 start_haproxy() {
 	local name=$1 cfg=${2:-$ROOT/haproxy/haproxy.cfg} port
+	shift $(( $# < 2 ? $# : 2 ))
 	port=$(free_port)
 	cat > "$T/haproxy-$name.env" <<-ENV
 	export RL_BIND=127.0.0.1:$port RL_INSTANCE=$name RL_LOG=stdout
@@ -220,7 +222,7 @@ start_haproxy() {
 		[ -n "${!v:-}" ] && echo "export $v=${!v}" >> "$T/haproxy-$name.env"
 	done
 	echo "$cfg" > "$T/haproxy-$name.cfgpath"
-	_hap_exec "$name" "$cfg"
+	_hap_exec "$name" "$cfg" "$@"
 	printf -v "HAP_PID_$name" '%s' "$_HAP_NEW_PID"
 	printf -v "HAP_PORT_$name" '%s' "$port"
 	wait_port "$port" || { echo "haproxy $name did not start"; tail "$T/haproxy-$name.log"; return 1; }

@@ -14,7 +14,7 @@ shift
 case $group in
 demo)  purpose="to build the agent and run the demo (make demo, make up)" ;;
 tests) purpose="for the tests and tools (make check, bench, fuzz, chaos, valgrind, lint)" ;;
-haproxy32) purpose="to build HAProxy 3.2 from Debian's source package (make haproxy32, make e2e-3.2)" ;;
+haproxy32) purpose="to get HAProxy 3.2 from Debian's archive (make haproxy32, make e2e-3.2)" ;;
 *) echo "deps: unknown group '$group' (demo, tests or haproxy32)" >&2; exit 2 ;;
 esac
 
@@ -46,6 +46,7 @@ why() {
 	groff-base)      echo "the man page check (tests)" ;;
 	prometheus)      echo "promtool for the alert rules, a real Prometheus for the dashboard (tests)" ;;
 	dpkg-dev)        echo "unpacks Debian's haproxy source package" ;;
+	patchelf)        echo "runs sid's HAProxy 3.2 .deb with sid's own ld.so and libraries" ;;
 	libssl-dev)      echo "HAProxy 3.2 with OpenSSL (TLS, jwt_verify)" ;;
 	libpcre2-dev)    echo "HAProxy 3.2 with PCRE2" ;;
 	liblua5.4-dev)   echo "HAProxy 3.2 with Lua" ;;

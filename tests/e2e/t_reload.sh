@@ -6,7 +6,8 @@
 # closes its SPOP connections with a TCP reset on reload (no
 # HAPROXY-DISCONNECT) and the new process opens all of its own at once: for
 # the agent that is a normal close, so nothing at warn/error level and no
-# error counted.
+# error counted. Then a reload in master-worker mode (SIGUSR2 to the master,
+# which re-executes its own binary), as Debian's haproxy.service does.
 . "$(dirname "$0")/../lib.sh"
 t_setup
 jwt_setup
@@ -66,6 +67,33 @@ reload_haproxy A
 wait_gone "$HAP_OLD_PID" 40
 req A POST /transfers "$tok"
 eq "after a second reload: still deciding" 100000 "$(rsp_hdr RateLimit-Limit)"
+
+# Master-worker mode, as Debian's haproxy.service runs it (-Ws; systemctl
+# reload sends SIGUSR2): the master re-executes its own binary, which must
+# start again as it is (a binary that runs only through a wrapper, such as
+# ld.so --library-path, loses its libraries there and the master exits).
+workers() { awk -v m="$1" '$4 == m { print $1 }' /proc/[0-9]*/stat 2>/dev/null; }
+start_haproxy M "$ROOT/haproxy/haproxy.cfg" -W
+master=$HAP_PID_M
+req M POST /transfers "$tok"
+eq "master-worker: decided by the agent" 100000 "$(rsp_hdr RateLimit-Limit)"
+w1=$(workers "$master")
+check "master-worker: one worker ($w1)" test -n "$w1"
+kill -USR2 "$master"
+# (a new worker and the old one gone; polled, 20 s at most)
+new_worker() {
+	local w
+	for _ in $(seq 200); do
+		w=$(workers "$master")
+		[ -n "$w" ] && ! grep -qx "$w1" <<<"$w" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+check "master-worker: a reload replaces the worker" new_worker
+check "master-worker: the master survives its re-exec" kill -0 "$master"
+req M POST /transfers "$tok"
+eq "master-worker: after the reload, decided by the agent" 100000 "$(rsp_hdr RateLimit-Limit)"
 
 eq "the agent logged nothing at warn or error level across the reloads" "" \
 	"$(grep -E 'level=(warn|error)' "$T/agent.log")"

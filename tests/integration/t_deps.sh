@@ -10,7 +10,7 @@ all=" $(mk print-deb-pkgs) "
 has() { [[ $1 == *" $2 "* ]]; }
 
 for p in clang clang-tidy valgrind cppcheck gnuplot-nox systemd redis-sentinel wrk \
-	libcmocka-dev groff-base prometheus; do
+	libcmocka-dev groff-base prometheus patchelf; do
 	check "the demo's packages leave out $p" eval '! has "$demo" $p'
 	check "make deps installs $p" has "$all" "$p"
 done
