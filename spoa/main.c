@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include <ev.h>
-#include <hiredis/hiredis.h>
+#include "hiredis_compat.h"
 
 #include "config.h"
 #include "conn.h"
@@ -551,9 +551,9 @@ static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
 
 static void main_print_version(void)
 {
-	printf("ratelimit-spoa %s (hiredis %d.%d.%d, libev %d.%d)\n", SPOA_VERSION,
+	printf("ratelimit-spoa %s (hiredis %d.%d.%d, libev %d.%d, tls: %s)\n", SPOA_VERSION,
 	       HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH, ev_version_major(),
-	       ev_version_minor());
+	       ev_version_minor(), SPOA_TLS_STR);
 }
 
 int main(int argc, char **argv)

@@ -5,11 +5,10 @@
 #   tools/haproxy-build.sh     prints the binary's path (builds it once; a
 #                              second run finds it and is instant)
 #
-# Only the source package comes from sid, through a private apt state under
-# build/apt-sid (a deb-src line in its own sources file): the system's apt
-# configuration and package set are not changed and no sid binary package is
-# ever fetched. Exit status 2 means the archive does not serve the source
-# package (as opposed to 1, a failed build).
+# Only the source package comes from sid (tools/debian-source.sh: a private
+# apt state; the system's apt configuration is not changed, no sid binary
+# package is fetched). Exit status 2 means the archive does not serve the
+# source package (as opposed to 1, a failed build).
 # Knobs: HAPROXY_SERIES=3.2; HAPROXY_SRC=/dir builds an unpacked source tree
 # of that series instead of fetching one; JOBS=$(nproc).
 set -euo pipefail
@@ -34,34 +33,7 @@ if [ -z "$src" ]; then
 	src=$(ls -d "$out"/src/haproxy-"$series".*/ 2>/dev/null | head -1 || true)
 fi
 if [ -z "$src" ]; then
-	apt_dir=$root/apt-sid
-	mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/sources.list.d"
-	cat > "$apt_dir/sources.list.d/sid-src.sources" <<SRC
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: sid
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-	apt_opts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$apt_dir/sources.list.d"
-		-o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "Debug::NoLocking=1"
-		-o "APT::Sandbox::User=root")
-	echo "haproxy-build: fetching the haproxy $series source package from sid" >&2
-	apt-get "${apt_opts[@]}" -qq update >&2
-	ver=$(apt-cache "${apt_opts[@]}" showsrc haproxy |
-		awk -v s="$series." '$1 == "Version:" && index($2, s) == 1 { print $2 }' | sort -V | tail -1)
-	if [ -z "$ver" ]; then
-		echo "haproxy-build: sid lists no haproxy $series.x source package" >&2
-		exit 2
-	fi
-	rm -rf "$out/src"; mkdir -p "$out/src"
-	# apt-get source applies Debian's patches (3.0 quilt) while unpacking.
-	if ! (cd "$out/src" && apt-get "${apt_opts[@]}" -qq source "haproxy=$ver" >&2); then
-		echo "haproxy-build: the archive did not serve haproxy $ver's source package" >&2
-		rm -rf "$out/src"
-		exit 2
-	fi
-	src=$(ls -d "$out"/src/haproxy-"$series".*/ | head -1)
+	src=$(tools/debian-source.sh haproxy "$series." "$out/src") || exit $?
 fi
 
 echo "haproxy-build: building $src (nice, ${JOBS:-$(nproc)} jobs)" >&2
