@@ -382,8 +382,8 @@ out:
  * <var>_FILE, into <dst>/<cap> with <*has> set. Nothing set is no error.
  * Returns 0 or -1.
  */
-static int url_secret_from_env(const char *var, char *dst, size_t cap, bool *has,
-                               char *err, size_t errlen)
+int redis_url_secret_from_env(const char *var, char *dst, size_t cap, bool *has,
+                              char *err, size_t errlen)
 {
 	char file_var[96];
 	const char *v = getenv(var);
@@ -414,7 +414,7 @@ int redis_url_load_secrets(struct redis_url *u, char *err, size_t errlen)
 	const char *user;
 
 	if (!u->has_pass &&
-	    url_secret_from_env("RATELIMIT_SPOA_REDIS_PASSWORD", u->pass, sizeof(u->pass),
+	    redis_url_secret_from_env("RATELIMIT_SPOA_REDIS_PASSWORD", u->pass, sizeof(u->pass),
 	                        &u->has_pass, err, errlen) == -1)
 		return -1;
 	user = getenv("RATELIMIT_SPOA_REDIS_USER");
@@ -431,7 +431,7 @@ int redis_url_load_secrets(struct redis_url *u, char *err, size_t errlen)
 		return -1;
 	}
 	if (u->mode == REDIS_URL_SENTINEL &&
-	    url_secret_from_env("RATELIMIT_SPOA_SENTINEL_PASSWORD", u->sentinel_pass,
+	    redis_url_secret_from_env("RATELIMIT_SPOA_SENTINEL_PASSWORD", u->sentinel_pass,
 	                        sizeof(u->sentinel_pass), &u->has_sentinel_pass,
 	                        err, errlen) == -1)
 		return -1;

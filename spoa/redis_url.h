@@ -76,6 +76,12 @@ int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen
  * or -1 with <err> (naming the variable or file, never the secret). */
 int redis_url_load_secrets(struct redis_url *u, char *err, size_t errlen);
 
+/* One secret from variable <var> or, failing that, from the file named by
+ * <var>_FILE (first line), into <dst>/<cap> with <*has> set. Nothing set is
+ * no error. Returns 0, or -1 with <err> (never the secret). */
+int redis_url_secret_from_env(const char *var, char *dst, size_t cap, bool *has,
+                              char *err, size_t errlen);
+
 /* Same target, mode and credentials? (a change means reconnecting) */
 bool redis_url_same(const struct redis_url *a, const struct redis_url *b);
 
