@@ -15,9 +15,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 from harness import AGENT, Harness, agent_tls, free_port, wait_port  # noqa: E402
-import ops_util as u  # noqa: E402
+import harness as u  # noqa: E402
 import spop  # noqa: E402
 
 h = Harness()
