@@ -114,7 +114,7 @@ class TLSCerts:
             openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                     "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=" + cn)
         san = ",".join(["DNS:" + n for n in names] + ["IP:" + i for i in ips])
-        self._leaf(self.server_cert, self.server_key, "redis-server", san, "serverAuth")
+        self._leaf(self.server_cert, self.server_key, "redis-server", san, "serverAuth,clientAuth")
         self._leaf(self.client_cert, self.client_key, "ratelimit-spoa", None, "clientAuth")
         for key in (self.server_key, self.client_key, self.ca_key, other_key):
             os.chmod(key, 0o600)
