@@ -253,6 +253,13 @@ void resolve_cancel(struct resolve_req *q)
 	resolve_unlink(r, q);
 }
 
+bool resolve_is_address(const char *host)
+{
+	unsigned char bin[sizeof(struct in6_addr)];
+
+	return inet_pton(AF_INET, host, bin) == 1 || inet_pton(AF_INET6, host, bin) == 1;
+}
+
 unsigned resolve_pending(const struct resolve *r)
 {
 	return r->npending;

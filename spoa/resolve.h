@@ -19,6 +19,7 @@
 #define SPOA_RESOLVE_H
 
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #define RESOLVE_MAX_ADDRS 16
@@ -61,6 +62,9 @@ void resolve_cancel(struct resolve_req *q);
 
 /* Lookups started and not yet answered or cancelled. */
 unsigned resolve_pending(const struct resolve *r);
+
+/* Is <host> an IPv4 or IPv6 literal (no lookup needed)? */
+bool resolve_is_address(const char *host);
 
 /* Cancel everything and release <r>; threads still blocked in getaddrinfo()
  * clean up after themselves. NULL is a no-op. */
