@@ -205,6 +205,34 @@ class Harness:
             raise RuntimeError("redis did not start")
         return self.redis
 
+    def start_sentinel(self, port, primary, master, extra=(), tls=None):
+        """A sentinel on loopback <port> watching 127.0.0.1:<primary> as
+        <master> (quorum 2, down after 1 s, failover timeout 4 s), plus the
+        config lines <extra>; with <tls> (TLSCerts) it listens and talks to
+        the Redis servers over TLS only."""
+        conf = os.path.join(self.tmp, "sentinel-%d.conf" % port)
+        with open(conf, "w") as f:
+            if tls:
+                f.write("port 0\ntls-port %d\ntls-cert-file %s\ntls-key-file %s\n"
+                        "tls-ca-cert-file %s\ntls-auth-clients no\ntls-replication yes\n"
+                        % (port, tls.server_cert, tls.server_key, tls.ca))
+            else:
+                f.write("port %d\n" % port)
+            f.write("bind 127.0.0.1\ndir %s\n" % self.tmp)
+            f.write("sentinel monitor %s 127.0.0.1 %d 2\n" % (master, primary))
+            f.write("sentinel down-after-milliseconds %s 1000\n" % master)
+            f.write("sentinel failover-timeout %s 4000\n" % master)
+            for line in extra:
+                f.write(line + "\n")
+        # redis-sentinel (Debian package redis-sentinel, in DEB_PKGS) is
+        # redis-server in sentinel mode: fall back to that if it is missing.
+        argv = ["redis-sentinel", conf] if shutil.which("redis-sentinel") else \
+            ["redis-server", conf, "--sentinel"]
+        p = self.spawn(argv, os.path.join(self.tmp, "sentinel-%d.log" % port))
+        if not wait_port(port):
+            raise RuntimeError("sentinel %d did not start" % port)
+        return p
+
     def stop_redis(self):
         self.stop(self.redis)
         self.redis = None

@@ -9,7 +9,6 @@ TLS sentinels, the agent on sentinel+tls:// (one sentinel named
 over TLS and the story holds, and a SENTINEL FAILOVER is followed. A wrong
 CA never allows."""
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 from harness import AGENT, Harness, agent_tls, free_port, wait_port  # noqa: E402
+import harness as u  # noqa: E402
 from t_cluster import Cluster, conn, start_agent, wait_decisions  # noqa: E402
 
 h = Harness()
@@ -67,32 +67,9 @@ def start_tls_redis(port, replicaof=None):
     return p
 
 
-def start_tls_sentinel(port, primary):
-    conf = os.path.join(h.tmp, "sentinel-%d.conf" % port)
-    with open(conf, "w") as f:
-        f.write("port 0\ntls-port %d\nbind 127.0.0.1\ndir %s\n" % (port, h.tmp))
-        f.write("tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n"
-                % (certs.server_cert, certs.server_key, certs.ca))
-        f.write("tls-auth-clients no\ntls-replication yes\n")
-        f.write("sentinel monitor %s 127.0.0.1 %d 2\n" % (MASTER, primary))
-        f.write("sentinel down-after-milliseconds %s 1000\n" % MASTER)
-        f.write("sentinel failover-timeout %s 4000\n" % MASTER)
-    argv = ["redis-sentinel", conf] if shutil.which("redis-sentinel") else \
-        ["redis-server", conf, "--sentinel"]
-    p = h.spawn(argv, os.path.join(h.tmp, "sentinel-%d.log" % port))
-    if not wait_port(port):
-        raise RuntimeError("sentinel %d did not start" % port)
-    return p
-
-
 def wait_until(what, pred, secs=30):
-    end = time.time() + secs
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.2)
-    h.fail("timed out waiting: " + what)
-    return False
+    if not u.wait_for(pred, secs, 0.2):
+        h.fail("timed out waiting: " + what)
 
 
 p1, p2 = free_port(), free_port()
@@ -100,7 +77,7 @@ start_tls_redis(p1)
 start_tls_redis(p2, replicaof=p1)
 sports = [free_port() for _ in range(3)]
 for s in sports:
-    start_tls_sentinel(s, p1)
+    h.start_sentinel(s, p1, MASTER, tls=certs)
 wait_until("the TLS replica is in sync", lambda: "master_link_status:up" in scli(p2, "INFO", "replication"))
 wait_until("the TLS sentinels know the replica and each other",
            lambda: all(scli(s, "SENTINEL", "CKQUORUM", MASTER).startswith("OK") and
