@@ -49,12 +49,11 @@ endif
 # source package when the system's has none.
 PKG_CONFIG ?= pkg-config
 WITH_TLS   ?= 0
-HIREDIS_SYS_VERSION := $(shell $(PKG_CONFIG) --modversion hiredis 2>/dev/null)
 HIREDIS_SYS_SSL     := $(shell $(PKG_CONFIG) --exists 'hiredis >= 1.1' hiredis_ssl 2>/dev/null && echo yes)
 HIREDIS_LOCAL       := build/hiredis
 ifeq ($(WITH_TLS),1)
 ifeq ($(HIREDIS_SYS_SSL),yes)
-HIREDIS_CFLAGS := $(shell $(PKG_CONFIG) --cflags hiredis_ssl hiredis) -DSPOA_TLS=1
+HIREDIS_CFLAGS := -I$(shell $(PKG_CONFIG) --variable=includedir hiredis) -DSPOA_TLS=1
 HIREDIS_LIBS   := $(shell $(PKG_CONFIG) --libs hiredis_ssl hiredis) -lssl -lcrypto
 HIREDIS_DEP    :=
 else
@@ -63,7 +62,9 @@ HIREDIS_LIBS   := $(HIREDIS_LOCAL)/lib/libhiredis_ssl.a $(HIREDIS_LOCAL)/lib/lib
 HIREDIS_DEP    := $(HIREDIS_LOCAL)/.done
 endif
 else
-HIREDIS_CFLAGS := $(shell $(PKG_CONFIG) --cflags hiredis 2>/dev/null)
+# (no pkg-config --cflags: its -I.../hiredis would put hiredis's net.h,
+# read.h, ... ahead of ours; the sources include <hiredis/...>)
+HIREDIS_CFLAGS :=
 HIREDIS_LIBS   := -lhiredis
 HIREDIS_DEP    :=
 endif
