@@ -31,7 +31,23 @@ struct redis_tls {
 	SSL_CTX *ctx;
 	bool verify;
 	char server_name[CONFIG_ADDR_MAX];     /* "" = the host connected to */
+	/* why the last handshake's certificate check failed: hiredis reports a
+	 * failed handshake as a closed connection, this says why */
+	char last_error[160];
 };
+
+/* OpenSSL's verify callback: remembers the first failure of a handshake in
+ * its redis_tls (the SSL's app data) and keeps OpenSSL's verdict. */
+static int tls_on_verify(int ok, X509_STORE_CTX *x)
+{
+	SSL *ssl = X509_STORE_CTX_get_ex_data(x, SSL_get_ex_data_X509_STORE_CTX_idx());
+	struct redis_tls *t = ssl ? SSL_get_app_data(ssl) : NULL;
+
+	if (!ok && t && !t->last_error[0])
+		snprintf(t->last_error, sizeof(t->last_error), "certificate verify failed: %s",
+		         X509_verify_cert_error_string(X509_STORE_CTX_get_error(x)));
+	return ok;
+}
 
 /* The last OpenSSL error of this thread as text into <err>, after <what>. */
 static void tls_error(const char *what, char *err, size_t errlen)
@@ -79,7 +95,7 @@ struct redis_tls *redis_tls_new(const struct config_tls *c, char *err, size_t er
 		goto fail;
 	}
 	SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
-	SSL_CTX_set_verify(t->ctx, c->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
+	SSL_CTX_set_verify(t->ctx, c->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, tls_on_verify);
 	if (c->ca[0] || c->ca_dir[0]) {
 		if (SSL_CTX_load_verify_locations(t->ctx, c->ca[0] ? c->ca : NULL,
 		                                  c->ca_dir[0] ? c->ca_dir : NULL) != 1) {
@@ -136,6 +152,8 @@ int redis_tls_start(struct redis_tls *t, struct redisAsyncContext *ac, const cha
 		tls_error("TLS", err, errlen);
 		return -1;
 	}
+	t->last_error[0] = '\0';
+	SSL_set_app_data(ssl, t);
 	if (ip) {
 		/* no SNI for an address (RFC 6066); the certificate must name it */
 		if (t->verify && X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) != 1)
@@ -161,6 +179,11 @@ fail:
 bool redis_tls_verify_off(const struct redis_tls *t)
 {
 	return !t->verify;
+}
+
+const char *redis_tls_last_error(const struct redis_tls *t)
+{
+	return t->last_error;
 }
 
 void redis_tls_free(struct redis_tls *t)
@@ -200,6 +223,12 @@ bool redis_tls_verify_off(const struct redis_tls *t)
 {
 	(void)t;
 	return false;
+}
+
+const char *redis_tls_last_error(const struct redis_tls *t)
+{
+	(void)t;
+	return "";
 }
 
 void redis_tls_free(struct redis_tls *t)

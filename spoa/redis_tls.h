@@ -40,6 +40,10 @@ int redis_tls_start(struct redis_tls *t, struct redisAsyncContext *ac, const cha
 /* redis-tls-verify off: the caller warns at every connect. */
 bool redis_tls_verify_off(const struct redis_tls *t);
 
+/* Why the certificate check of the last handshake started on this thread's
+ * <t> failed, or "" (borrowed from <t>). */
+const char *redis_tls_last_error(const struct redis_tls *t);
+
 void redis_tls_free(struct redis_tls *t);
 
 #endif /* SPOA_REDIS_TLS_H */
