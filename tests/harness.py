@@ -205,6 +205,20 @@ class Harness:
             raise RuntimeError("redis did not start")
         return self.redis
 
+    def start_redis_node(self, port, extra=(), replicaof=None, tls=None):
+        """One more redis-server on loopback <port> (a primary, or a replica
+        of 127.0.0.1:<replicaof>) with the arguments <extra>; with <tls>
+        (TLSCerts) TLS only, replication included. Returns the process."""
+        listen = tls.redis_args(port) + ["--tls-replication", "yes"] if tls else ["--port", str(port)]
+        argv = ["redis-server"] + listen + ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                            "--dir", self.tmp, "--dbfilename", "dump-%d.rdb" % port]
+        if replicaof:
+            argv += ["--replicaof", "127.0.0.1", str(replicaof)]
+        p = self.spawn(argv + list(extra), os.path.join(self.tmp, "redis-%d.log" % port))
+        if not wait_port(port):
+            raise RuntimeError("redis %d did not start" % port)
+        return p
+
     def start_sentinel(self, port, primary, master, extra=(), tls=None):
         """A sentinel on loopback <port> watching 127.0.0.1:<primary> as
         <master> (quorum 2, down after 1 s, failover timeout 4 s), plus the

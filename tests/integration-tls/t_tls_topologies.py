@@ -56,25 +56,14 @@ def scli(port, *args):
     return out.stdout.strip()
 
 
-def start_tls_redis(port, replicaof=None):
-    argv = ["redis-server"] + certs.redis_args(port) + ["--tls-replication", "yes", "--bind", "127.0.0.1",
-            "--save", "", "--appendonly", "no", "--dir", h.tmp, "--dbfilename", "dump-%d.rdb" % port]
-    if replicaof:
-        argv += ["--replicaof", "127.0.0.1", str(replicaof)]
-    p = h.spawn(argv, os.path.join(h.tmp, "redis-%d.log" % port))
-    if not wait_port(port):
-        raise RuntimeError("redis %d did not start" % port)
-    return p
-
-
 def wait_until(what, pred, secs=30):
     if not u.wait_for(pred, secs, 0.2):
         h.fail("timed out waiting: " + what)
 
 
 p1, p2 = free_port(), free_port()
-start_tls_redis(p1)
-start_tls_redis(p2, replicaof=p1)
+h.start_redis_node(p1, tls=certs)
+h.start_redis_node(p2, replicaof=p1, tls=certs)
 sports = [free_port() for _ in range(3)]
 for s in sports:
     h.start_sentinel(s, p1, MASTER, tls=certs)

@@ -32,15 +32,7 @@ def cli(port, *args, auth=True):
 
 
 def start_redis(port, replicaof=None):
-    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", h.tmp, "--requirepass", PASSWORD,
-            "--masterauth", PASSWORD, "--dbfilename", "dump-%d.rdb" % port]
-    if replicaof:
-        argv += ["--replicaof", "127.0.0.1", str(replicaof)]
-    p = h.spawn(argv, os.path.join(h.tmp, "redis-%d.log" % port))
-    if not wait_port(port):
-        raise RuntimeError("redis %d did not start" % port)
-    return p
+    return h.start_redis_node(port, ["--requirepass", PASSWORD, "--masterauth", PASSWORD], replicaof)
 
 
 def start_sentinel(port, primary):
