@@ -21,8 +21,13 @@
 #   make deps       apt-get the Debian packages that are missing (deps-demo:
 #                   only what make demo / make up need)
 #   make clean
+#   make WITH_TLS=1 the same agent with TLS to Redis (rediss://): needs hiredis
+#                   >= 1.1 with hiredis_ssl; on Debian 12 (hiredis 0.14) Debian's
+#                   own hiredis 1.x source package is built into build/hiredis
+#                   (tools/hiredis-build.sh) and linked statically
+#   make check-tls  WITH_TLS=1: build, unit tests and the TLS integration tests
 #
-# Knobs: WERROR=0, SANITIZE=address,undefined, V=1, O=-O2
+# Knobs: WERROR=0, SANITIZE=address,undefined, V=1, O=-O2, WITH_TLS=1
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
 
@@ -40,18 +45,46 @@ ifeq ($(WERROR),1)
 WARN += -Werror
 endif
 
+# hiredis: the system's (0.14 on Debian 12, 1.x elsewhere, found by
+# pkg-config); with WITH_TLS=1 one with hiredis_ssl, built from Debian's
+# source package when the system's has none.
+PKG_CONFIG ?= pkg-config
+WITH_TLS   ?= 0
+HIREDIS_SYS_SSL     := $(shell $(PKG_CONFIG) --exists 'hiredis >= 1.1' hiredis_ssl 2>/dev/null && echo yes)
+HIREDIS_LOCAL       := build/hiredis
+ifeq ($(WITH_TLS),1)
+ifeq ($(HIREDIS_SYS_SSL),yes)
+HIREDIS_CFLAGS := -I$(shell $(PKG_CONFIG) --variable=includedir hiredis) -DSPOA_TLS=1
+HIREDIS_LIBS   := $(shell $(PKG_CONFIG) --libs hiredis_ssl hiredis) -lssl -lcrypto
+HIREDIS_DEP    :=
+else
+HIREDIS_CFLAGS := -I$(HIREDIS_LOCAL)/include -DSPOA_TLS=1
+HIREDIS_LIBS   := $(HIREDIS_LOCAL)/lib/libhiredis_ssl.a $(HIREDIS_LOCAL)/lib/libhiredis.a -lssl -lcrypto
+HIREDIS_DEP    := $(HIREDIS_LOCAL)/.done
+endif
+else
+# (no pkg-config --cflags: its -I.../hiredis would put hiredis's net.h,
+# read.h, ... ahead of ours; the sources include <hiredis/...>)
+HIREDIS_CFLAGS :=
+HIREDIS_LIBS   := -lhiredis
+HIREDIS_DEP    :=
+endif
+
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -MMD -MP -pthread \
-               -DSPOA_VERSION='"$(VERSION)"' -fno-strict-aliasing
+               -DSPOA_VERSION='"$(VERSION)"' -fno-strict-aliasing $(HIREDIS_CFLAGS)
+ifeq ($(WITH_TLS),1)
+BUILD_SUFFIX := -tls
+endif
 ifneq ($(SANITIZE),)
 CFLAGS_BASE += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDFLAGS_SAN := -fsanitize=$(SANITIZE)
-BUILD ?= build/san
+BUILD ?= build/san$(BUILD_SUFFIX)
 else
-BUILD ?= build/rel
+BUILD ?= build/rel$(BUILD_SUFFIX)
 endif
 CFLAGS  ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
-LDLIBS_AGENT := -lev -lhiredis -lm -pthread
+LDLIBS_AGENT := -lev $(HIREDIS_LIBS) -lm -pthread
 LDLIBS_TEST  := -lcmocka -lm
 # A unit test links hiredis only with a module that uses it (the pure ones
 # read plain values: struct window_reply, struct cluster_view).
@@ -65,6 +98,9 @@ endif
 
 SPOA_MODULES := spop spop_write window headers config config_check log metrics proc conn conn_notify worker http net \
                 limiter limiter_link limiter_sentinel limiter_cluster deny_cache cluster redis_url
+SPOA_MODULES += resolve
+SPOA_MODULES += redis_tls
+SPOA_MODULES += redis_open
 AGENT_OBJS   := $(addprefix $(BUILD)/spoa/,$(addsuffix .o,$(SPOA_MODULES)))
 MAIN_OBJ     := $(BUILD)/spoa/main.o
 BENCH_OBJ    := $(BUILD)/bench/spoa-bench.o
@@ -89,7 +125,14 @@ DEMO_PKGS := build-essential pkg-config libev-dev libhiredis-dev \
 TEST_PKGS := libcmocka-dev wrk gnuplot-nox python3-cryptography python3-yaml valgrind cppcheck clang clang-tidy \
              systemd redis-sentinel groff-base prometheus patchelf
 DEB_PKGS  := $(DEMO_PKGS) $(TEST_PKGS)
+# make WITH_TLS=1 builds hiredis 1.x from Debian's source package against
+# Debian 12's OpenSSL (tools/hiredis-build.sh).
+TLS_PKGS  := libssl-dev dpkg-dev
+ifeq ($(WITH_TLS),1)
+DEB_PKGS  += $(TLS_PKGS)
+endif
 
+.PHONY: check-tls integration-tls
 .PHONY: all test check integration e2e e2e-3.2 haproxy32 chaos sanitize valgrind lint bench fuzz install \
         uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help
 
@@ -98,7 +141,7 @@ all: $(AGENT) $(BENCH)
 help:
 	@awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' Makefile
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c | $(HIREDIS_DEP)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -Ispoa -c $< -o $@
@@ -111,9 +154,14 @@ $(BUILD)/spoa/script.c: lua/sliding_window.lua tools/embed.sh
 $(BUILD)/spoa/script.o: $(BUILD)/spoa/script.c
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -c $< -o $@
 
-$(AGENT): $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o
+# spoa/ratelimit-spoa is the same file with or without TLS: relinked when
+# the flavour (the object directory) changes.
+FLAVOUR := build/.flavour$(if $(SANITIZE),-san)
+$(shell mkdir -p build; echo '$(BUILD)' | cmp -s - $(FLAVOUR) || echo '$(BUILD)' > $(FLAVOUR))
+
+$(AGENT): $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o $(FLAVOUR)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $^ $(LDLIBS_AGENT)
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $(filter %.o,$^) $(LDLIBS_AGENT)
 
 $(BENCH): $(BENCH_OBJ) $(BUILD)/spoa/spop.o $(BUILD)/spoa/spop_write.o
 	$(if $(Q),@echo "  LD      $@")
@@ -131,12 +179,16 @@ $(MCOUNT): bench/mcount.c
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $$(addprefix $(BUILD)/spoa/,$$(addsuffix .o,$$(shell cat tests/unit/$$*.deps)))
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $^ $(LDLIBS_TEST) \
-		$(if $(filter $(HIREDIS_MODULES),$(shell cat tests/unit/$*.deps)),-lhiredis) -lev -pthread
+		$(if $(filter $(HIREDIS_MODULES),$(shell cat tests/unit/$*.deps)),$(HIREDIS_LIBS)) -lev -pthread
 
-$(BUILD)/tests/unit/%.o: tests/unit/%.c
+$(BUILD)/tests/unit/%.o: tests/unit/%.c | $(HIREDIS_DEP)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -Ispoa -Itests/unit -c $< -o $@
+
+# Debian's hiredis >= 1.1 source package built with SSL (cached).
+$(HIREDIS_LOCAL)/.done: tools/hiredis-build.sh
+	$(Q)tools/hiredis-build.sh $(HIREDIS_LOCAL)
 
 test: $(UNIT_TESTS)
 	$(Q)set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t; done
@@ -166,6 +218,17 @@ check: deps
 	$(Q)$(MAKE) --no-print-directory test
 	$(Q)$(MAKE) --no-print-directory integration
 	$(Q)$(MAKE) --no-print-directory e2e
+
+# The TLS integration tests (tests/integration-tls) need a WITH_TLS=1 build.
+integration-tls: $(AGENT) $(BENCH)
+	$(Q)if [ "$(WITH_TLS)" != 1 ]; then echo "integration-tls: run as make WITH_TLS=1 integration-tls" >&2; exit 1; fi
+	$(Q)AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) tests/run.sh integration-tls
+
+check-tls:
+	$(Q)$(MAKE) --no-print-directory WITH_TLS=1 deps
+	$(Q)$(MAKE) --no-print-directory WITH_TLS=1 all
+	$(Q)$(MAKE) --no-print-directory WITH_TLS=1 test
+	$(Q)$(MAKE) --no-print-directory WITH_TLS=1 integration-tls
 
 sanitize:
 	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined all test
@@ -258,6 +321,9 @@ down:
 
 deps: deps-demo
 	$(Q)tools/deps.sh tests $(TEST_PKGS)
+ifeq ($(WITH_TLS),1)
+	$(Q)tools/deps.sh tls $(TLS_PKGS)
+endif
 
 deps-demo:
 	$(Q)tools/deps.sh demo $(DEMO_PKGS)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "config_int.h"
@@ -373,6 +374,63 @@ static int parse_switch(struct parse_ctx *x, struct word key, struct word v, con
 	                  config_word_plen(v), v.p);
 }
 
+/* A redis-tls-* file or directory <v> into <dst>/<cap>: it must exist and
+ * be readable now (a typo fails at -c, not at the first connect). Returns
+ * NULL or a reason. */
+static const char *check_tls_path(struct word v, bool dir, char *dst, size_t cap)
+{
+	struct stat st;
+
+	if (word_copy(dst, cap, v) == -1)
+		return "path too long";
+	if (stat(dst, &st) == -1)
+		return "no such file";
+	if (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
+		return dir ? "not a directory" : "not a regular file";
+	if (access(dst, dir ? (R_OK | X_OK) : R_OK) == -1)
+		return "not readable by this user";
+	return NULL;
+}
+
+/* One redis-tls-* directive <d> with value <v> into c->tls. */
+static int dir_tls(struct parse_ctx *x, enum config_dir d, struct word key, struct word v)
+{
+	struct config_tls *t;
+	const char *why = NULL;
+
+	if (!SPOA_TLS)
+		return config_parse_fail(x, "%.*s: %s", config_word_plen(key), key.p, config_no_tls);
+	t = &x->c->tls;
+	t->any = true;
+	switch (d) {
+	case CONFIG_DIR_TLS_CA:
+		why = check_tls_path(v, false, t->ca, sizeof(t->ca));
+		break;
+	case CONFIG_DIR_TLS_CA_DIR:
+		why = check_tls_path(v, true, t->ca_dir, sizeof(t->ca_dir));
+		break;
+	case CONFIG_DIR_TLS_CERT:
+		why = check_tls_path(v, false, t->cert, sizeof(t->cert));
+		break;
+	case CONFIG_DIR_TLS_KEY:
+		why = check_tls_path(v, false, t->key, sizeof(t->key));
+		break;
+	case CONFIG_DIR_TLS_SERVER_NAME:
+		if (!redis_url_name_ok(v.p, v.len))
+			return config_parse_fail(x, "redis-tls-server-name must be a host name; got '%.*s'",
+			                         config_word_plen(v), v.p);
+		if (word_copy(t->server_name, sizeof(t->server_name), v) == -1)
+			return config_parse_fail(x, "redis-tls-server-name: too long");
+		return 0;
+	default:
+		return parse_switch(x, key, v, "on", "off", &t->verify);
+	}
+	if (why)
+		return config_parse_fail(x, "%.*s '%.*s': %s", config_word_plen(key), key.p,
+		                         config_word_plen(v), v.p, why);
+	return 0;
+}
+
 /* A scalar directive <d> with one argument <v> (already counted). */
 static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, struct word v)
 {
@@ -382,6 +440,7 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 	uint64_t u;
 	int rc;
 	size_t i;
+	bool tls;
 
 	switch (d) {
 	case CONFIG_DIR_LISTEN:
@@ -405,8 +464,9 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 			return config_parse_fail(x, "metrics: address too long");
 		return 0;
 	case CONFIG_DIR_REDIS:
-		if (config_check_redis_url(v.p, v.len, whybuf, sizeof(whybuf)) == -1)
-			return config_parse_fail(x, "redis: %s (%s)", whybuf, config_redis_shapes);
+		if (config_check_redis_url(v.p, v.len, &tls, whybuf, sizeof(whybuf)) == -1)
+			return tls ? config_parse_fail(x, "redis: a TLS URL: %s", config_no_tls)
+			           : config_parse_fail(x, "redis: %s (%s)", whybuf, config_redis_shapes);
 		if (word_copy(c->redis, sizeof(c->redis), v) == -1)
 			return config_parse_fail(x, "redis: URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
 		return 0;
@@ -447,6 +507,13 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 		return parse_switch(x, key, v, "on", "off", &c->deny_cache);
 	case CONFIG_DIR_REDIS_ALLOW_EVICTION:
 		return parse_switch(x, key, v, "yes", "no", &c->redis_allow_eviction);
+	case CONFIG_DIR_TLS_CA:
+	case CONFIG_DIR_TLS_CA_DIR:
+	case CONFIG_DIR_TLS_CERT:
+	case CONFIG_DIR_TLS_KEY:
+	case CONFIG_DIR_TLS_SERVER_NAME:
+	case CONFIG_DIR_TLS_VERIFY:
+		return dir_tls(x, d, key, v);
 	case CONFIG_DIR_LOG_LEVEL:
 		for (i = 0; i < CONFIG_LOG_COUNT; i++) {
 			if (config_word_is(v, log_level_names[i])) {
@@ -479,6 +546,12 @@ static const struct {
 	{ "allow-remote-listen", CONFIG_DIR_ALLOW_REMOTE_LISTEN },
 	{ "deny-cache",          CONFIG_DIR_DENY_CACHE },
 	{ "redis-allow-eviction", CONFIG_DIR_REDIS_ALLOW_EVICTION },
+	{ "redis-tls-ca",        CONFIG_DIR_TLS_CA },
+	{ "redis-tls-ca-dir",    CONFIG_DIR_TLS_CA_DIR },
+	{ "redis-tls-cert",      CONFIG_DIR_TLS_CERT },
+	{ "redis-tls-key",       CONFIG_DIR_TLS_KEY },
+	{ "redis-tls-server-name", CONFIG_DIR_TLS_SERVER_NAME },
+	{ "redis-tls-verify",    CONFIG_DIR_TLS_VERIFY },
 	{ "policy",              CONFIG_DIR_POLICY },
 	{ "override",            CONFIG_DIR_OVERRIDE },
 };
@@ -683,6 +756,7 @@ void config_init(struct config *c)
 	c->hello_timeout_ms = 10000;
 	c->frame_timeout_ms = 10000;
 	c->deny_cache = true;
+	c->tls.verify = true;
 }
 
 /* Free the override tables <c> owns; <c> stays usable (without overrides). */

@@ -19,6 +19,17 @@
  *   frame-timeout 10s             (a started frame must arrive whole)
  *   allow-remote-listen           (permit a non-loopback listen address)
  *   deny-cache    on|off          (answer known denials locally until retry_after)
+ *   redis-allow-eviction yes|no   (decide on a Redis that may evict keys)
+ *   redis-tls-ca <file>           CA bundle that signs the Redis certificates
+ *   redis-tls-ca-dir <dir>        a hashed CA directory (c_rehash), optional
+ *   redis-tls-cert <file>         client certificate (mutual TLS) ...
+ *   redis-tls-key <file>          ... and its key (both or neither)
+ *   redis-tls-server-name <name>  SNI and the name verified (default: the host
+ *                                 connected to)
+ *   redis-tls-verify on|off       verify the server (default on)
+ * The redis-tls-* directives need a TLS URL (rediss://, cluster+tls://,
+ * sentinel+tls://) and a build with TLS (make WITH_TLS=1): without it they
+ * are an error. Files must exist and be readable when the config is read.
  * Durations: <n>ms|s|m|h. Windows: <n>ms|s|m|h with an implicit 1 ("1s" or "s").
  */
 #ifndef SPOA_CONFIG_H
@@ -37,6 +48,22 @@
 #define CONFIG_MAX_POLICIES   64
 #define CONFIG_THREADS_MAX    64u     /* worker threads */
 
+/* The redis-tls-* directives ("" = not given). */
+struct config_tls {
+	char ca[CONFIG_ADDR_MAX];
+	char ca_dir[CONFIG_ADDR_MAX];
+	char cert[CONFIG_ADDR_MAX];
+	char key[CONFIG_ADDR_MAX];
+	char server_name[CONFIG_ADDR_MAX];
+	bool verify;                           /* default on */
+	bool any;                              /* some redis-tls-* was given */
+};
+
+/* 1 when built with TLS to Redis (make WITH_TLS=1). */
+#ifndef SPOA_TLS
+#define SPOA_TLS 0
+#endif
+
 struct config {
 	char path[CONFIG_ADDR_MAX];            /* file it came from, "" if none */
 	char listen[CONFIG_ADDR_MAX];
@@ -52,6 +79,7 @@ struct config {
 	bool allow_remote_listen;
 	bool deny_cache;                       /* local deny cache, default on */
 	bool redis_allow_eviction;             /* decide on an evicting Redis, default no */
+	struct config_tls tls;                 /* redis-tls-*; used with a TLS URL */
 	size_t npolicies;
 	struct window_policy policies[CONFIG_MAX_POLICIES];
 };

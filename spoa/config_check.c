@@ -18,7 +18,10 @@
 
 const char config_redis_shapes[] =
 	"expected redis://[user:password@]host[:port][/db], unix:///path, "
-	"cluster://host[:port][,host[:port]...] or sentinel://host[:port][,host[:port]...]/name";
+	"cluster://host[:port][,host[:port]...] or sentinel://host[:port][,host[:port]...]/name; "
+	"over TLS rediss://, cluster+tls://, sentinel+tls://";
+
+const char config_no_tls[] = "this build has no TLS; build with make WITH_TLS=1";
 
 /* Format "<path>: <fmt...>" (no line: whole-config checks) into <err>. */
 __attribute__((format(printf, 4, 5)))
@@ -178,13 +181,15 @@ int config_check_policy_name(struct word w)
 
 /* Redis URL <s>/<len>, by the parser the limiter runs (redis_url), so that
  * -c and a reload accept exactly what will connect. The reason goes into
- * <why>/<cap> (never the URL: it may hold a password). Returns 0 or -1. */
-int config_check_redis_url(const char *s, size_t len, char *why, size_t cap)
+ * <why>/<cap> (never the URL: it may hold a password); <*tls> says whether
+ * it is a TLS URL (refused by a build without TLS). Returns 0 or -1. */
+int config_check_redis_url(const char *s, size_t len, bool *tls, char *why, size_t cap)
 {
 	struct redis_url u;
 	char copy[CONFIG_URL_MAX];
 	int rc;
 
+	*tls = false;
 	if (len >= sizeof(copy)) {
 		snprintf(why, cap, "URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
 		return -1;
@@ -192,6 +197,11 @@ int config_check_redis_url(const char *s, size_t len, char *why, size_t cap)
 	memcpy(copy, s, len);
 	copy[len] = '\0';
 	rc = redis_url_parse(copy, &u, why, cap);
+	*tls = rc == 0 && u.tls;
+	if (rc == 0 && u.tls && !SPOA_TLS) {
+		snprintf(why, cap, "%s", config_no_tls);
+		rc = -1;
+	}
 	redis_url_wipe(&u);
 	explicit_bzero(copy, sizeof(copy));
 	return rc;
@@ -204,6 +214,7 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 	const char *why;
 	char whybuf[128];
 	size_t i;
+	bool tls;
 
 	if (c->npolicies == 0)
 		return validate_fail(c, err, errlen,
@@ -224,8 +235,15 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 			                     "metrics '%s' is not loopback; add 'allow-remote-listen' "
 			                     "to expose it to other hosts", c->metrics);
 	}
-	if (config_check_redis_url(c->redis, strlen(c->redis), whybuf, sizeof(whybuf)) == -1)
-		return validate_fail(c, err, errlen, "redis: %s (%s)", whybuf, config_redis_shapes);
+	if (config_check_redis_url(c->redis, strlen(c->redis), &tls, whybuf, sizeof(whybuf)) == -1)
+		return tls ? validate_fail(c, err, errlen, "redis: a TLS URL: %s", config_no_tls)
+		           : validate_fail(c, err, errlen, "redis: %s (%s)", whybuf, config_redis_shapes);
+	if (c->tls.any && !tls)
+		return validate_fail(c, err, errlen, "redis-tls-* given but the redis URL is not "
+		                     "TLS (rediss://, cluster+tls:// or sentinel+tls://)");
+	if (!c->tls.cert[0] != !c->tls.key[0])
+		return validate_fail(c, err, errlen, "redis-tls-cert and redis-tls-key go together "
+		                     "(mutual TLS needs both)");
 	if (c->redis_timeout_ms < 1 || c->redis_timeout_ms > CONFIG_TIMEOUT_MAX_MS)
 		return validate_fail(c, err, errlen, "redis-timeout must be 1ms..60s");
 	if (c->threads < 1 || c->threads > CONFIG_THREADS_MAX)

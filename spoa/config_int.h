@@ -43,6 +43,12 @@ enum config_dir {
 	CONFIG_DIR_ALLOW_REMOTE_LISTEN,
 	CONFIG_DIR_DENY_CACHE,
 	CONFIG_DIR_REDIS_ALLOW_EVICTION,
+	CONFIG_DIR_TLS_CA,
+	CONFIG_DIR_TLS_CA_DIR,
+	CONFIG_DIR_TLS_CERT,
+	CONFIG_DIR_TLS_KEY,
+	CONFIG_DIR_TLS_SERVER_NAME,
+	CONFIG_DIR_TLS_VERIFY,
 	CONFIG_DIR_POLICY,             /* repeatable from here on */
 	CONFIG_DIR_OVERRIDE,
 	CONFIG_DIR_COUNT
@@ -64,6 +70,8 @@ struct parse_ctx {
 
 /* The URL shapes a bad `redis` setting is told about. */
 extern const char config_redis_shapes[];
+/* What a TLS setting on a build without TLS is told. */
+extern const char config_no_tls[];
 
 /* Is <w> exactly the C string <s>? */
 static inline int config_word_is(struct word w, const char *s)
@@ -89,6 +97,6 @@ int config_read_file(const char *path, char **buf, size_t *len, char *err, size_
 /* config_check.c: shape checks the parser runs on single directives. */
 const char *config_check_listen_addr(const char *s, size_t len);
 int config_check_policy_name(struct word w);
-int config_check_redis_url(const char *s, size_t len, char *why, size_t cap);
+int config_check_redis_url(const char *s, size_t len, bool *tls, char *why, size_t cap);
 
 #endif /* SPOA_CONFIG_INT_H */

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include <ev.h>
-#include <hiredis/hiredis.h>
+#include "hiredis_compat.h"
 #include <hiredis/async.h>
 
 #include "limiter_cluster.h"
@@ -608,6 +608,12 @@ static int limiter_backend_start(struct limiter *l, char *err, size_t errlen)
 	const struct redis_url *u = &l->url;
 	struct limiter_link *k;
 
+	if (u->tls) {
+		/* one TLS context per limiter generation: certificates read now */
+		l->tls = redis_tls_new(&l->tls_cfg, err, errlen);
+		if (!l->tls)
+			return -1;
+	}
 	switch (u->mode) {
 	case REDIS_URL_CLUSTER:
 		if (limiter_cluster_start(l) == -1)
@@ -648,6 +654,7 @@ static void limiter_backend_stop(struct limiter *l, const char *why)
 			limiter_link_retire(l->links[i], why);
 	limiter_cluster_stop(l);
 	free(l->sentinel); l->sentinel = NULL;
+	redis_tls_free(l->tls); l->tls = NULL;
 	limiter_set_connected(l, false);
 }
 
@@ -697,6 +704,15 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	l->allow_eviction = s->allow_eviction;
 	l->standby = s->standby;
 	limiter_copy_policy_names(l, s);
+	if (s->tls)
+		l->tls_cfg = *s->tls;
+	l->resolver = resolve_new(loop);
+	if (!l->resolver) {
+		snprintf(err, errlen, "out of memory");
+		redis_url_wipe(&l->url);
+		free(l);
+		return NULL;
+	}
 	ev_timer_init(&l->kick, limiter_on_kick, 0., 0.);
 	l->kick.data = l;
 	ev_timer_init(&l->park, limiter_on_park, 0., 0.);
@@ -745,6 +761,8 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 		limiter_backend_stop(l, "address changed");
 		redis_url_wipe(&l->url);
 		l->url = u;
+		if (s->tls)
+			l->tls_cfg = *s->tls;
 		rc = limiter_backend_start(l, err, errlen);
 	} else {
 		/* calls in flight keep the old SHA, which Redis still knows */
@@ -784,8 +802,10 @@ int limiter_same_redis(const struct limiter *l, const char *url, char *err, size
 
 	if (limiter_parse_url(url, &u, err, errlen) == -1)
 		return -1;
+	/* over TLS a reload always sets up new connections: the certificate
+	 * files are read again (renewed ones at the same paths included) */
 	if (redis_url_load_secrets(&u, err, errlen) == 0)
-		rc = redis_url_same(&u, &l->url) ? 1 : 0;
+		rc = redis_url_same(&u, &l->url) && !u.tls ? 1 : 0;
 	redis_url_wipe(&u);
 	return rc;
 }
@@ -850,6 +870,7 @@ void limiter_free(struct limiter *l)
 	}
 	free(l->answers); l->answers = NULL;
 	deny_cache_clear(&l->cache);
+	resolve_free(l->resolver);
 	redis_url_wipe(&l->url);
 	free(l);
 }

@@ -36,6 +36,7 @@ struct limiter_settings {
 	                                 * limiter_new() (a reconfigure keeps them) */
 	bool allow_eviction;            /* decide even when Redis may evict keys */
 	bool standby;                   /* prepared for a reload: leave the gauges alone */
+	const struct config_tls *tls;   /* redis-tls-* (copied), for a TLS URL; may be NULL */
 	/* The config's policy table, in metrics index order, so a deny answered
 	 * from the local cache is counted in cache_denies[index]. Only the names
 	 * are read (copied) by limiter_new()/limiter_reconfigure(); may be NULL. */

@@ -23,14 +23,16 @@
 #include <time.h>
 
 #include <ev.h>
-#include <hiredis/hiredis.h>
+#include "hiredis_compat.h"
 #include <hiredis/async.h>
 
 #include "cluster.h"
 #include "deny_cache.h"
 #include "limiter.h"
 #include "metrics.h"
+#include "redis_tls.h"
 #include "redis_url.h"
+#include "resolve.h"
 #include "window.h"
 
 #define LIMITER_MAX_HELD        65536u  /* calls hiredis may hold at once */
@@ -78,6 +80,12 @@ struct limiter_link {
 	bool evicts;                    /* maxmemory-policy is not noeviction */
 	bool evict_asking;              /* a CONFIG GET maxmemory-policy is in flight */
 	int64_t evict_asked_us;         /* when the last one was sent */
+	/* A name is resolved before every attempt (a managed endpoint moves
+	 * on failover) and each of its addresses tried in turn. */
+	struct resolve_req *resolving;  /* lookup in flight, or NULL */
+	struct resolve_result addrs;    /* the last answer */
+	unsigned addr_next;             /* next of <addrs> to try */
+	char ip[RESOLVE_IP_MAX];        /* the address this attempt uses */
 };
 
 struct limiter_call {
@@ -137,11 +145,19 @@ struct limiter_sentinel {
 	unsigned sub_next;
 	unsigned sub_backoff_ms;
 	ev_timer sub_retry;
+	char err[256];                  /* why the last connect to a sentinel failed */
+	/* a sentinel given by name is resolved (off the loop) before each
+	 * connect; <*_idx> is the one being resolved */
+	struct resolve_req *query_resolving, *sub_resolving;
+	unsigned query_idx, sub_idx;
 };
 
 struct limiter {
 	struct ev_loop *loop;
 	struct redis_url url;           /* secrets included: wiped on free */
+	struct config_tls tls_cfg;      /* redis-tls-*, for a TLS URL */
+	struct redis_tls *tls;          /* the TLS context, with a TLS URL */
+	struct resolve *resolver;       /* host names, off the loop */
 	uint64_t timeout_ms;
 	const char *script;             /* borrowed from the settings */
 	size_t script_len;

@@ -3,17 +3,21 @@
  * sequence, backoff, stall limit, retire. See limiter_link.h.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <ev.h>
-#include <hiredis/hiredis.h>
+#include "hiredis_compat.h"
 #include <hiredis/async.h>
-#include <hiredis/adapters/libev.h>
 
 #include "limiter_cluster.h"
 #include "limiter_link.h"
 #include "limiter_sentinel.h"
 #include "log.h"
+#include "redis_open.h"
+#include "redis_tls.h"
+#include "resolve.h"
 
 static const char *const limiter_state_names[LIMITER_ST_COUNT] = {
 	[LIMITER_ST_IDLE] = "idle",
@@ -85,6 +89,8 @@ void limiter_update_eviction(struct limiter *l)
 
 static void limiter_link_on_retry(struct ev_loop *loop, ev_timer *w, int revents);
 static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents);
+static void limiter_link_connect_next(struct limiter_link *k);
+static void limiter_link_stop_resolving(struct limiter_link *k);
 
 /* Point <k> at <host>:<port> (<is_unix>: <host> is a socket path). */
 void limiter_link_set_target(struct limiter_link *k, const char *host, int port,
@@ -211,6 +217,7 @@ void limiter_link_drop(struct limiter_link *k, const char *why)
  * timers. The struct stays, for reuse or for late hiredis callbacks. */
 void limiter_link_retire(struct limiter_link *k, const char *why)
 {
+	limiter_link_stop_resolving(k);
 	limiter_link_drop(k, why);
 	k->in_use = false;
 	k->state = LIMITER_ST_IDLE;
@@ -238,10 +245,12 @@ static void limiter_link_on_connect(const redisAsyncContext *ac, int status)
 	if (ac != k->ac)
 		return;
 	if (status != REDIS_OK) {
-		/* hiredis frees <ac> right after this callback */
+		/* hiredis frees <ac> right after this callback; the next address
+		 * of the name, if any, gets its turn */
 		limiter_link_log_failure(k, ac->errstr ? ac->errstr : "connect failed");
 		limiter_count_error(k->l, METRICS_REDIS_ERR_REFUSED);
-		limiter_link_lost(k);
+		k->ac = NULL;
+		limiter_link_connect_next(k);
 		return;
 	}
 	log_debug("redis_socket_connected", "addr=%s", k->addr);
@@ -252,13 +261,17 @@ static void limiter_link_on_connect(const redisAsyncContext *ac, int status)
 static void limiter_link_on_disconnect(const redisAsyncContext *ac, int status)
 {
 	struct limiter_link *k = ac->data;
+	const char *why;
 
 	(void)status;
 	if (ac != k->ac)
 		return;   /* we dropped it ourselves and said so */
+	why = ac->errstr && ac->err ? ac->errstr : "closed";
+	/* a refused handshake shows in hiredis as a closed connection */
+	if (k->state == LIMITER_ST_CONNECTING && k->l->tls && *redis_tls_last_error(k->l->tls))
+		why = redis_tls_last_error(k->l->tls);
 	log_limited(CONFIG_LOG_WARN, "redis_disconnected", "redis_disconnected",
-	            "addr=%s state=%s reason=\"%s\"", k->addr, limiter_state_str(k->state),
-	            ac->errstr && ac->err ? ac->errstr : "closed");
+	            "addr=%s state=%s reason=\"%s\"", k->addr, limiter_state_str(k->state), why);
 	limiter_link_lost(k);
 }
 
@@ -446,6 +459,22 @@ static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, i
 	if (k->state != LIMITER_ST_CONNECTING)
 		return;
 	limiter_count_error(l, METRICS_REDIS_ERR_TIMEOUT);
+	if (k->resolving || (l->sentinel && l->sentinel->query_resolving)) {
+		limiter_link_stop_resolving(k);
+		limiter_link_log_failure(k, "resolve: no answer in time");
+		limiter_link_lost(k);
+		return;
+	}
+	if (k->ac && !k->is_unix && k->addr_next < k->addrs.naddrs) {
+		redisAsyncContext *ac = k->ac;
+
+		/* a black-holed address: the next one gets its turn */
+		limiter_link_log_failure(k, "connect timeout");
+		k->ac = NULL;
+		redisAsyncFree(ac);
+		limiter_link_connect_next(k);
+		return;
+	}
 	if (!k->ac && l->sentinel && l->sentinel->query) {
 		redisAsyncContext *q = l->sentinel->query;
 
@@ -472,56 +501,14 @@ static void limiter_link_on_retry(struct ev_loop *loop, ev_timer *w, int revents
 		limiter_link_connect(k);
 }
 
-/*
- * Start one connection attempt on <k> (the context it creates is owned by
- * <k>, freed through limiter_link_drop() or by hiredis on a connection
- * error): non-blocking connect, then AUTH, SELECT, ROLE (not for cluster
- * links), CONFIG GET maxmemory-policy and SCRIPT LOAD pipelined behind it (hiredis
- * sends them once connected). Under sentinel:// with no primary known,
- * ask a sentinel first. On an immediate failure, plan the next attempt. (A
- * host name is resolved with a blocking getaddrinfo() inside hiredis: use
- * addresses.)
- */
-void limiter_link_connect(struct limiter_link *k)
+/* Setup commands on <k>'s new connection: AUTH, SELECT, ROLE (not for
+ * cluster links), the eviction check, SCRIPT LOAD; pipelined behind the
+ * connect and the TLS handshake (hiredis sends them once connected). */
+static void limiter_link_send_setup(struct limiter_link *k)
 {
 	struct limiter *l = k->l;
 	const struct redis_url *u = &l->url;
-	redisAsyncContext *ac;
-	int64_t stall = limiter_stall_us(l);
-
-	if (!k->in_use || l->closing)
-		return;
-	if (k->attempted && l->metrics)
-		metrics_add(&l->metrics->redis_reconnects, 1);
-	k->attempted = true;
-	if (l->sentinel && !l->sentinel->master_known) {
-		limiter_sentinel_query(k);
-		return;
-	}
-	ac = k->is_unix ? redisAsyncConnectUnix(k->host) : redisAsyncConnect(k->host, k->port);
-	if (!ac) {
-		limiter_link_log_failure(k, "out of memory");
-		limiter_link_schedule_retry(k);
-		return;
-	}
-	if (ac->err) {
-		limiter_link_log_failure(k, ac->errstr);
-		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
-		redisAsyncFree(ac);
-		limiter_link_schedule_retry(k);
-		return;
-	}
-	ac->data = k;
-	if (redisLibevAttach(l->loop, ac) != REDIS_OK) {
-		redisAsyncFree(ac);
-		limiter_link_schedule_retry(k);
-		return;
-	}
-	redisAsyncSetConnectCallback(ac, limiter_link_on_connect);
-	redisAsyncSetDisconnectCallback(ac, limiter_link_on_disconnect);
-	k->ac = ac;
-	k->state = LIMITER_ST_CONNECTING;
-	log_debug("redis_connecting", "addr=%s", k->addr);
+	redisAsyncContext *ac = k->ac;
 
 	if (u->has_pass) {
 		/* "AUTH user pass" (ACL) or "AUTH pass" */
@@ -547,7 +534,145 @@ void limiter_link_connect(struct limiter_link *k)
 		redisAsyncCommand(ac, limiter_link_on_role, NULL, "ROLE");
 	limiter_link_ask_eviction(k);
 	limiter_link_send_script_load(k);
+}
 
-	ev_timer_set(&k->connect_timer, (double)stall / 1e6, 0.);
+/* (Re)arm <k>'s connect timer: the stall limit from now. */
+static void limiter_link_arm_connect_timer(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+
+	ev_timer_stop(l->loop, &k->connect_timer);
+	ev_timer_set(&k->connect_timer, (double)limiter_stall_us(l) / 1e6, 0.);
 	ev_timer_start(l->loop, &k->connect_timer);
+}
+
+/*
+ * Connect <k> to the next address of its last lookup (or its unix socket);
+ * when none is left, the attempt has failed: back off (limiter_link_lost).
+ * The context created is owned by <k>, freed through limiter_link_drop()
+ * or by hiredis on a connection error. Each address gets the stall limit
+ * for connect, TLS handshake and setup.
+ */
+static void limiter_link_connect_next(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+	char err[256];
+	int port = 0;
+
+	for (;;) {
+		redisAsyncContext *ac;
+
+		if (k->is_unix) {
+			if (k->addr_next++ > 0)
+				break;
+			snprintf(k->ip, sizeof(k->ip), "unix");
+		} else {
+			const struct resolve_addr *a;
+
+			if (k->addr_next >= k->addrs.naddrs)
+				break;
+			a = &k->addrs.addrs[k->addr_next++];
+			snprintf(k->ip, sizeof(k->ip), "%s", a->ip);
+			port = a->port;
+		}
+		ac = redis_open(l->loop, k->is_unix ? k->host : k->ip, port,
+		                (uint64_t)(limiter_stall_us(l) / 1000), l->tls, k->host, k, err,
+		                sizeof(err));
+		if (!ac) {
+			limiter_link_log_failure(k, err);
+			limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+			continue;
+		}
+		redisAsyncSetConnectCallback(ac, limiter_link_on_connect);
+		redisAsyncSetDisconnectCallback(ac, limiter_link_on_disconnect);
+		k->ac = ac;
+		k->state = LIMITER_ST_CONNECTING;
+		if (l->tls && redis_tls_verify_off(l->tls))
+			log_warn("redis_tls_unverified", "addr=%s ip=%s action=\"not verifying the "
+			         "server's certificate (redis-tls-verify off)\"", k->addr, k->ip);
+		log_debug("redis_connecting", "addr=%s ip=%s tls=%s", k->addr, k->ip,
+		          l->tls ? "yes" : "no");
+		limiter_link_send_setup(k);
+		limiter_link_arm_connect_timer(k);
+		return;
+	}
+	limiter_link_lost(k);
+}
+
+/* The lookup of <k>'s host answered (on the loop): try its addresses. */
+static void limiter_link_on_resolved(void *arg, const struct resolve_result *res)
+{
+	struct limiter_link *k = arg;
+	char msg[RESOLVE_ERR_MAX + 32];
+
+	k->resolving = NULL;
+	if (!k->in_use || k->l->closing)
+		return;
+	if (res->status != 0) {
+		snprintf(msg, sizeof(msg), "resolve: %s", res->err);
+		limiter_link_log_failure(k, msg);
+		limiter_count_error(k->l, METRICS_REDIS_ERR_REFUSED);
+		limiter_link_lost(k);
+		return;
+	}
+	k->addrs = *res;
+	k->addr_next = 0;
+	limiter_link_connect_next(k);
+}
+
+/* Stop <k>'s lookup in flight, if any (its answer will not come), and the
+ * sentinel lookup made for it. */
+static void limiter_link_stop_resolving(struct limiter_link *k)
+{
+	if (k->resolving) {
+		resolve_cancel(k->resolving);
+		k->resolving = NULL;
+	}
+	if (k->l->sentinel && k == k->l->main_link)
+		limiter_sentinel_stop_resolving(k->l->sentinel);
+}
+
+/*
+ * Start one connection attempt on <k>: ask a sentinel first when the
+ * primary is not known; resolve a host name again, off the loop (a managed
+ * endpoint's address changes on failover; an address literal needs no
+ * lookup); then limiter_link_connect_next(). The connect timer bounds the
+ * lookup too.
+ */
+void limiter_link_connect(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+
+	if (!k->in_use || l->closing)
+		return;
+	if (k->attempted && l->metrics)
+		metrics_add(&l->metrics->redis_reconnects, 1);
+	k->attempted = true;
+	limiter_link_stop_resolving(k);
+	if (l->sentinel && !l->sentinel->master_known) {
+		limiter_sentinel_query(k);
+		return;
+	}
+	k->state = LIMITER_ST_CONNECTING;
+	k->addrs.naddrs = 0;
+	k->addr_next = 0;
+	if (!k->is_unix && resolve_is_address(k->host)) {
+		struct resolve_addr *a = &k->addrs.addrs[0];
+
+		a->family = strchr(k->host, ':') ? AF_INET6 : AF_INET;
+		snprintf(a->ip, sizeof(a->ip), "%.*s", (int)sizeof(a->ip) - 1, k->host);
+		a->port = k->port;
+		k->addrs.naddrs = 1;
+	}
+	if (k->is_unix || k->addrs.naddrs) {
+		limiter_link_connect_next(k);
+		return;
+	}
+	k->resolving = resolve_start(l->resolver, k->host, k->port, limiter_link_on_resolved, k);
+	if (!k->resolving) {
+		limiter_link_log_failure(k, "resolve: cannot start a lookup");
+		limiter_link_lost(k);
+		return;
+	}
+	limiter_link_arm_connect_timer(k);
 }

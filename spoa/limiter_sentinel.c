@@ -6,14 +6,15 @@
 #include <string.h>
 
 #include <ev.h>
-#include <hiredis/hiredis.h>
+#include "hiredis_compat.h"
 #include <hiredis/async.h>
-#include <hiredis/adapters/libev.h>
 
 #include "decimal.h"
 #include "limiter_link.h"
 #include "limiter_sentinel.h"
 #include "log.h"
+#include "redis_open.h"
+#include "resolve.h"
 
 /* Queue AUTH for the sentinels on <ac> when they have a password (the
  * reply is not needed: a refusal shows in the next command's reply). */
@@ -23,26 +24,21 @@ static void limiter_sentinel_auth(const struct limiter *l, redisAsyncContext *ac
 		redisAsyncCommand(ac, NULL, NULL, "AUTH %s", l->url.sentinel_pass);
 }
 
-/* Connect to the next sentinel of the URL, for <what> (logs). Returns the
- * context with <data> set, or NULL with <why> set. */
-static redisAsyncContext *limiter_sentinel_connect(struct limiter *l, unsigned *next, void *data,
-                                                   char *where, size_t cap, const char **why)
+/* Connect to sentinel <idx> of the URL at address <ip> (its host, or what
+ * its name resolved to), over TLS with a TLS URL. Returns the context with
+ * <data> set, or NULL with <why> set; <where> names the sentinel for logs. */
+static redisAsyncContext *limiter_sentinel_connect(struct limiter *l, unsigned idx, const char *ip,
+                                                   void *data, char *where, size_t cap,
+                                                   const char **why)
 {
-	const struct redis_url_host *h = &l->url.hosts[(*next)++ % l->url.nhosts];
+	const struct redis_url_host *h = &l->url.hosts[idx];
 	redisAsyncContext *ac;
 
 	redis_url_format_host(h->host, h->port, where, cap);
-	ac = redisAsyncConnect(h->host, h->port);
-	if (!ac) {
-		*why = "out of memory";
-		return NULL;
-	}
-	if (ac->err || redisLibevAttach(l->loop, ac) != REDIS_OK) {
-		*why = "connect failed";
-		redisAsyncFree(ac);
-		return NULL;
-	}
-	ac->data = data;
+	ac = redis_open(l->loop, ip, h->port, (uint64_t)(limiter_stall_us(l) / 1000), l->tls,
+	                h->host, data, l->sentinel->err, sizeof(l->sentinel->err));
+	if (!ac)
+		*why = l->sentinel->err;
 	return ac;
 }
 
@@ -128,9 +124,8 @@ static void limiter_sentinel_on_addr(redisAsyncContext *ac, void *r, void *privd
 	limiter_link_connect(k);
 }
 
-/* Ask the next sentinel where the primary of the URL's master is; <k>
- * stays CONNECTING meanwhile, bounded by its connect timer. */
-void limiter_sentinel_query(struct limiter_link *k)
+/* Ask sentinel <idx> at <ip> where the primary of the URL's master is. */
+static void limiter_sentinel_query_at(struct limiter_link *k, unsigned idx, const char *ip)
 {
 	struct limiter *l = k->l;
 	struct limiter_sentinel *s = l->sentinel;
@@ -138,7 +133,7 @@ void limiter_sentinel_query(struct limiter_link *k)
 	const char *why = NULL;
 	redisAsyncContext *ac;
 
-	ac = limiter_sentinel_connect(l, &s->next, k, where, sizeof(where), &why);
+	ac = limiter_sentinel_connect(l, idx, ip, k, where, sizeof(where), &why);
 	if (!ac) {
 		snprintf(msg, sizeof(msg), "sentinel %s: %s", where, why);
 		limiter_link_log_failure(k, msg);
@@ -154,8 +149,66 @@ void limiter_sentinel_query(struct limiter_link *k)
 	limiter_sentinel_auth(l, ac);
 	redisAsyncCommand(ac, limiter_sentinel_on_addr, NULL,
 	                  "SENTINEL get-master-addr-by-name %s", l->url.master);
+	ev_timer_stop(l->loop, &k->connect_timer);
 	ev_timer_set(&k->connect_timer, (double)limiter_stall_us(l) / 1e6, 0.);
 	ev_timer_start(l->loop, &k->connect_timer);
+}
+
+/* The name of the sentinel to ask answered: ask it at its first address
+ * (the next attempt asks the next sentinel anyway). */
+static void limiter_sentinel_on_query_resolved(void *arg, const struct resolve_result *res)
+{
+	struct limiter_link *k = arg;
+	struct limiter_sentinel *s = k->l->sentinel;
+	char msg[RESOLVE_ERR_MAX + 64];
+
+	s->query_resolving = NULL;
+	if (res->status != 0) {
+		snprintf(msg, sizeof(msg), "sentinel %s: resolve: %s", k->l->url.hosts[s->query_idx].host,
+		         res->err);
+		limiter_link_log_failure(k, msg);
+		limiter_count_error(k->l, METRICS_REDIS_ERR_REFUSED);
+		limiter_link_lost(k);
+		return;
+	}
+	limiter_sentinel_query_at(k, s->query_idx, res->addrs[0].ip);
+}
+
+/* Ask the next sentinel where the primary of the URL's master is; <k>
+ * stays CONNECTING meanwhile (a sentinel's name resolved first), bounded
+ * by its connect timer. */
+void limiter_sentinel_query(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+	struct limiter_sentinel *s = l->sentinel;
+	unsigned idx = s->next++ % l->url.nhosts;
+	const struct redis_url_host *h = &l->url.hosts[idx];
+
+	if (resolve_is_address(h->host)) {
+		limiter_sentinel_query_at(k, idx, h->host);
+		return;
+	}
+	s->query_idx = idx;
+	s->query_resolving = resolve_start(l->resolver, h->host, h->port,
+	                                   limiter_sentinel_on_query_resolved, k);
+	if (!s->query_resolving) {
+		limiter_link_log_failure(k, "sentinel: resolve: cannot start a lookup");
+		limiter_link_schedule_retry(k);
+		return;
+	}
+	k->state = LIMITER_ST_CONNECTING;
+	ev_timer_stop(l->loop, &k->connect_timer);
+	ev_timer_set(&k->connect_timer, (double)limiter_stall_us(l) / 1e6, 0.);
+	ev_timer_start(l->loop, &k->connect_timer);
+}
+
+/* Stop the lookup of the sentinel to query, if any. */
+void limiter_sentinel_stop_resolving(struct limiter_sentinel *s)
+{
+	if (s->query_resolving) {
+		resolve_cancel(s->query_resolving);
+		s->query_resolving = NULL;
+	}
 }
 
 static void limiter_sentinel_subscribe(struct limiter *l);
@@ -263,15 +316,15 @@ static void limiter_sentinel_on_switch(redisAsyncContext *ac, void *r, void *pri
 	limiter_link_connect(k);
 }
 
-/* Subscribe to +switch-master on the next sentinel. */
-static void limiter_sentinel_subscribe(struct limiter *l)
+/* Subscribe to +switch-master on sentinel <idx> at <ip>. */
+static void limiter_sentinel_subscribe_at(struct limiter *l, unsigned idx, const char *ip)
 {
 	struct limiter_sentinel *s = l->sentinel;
 	char where[REDIS_URL_ADDR_MAX];
 	const char *why = NULL;
 	redisAsyncContext *ac;
 
-	ac = limiter_sentinel_connect(l, &s->sub_next, l, where, sizeof(where), &why);
+	ac = limiter_sentinel_connect(l, idx, ip, l, where, sizeof(where), &why);
 	if (!ac) {
 		limiter_sentinel_sub_lost(l);
 		return;
@@ -284,6 +337,41 @@ static void limiter_sentinel_subscribe(struct limiter *l)
 	redisAsyncCommand(ac, limiter_sentinel_on_switch, NULL, "SUBSCRIBE +switch-master");
 }
 
+/* The name of the sentinel to subscribe on answered. */
+static void limiter_sentinel_on_sub_resolved(void *arg, const struct resolve_result *res)
+{
+	struct limiter *l = arg;
+	struct limiter_sentinel *s = l->sentinel;
+
+	s->sub_resolving = NULL;
+	if (res->status != 0) {
+		log_debug("sentinel_resolve_failed", "sentinel=%s reason=\"%s\"",
+		          l->url.hosts[s->sub_idx].host, res->err);
+		limiter_sentinel_sub_lost(l);
+		return;
+	}
+	limiter_sentinel_subscribe_at(l, s->sub_idx, res->addrs[0].ip);
+}
+
+/* Subscribe to +switch-master on the next sentinel (its name resolved
+ * first). */
+static void limiter_sentinel_subscribe(struct limiter *l)
+{
+	struct limiter_sentinel *s = l->sentinel;
+	unsigned idx = s->sub_next++ % l->url.nhosts;
+	const struct redis_url_host *h = &l->url.hosts[idx];
+
+	if (resolve_is_address(h->host)) {
+		limiter_sentinel_subscribe_at(l, idx, h->host);
+		return;
+	}
+	s->sub_idx = idx;
+	s->sub_resolving = resolve_start(l->resolver, h->host, h->port,
+	                                 limiter_sentinel_on_sub_resolved, l);
+	if (!s->sub_resolving)
+		limiter_sentinel_sub_lost(l);
+}
+
 /* The subscription's backoff wait is over: subscribe again. */
 static void limiter_sentinel_on_sub_retry(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -291,7 +379,7 @@ static void limiter_sentinel_on_sub_retry(struct ev_loop *loop, ev_timer *w, int
 
 	(void)loop;
 	(void)revents;
-	if (l->sentinel && !l->sentinel->sub && !l->closing)
+	if (l->sentinel && !l->sentinel->sub && !l->sentinel->sub_resolving && !l->closing)
 		limiter_sentinel_subscribe(l);
 }
 
@@ -305,6 +393,11 @@ void limiter_sentinel_stop(struct limiter *l)
 	if (!s)
 		return;
 	ev_timer_stop(l->loop, &s->sub_retry);
+	limiter_sentinel_stop_resolving(s);
+	if (s->sub_resolving) {
+		resolve_cancel(s->sub_resolving);
+		s->sub_resolving = NULL;
+	}
 	if ((ac = s->query)) {
 		s->query = NULL;
 		redisAsyncFree(ac);

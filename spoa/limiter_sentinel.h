@@ -16,6 +16,8 @@
 int limiter_sentinel_start(struct limiter *l);
 /* Ask the next sentinel where the primary is; <k> stays CONNECTING. */
 void limiter_sentinel_query(struct limiter_link *k);
+/* Stop the lookup of the sentinel to query, if any. */
+void limiter_sentinel_stop_resolving(struct limiter_sentinel *s);
 /* Close the sentinel connections of <l> and stop its timer. */
 void limiter_sentinel_stop(struct limiter *l);
 

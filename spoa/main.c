@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include <ev.h>
-#include <hiredis/hiredis.h>
+#include "hiredis_compat.h"
 
 #include "config.h"
 #include "conn.h"
@@ -88,7 +88,8 @@ static const char main_usage[] =
 "      --listen ADDR   override 'listen' (host:port, [v6]:port, unix:/path)\n"
 "      --redis URL     override 'redis' (same forms as the directive)\n"
 "  -d, --debug         log-level debug (kept across reloads)\n"
-"  -v, --version       print the version and the hiredis/libev versions\n"
+"  -v, --version       print the version, the hiredis/libev versions and\n"
+"                      whether this build has TLS to Redis (tls: yes|no)\n"
 "  -h, --help          this text\n"
 "\n"
 "Configuration directives (one per line, '#' comments):\n"
@@ -97,7 +98,10 @@ static const char main_usage[] =
 "  redis URL                   default redis://127.0.0.1:6379/0; also\n"
 "                              redis://user:pass@host[:port][/db] (port 6379),\n"
 "                              unix:///path, cluster://h:p[,h:p...],\n"
-"                              sentinel://h:p[,h:p...]/name\n"
+"                              sentinel://h:p[,h:p...]/name; over TLS (make\n"
+"                              WITH_TLS=1): rediss://, cluster+tls://,\n"
+"                              sentinel+tls://. Host names are resolved off\n"
+"                              the event loop at every connection attempt\n"
 "  redis-timeout DURATION      per-decision deadline, default 50ms (1ms..60s)\n"
 "  threads N                   worker threads, default 1 (1..64)\n"
 "  policy NAME LIMIT/WINDOW [LIMIT/WINDOW...] [on-redis-error=deny|allow] [shadow]\n"
@@ -123,6 +127,14 @@ static const char main_usage[] =
 "  redis-allow-eviction yes|no  decide even when Redis's maxmemory-policy is not\n"
 "                              noeviction (it may evict the windows); default no:\n"
 "                              answer error, reason=redis-evicts-keys\n"
+"  redis-tls-ca FILE           CA certificates for the Redis server (TLS builds;\n"
+"                              default: the system's)\n"
+"  redis-tls-ca-dir DIR        the same, a hashed directory\n"
+"  redis-tls-cert FILE         client certificate for mutual TLS, with...\n"
+"  redis-tls-key FILE          ...its key (passphrase from the environment:\n"
+"                              RATELIMIT_SPOA_REDIS_TLS_KEY_PASSWORD[_FILE])\n"
+"  redis-tls-server-name NAME  SNI and the name verified; default: the host\n"
+"  redis-tls-verify on|off     default on; off warns at every connect\n"
 "  allow-remote-listen         permit a non-loopback listen/metrics address\n"
 "\n"
 "Signals: SIGTERM/SIGINT drain (stop accepting, finish in-flight decisions,\n"
@@ -551,9 +563,9 @@ static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
 
 static void main_print_version(void)
 {
-	printf("ratelimit-spoa %s (hiredis %d.%d.%d, libev %d.%d)\n", SPOA_VERSION,
+	printf("ratelimit-spoa %s (hiredis %d.%d.%d, libev %d.%d, tls: %s)\n", SPOA_VERSION,
 	       HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH, ev_version_major(),
-	       ev_version_minor());
+	       ev_version_minor(), SPOA_TLS_STR);
 }
 
 int main(int argc, char **argv)

@@ -76,7 +76,7 @@ static int url_unescape(const char *src, size_t len, char *dst, size_t cap)
 /* Is <s>/<len> 1..253 bytes of letters, digits, '.', '-' and '_'? Host
  * names (container names have '_'; an IPv4 literal passes too) and
  * sentinel master names, which go into commands and logs. */
-static bool url_name_ok(const char *s, size_t len)
+bool redis_url_name_ok(const char *s, size_t len)
 {
 	size_t i;
 
@@ -128,7 +128,7 @@ static const char *url_parse_host(const char *s, size_t len, int def_port,
 
 		if (inet_pton(AF_INET6, h->host, bin) != 1)
 			return "bad IPv6 address";
-	} else if (!url_name_ok(host, hlen)) {
+	} else if (!redis_url_name_ok(host, hlen)) {
 		return "bad host";
 	}
 	h->port = def_port;
@@ -192,8 +192,11 @@ static void url_format_addr(struct redis_url *u)
 		snprintf(u->addr, sizeof(u->addr), "unix:%s", u->hosts[0].host);
 		return;
 	}
+	if (u->tls)
+		n = (size_t)snprintf(u->addr, sizeof(u->addr), "tls:");
 	if (u->mode != REDIS_URL_TCP)
-		n = (size_t)snprintf(u->addr, sizeof(u->addr), "%s://", redis_url_mode_str(u->mode));
+		n += (size_t)snprintf(u->addr + n, sizeof(u->addr) - n, "%s://",
+		                      redis_url_mode_str(u->mode));
 	for (i = 0; i < u->nhosts && n < sizeof(u->addr); i++) {
 		if (i)
 			u->addr[n++] = ',';
@@ -216,11 +219,18 @@ static void url_format_addr(struct redis_url *u)
  * with redis_url_wipe()). Returns 0, or -1 with <err>. */
 int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen)
 {
-	static const struct { const char *scheme; enum redis_url_mode mode; } schemes[] = {
-		{ "redis://", REDIS_URL_TCP },
-		{ "unix://", REDIS_URL_UNIX },
-		{ "cluster://", REDIS_URL_CLUSTER },
-		{ "sentinel://", REDIS_URL_SENTINEL },
+	static const struct {
+		const char *scheme;
+		enum redis_url_mode mode;
+		bool tls;
+	} schemes[] = {
+		{ "redis://", REDIS_URL_TCP, false },
+		{ "rediss://", REDIS_URL_TCP, true },
+		{ "unix://", REDIS_URL_UNIX, false },
+		{ "cluster://", REDIS_URL_CLUSTER, false },
+		{ "cluster+tls://", REDIS_URL_CLUSTER, true },
+		{ "sentinel://", REDIS_URL_SENTINEL, false },
+		{ "sentinel+tls://", REDIS_URL_SENTINEL, true },
 	};
 	const char *p = NULL, *end, *at, *slash, *why = NULL;
 	size_t i, len;
@@ -237,6 +247,7 @@ int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen
 
 		if (strncmp(s, schemes[i].scheme, n) == 0) {
 			u->mode = schemes[i].mode;
+			u->tls = schemes[i].tls;
 			p = s + n;
 			break;
 		}
@@ -283,7 +294,7 @@ int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen
 			why = "sentinel URL needs /<master-name>";
 			goto fail;
 		}
-		if (!url_name_ok(slash + 1, nlen)) {
+		if (!redis_url_name_ok(slash + 1, nlen)) {
 			why = "bad sentinel master name";
 			goto fail;
 		}
@@ -308,7 +319,8 @@ int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen
 	if (why)
 		goto fail;
 	if (u->mode == REDIS_URL_TCP && u->nhosts != 1) {
-		why = "one host only (use cluster:// or sentinel:// for several)";
+		why = u->tls ? "one host only (use cluster+tls:// or sentinel+tls:// for several)"
+		             : "one host only (use cluster:// or sentinel:// for several)";
 		goto fail;
 	}
 	url_format_addr(u);
@@ -370,8 +382,8 @@ out:
  * <var>_FILE, into <dst>/<cap> with <*has> set. Nothing set is no error.
  * Returns 0 or -1.
  */
-static int url_secret_from_env(const char *var, char *dst, size_t cap, bool *has,
-                               char *err, size_t errlen)
+int redis_url_secret_from_env(const char *var, char *dst, size_t cap, bool *has,
+                              char *err, size_t errlen)
 {
 	char file_var[96];
 	const char *v = getenv(var);
@@ -402,7 +414,7 @@ int redis_url_load_secrets(struct redis_url *u, char *err, size_t errlen)
 	const char *user;
 
 	if (!u->has_pass &&
-	    url_secret_from_env("RATELIMIT_SPOA_REDIS_PASSWORD", u->pass, sizeof(u->pass),
+	    redis_url_secret_from_env("RATELIMIT_SPOA_REDIS_PASSWORD", u->pass, sizeof(u->pass),
 	                        &u->has_pass, err, errlen) == -1)
 		return -1;
 	user = getenv("RATELIMIT_SPOA_REDIS_USER");
@@ -419,7 +431,7 @@ int redis_url_load_secrets(struct redis_url *u, char *err, size_t errlen)
 		return -1;
 	}
 	if (u->mode == REDIS_URL_SENTINEL &&
-	    url_secret_from_env("RATELIMIT_SPOA_SENTINEL_PASSWORD", u->sentinel_pass,
+	    redis_url_secret_from_env("RATELIMIT_SPOA_SENTINEL_PASSWORD", u->sentinel_pass,
 	                        sizeof(u->sentinel_pass), &u->has_sentinel_pass,
 	                        err, errlen) == -1)
 		return -1;
@@ -431,7 +443,7 @@ bool redis_url_same(const struct redis_url *a, const struct redis_url *b)
 {
 	unsigned i;
 
-	if (a->mode != b->mode || a->nhosts != b->nhosts || a->db != b->db ||
+	if (a->mode != b->mode || a->tls != b->tls || a->nhosts != b->nhosts || a->db != b->db ||
 	    a->has_pass != b->has_pass || a->has_sentinel_pass != b->has_sentinel_pass ||
 	    strcmp(a->user, b->user) != 0 || strcmp(a->pass, b->pass) != 0 ||
 	    strcmp(a->sentinel_pass, b->sentinel_pass) != 0 || strcmp(a->master, b->master) != 0)

@@ -6,6 +6,12 @@
  *   cluster://host:port[,host:port...]             Redis Cluster seeds
  *   sentinel://host:port[,host:port...]/<master>   Sentinel-managed primary
  *
+ * Over TLS (a build with TLS: make WITH_TLS=1): the same shapes spelt
+ *   rediss://...         cluster+tls://...        sentinel+tls://...
+ * (for Sentinel both the sentinels and the primary speak TLS; for a
+ * Cluster every node). The certificates come from the redis-tls-*
+ * directives (config.h), not from the URL.
+ *
  * User and password may be %-escaped. So that no secret has to sit in a
  * config file or in argv (ps), the password may also come from the
  * environment, read by redis_url_load_secrets():
@@ -45,6 +51,7 @@ struct redis_url_host {
 
 struct redis_url {
 	enum redis_url_mode mode;
+	bool tls;                       /* rediss://, cluster+tls://, sentinel+tls:// */
 	unsigned nhosts;                /* 1 for TCP and unix */
 	struct redis_url_host hosts[REDIS_URL_HOSTS_MAX];
 	char user[REDIS_URL_SECRET_MAX];            /* "" = no ACL user */
@@ -54,7 +61,8 @@ struct redis_url {
 	bool has_sentinel_pass;
 	int db;                         /* -1 = no SELECT */
 	char master[REDIS_URL_NAME_MAX];            /* sentinel master name */
-	char addr[REDIS_URL_ADDR_MAX];  /* for logs: scheme, hosts, db; no secret */
+	char addr[REDIS_URL_ADDR_MAX];  /* for logs: scheme, hosts, db; no secret
+	                                 * ("tls:" first over TLS) */
 };
 
 const char *redis_url_mode_str(enum redis_url_mode m);
@@ -68,8 +76,18 @@ int redis_url_parse(const char *s, struct redis_url *u, char *err, size_t errlen
  * or -1 with <err> (naming the variable or file, never the secret). */
 int redis_url_load_secrets(struct redis_url *u, char *err, size_t errlen);
 
+/* One secret from variable <var> or, failing that, from the file named by
+ * <var>_FILE (first line), into <dst>/<cap> with <*has> set. Nothing set is
+ * no error. Returns 0, or -1 with <err> (never the secret). */
+int redis_url_secret_from_env(const char *var, char *dst, size_t cap, bool *has,
+                              char *err, size_t errlen);
+
 /* Same target, mode and credentials? (a change means reconnecting) */
 bool redis_url_same(const struct redis_url *a, const struct redis_url *b);
+
+/* Is <s>/<len> a host name (or IPv4 literal) or master name we accept:
+ * 1..253 bytes of letters, digits, '.', '-', '_'? */
+bool redis_url_name_ok(const char *s, size_t len);
 
 /* Format <host>:<port> into <dst>/<cap>, IPv6 in brackets. */
 void redis_url_format_host(const char *host, int port, char *dst, size_t cap);

@@ -207,6 +207,7 @@ static void worker_fill_settings(struct worker *w, const struct config *c,
 	s->redis_url = c->redis;
 	s->timeout_ms = c->redis_timeout_ms;
 	s->allow_eviction = c->redis_allow_eviction;
+	s->tls = &c->tls;
 	s->script = w->script;
 	s->script_len = w->script_len;
 	s->thread_id = w->id;

@@ -15,7 +15,12 @@ operations (a strict Prometheus text parser, scrape, log readers, polling,
 SIGHUP, a Traffic thread of pipelined NOTIFYs); faults (Load on one hot
 account with every outcome timed, WindowWatch, the over-admission checks,
 Noise from spoa-bench); and a command line for the shell tests
-(httpload, watch: see the end of the file).
+(httpload, watch: see the end of the file). TLS helpers (TLSCerts) too.
+
+TLS (a build with make WITH_TLS=1; Debian 12's redis-server has TLS):
+    certs = h.tls_certs()               # CA, server and client certificates
+    h.start_redis(tls=certs, auth_clients=True)
+    h.start_agent(certs.agent_conf(client=True) + "policy transfer 3/1s")
 """
 import atexit
 import http.client
@@ -86,6 +91,75 @@ def race(connect, policy, key, conns=20, per=10, cost=None):
     return results
 
 
+def openssl(*args):
+    subprocess.run(["openssl"] + list(args), check=True, capture_output=True, timeout=60)
+
+
+class TLSCerts:
+    """A test CA, a server certificate for <names> and <ips> (loopback by
+    default), a client certificate (mutual TLS), and a second CA that signed
+    none of them (the "wrong CA"), made with openssl in <directory>.
+    EC P-256 keys: quick to generate on a shared box."""
+
+    def __init__(self, directory, names=("localhost",), ips=("127.0.0.1", "::1")):
+        os.makedirs(directory, exist_ok=True)
+        self.dir = directory
+        p = lambda n: os.path.join(directory, n)  # noqa: E731
+        self.ca, self.ca_key = p("ca.pem"), p("ca.key")
+        self.other_ca, other_key = p("other-ca.pem"), p("other-ca.key")
+        self.server_cert, self.server_key = p("server.pem"), p("server.key")
+        self.client_cert, self.client_key = p("client.pem"), p("client.key")
+        for cert, key, cn in ((self.ca, self.ca_key, "ratelimit-spoa test CA"),
+                              (self.other_ca, other_key, "some other CA")):
+            openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=" + cn)
+        san = ",".join(["DNS:" + n for n in names] + ["IP:" + i for i in ips])
+        self._leaf(self.server_cert, self.server_key, "redis-server", san, "serverAuth,clientAuth")
+        self._leaf(self.client_cert, self.client_key, "ratelimit-spoa", None, "clientAuth")
+        for key in (self.server_key, self.client_key, self.ca_key, other_key):
+            os.chmod(key, 0o600)
+
+    def _leaf(self, cert, key, cn, san, usage):
+        csr = cert + ".csr"
+        openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=" + cn)
+        ext = cert + ".ext"
+        with open(ext, "w") as f:
+            f.write("extendedKeyUsage=%s\n" % usage)
+            if san:
+                f.write("subjectAltName=%s\n" % san)
+        openssl("x509", "-req", "-in", csr, "-CA", self.ca, "-CAkey", self.ca_key,
+                "-CAcreateserial", "-out", cert, "-days", "2", "-extfile", ext)
+
+    def redis_args(self, port, auth_clients=False):
+        """redis-server arguments: TLS only on <port> (--port 0)."""
+        return ["--port", "0", "--tls-port", str(port),
+                "--tls-cert-file", self.server_cert, "--tls-key-file", self.server_key,
+                "--tls-ca-cert-file", self.ca,
+                "--tls-auth-clients", "yes" if auth_clients else "no"]
+
+    def cli_args(self):
+        """redis-cli arguments to reach a TLS redis-server."""
+        return ["--tls", "--cacert", self.ca, "--cert", self.client_cert, "--key", self.client_key]
+
+    def agent_conf(self, client=False, ca=None, server_name=None, verify=None):
+        """redis-tls-* lines for the agent's config."""
+        lines = ["redis-tls-ca %s" % (ca or self.ca)]
+        if client:
+            lines += ["redis-tls-cert %s" % self.client_cert, "redis-tls-key %s" % self.client_key]
+        if server_name:
+            lines.append("redis-tls-server-name %s" % server_name)
+        if verify is not None:
+            lines.append("redis-tls-verify %s" % verify)
+        return "\n".join(lines) + "\n"
+
+
+def agent_tls():
+    """Whether the agent under test was built with TLS (its --version)."""
+    out = subprocess.run([AGENT, "--version"], capture_output=True, text=True, timeout=10)
+    return "tls: yes" in out.stdout
+
+
 class Harness:
     def __init__(self):
         self.tmp = tempfile.mkdtemp(prefix="rlspoa.")
@@ -94,6 +168,9 @@ class Harness:
         self.failed = 0
         self.redis = None
         self.redis_port = None
+        self.redis_tls = None                  # TLSCerts when Redis speaks TLS
+        self.redis_host = "127.0.0.1"          # what the agent's URL names
+        self._certs = None
         self.agent = None
         self.agent_port = None
         self.agent_log = os.path.join(self.tmp, "agent.log")
@@ -107,22 +184,76 @@ class Harness:
         self.procs.append(p)
         return p
 
-    def start_redis(self, port=None):
+    def tls_certs(self):
+        """The test's TLSCerts (made once, in its temp dir)."""
+        if self._certs is None:
+            self._certs = TLSCerts(os.path.join(self.tmp, "tls"))
+        return self._certs
+
+    def start_redis(self, port=None, tls=None, auth_clients=False):
+        """redis-server on loopback; with <tls> (TLSCerts) TLS only, client
+        certificates required when <auth_clients>."""
         self.redis_port = port or self.redis_port or free_port()
+        self.redis_tls = tls
+        listen = tls.redis_args(self.redis_port, auth_clients) if tls else \
+            ["--port", str(self.redis_port)]
         self.redis = self.spawn(
-            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
+            ["redis-server"] + listen + ["--bind", "127.0.0.1",
              "--save", "", "--appendonly", "no", "--dir", self.tmp],
             os.path.join(self.tmp, "redis.log"))
         if not wait_port(self.redis_port):
             raise RuntimeError("redis did not start")
         return self.redis
 
+    def start_redis_node(self, port, extra=(), replicaof=None, tls=None):
+        """One more redis-server on loopback <port> (a primary, or a replica
+        of 127.0.0.1:<replicaof>) with the arguments <extra>; with <tls>
+        (TLSCerts) TLS only, replication included. Returns the process."""
+        listen = tls.redis_args(port) + ["--tls-replication", "yes"] if tls else ["--port", str(port)]
+        argv = ["redis-server"] + listen + ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                            "--dir", self.tmp, "--dbfilename", "dump-%d.rdb" % port]
+        if replicaof:
+            argv += ["--replicaof", "127.0.0.1", str(replicaof)]
+        p = self.spawn(argv + list(extra), os.path.join(self.tmp, "redis-%d.log" % port))
+        if not wait_port(port):
+            raise RuntimeError("redis %d did not start" % port)
+        return p
+
+    def start_sentinel(self, port, primary, master, extra=(), tls=None):
+        """A sentinel on loopback <port> watching 127.0.0.1:<primary> as
+        <master> (quorum 2, down after 1 s, failover timeout 4 s), plus the
+        config lines <extra>; with <tls> (TLSCerts) it listens and talks to
+        the Redis servers over TLS only."""
+        conf = os.path.join(self.tmp, "sentinel-%d.conf" % port)
+        with open(conf, "w") as f:
+            if tls:
+                f.write("port 0\ntls-port %d\ntls-cert-file %s\ntls-key-file %s\n"
+                        "tls-ca-cert-file %s\ntls-auth-clients no\ntls-replication yes\n"
+                        % (port, tls.server_cert, tls.server_key, tls.ca))
+            else:
+                f.write("port %d\n" % port)
+            f.write("bind 127.0.0.1\ndir %s\n" % self.tmp)
+            f.write("sentinel monitor %s 127.0.0.1 %d 2\n" % (master, primary))
+            f.write("sentinel down-after-milliseconds %s 1000\n" % master)
+            f.write("sentinel failover-timeout %s 4000\n" % master)
+            for line in extra:
+                f.write(line + "\n")
+        # redis-sentinel (Debian package redis-sentinel, in DEB_PKGS) is
+        # redis-server in sentinel mode: fall back to that if it is missing.
+        argv = ["redis-sentinel", conf] if shutil.which("redis-sentinel") else \
+            ["redis-server", conf, "--sentinel"]
+        p = self.spawn(argv, os.path.join(self.tmp, "sentinel-%d.log" % port))
+        if not wait_port(port):
+            raise RuntimeError("sentinel %d did not start" % port)
+        return p
+
     def stop_redis(self):
         self.stop(self.redis)
         self.redis = None
 
     def rcli(self, *args):
-        out = subprocess.run(["redis-cli", "-p", str(self.redis_port)] + [str(a) for a in args],
+        tls = self.redis_tls.cli_args() if self.redis_tls else []
+        out = subprocess.run(["redis-cli", "-p", str(self.redis_port)] + tls + [str(a) for a in args],
                              capture_output=True, text=True, timeout=10)
         return out.stdout.strip()
 
@@ -137,7 +268,8 @@ class Harness:
         path = os.path.join(self.tmp, "agent.conf")
         with open(path, "w") as f:
             f.write("listen %s\n" % (listen or "127.0.0.1:%d" % self.agent_port))
-            f.write("redis redis://127.0.0.1:%d/0\n" % (self.redis_port or 6379))
+            f.write("redis %s://%s:%d/0\n" % ("rediss" if self.redis_tls else "redis",
+                                             self.redis_host, self.redis_port or 6379))
             f.write(extra.strip() + "\n")
         return path
 

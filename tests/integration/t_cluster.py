@@ -72,10 +72,13 @@ def key_slot(key):
 
 
 class Cluster:
-    """A 3-primary, 3-replica Redis Cluster on loopback, owned by <h>."""
+    """A 3-primary, 3-replica Redis Cluster on loopback, owned by <h>; with
+    <tls> (harness.TLSCerts) every node, the bus and replication speak TLS
+    only (tests/integration-tls)."""
 
-    def __init__(self, h, primaries=3, replicas=1, node_timeout=1000):
+    def __init__(self, h, primaries=3, replicas=1, node_timeout=1000, tls=None):
         self.h = h
+        self.tls = tls
         self.ports = cluster_ports(primaries * (1 + replicas))
         self.procs = {}
         for i, p in enumerate(self.ports):
@@ -88,7 +91,8 @@ class Cluster:
             else:
                 raise RuntimeError("redis %d did not start" % p)
         out = subprocess.run(
-            ["redis-cli", "--cluster", "create"] + ["127.0.0.1:%d" % p for p in self.ports] +
+            ["redis-cli"] + self.cli_tls() + ["--cluster", "create"] +
+            ["127.0.0.1:%d" % p for p in self.ports] +
             ["--cluster-replicas", str(replicas), "--cluster-yes"],
             capture_output=True, text=True, timeout=60)
         if out.returncode != 0:
@@ -113,8 +117,11 @@ class Cluster:
     def start_node(self, port, node_timeout=1000):
         d = os.path.join(self.h.tmp, "node-%d" % port)
         os.makedirs(d, exist_ok=True)
+        listen = ["--port", str(port)]
+        if self.tls:
+            listen = self.tls.redis_args(port) + ["--tls-cluster", "yes", "--tls-replication", "yes"]
         self.procs[port] = self.h.spawn(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+            ["redis-server"] + listen + ["--bind", "127.0.0.1",
              "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
              "--cluster-node-timeout", str(node_timeout), "--save", "", "--appendonly", "no",
              "--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0",
@@ -136,8 +143,11 @@ class Cluster:
     def kill(self, port):
         self.h.stop(self.procs[port])
 
+    def cli_tls(self):
+        return self.tls.cli_args() if self.tls else []
+
     def cli(self, port, *args):
-        out = subprocess.run(["redis-cli", "-p", str(port)] + [str(a) for a in args],
+        out = subprocess.run(["redis-cli", "-p", str(port)] + self.cli_tls() + [str(a) for a in args],
                              capture_output=True, text=True, timeout=10)
         return out.stdout.strip()
 
@@ -189,7 +199,8 @@ class Cluster:
 
     def rcli(self, *args):
         """A command routed by redis-cli -c (follows MOVED)."""
-        out = subprocess.run(["redis-cli", "-c", "-p", str(self.alive()[0])] + [str(a) for a in args],
+        out = subprocess.run(["redis-cli", "-c", "-p", str(self.alive()[0])] + self.cli_tls() +
+                             [str(a) for a in args],
                              capture_output=True, text=True, timeout=10)
         return out.stdout.strip()
 
@@ -202,7 +213,7 @@ def start_agent(h, cluster, extra, threads=2):
     path = os.path.join(h.tmp, "agent.conf")
     with open(path, "w") as f:
         f.write("listen 127.0.0.1:%d\n" % h.agent_port)
-        f.write("redis cluster://%s\n" % cluster.seeds())
+        f.write("redis %s://%s\n" % ("cluster+tls" if cluster.tls else "cluster", cluster.seeds()))
         # generous: on a loaded machine a timeout is a (fail-closed) error,
         # and these tests are about routing and counts, not latency
         f.write("redis-timeout 500ms\n")

@@ -73,10 +73,11 @@ with open(L("/etc/ratelimit-spoa/ratelimit-spoa.conf")) as a, open(os.path.join(
 
 sbin = L("/usr/local/sbin/ratelimit-spoa")
 p = run([sbin, "--version"])
-h.check("--version: 'ratelimit-spoa VERSION (hiredis X.Y.Z, libev X.Y)'",
-        p.returncode == 0 and re.fullmatch(r"ratelimit-spoa %s \(hiredis \d+\.\d+\.\d+, libev \d+\.\d+\)\n"
-                                           % re.escape(VERSION), p.stdout), p.stdout)
-m = re.search(r"hiredis (\S+), libev (\S+)\)", p.stdout)
+h.check("--version: 'ratelimit-spoa VERSION (hiredis X.Y.Z, libev X.Y, tls: yes|no)'",
+        p.returncode == 0 and re.fullmatch(r"ratelimit-spoa %s \(hiredis \d+\.\d+\.\d+, libev \d+\.\d+, "
+                                           r"tls: (yes|no)\)\n" % re.escape(VERSION), p.stdout), p.stdout)
+m = re.search(r"hiredis (\S+), libev ([^,)]+), tls: no\)", p.stdout)
+# (a TLS build links the hiredis 1.x it built, not libhiredis-dev)
 if shutil.which("dpkg-query") and m:
     q = [run(["dpkg-query", "-W", "-f=${Version}", pkg]).stdout.strip() for pkg in ("libhiredis-dev", "libev-dev")]
     if all(q):

@@ -8,7 +8,6 @@ the agent. A dead sentinel in the list is skipped, and the password comes
 from a file named in the environment, never from argv."""
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -33,34 +32,12 @@ def cli(port, *args, auth=True):
 
 
 def start_redis(port, replicaof=None):
-    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", h.tmp, "--requirepass", PASSWORD,
-            "--masterauth", PASSWORD, "--dbfilename", "dump-%d.rdb" % port]
-    if replicaof:
-        argv += ["--replicaof", "127.0.0.1", str(replicaof)]
-    p = h.spawn(argv, os.path.join(h.tmp, "redis-%d.log" % port))
-    if not wait_port(port):
-        raise RuntimeError("redis %d did not start" % port)
-    return p
+    return h.start_redis_node(port, ["--requirepass", PASSWORD, "--masterauth", PASSWORD], replicaof)
 
 
 def start_sentinel(port, primary):
-    conf = os.path.join(h.tmp, "sentinel-%d.conf" % port)
-    with open(conf, "w") as f:
-        f.write("port %d\nbind 127.0.0.1\ndir %s\n" % (port, h.tmp))
-        f.write("sentinel monitor %s 127.0.0.1 %d 2\n" % (MASTER, primary))
-        f.write("sentinel auth-pass %s %s\n" % (MASTER, PASSWORD))
-        f.write("sentinel down-after-milliseconds %s 1000\n" % MASTER)
-        f.write("sentinel failover-timeout %s 4000\n" % MASTER)
-        f.write("sentinel parallel-syncs %s 1\n" % MASTER)
-    # redis-sentinel (Debian package redis-sentinel, in DEB_PKGS) is
-    # redis-server in sentinel mode: fall back to that if it is missing.
-    argv = ["redis-sentinel", conf] if shutil.which("redis-sentinel") else \
-        ["redis-server", conf, "--sentinel"]
-    p = h.spawn(argv, os.path.join(h.tmp, "sentinel-%d.log" % port))
-    if not wait_port(port):
-        raise RuntimeError("sentinel %d did not start" % port)
-    return p
+    return h.start_sentinel(port, primary, MASTER, ["sentinel auth-pass %s %s" % (MASTER, PASSWORD),
+                                                    "sentinel parallel-syncs %s 1" % MASTER])
 
 
 def master_addr(sport):

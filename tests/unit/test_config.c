@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -17,7 +18,8 @@
 #include "redis_url.h"
 
 #define SHAPES "redis://[user:password@]host[:port][/db], unix:///path, " \
-	"cluster://host[:port][,host[:port]...] or sentinel://host[:port][,host[:port]...]/name"
+	"cluster://host[:port][,host[:port]...] or sentinel://host[:port][,host[:port]...]/name; " \
+	"over TLS rediss://, cluster+tls://, sentinel+tls://"
 
 /* Parse <text> as "t.conf" on top of the defaults into <c> (caller releases). */
 static int parse(struct config *c, const char *text, char *err)
@@ -653,6 +655,157 @@ static void test_deny_cache_switch(void **state)
 	config_release(&c);
 }
 
+/* The TLS spellings: rediss://, cluster+tls://, sentinel+tls:// parse in
+ * every build (the URL grammar is one); whether the build may use them is
+ * config's question (test_tls_directives). */
+static void test_redis_url_tls(void **state)
+{
+	struct redis_url u, v;
+	char err[CONFIG_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(redis_url_parse("rediss://u:p@cache.example.com/2", &u, err, sizeof(err)), 0);
+	assert_true(u.tls);
+	assert_int_equal(u.mode, REDIS_URL_TCP);
+	assert_string_equal(u.hosts[0].host, "cache.example.com");
+	assert_int_equal(u.hosts[0].port, 6379);
+	assert_int_equal(u.db, 2);
+	assert_string_equal(u.addr, "tls:cache.example.com:6379/2");
+	assert_int_equal(redis_url_parse("redis://u:p@cache.example.com/2", &v, err, sizeof(err)), 0);
+	assert_false(v.tls);
+	assert_false(redis_url_same(&u, &v));
+	redis_url_wipe(&u);
+	redis_url_wipe(&v);
+
+	assert_int_equal(redis_url_parse("cluster+tls://a:7000,[::1]:7001", &u, err, sizeof(err)), 0);
+	assert_true(u.tls);
+	assert_int_equal(u.mode, REDIS_URL_CLUSTER);
+	assert_int_equal(u.nhosts, 2);
+	assert_string_equal(u.addr, "tls:cluster://a:7000,[::1]:7001");
+
+	assert_int_equal(redis_url_parse("sentinel+tls://s1,s2:26380/mymaster", &u, err, sizeof(err)), 0);
+	assert_true(u.tls);
+	assert_int_equal(u.mode, REDIS_URL_SENTINEL);
+	assert_int_equal(u.hosts[0].port, 26379);
+	assert_string_equal(u.addr, "tls:sentinel://s1:26379,s2:26380/mymaster");
+
+	assert_int_equal(redis_url_parse("rediss://a,b", &u, err, sizeof(err)), -1);
+	assert_string_equal(err, "one host only (use cluster+tls:// or sentinel+tls:// for several)");
+	assert_int_equal(redis_url_parse("redis+tls://a", &u, err, sizeof(err)), -1);
+	assert_int_equal(redis_url_parse("unix+tls:///x", &u, err, sizeof(err)), -1);
+	assert_int_equal(redis_url_parse("rediss://", &u, err, sizeof(err)), -1);
+}
+
+/* Parse <text> and validate; <err> holds the reason on -1. */
+static int parse_validate(const char *text, char *err)
+{
+	struct config c;
+	int rc;
+
+	rc = parse(&c, text, err);
+	if (rc == 0)
+		rc = config_validate(&c, err, CONFIG_ERR_LEN);
+	config_release(&c);
+	return rc;
+}
+
+/* redis-tls-*: on a build without TLS every one (and a TLS URL) is an
+ * error that says how to build with TLS; with TLS, files must exist and be
+ * readable at parse time, the URL must be a TLS one, cert and key go
+ * together. No message repeats a URL (it may hold a password). */
+static void test_tls_directives(void **state)
+{
+	static const char *const directives[] = {
+		"redis-tls-ca", "redis-tls-ca-dir", "redis-tls-cert", "redis-tls-key",
+		"redis-tls-server-name", "redis-tls-verify",
+	};
+	char dir[] = "/tmp/test_config_tls.XXXXXX", ca[64], key[64], text[512];
+	char err[CONFIG_ERR_LEN];
+	struct config c;
+	size_t i;
+	FILE *f;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(ca, sizeof(ca), "%s/ca.pem", dir);
+	snprintf(key, sizeof(key), "%s/key.pem", dir);
+	f = fopen(ca, "w");
+	assert_non_null(f);
+	fclose(f);
+	f = fopen(key, "w");
+	assert_non_null(f);
+	fclose(f);
+
+	if (!SPOA_TLS) {
+		assert_int_equal(parse(&c, "\nredis rediss://u:s3cret@h:6380\n", err), -1);
+		assert_string_equal(err, "t.conf:2: redis: a TLS URL: this build has no TLS; "
+		                    "build with make WITH_TLS=1");
+		config_release(&c);
+		assert_int_equal(parse(&c, "redis cluster+tls://a:1\n", err), -1);
+		assert_non_null(strstr(err, "this build has no TLS"));
+		config_release(&c);
+		for (i = 0; i < sizeof(directives) / sizeof(directives[0]); i++) {
+			snprintf(text, sizeof(text), "policy p 1/s\n%s %s\n", directives[i],
+			         strstr(directives[i], "verify") ? "on" : ca);
+			assert_int_equal(parse(&c, text, err), -1);
+			snprintf(text, sizeof(text), "t.conf:2: %s: this build has no TLS; "
+			         "build with make WITH_TLS=1", directives[i]);
+			assert_string_equal(err, text);
+			config_release(&c);
+		}
+		goto out;
+	}
+
+	assert_int_equal(parse(&c, "policy p 1/s\nredis rediss://h\n", err), 0);
+	assert_true(c.tls.verify);
+	assert_false(c.tls.any);
+	config_release(&c);
+	snprintf(text, sizeof(text), "policy p 1/s\nredis rediss://h\nredis-tls-ca %s\n"
+	         "redis-tls-ca-dir %s\nredis-tls-cert %s\nredis-tls-key %s\n"
+	         "redis-tls-server-name redis.example.com\nredis-tls-verify off\n", ca, dir, ca, key);
+	assert_int_equal(parse(&c, text, err), 0);
+	assert_int_equal(config_validate(&c, err, sizeof(err)), 0);
+	assert_string_equal(c.tls.ca, ca);
+	assert_string_equal(c.tls.ca_dir, dir);
+	assert_string_equal(c.tls.key, key);
+	assert_string_equal(c.tls.server_name, "redis.example.com");
+	assert_false(c.tls.verify);
+	config_release(&c);
+
+	assert_int_equal(parse(&c, "redis-tls-ca /nonexistent/ca.pem\n", err), -1);
+	assert_string_equal(err, "t.conf:1: redis-tls-ca '/nonexistent/ca.pem': no such file");
+	config_release(&c);
+	snprintf(text, sizeof(text), "redis-tls-ca %s\n", dir);
+	assert_int_equal(parse(&c, text, err), -1);
+	assert_non_null(strstr(err, "not a regular file"));
+	config_release(&c);
+	snprintf(text, sizeof(text), "redis-tls-ca-dir %s\n", ca);
+	assert_int_equal(parse(&c, text, err), -1);
+	assert_non_null(strstr(err, "not a directory"));
+	config_release(&c);
+	assert_int_equal(parse(&c, "redis-tls-server-name bad/name\n", err), -1);
+	assert_string_equal(err, "t.conf:1: redis-tls-server-name must be a host name; got 'bad/name'");
+	config_release(&c);
+	assert_int_equal(parse(&c, "redis-tls-verify maybe\n", err), -1);
+	assert_string_equal(err, "t.conf:1: redis-tls-verify must be on or off; got 'maybe'");
+	config_release(&c);
+
+	snprintf(text, sizeof(text), "policy p 1/s\nredis redis://u:s3cret@h\nredis-tls-ca %s\n", ca);
+	assert_int_equal(parse_validate(text, err), -1);
+	assert_null(strstr(err, "s3cret"));
+	assert_non_null(strstr(err, "the redis URL is not TLS"));
+	snprintf(text, sizeof(text), "policy p 1/s\nredis rediss://h\nredis-tls-cert %s\n", ca);
+	assert_int_equal(parse_validate(text, err), -1);
+	assert_non_null(strstr(err, "redis-tls-cert and redis-tls-key go together"));
+	snprintf(text, sizeof(text), "policy p 1/s\nredis sentinel+tls://s/m\nredis-tls-cert %s\n"
+	         "redis-tls-key %s\n", ca, key);
+	assert_int_equal(parse_validate(text, err), 0);
+out:
+	unlink(ca);
+	unlink(key);
+	rmdir(dir);
+}
+
 static void test_copy(void **state)
 {
 	struct config c, d;
@@ -786,6 +939,8 @@ int main(void)
 		cmocka_unit_test(test_deny_cache_switch),
 		cmocka_unit_test(test_routes),
 		cmocka_unit_test(test_shipped_routes),
+		cmocka_unit_test(test_redis_url_tls),
+		cmocka_unit_test(test_tls_directives),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
