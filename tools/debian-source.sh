@@ -20,7 +20,8 @@ dest=${3:?usage: tools/debian-source.sh PACKAGE VERSION-PREFIX DEST}
 mkdir -p "$dest"
 dest=$(cd "$dest" && pwd)
 cd "$(dirname "$0")/.."
-apt_dir=$PWD/build/apt-sid
+# Its own state, apart from haproxy-build.sh's build/apt-sid (binary indexes too).
+apt_dir=$PWD/build/apt-sid-src
 mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/sources.list.d"
 cat > "$apt_dir/sources.list.d/sid-src.sources" <<SRC
 Types: deb-src
