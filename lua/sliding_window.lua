@@ -6,6 +6,12 @@
 -- ARGV[1+2i]   limit of window i        ARGV[2+2i]  length of window i, ms
 --              or "<ms>:<precision ms>" for a bucketed window (KEYS[i] a hash)
 --
+-- A batch (redis-batch): ARGV[1] = "batch", ARGV[2] = number of decisions,
+-- then per decision its key count, cost, request id and limit/window pairs;
+-- KEYS are the decisions' keys one after the other. Each is decided as if
+-- alone, in order, at one Redis time; the reply is an array of per-decision
+-- replies (an error element for a decision that failed: the others stand).
+--
 -- Returns { allowed 0|1, limit, remaining, reset_us, retry_after_us, index }
 -- for the deciding window (0-based index): the least remaining when allowed,
 -- the denying window with the longest retry when denied.
@@ -50,12 +56,6 @@
 -- has been written before it: counting only reads, trims come after. (A
 -- script's first write is the only one Redis checks for OOM; a trim first
 -- would let the ZADD through.) No "#!lua" shebang: Redis 6 cannot load one.
-
-local cost = tonumber(ARGV[1])
-local n = #KEYS
-if not cost or cost < 1 or not ARGV[2] or n < 1 or #ARGV ~= 2 + 2 * n then
-	return redis.error_reply('ERR sliding_window: bad arguments')
-end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -190,6 +190,15 @@ local function retry_for(key, w, need, win_us)
 	return win_us
 end
 
+-- One decision: KEYS and ARGV are this decision's own (the script's, or its
+-- slice of a batch).
+local function decide(KEYS, ARGV)
+local cost = tonumber(ARGV[1])
+local n = #KEYS
+if not cost or cost < 1 or not ARGV[2] or n < 1 or #ARGV ~= 2 + 2 * n then
+	return redis.error_reply('ERR sliding_window: bad arguments')
+end
+
 -- (strings made once: formatting numbers is a good part of the script's time)
 local nows = int(now)
 local limit, win, prec, cut, cuts, st = {}, {}, {}, {}, {}, {}
@@ -275,3 +284,40 @@ else
 end
 
 return { allowed and 1 or 0, limit[best], best_rem, best_reset, best_retry, best - 1 }
+end
+
+if ARGV[1] ~= 'batch' then return decide(KEYS, ARGV) end
+
+local nb = tonumber(ARGV[2])
+if not nb or nb < 1 then
+	return redis.error_reply('ERR sliding_window: bad batch')
+end
+-- Check the whole layout before deciding anything: a malformed batch
+-- writes nothing.
+local slices, ki, ai = {}, 0, 2
+for d = 1, nb do
+	local nk = tonumber(ARGV[ai + 1])
+	if not nk or nk < 1 or ki + nk > #KEYS or ai + 3 + 2 * nk > #ARGV then
+		return redis.error_reply('ERR sliding_window: bad batch')
+	end
+	slices[d] = { ki, ai, nk }
+	ki, ai = ki + nk, ai + 3 + 2 * nk
+end
+if ki ~= #KEYS or ai ~= #ARGV then
+	return redis.error_reply('ERR sliding_window: bad batch')
+end
+local out = {}
+for d = 1, nb do
+	local k0, a0, nk = slices[d][1], slices[d][2], slices[d][3]
+	local K, A = {}, { ARGV[a0 + 2], ARGV[a0 + 3] }
+	for i = 1, nk do K[i] = KEYS[k0 + i] end
+	for i = 1, 2 * nk do A[2 + i] = ARGV[a0 + 3 + i] end
+	-- A failed decision (Redis refused a write: OOM) is its own error; the
+	-- decisions before it stand, so the batch goes on.
+	local ok, r = pcall(decide, K, A)
+	if not ok then
+		if type(r) == 'table' and r.err then r = { err = r.err } else r = { err = 'ERR ' .. tostring(r) } end
+	end
+	out[d] = r
+end
+return out
