@@ -476,6 +476,12 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 			                  config_word_plen(v), v.p);
 		c->redis_timeout_ms = u;
 		return 0;
+	case CONFIG_DIR_REDIS_BATCH:
+		if (decimal_parse(v.p, v.len, CONFIG_REDIS_BATCH_MAX, &u) != 0 || u < 1)
+			return config_parse_fail(x, "redis-batch must be an integer 1..%u (1: one script call per decision); got '%.*s'",
+			                  CONFIG_REDIS_BATCH_MAX, config_word_plen(v), v.p);
+		c->redis_batch = (unsigned)u;
+		return 0;
 	case CONFIG_DIR_THREADS:
 		if (decimal_parse(v.p, v.len, CONFIG_THREADS_MAX, &u) != 0 || u < 1)
 			return config_parse_fail(x, "threads must be an integer 1..%u", CONFIG_THREADS_MAX);
@@ -536,6 +542,7 @@ static const struct {
 	{ "listen",              CONFIG_DIR_LISTEN },
 	{ "redis",               CONFIG_DIR_REDIS },
 	{ "redis-timeout",       CONFIG_DIR_REDIS_TIMEOUT },
+	{ "redis-batch",         CONFIG_DIR_REDIS_BATCH },
 	{ "threads",             CONFIG_DIR_THREADS },
 	{ "log-level",           CONFIG_DIR_LOG_LEVEL },
 	{ "metrics",             CONFIG_DIR_METRICS },
@@ -749,6 +756,7 @@ void config_init(struct config *c)
 	snprintf(c->listen, sizeof(c->listen), "127.0.0.1:12345");
 	snprintf(c->redis, sizeof(c->redis), "redis://127.0.0.1:6379/0");
 	c->redis_timeout_ms = 50;
+	c->redis_batch = CONFIG_REDIS_BATCH_DEFAULT;
 	c->threads = 1;
 	c->log_level = CONFIG_LOG_INFO;
 	c->max_connections = 10000;

@@ -47,6 +47,8 @@
 #define CONFIG_URL_MAX        512
 #define CONFIG_MAX_POLICIES   64
 #define CONFIG_THREADS_MAX    64u     /* worker threads */
+#define CONFIG_REDIS_BATCH_MAX 256u   /* decisions per script call */
+#define CONFIG_REDIS_BATCH_DEFAULT 32u
 
 /* The redis-tls-* directives ("" = not given). */
 struct config_tls {
@@ -69,6 +71,7 @@ struct config {
 	char listen[CONFIG_ADDR_MAX];
 	char redis[CONFIG_URL_MAX];
 	uint64_t redis_timeout_ms;
+	unsigned redis_batch;                  /* decisions per script call, 1 = no batching */
 	unsigned threads;
 	enum config_log_level log_level;
 	char metrics[CONFIG_ADDR_MAX];         /* "" = off */

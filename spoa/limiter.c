@@ -301,12 +301,14 @@ static void limiter_on_park(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* Log a script error (<oom>: Redis over maxmemory) at warn, rate-limited
  * (log_limited), so a broken script cannot flood the log. */
-static void limiter_warn_reply(const struct limiter_link *k, const redisReply *reply, bool oom)
+static void limiter_warn_reply(const struct limiter_link *k, const struct window_reply *v,
+                               bool oom)
 {
+	bool err = v->kind == WINDOW_REPLY_ERROR;
+
 	log_limited(CONFIG_LOG_WARN, oom ? "redis_oom" : "redis_script_error",
 	            oom ? "redis_oom" : "redis_script_error", "addr=%s reply=\"%.*s\"", k->addr,
-	            reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
-	            reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+	            err ? (int)v->len : 0, err ? v->str : "");
 }
 
 /* The view window.c reads of <r> (borrowed: <v> points into it until
@@ -334,6 +336,43 @@ static void limiter_reply_view(const redisReply *r, struct window_reply *v)
 	}
 	v->kind = WINDOW_REPLY_INTEGERS;
 	v->n = r->elements;
+}
+
+/*
+ * Answer call <c> from its script result <view> (an error or the integers,
+ * borrowed) that Redis gave on link <k> at <now>: the decision, the deny
+ * cache, the metrics. A call answered already (its deadline) only counts a
+ * late admission. The caller recycles <c>.
+ */
+static void limiter_call_finish(struct limiter *l, struct limiter_link *k,
+                                struct limiter_call *c, const struct window_reply *view,
+                                int64_t now)
+{
+	struct window_decision d;
+
+	if (!c->cb) {
+		/* The deadline answered first (error/redis-timeout), yet Redis ran
+		 * the script: an admission it recorded is one the client never got.
+		 * Counted so that operators can size redis-timeout. */
+		if (window_decide_reply(&c->policy, view, &d) == 0 && d.status == WINDOW_ALLOW &&
+		    l->metrics)
+			metrics_add(&l->metrics->late_admissions, 1);
+		return;
+	}
+
+	if (l->metrics)
+		metrics_observe_redis_latency(l->metrics, (uint64_t)(now - c->sent_us));
+	if (window_decide_reply(&c->policy, view, &d) == -1) {
+		/* over maxmemory: fail-closed like any Redis error, named apart */
+		bool oom = d.reason == WINDOW_REASON_REDIS_OOM;
+
+		limiter_count_error(l, oom ? METRICS_REDIS_ERR_OOM : METRICS_REDIS_ERR_SCRIPT);
+		limiter_warn_reply(k, view, oom);
+	} else if (c->cacheable && d.status == WINDOW_DENY) {
+		deny_cache_store(&l->cache, c->policy.name, c->policy.name_len, c->key, c->key_len,
+		                 c->cost, c->sent_us, &d, now);
+	}
+	limiter_call_answer(c, &d);
 }
 
 /*
@@ -409,29 +448,7 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 				return;   /* hiredis holds it again */
 		}
 	}
-	if (!c->cb) {
-		/* The deadline answered first (error/redis-timeout), yet Redis ran
-		 * the script: an admission it recorded is one the client never got.
-		 * Counted so that operators can size redis-timeout. */
-		if (window_decide_reply(&c->policy, &view, &d) == 0 && d.status == WINDOW_ALLOW &&
-		    l->metrics)
-			metrics_add(&l->metrics->late_admissions, 1);
-		goto recycle;
-	}
-
-	if (l->metrics)
-		metrics_observe_redis_latency(l->metrics, (uint64_t)(now - c->sent_us));
-	if (window_decide_reply(&c->policy, &view, &d) == -1) {
-		/* over maxmemory: fail-closed like any Redis error, named apart */
-		bool oom = d.reason == WINDOW_REASON_REDIS_OOM;
-
-		limiter_count_error(l, oom ? METRICS_REDIS_ERR_OOM : METRICS_REDIS_ERR_SCRIPT);
-		limiter_warn_reply(k, reply, oom);
-	} else if (c->cacheable && d.status == WINDOW_DENY) {
-		deny_cache_store(&l->cache, c->policy.name, c->policy.name_len, c->key, c->key_len,
-		                 c->cost, c->sent_us, &d, now);
-	}
-	limiter_call_answer(c, &d);
+	limiter_call_finish(l, k, c, &view, now);
 	goto recycle;
 
 unavailable:
@@ -444,6 +461,236 @@ unavailable:
 	}
 recycle:
 	limiter_call_put(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* batches (redis-batch)                                               */
+
+static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdata);
+
+/* Answer <c> "unavailable" if it still waits (a refused error), and return
+ * it to the pool: hiredis does not hold it. <defer>: on the next loop
+ * iteration (limiter_flush() may run inside limiter_check()). */
+static void limiter_call_fail(struct limiter *l, struct limiter_call *c, bool defer)
+{
+	struct window_decision d;
+	limiter_cb cb = c->cb;
+
+	if (cb) {
+		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+		window_decide_error(&c->policy, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
+		if (defer) {
+			c->cb = NULL;
+			ev_timer_stop(l->loop, &c->deadline);
+			l->unanswered--;
+			if (limiter_defer(l, cb, c->arg, &d) == -1)
+				cb(c->arg, &d);
+		} else {
+			limiter_call_answer(c, &d);
+		}
+	}
+	limiter_call_put(c);
+}
+
+/* limiter_call_fail() each call of <b> (<defer> as there), and free <b>, which the caller
+ * owned. */
+static void limiter_batch_fail(struct limiter_batch *b, bool defer)
+{
+	unsigned i;
+
+	for (i = 0; i < b->n; i++)
+		limiter_call_fail(b->l, b->calls[i], defer);
+	free(b);
+}
+
+/* Grow <l>'s batch scratch to <n> decisions. Returns 0, or -1 when memory
+ * runs out (the scratch stays as it was: <l> owns it). */
+static int limiter_batch_scratch(struct limiter *l, size_t n)
+{
+	struct window_args *a;
+	const char **v;
+	size_t *vl;
+	char *nums;
+
+	if (n <= l->bcap)
+		return 0;
+	a = realloc(l->bargs, n * sizeof(*a));
+	if (a)
+		l->bargs = a;
+	v = realloc(l->bargv, WINDOW_BATCH_ARGC(n) * sizeof(*v));
+	if (v)
+		l->bargv = v;
+	vl = realloc(l->bargvlen, WINDOW_BATCH_ARGC(n) * sizeof(*vl));
+	if (vl)
+		l->bargvlen = vl;
+	nums = realloc(l->bnums, WINDOW_BATCH_NUMS(n));
+	if (nums)
+		l->bnums = nums;
+	if (!a || !v || !vl || !nums)
+		return -1;
+	l->bcap = n;
+	return 0;
+}
+
+/* Send batch <b> on its link: EVALSHA, or EVAL with the whole script when
+ * <eval> (after NOSCRIPT, as one call would be re-sent). hiredis holds <b>
+ * and its calls when this returns 0; -1: nothing was sent. */
+static int limiter_batch_send(struct limiter *l, struct limiter_batch *b, bool eval)
+{
+	struct limiter_link *k = b->link;
+	enum window_reason why;
+	unsigned i;
+	int argc;
+
+	if (!k->ac || limiter_batch_scratch(l, b->n) == -1)
+		return -1;
+	for (i = 0; i < b->n; i++) {
+		struct limiter_call *c = b->calls[i];
+
+		if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, c->member,
+		                      &l->bargs[i], &why) == -1)
+			return -1;
+	}
+	argc = eval ? window_build_batch(l->bargs, b->n, "EVAL", l->script, l->script_len,
+	                                 l->bargv, l->bargvlen, l->bnums)
+	            : window_build_batch(l->bargs, b->n, "EVALSHA", l->sha, strlen(l->sha),
+	                                 l->bargv, l->bargvlen, l->bnums);
+	if (argc == -1 ||
+	    redisAsyncCommandArgv(k->ac, limiter_on_batch_reply, b, argc, l->bargv,
+	                          l->bargvlen) != REDIS_OK)
+		return -1;
+	b->retried = eval;
+	for (i = 0; i < b->n; i++)
+		limiter_link_hold(k);
+	return 0;
+}
+
+/*
+ * Send what limiter_check() queued in this loop iteration: one call as
+ * today (EVALSHA of one decision), several as one batch. Calls answered
+ * meanwhile (limiter_free()) are not sent; a link that went away answers
+ * them "unavailable", as a send that fails would.
+ */
+static void limiter_flush(struct limiter *l)
+{
+	struct limiter_link *k;
+	struct limiter_batch *b;
+	unsigned i, n = l->nqueued;
+
+	if (n == 0)
+		return;
+	l->nqueued = 0;
+	k = l->queue[0]->link;
+	if (n == 1) {
+		/* alone: exactly the call redis-batch 1 sends */
+		struct limiter_call *c = l->queue[0];
+
+		if (!l->closing && c->cb && limiter_call_send(l, c, k, false) == 0)
+			c->redirects = 0;
+		else
+			limiter_call_fail(l, c, true);
+		return;
+	}
+	b = malloc(sizeof(*b) + n * sizeof(b->calls[0]));
+	if (!b) {
+		for (i = 0; i < n; i++)
+			limiter_call_fail(l, l->queue[i], true);
+		return;
+	}
+	b->l = l;
+	b->link = k;
+	b->retried = false;
+	b->n = n;
+	memcpy(b->calls, l->queue, n * sizeof(b->calls[0]));
+	if (l->closing || limiter_batch_send(l, b, false) == -1)
+		limiter_batch_fail(b, true);
+}
+
+/* The loop is about to wait: send this iteration's calls. */
+static void limiter_on_flush(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+	struct limiter *l = w->data;
+
+	(void)revents;
+	ev_prepare_stop(loop, w);
+	limiter_flush(l);
+}
+
+/*
+ * hiredis hands batch <privdata> back on <ac>: with the script's reply <r>
+ * (borrowed), or NULL when the connection is gone. An array of one result
+ * per call answers each call as its own reply would; an error answers
+ * every call with it (NOSCRIPT: the batch is re-sent once as EVAL; READONLY
+ * or CLUSTERDOWN: "unavailable"). Then the calls return to the pool.
+ */
+static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_batch *b = privdata;
+	struct limiter *l = b->l;
+	struct limiter_link *k = b->link;
+	const redisReply *reply = r;
+	struct window_reply view;
+	int64_t now = limiter_now_us();
+	unsigned i, waiting = 0;
+
+	k->held -= b->n;
+	l->held -= b->n;
+	if (!reply)
+		goto unavailable;
+	k->quiet_since_us = now;
+	limiter_reply_view(reply, &view);
+	if (reply->type == REDIS_REPLY_ERROR) {
+		switch (cluster_classify_error(reply->str, reply->len)) {
+		case CLUSTER_REPLY_CLUSTERDOWN:
+			goto unavailable;
+		case CLUSTER_REPLY_READONLY:
+			log_warn("redis_read_only", "addr=%s", k->addr);
+			limiter_link_drop(k, "primary demoted to replica");
+			goto unavailable;
+		default:
+			break;
+		}
+	}
+	if (window_reply_is_noscript(&view)) {
+		/* keep the calls that still wait, re-send them as EVAL */
+		for (i = 0; i < b->n; i++) {
+			limiter_count_error(l, METRICS_REDIS_ERR_NOSCRIPT);
+			if (b->calls[i]->cb)
+				b->calls[waiting++] = b->calls[i];
+			else
+				limiter_call_put(b->calls[i]);
+		}
+		b->n = waiting;
+		if (!waiting || b->retried || ac != k->ac || limiter_batch_send(l, b, true) == -1) {
+			if (!k->script_loading && ac == k->ac && k->state == LIMITER_ST_READY)
+				limiter_link_send_script_load(k);
+			if (!waiting) {
+				free(b);
+				return;
+			}
+		} else {
+			if (!k->script_loading && k->state == LIMITER_ST_READY)
+				limiter_link_send_script_load(k);
+			return;   /* hiredis holds it again */
+		}
+	}
+	for (i = 0; i < b->n; i++) {
+		struct limiter_call *c = b->calls[i];
+		struct window_reply one = view;
+
+		if (reply->type == REDIS_REPLY_ARRAY && reply->elements == b->n && reply->element)
+			limiter_reply_view(reply->element[i], &one);
+		else if (reply->type != REDIS_REPLY_ERROR)
+			memset(&one, 0, sizeof(one));   /* not a batch's reply: an error each */
+		limiter_call_finish(l, k, c, &one, now);
+		limiter_call_put(c);
+	}
+	free(b);
+	return;
+
+unavailable:
+	/* as for one call: a lost connection, or a Redis that cannot write */
+	limiter_batch_fail(b, false);
 }
 
 /* A call's deadline passed: answer "timeout" now; hiredis keeps the call
@@ -468,6 +715,15 @@ static void limiter_on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 		log_warn("redis_stalled", "addr=%s waiting=%u", k->addr, k->held);
 		limiter_link_drop(k, "no reply within the stall limit");
 	}
+}
+
+/* <c> waits for its answer from now: count it, arm its deadline. */
+static void limiter_call_arm(struct limiter *l, struct limiter_call *c)
+{
+	l->unanswered++;
+	ev_timer_init(&c->deadline, limiter_on_deadline, (double)l->timeout_ms / 1000.0, 0.);
+	c->deadline.data = c;
+	ev_timer_start(l->loop, &c->deadline);
 }
 
 /* Member prefix of the next request into <dst>/<cap>: unique per limiter
@@ -581,6 +837,19 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 	memcpy(c->key, key, key_len);
 	c->key_len = key_len;
 	memcpy(c->member, member, sizeof(member));
+	if (l->batch > 1 && !l->cluster) {
+		/* batched: sent by limiter_flush() before the loop next waits
+		 * (or now, when the batch is full); its deadline runs from now */
+		if (l->nqueued && l->queue[0]->link != k)
+			limiter_flush(l);   /* the primary moved (sentinel) */
+		limiter_call_arm(l, c);
+		l->queue[l->nqueued++] = c;
+		if (l->nqueued >= l->batch)
+			limiter_flush(l);
+		else if (!ev_is_active(&l->flush))
+			ev_prepare_start(l->loop, &l->flush);
+		return 0;
+	}
 	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK) {
 		limiter_call_put(c);
 		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
@@ -588,10 +857,7 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 		return limiter_defer(l, cb, arg, &d);
 	}
 	limiter_link_hold(k);
-	l->unanswered++;
-	ev_timer_init(&c->deadline, limiter_on_deadline, (double)l->timeout_ms / 1000.0, 0.);
-	c->deadline.data = c;
-	ev_timer_start(l->loop, &c->deadline);
+	limiter_call_arm(l, c);
 	return 0;
 }
 
@@ -670,6 +936,12 @@ static int limiter_parse_url(const char *s, struct redis_url *u, char *err, size
 	return -1;
 }
 
+/* redis-batch <n> for <l> (0 and 1: one script call per decision). */
+static void limiter_set_batch(struct limiter *l, unsigned n)
+{
+	l->batch = n < 1 ? 1 : n > LIMITER_BATCH_MAX ? LIMITER_BATCH_MAX : n;
+}
+
 /* Allocates the limiter; the caller owns it and frees it with limiter_free(). */
 struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings *s,
                             char *err, size_t errlen)
@@ -717,6 +989,9 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	l->kick.data = l;
 	ev_timer_init(&l->park, limiter_on_park, 0., 0.);
 	l->park.data = l;
+	ev_prepare_init(&l->flush, limiter_on_flush);
+	l->flush.data = l;
+	limiter_set_batch(l, s->batch);
 	limiter_set_connected(l, false);
 	if (limiter_backend_start(l, err, errlen) == -1) {
 		limiter_free(l);
@@ -752,6 +1027,8 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 	l->script_len = s->script_len;
 	l->timeout_ms = s->timeout_ms ? s->timeout_ms : 1;
 	l->allow_eviction = s->allow_eviction;
+	limiter_flush(l);   /* calls queued under the old settings go as they were */
+	limiter_set_batch(l, s->batch);
 	limiter_copy_policy_names(l, s);
 	/* limits or policies may have changed what a cached deny means */
 	deny_cache_clear(&l->cache);
@@ -853,6 +1130,8 @@ void limiter_free(struct limiter *l)
 	if (!l)
 		return;
 	l->closing = true;
+	limiter_flush(l);   /* calls not sent yet: "unavailable" */
+	ev_prepare_stop(l->loop, &l->flush);
 	/* answers every call hiredis holds with a NULL reply */
 	limiter_backend_stop(l, "shutdown");
 	limiter_on_park(l->loop, &l->park, 0);
@@ -869,6 +1148,10 @@ void limiter_free(struct limiter *l)
 		free(ch);
 	}
 	free(l->answers); l->answers = NULL;
+	free(l->bargs); l->bargs = NULL;
+	free(l->bargv); l->bargv = NULL;
+	free(l->bargvlen); l->bargvlen = NULL;
+	free(l->bnums); l->bnums = NULL;
 	deny_cache_clear(&l->cache);
 	resolve_free(l->resolver);
 	redis_url_wipe(&l->url);

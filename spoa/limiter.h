@@ -29,6 +29,8 @@ typedef void (*limiter_cb)(void *arg, const struct window_decision *d);
 struct limiter_settings {
 	const char *redis_url;          /* redis://, unix://, cluster://, sentinel:// (redis_url.h) */
 	uint64_t timeout_ms;            /* per-call deadline */
+	unsigned batch;                 /* decisions per script call (0, 1: one each;
+	                                 * never on cluster://) */
 	const char *script;             /* Lua source, borrowed until limiter_free() */
 	size_t script_len;
 	unsigned thread_id;             /* for the unique member prefix */

@@ -36,6 +36,7 @@
 #include "window.h"
 
 #define LIMITER_MAX_HELD        65536u  /* calls hiredis may hold at once */
+#define LIMITER_BATCH_MAX       CONFIG_REDIS_BATCH_MAX
 #define LIMITER_POOL_CHUNK      256u    /* calls allocated together */
 #define LIMITER_MEMBER_MAX      40      /* "<16 hex>-<4 hex>-<16 hex>" + NUL */
 #define LIMITER_BACKOFF_MIN_MS  100
@@ -111,6 +112,18 @@ struct limiter_call {
 	char member[LIMITER_MEMBER_MAX];
 };
 
+/* Calls sent together as one script call (redis-batch): hiredis holds the
+ * batch as privdata; each call keeps its own deadline and is answered from
+ * its element of the reply. Allocated per batch, owned by hiredis's
+ * callback (freed there). */
+struct limiter_batch {
+	struct limiter *l;
+	struct limiter_link *link;
+	bool retried;                   /* already re-sent as EVAL */
+	unsigned n;
+	struct limiter_call *calls[];
+};
+
 struct limiter_chunk {
 	struct limiter_chunk *next;
 	struct limiter_call calls[LIMITER_POOL_CHUNK];
@@ -170,6 +183,20 @@ struct limiter {
 	struct limiter_link *main_link;     /* the one link, unless cluster:// */
 	struct limiter_cluster *cluster;    /* cluster:// only */
 	struct limiter_sentinel *sentinel;  /* sentinel:// only */
+
+	/* redis-batch: calls made in this loop iteration wait in <queue> for
+	 * <flush>, an ev_prepare that runs before the loop next blocks (no
+	 * added wait). <queue> holds up to <batch> calls, all for one link. */
+	unsigned batch;                 /* 1: one script call per decision */
+	struct limiter_call *queue[LIMITER_BATCH_MAX];
+	unsigned nqueued;
+	ev_prepare flush;
+	/* scratch of a batch's arguments, grown to the largest batch */
+	struct window_args *bargs;
+	const char **bargv;
+	size_t *bargvlen;
+	char *bnums;
+	size_t bcap;
 
 	ev_timer kick;                  /* deliver queued answers */
 	ev_timer park;                  /* re-send calls parked by TRYAGAIN */

@@ -264,6 +264,53 @@ static void args_add_u64(struct args_writer *w, uint64_t v, uint64_t v2)
  * smallest limit that applies (BAD_COST); an argument that cannot fit (an oversized <sha> or <member>)
  * is reported as REDIS_ERROR. Returns 0, or -1 with <*why>.
  */
+/* Borrows everything; see window.h. */
+int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
+                       const char *head, size_t head_len, const char **argv,
+                       size_t *argvlen, char *nums)
+{
+	size_t i, k, at = 0, keys = 0, pos = 0;
+	int len;
+
+	if (n == 0)
+		return -1;
+	for (i = 0; i < n; i++) {
+		if (one[i].nkeys < 1 || one[i].nkeys > WINDOW_MAX_WINDOWS ||
+		    one[i].argc != 5 + 3 * (int)one[i].nkeys)
+			return -1;
+		keys += one[i].nkeys;
+	}
+	argv[at] = cmd;
+	argvlen[at++] = strlen(cmd);
+	argv[at] = head;
+	argvlen[at++] = head_len;
+	len = sprintf(nums + pos, "%zu", keys);
+	argv[at] = nums + pos;
+	argvlen[at++] = (size_t)len;
+	pos += (size_t)len + 1;
+	for (i = 0; i < n; i++)
+		for (k = 0; k < one[i].nkeys; k++) {
+			argv[at] = one[i].argv[3 + k];
+			argvlen[at++] = one[i].argvlen[3 + k];
+		}
+	argv[at] = "batch";
+	argvlen[at++] = 5;
+	len = sprintf(nums + pos, "%zu", n);
+	argv[at] = nums + pos;
+	argvlen[at++] = (size_t)len;
+	pos += (size_t)len + 1;
+	for (i = 0; i < n; i++) {
+		/* its key count is argv[2] of its own call */
+		argv[at] = one[i].argv[2];
+		argvlen[at++] = one[i].argvlen[2];
+		for (k = 3 + one[i].nkeys; k < (size_t)one[i].argc; k++) {
+			argv[at] = one[i].argv[k];
+			argvlen[at++] = one[i].argvlen[k];
+		}
+	}
+	return (int)at;
+}
+
 int window_build_args(const struct window_policy *p, const char *sha,
                       const char *key, size_t key_len, uint64_t cost,
                       const char *member, struct window_args *a,

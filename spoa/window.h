@@ -164,6 +164,23 @@ int window_build_args(const struct window_policy *p, const char *sha,
                       const char *member, struct window_args *a,
                       enum window_reason *why);
 
+/* A batch: per decision, what window_build_args() made (keys and ARGV)
+ * joined into one call, "<cmd>" <head> <total keys> KEYS... "batch" <n>
+ * then per decision <its key count> <cost> <member> <limit window>...
+ * (<cmd>/<head>: "EVALSHA" sha, or "EVAL" script). */
+#define WINDOW_BATCH_ARGC(n)   (5 + (size_t)(n) * (WINDOW_SCRIPT_ARGC_MAX - 2))
+#define WINDOW_BATCH_NUMS(n)   (48 + (size_t)(n) * 4)
+
+/*
+ * Join the <n> single-decision arguments <one> into <argv>/<argvlen> (room
+ * for WINDOW_BATCH_ARGC(n)); the numbers are written into <nums> (room for
+ * WINDOW_BATCH_NUMS(n)). <argv> borrows <one>, <head> and <nums>. Returns
+ * the argument count, or -1 when <n> is 0 or an argument set is malformed.
+ */
+int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
+                       const char *head, size_t head_len, const char **argv,
+                       size_t *argvlen, char *nums);
+
 /* The script's reply as the window math reads it: plain values, so this
  * module needs no hiredis (the limiter fills it from a redisReply). */
 enum window_reply_kind {

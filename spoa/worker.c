@@ -206,6 +206,7 @@ static void worker_fill_settings(struct worker *w, const struct config *c,
 	memset(s, 0, sizeof(*s));
 	s->redis_url = c->redis;
 	s->timeout_ms = c->redis_timeout_ms;
+	s->batch = c->redis_batch;
 	s->allow_eviction = c->redis_allow_eviction;
 	s->tls = &c->tls;
 	s->script = w->script;
