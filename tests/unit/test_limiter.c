@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include "fake_redis.h"
 #include "limiter.h"
 #include "log.h"
+#include "metrics.h"
 #include "window.h"
 
 #define WAIT_S       10.0
@@ -51,6 +53,8 @@ struct answer {
 };
 static struct answer answers[ANSWERS_MAX];
 static unsigned nanswers;
+static unsigned batch;          /* redis-batch of the next limiter (0: 1) */
+static struct metrics metrics;  /* the limiter's counters */
 
 static double now_s(void)
 {
@@ -94,6 +98,8 @@ static int setup(void **state)
 	ev_timer_start(loop, &tick);
 	memset(answers, 0, sizeof(answers));
 	nanswers = 0;
+	batch = 0;
+	memset(&metrics, 0, sizeof(metrics));
 	return 0;
 }
 
@@ -119,7 +125,8 @@ static struct limiter *new_limiter(const char *url, uint64_t timeout_ms)
 {
 	struct limiter_settings s = {
 		.redis_url = url, .timeout_ms = timeout_ms, .script = SCRIPT,
-		.script_len = strlen(SCRIPT), .thread_id = 1,
+		.script_len = strlen(SCRIPT), .thread_id = 1, .batch = batch,
+		.metrics = &metrics,
 	};
 	char err[256] = "";
 	struct limiter *l = limiter_new(loop, &s, err, sizeof(err));
@@ -410,6 +417,157 @@ static void test_stall(void **state)
 	one_stop();
 }
 
+/* ------------------------------------------------------------------------ */
+/* batches (redis-batch)                                                     */
+/* ------------------------------------------------------------------------ */
+
+#define BATCH_HEAD(n, keys) "EVALSHA " FAKE_SHA " " #n " " keys " batch " #n " 1 1 "
+#define KEYS3 "api:limit:v1:alice api:limit:v1:bob api:limit:v1:carol"
+
+/* Start a decision for each of <keys> in the same loop iteration. */
+static void start_all(const char *const *keys, size_t n, struct answer **out)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		out[i] = start(l, keys[i]);
+}
+
+static const char *const keys3[] = { "alice", "bob", "carol" };
+
+/* Decisions of one iteration go out as one EVALSHA (up to redis-batch:
+ * the rest in the next call), each answered from its own element. */
+static void test_batch_args(void **state)
+{
+	struct answer *a[3];
+
+	(void)state;
+	batch = 2;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(2, "api:limit:v1:alice api:limit:v1:bob"));
+	fake_step(&f, FAKE_SEND, "*2\r\n" REPLY_ALLOW REPLY_DENY);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:carol 1 ");
+	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
+	one_connect(1000, true);
+	start_all(keys3, 3, a);
+	WAIT(a[0]->n && a[1]->n && a[2]->n);
+	assert_int_equal(a[0]->d.status, WINDOW_ALLOW);
+	assert_int_equal(a[0]->d.remaining, 9);
+	assert_int_equal(a[1]->d.status, WINDOW_DENY);
+	assert_int_equal(a[1]->d.retry_after, 5);
+	assert_int_equal(a[2]->d.status, WINDOW_ALLOW);
+	assert_int_equal(fake_count(&f, "EVALSHA"), 2);
+	assert_true(fake_done(&f));
+	one_stop();
+}
+
+/* A batch of three: one reply answers each; an element that is an error
+ * fails that decision only. */
+static void test_batch_reply(void **state)
+{
+	struct answer *a[3];
+
+	(void)state;
+	batch = 32;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(3, KEYS3));
+	fake_step(&f, FAKE_SEND, "*3\r\n" REPLY_DENY "-OOM command not allowed\r\n" REPLY_ALLOW);
+	one_connect(1000, true);
+	start_all(keys3, 3, a);
+	WAIT(a[0]->n && a[1]->n && a[2]->n);
+	assert_int_equal(a[0]->d.status, WINDOW_DENY);
+	assert_int_equal(a[1]->d.status, WINDOW_ERROR);
+	assert_int_equal(a[1]->d.reason, WINDOW_REASON_REDIS_OOM);
+	assert_int_equal(a[2]->d.status, WINDOW_ALLOW);
+	assert_int_equal(fake_count(&f, "EVALSHA"), 1);
+	one_stop();
+}
+
+/* An error reply (or a reply of the wrong shape) fails each decision of
+ * the batch, fail-closed. */
+static void test_batch_error(void **state)
+{
+	struct answer *a[3];
+	size_t i;
+
+	(void)state;
+	batch = 32;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(3, KEYS3));
+	fake_step(&f, FAKE_SEND, "-ERR boom\r\n");
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(3, KEYS3));
+	fake_step(&f, FAKE_SEND, "*2\r\n" REPLY_ALLOW REPLY_ALLOW);
+	one_connect(1000, true);
+	start_all(keys3, 3, a);
+	WAIT(a[0]->n && a[1]->n && a[2]->n);
+	for (i = 0; i < 3; i++) {
+		assert_int_equal(a[i]->d.status, WINDOW_ERROR);
+		assert_int_equal(a[i]->d.reason, WINDOW_REASON_REDIS_ERROR);
+	}
+	start_all(keys3, 3, a);
+	WAIT(a[0]->n && a[1]->n && a[2]->n);
+	for (i = 0; i < 3; i++) {
+		assert_int_equal(a[i]->d.status, WINDOW_ERROR);
+		assert_int_equal(a[i]->d.reason, WINDOW_REASON_REDIS_ERROR);
+	}
+	assert_true(fake_done(&f));
+	one_stop();
+}
+
+/* NOSCRIPT for a batch: the batch is re-sent once as EVAL, the script
+ * loaded again. */
+static void test_batch_noscript(void **state)
+{
+	struct answer *a[3];
+
+	(void)state;
+	batch = 32;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(3, KEYS3));
+	fake_step(&f, FAKE_SEND, "-NOSCRIPT No matching script. Please use EVAL.\r\n");
+	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 3 " KEYS3 " batch 3 1 1 ");
+	fake_step(&f, FAKE_SEND, "*3\r\n" REPLY_ALLOW REPLY_DENY REPLY_ALLOW);
+	one_connect(1000, true);
+	start_all(keys3, 3, a);
+	WAIT(a[0]->n && a[1]->n && a[2]->n);
+	assert_int_equal(a[0]->d.status, WINDOW_ALLOW);
+	assert_int_equal(a[1]->d.status, WINDOW_DENY);
+	assert_int_equal(a[2]->d.status, WINDOW_ALLOW);
+	WAIT(fake_hits(&f, "SCRIPT LOAD") == 2);
+	assert_true(fake_done(&f));
+	one_stop();
+}
+
+/* A batch answered after its decisions' deadlines: each was answered
+ * "timeout" once, and each admission Redis made anyway is counted late. */
+static void test_batch_timeout(void **state)
+{
+	struct answer *a[3];
+	struct window_decision d;
+	size_t i;
+
+	(void)state;
+	batch = 32;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(3, KEYS3));
+	/* the batch's reply comes with the next call's */
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:zed");
+	fake_step(&f, FAKE_SEND, "*3\r\n" REPLY_ALLOW REPLY_DENY REPLY_ALLOW);
+	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
+	one_connect(50, true);
+	start_all(keys3, 3, a);
+	WAIT(a[0]->n && a[1]->n && a[2]->n);
+	for (i = 0; i < 3; i++) {
+		assert_int_equal(a[i]->d.status, WINDOW_ERROR);
+		assert_int_equal(a[i]->d.reason, WINDOW_REASON_REDIS_TIMEOUT);
+	}
+	d = ask(l, "zed");
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(atomic_load(&metrics.late_admissions), 2);
+	assert_true(fake_done(&f));
+	one_stop();
+}
+
 /* limiter_free() answers a call Redis still holds, once. */
 static void test_free_answers_pending(void **state)
 {
@@ -570,6 +728,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_half_reply_then_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_answers_pending, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_args, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_reply, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_noscript, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_moved, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_ask, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_tryagain, setup, teardown),
