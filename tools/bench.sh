@@ -15,6 +15,8 @@
 #   (e) profile           where the agent's cycles go (perf, when it works)
 #   (m) Redis memory      MEMORY USAGE per busy account and usec_per_call, sliding
 #                         log vs precision= buckets (tools/bench-memory.sh)
+#   (f) Redis per decision redis-server CPU and INFO commandstats per decision,
+#                         redis-batch (default) vs 1, at 16 and 128 in flight
 #
 # It prints one table and writes docs/benchmarks.md and docs/bench.svg (the
 # report is tools/bench-report.py; the malloc counter of (d) is bench/mcount.c,
@@ -33,7 +35,8 @@
 #   BENCH_PLOT=docs/bench.svg      plot file ('' = none)
 #   BENCH_PERF=1              profile the agent with perf (0 = skip)
 #   BENCH_CACHE=build/bench-cache  JWT key pair and tokens, reused while valid
-#   BENCH_SECTIONS="a b c d e m"   the parts to run (the report shows '-' for
+#   BENCH_BATCH=32            (f): the batched side's redis-batch
+#   BENCH_SECTIONS="a b c d e m f" the parts to run (the report shows '-' for
 #                                  the others)
 #   BENCH_RENDER=FILE         only redo the report from a results file (each run
 #                             saves its own as $BENCH_CACHE/results-last.tsv)
@@ -53,7 +56,7 @@ ACCOUNTS=${BENCH_ACCOUNTS:-10000}
 OUT=${BENCH_OUT-docs/benchmarks.md}
 PLOT=${BENCH_PLOT-docs/bench.svg}
 PERF=${BENCH_PERF:-1}
-SECTIONS=" ${BENCH_SECTIONS:-a b c d e m} "
+SECTIONS=" ${BENCH_SECTIONS:-a b c d e m f} "
 ROUNDS=${BENCH_ROUNDS:-3}
 CACHE=${BENCH_CACHE:-$ROOT/build/bench-cache}
 MCOUNT=${MCOUNT:-$ROOT/build/rel/bench/mcount.so}
@@ -68,6 +71,8 @@ POLICY_WINDOW_MS=1000
 # (a)/(b) concurrency: requests in flight = connections x pipeline depth
 C_P1=16
 C_P16=8
+# (f) the batched side: the agent's default redis-batch
+BATCH_ON=${BENCH_BATCH:-32}
 
 declare -A R          # results: R[name]=value
 ERRORS=()             # runs that did not come out clean
@@ -320,6 +325,58 @@ for i in $(seq "$ROUNDS"); do
 done
 for n in p1 p16; do pick_median rb $n; done
 for n in p1 p16 mixed abuse; do pick_median sb $n; done
+
+# ---------------------------------------------------------------------------
+# Step 3: (f) Redis CPU per decision, batched vs redis-batch 1
+# ---------------------------------------------------------------------------
+# The same spoa-bench load at the agent path's usual depths (C_P1 x 1 and
+# C_P16 x 16 in flight), once with the default redis-batch and once with 1:
+# redis-server's process CPU per decision, and INFO commandstats (usec per
+# decision, decisions per script call). The deny cache is off so that every
+# decision reaches Redis.
+# redis_script_stats: "calls usec" of EVALSHA + EVAL since the last RESETSTAT.
+redis_script_stats() {
+	redis-cli -p "$REDIS_PORT" INFO commandstats | tr -d '\r' | awk -F'[:=,]' '
+		$1 == "cmdstat_evalsha" || $1 == "cmdstat_eval" { c += $3; u += $5 }
+		END { printf "%d %d\n", c, u }'
+}
+if want f; then
+say "== (f) Redis CPU per decision: redis-batch $BATCH_ON vs 1 (deny cache off)"
+stop_bench_agent
+for i in $(seq "$ROUNDS"); do
+	for depth in "$C_P1 1" "$C_P16 16"; do
+		read -r c d <<<"$depth"
+		for b in "$BATCH_ON" 1; do
+			name=rb${b}_$((c * d))_r$i
+			start_bench_agent "batch$b" "redis-batch $b"$'\n'"$DENY_CACHE_OFF"
+			"$BENCH" -a "127.0.0.1:$AGENT_PORT" -c 4 -d 4 -n 2000 -q -k "$ACCOUNTS" \
+				|| note_error "spoa-bench warm-up ($name) failed"
+			flush_redis
+			redis-cli -p "$REDIS_PORT" CONFIG RESETSTAT >/dev/null
+			t0=$(proc_ticks "$REDIS_PID")
+			run_spoa_bench "$name" -c "$c" -d "$d"
+			t1=$(proc_ticks "$REDIS_PID")
+			read -r calls usec < <(redis_script_stats)
+			dec=$(( ${R[sb_${name}_allow]:-0} + ${R[sb_${name}_deny]:-0} + ${R[sb_${name}_error]:-0} ))
+			[ "$dec" -gt 0 ] && [ "$calls" -gt 0 ] || { note_error "(f) $name: no decisions"; stop_bench_agent; continue; }
+			R[rf_${name}_rps]=${R[sb_${name}_rps]}
+			R[rf_${name}_cpu_us]=$(awk -v t=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$dec" \
+				'BEGIN { printf "%.2f", t * 1e6 / hz / n }')
+			R[rf_${name}_usec]=$(awk -v u="$usec" -v n="$dec" 'BEGIN { printf "%.2f", u / n }')
+			R[rf_${name}_per_call]=$(awk -v c="$calls" -v n="$dec" 'BEGIN { printf "%.1f", n / c }')
+			say "  redis-batch $b, $((c * d)) in flight: Redis CPU ${R[rf_${name}_cpu_us]} us/decision, script ${R[rf_${name}_usec]} us/decision, ${R[rf_${name}_per_call]} decisions/call"
+			flush_redis
+			stop_bench_agent
+		done
+	done
+done
+for b in "$BATCH_ON" 1; do
+	for n in $((C_P1)) $((C_P16 * 16)); do pick_median rf "rb${b}_$n"; done
+done
+AGENT_PORT=$MAIN_AGENT_PORT; METRICS_PORT=$MAIN_METRICS_PORT; AGENT_PID=$MAIN_AGENT_PID
+WANT_PORT=$MAIN_AGENT_PORT start_bench_agent main ""
+MAIN_AGENT_PID=$AGENT_PID; MAIN_METRICS_PORT=$METRICS_PORT
+fi # want f
 
 # ---------------------------------------------------------------------------
 # Step 4: (c) end to end through HAProxy
