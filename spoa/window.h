@@ -14,6 +14,10 @@
  *   ARGV[3+2i]  limit of window i      ARGV[4+2i]  window i length in ms,
  *               or "<ms>:<precision ms>" for a bucketed window (a hash of
  *               per-bucket counts instead of the sorted-set log)
+ * or, for a batch (redis-batch): ARGV[1] "batch", ARGV[2] n, then per
+ * decision its key count, cost, request id and limit/window pairs (KEYS:
+ * the decisions' keys one after the other); returns n such results, an
+ * error element for a decision that failed alone. One decision
  * returns an array of 6 integers:
  *   { allowed 0|1, limit, remaining, reset_us, retry_after_us, window_index }
  * of the deciding window (least remaining when allowed, longest retry when

@@ -38,6 +38,7 @@ static void test_defaults(void **state)
 	assert_string_equal(c.listen, "127.0.0.1:12345");
 	assert_string_equal(c.redis, "redis://127.0.0.1:6379/0");
 	assert_int_equal(c.redis_timeout_ms, 50);
+	assert_int_equal(c.redis_batch, 32);
 	assert_int_equal(c.threads, 1);
 	assert_int_equal(c.log_level, CONFIG_LOG_INFO);
 	assert_string_equal(c.metrics, "");
@@ -97,6 +98,7 @@ static void test_full(void **state)
 		"   listen   [::1]:9999   # trailing comment\n"
 		"redis redis://user:p#ss@word@redis.local:6380/3\n"
 		"redis-timeout 2s\r\n"
+		"redis-batch 1\r\n"
 		"threads 4\n"
 		"log-level debug\n"
 		"metrics 127.0.0.1:9102\n"
@@ -125,6 +127,7 @@ static void test_full(void **state)
 	assert_string_equal(c.listen, "[::1]:9999");
 	assert_string_equal(c.redis, "redis://user:p#ss@word@redis.local:6380/3");
 	assert_int_equal(c.redis_timeout_ms, 2000);
+	assert_int_equal(c.redis_batch, 1);
 	assert_int_equal(c.threads, 4);
 	assert_int_equal(c.log_level, CONFIG_LOG_DEBUG);
 	assert_string_equal(c.metrics, "127.0.0.1:9102");
@@ -306,6 +309,10 @@ static void test_parse_errors(void **state)
 		  "(expected " SHAPES ")" },
 		{ "redis sentinel://a:1/m;x\n", "t.conf:1: redis: bad sentinel master name "
 		  "(expected " SHAPES ")" },
+		{ "redis-batch 0\n",
+		  "t.conf:1: redis-batch must be an integer 1..256 (1: one script call per decision); got '0'" },
+		{ "redis-batch 257\n",
+		  "t.conf:1: redis-batch must be an integer 1..256 (1: one script call per decision); got '257'" },
 		{ "redis-timeout 50\n",
 		  "t.conf:1: redis-timeout must be a duration 1ms..60s, e.g. 50ms; got '50'" },
 		{ "redis-timeout 0ms\n",
