@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -163,6 +164,40 @@ static void test_args_single(void **state)
 	assert_arg(&a, 5, "a1-7");
 	assert_arg(&a, 6, "3");
 	assert_arg(&a, 7, "1000");
+}
+
+/* A batch joins each decision's keys, then "batch" n and each decision's
+ * key count and arguments; a malformed part or n = 0 is refused. */
+static void test_args_batch(void **state)
+{
+	struct window_policy p1, p2;
+	struct window_args one[2];
+	enum window_reason why;
+	const char *argv[WINDOW_BATCH_ARGC(2)];
+	size_t argvlen[WINDOW_BATCH_ARGC(2)], i, len = 0;
+	char nums[WINDOW_BATCH_NUMS(2)], joined[512];
+	int argc;
+
+	(void)state;
+	policy_make(&p1, "api", 10, 1000);
+	policy_make(&p2, "exp", 5, 60000);
+	p2.nwin = 2;
+	p2.win[1].limit = 100;
+	p2.win[1].window_ms = 3600000;
+	assert_int_equal(window_build_args(&p1, "", "A", 1, 1, "m1", &one[0], &why), 0);
+	assert_int_equal(window_build_args(&p2, "", "B", 1, 3, "m2", &one[1], &why), 0);
+	argc = window_build_batch(one, 2, "EVALSHA", "sha", 3, argv, argvlen, nums);
+	assert_int_equal(argc, 3 + 3 + 2 + 5 + 7);
+	for (i = 0; i < (size_t)argc; i++) {
+		assert_int_equal(strlen(argv[i]) >= argvlen[i], 1);
+		len += (size_t)snprintf(joined + len, sizeof(joined) - len, "%s%.*s", i ? " " : "",
+		                        (int)argvlen[i], argv[i]);
+	}
+	assert_string_equal(joined, "EVALSHA sha 3 api:limit:v1:A exp:limit:v1:{B}:1m "
+	                    "exp:limit:v1:{B}:1h batch 2 1 1 m1 10 1000 2 3 m2 5 60000 100 3600000");
+	assert_int_equal(window_build_batch(one, 0, "EVALSHA", "sha", 3, argv, argvlen, nums), -1);
+	one[1].argc--;
+	assert_int_equal(window_build_batch(one, 2, "EVALSHA", "sha", 3, argv, argvlen, nums), -1);
 }
 
 static void test_args_multi(void **state)
@@ -766,6 +801,7 @@ int main(void)
 		cmocka_unit_test(test_strings),
 		cmocka_unit_test(test_rounding),
 		cmocka_unit_test(test_format_ms),
+		cmocka_unit_test(test_args_batch),
 		cmocka_unit_test(test_args_single),
 		cmocka_unit_test(test_args_multi),
 		cmocka_unit_test(test_args_precision),
