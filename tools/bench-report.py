@@ -113,9 +113,24 @@ def c_row(label, alone, full):
 c_row(f"uniform: {R.get('accounts')} accounts, all allowed", 'alone_uniform', 'full_uniform')
 c_row(f'mixed: {mp}% of requests on {hot} accounts over their limit', 'alone_mixed', 'full_mixed')
 c_row(f'abuse: every request from {hot} accounts over their limit', 'alone_abuse', 'full_abuse')
+c_row('uniform, no JWT (identity from a plain header)', 'alone_nojwt', 'full_nojwt')
 for scen in ('mixed', 'abuse'):
     if f'wrk_full_{scen}_nocache_rps' in R:
         c_row(f'{scen}, deny cache off', f'alone_{scen}_nc', f'full_{scen}_nocache')
+
+# --- (f) Redis per decision, batched vs redis-batch 1 --------------------------
+bon = R.get('batch_on', '32')
+ff = []     # in flight, redis-batch, decisions/s, Redis CPU us, script us, decisions/call
+f_ratio = {}
+for n in (c1, str(int(c16) * 16) if c16 else None):
+    if n is None:
+        continue
+    for b in (bon, '1'):
+        k = f'rf_rb{b}_{n}'
+        ff.append((n, b, n0(num(k + '_rps')), R.get(k + '_cpu_us', '-'), R.get(k + '_usec', '-'),
+                   R.get(k + '_per_call', '-'), R.get(k + '_rounds', '-')))
+    x, y = num(f'rf_rb{bon}_{n}_cpu_us'), num(f'rf_rb1_{n}_cpu_us')
+    f_ratio[n] = None if x is None or not y else x / y
 
 # --- targets -------------------------------------------------------------------
 def verdict(ok):
@@ -124,6 +139,8 @@ def margin(r, floor):
     return '' if r is None else f'{100 * (r - floor):+.0f} pts'
 
 r_uni = ratio('wrk_full_uniform', 'wrk_alone_uniform')
+r_nojwt = ratio('wrk_full_nojwt', 'wrk_alone_nojwt')
+f_worst = None if not f_ratio or None in f_ratio.values() else max(f_ratio.values())
 r_mix = ratio('wrk_full_mixed', 'wrk_full_uniform')
 r_abu = ratio('wrk_full_abuse', 'wrk_alone_abuse')
 rss = num('rss_idle_kb')
@@ -137,6 +154,16 @@ targets = [
      verdict(agent_ok), margin(r_bmin, 0.9)),
     ('end-to-end uniform >= 45% of HAProxy alone', rtxt('wrk_full_uniform', 'wrk_alone_uniform'),
      verdict(None if r_uni is None else r_uni >= 0.45), margin(r_uni, 0.45)),
+    (f'Redis CPU per decision, redis-batch {bon} <= 0.5x of redis-batch 1',
+     ', '.join(f"{'-' if r is None else f'{r:.2f}x'} at {n} in flight" for n, r in f_ratio.items()) or '-',
+     verdict(None if f_worst is None else f_worst <= 0.5),
+     '' if f_worst is None else f'{f_worst - 0.5:+.2f}x'),
+    ('end-to-end uniform without JWT >= 50% of HAProxy alone (no JWT)',
+     rtxt('wrk_full_nojwt', 'wrk_alone_nojwt') + (
+         f" (CPU per request: HAProxy {R.get('wrk_alone_nojwt_cpu_us', '-')} alone / "
+         f"{R.get('wrk_full_nojwt_cpu_us', '-')} e2e, agent {R.get('wrk_full_nojwt_agent_us', '-')}, "
+         f"redis-server {R.get('wrk_full_nojwt_redis_us', '-')} µs)" if 'wrk_full_nojwt_rps' in R else ''),
+     verdict(None if r_nojwt is None else r_nojwt >= 0.50), margin(r_nojwt, 0.50)),
     ('end-to-end mixed >= end-to-end uniform', 'mixed = ' + rtxt('wrk_full_mixed', 'wrk_full_uniform', 'of uniform'),
      verdict(None if r_mix is None else r_mix >= 1.0), margin(r_mix, 1.0)),
     ('end-to-end abuse >= 70% of HAProxy alone', rtxt('wrk_full_abuse', 'wrk_alone_abuse'),
@@ -182,6 +209,9 @@ print()
 print("  (c) HAProxy CPU per request, alone / e2e (us): " + ', '.join(
       f"{s} {R.get(f'wrk_alone_{s}_cpu_us', '-')} / {R.get(f'wrk_full_{s}_cpu_us', '-')}"
       for s in ('uniform', 'mixed', 'abuse')))
+print()
+table(('(f) Redis per decision: in flight', 'redis-batch', 'decisions/s', 'Redis CPU us', 'script us',
+       'decisions/call'), [r[:6] for r in ff])
 print()
 print(f"  (d) agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB "
       f"with 1,000 idle connections")
@@ -268,6 +298,14 @@ g.append(md(('scenario', 'alone req/s', 'e2e req/s', 'e2e / alone', 'alone p50 /
 g.append(f"HAProxy {R.get('haproxy')}'s own CPU (user + system) per request, alone / e2e: " + ', '.join(
          f"{s} {R.get(f'wrk_alone_{s}_cpu_us', '-')} / {R.get(f'wrk_full_{s}_cpu_us', '-')} µs"
          for s in ('uniform', 'mixed', 'abuse')) + ".\n")
+g.append('### (f) Redis per decision: batched vs `redis-batch 1`\n')
+g.append(f"spoa-bench at {c1} x 1 and {c16} x 16 in flight, uniform over {R.get('accounts')} accounts, "
+         "deny cache off (every decision reaches Redis), one agent per row. *Redis CPU*: redis-server's "
+         "user + system CPU over the run / decisions; *script*: `INFO commandstats` usec of EVALSHA + "
+         "EVAL / decisions (wall time inside the script, so a loaded box inflates it); "
+         "*decisions/call*: decisions / script calls.\n")
+g.append(md(('in flight', 'redis-batch', 'decisions/s', 'Redis CPU µs / decision', 'script µs / decision',
+             'decisions / call', 'rounds'), ff, ('---:', '---:', '---:', '---:', '---:', '---:', '---')))
 g.append('### (d) Memory\n')
 g.append(f"Agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB with "
          f"1,000 idle SPOP connections (the agent's own gauge: {R.get('idle_conns', '-')} open). "

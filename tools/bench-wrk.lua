@@ -1,7 +1,10 @@
 -- bench-wrk.lua - wrk script for `make bench`: authenticated transfers, one
 -- pre-minted token per account.
 --
---   wrk -s tools/bench-wrk.lua URL -- TOKENS_FILE [HOT_N HOT_PCT]
+--   wrk -s tools/bench-wrk.lua URL -- TOKENS_FILE [HOT_N HOT_PCT [header]]
+--
+-- With "header", each line is sent as it is in an X-Bench-Account header
+-- instead of as a bearer token (the bench's no-JWT edge reads it).
 --
 -- TOKENS_FILE holds one JWT per line; line i is account ACC-(i-1). Each
 -- request picks a token uniformly, or, with probability HOT_PCT percent, one
@@ -27,12 +30,16 @@ function init(args)
 	hot_n = tonumber(args[2] or "0") or 0
 	hot_pct = tonumber(args[3] or "0") or 0
 	local body = '{"to":"ACC-0","amount":"1.00","currency":"EUR"}'
+	local plain = args[4] == "header"
 	for line in io.lines(path) do
 		if #line > 0 then
-			reqs[#reqs + 1] = wrk.format("POST", "/transfers", {
-				["Authorization"] = "Bearer " .. line,
-				["Content-Type"] = "application/json",
-			}, body)
+			local h = { ["Content-Type"] = "application/json" }
+			if plain then
+				h["X-Bench-Account"] = line
+			else
+				h["Authorization"] = "Bearer " .. line
+			end
+			reqs[#reqs + 1] = wrk.format("POST", "/transfers", h, body)
 		end
 	end
 	if #reqs == 0 then

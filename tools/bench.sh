@@ -211,13 +211,14 @@ to_us() {
 		printf "%.1f", n * m }'
 }
 
-# run_wrk NAME PORT HOT_N HOT_PCT: wrk for $SECS against an edge; fills
-# R[wrk_NAME_*] (req/s, p50/p99 us, status counts).
+# run_wrk NAME PORT HOT_N HOT_PCT [IDS MODE]: wrk for $SECS against an edge;
+# fills R[wrk_NAME_*] (req/s, p50/p99 us, status counts). IDS/MODE: the
+# identities file and "header" for the no-JWT edge (default: the tokens).
 run_wrk() {
-	local name=$1 port=$2 hot=$3 pct=$4 f=$T/wrk-$1.out cpu0
+	local name=$1 port=$2 hot=$3 pct=$4 ids=${5:-$TOKENS} mode=${6:-} f=$T/wrk-$1.out cpu0
 	cpu0=$(proc_ticks "${EDGE_PIDS[$port]:-}")
 	timeout $((SECS + 30)) wrk -t "$WRK_THREADS" -c "$WRK_CONNS" -d "${SECS}s" --latency \
-		-s tools/bench-wrk.lua "http://127.0.0.1:$port/transfers" -- "$TOKENS" "$hot" "$pct" >"$f" 2>&1 \
+		-s tools/bench-wrk.lua "http://127.0.0.1:$port/transfers" -- "$ids" "$hot" "$pct" $mode >"$f" 2>&1 \
 		|| note_error "wrk $name failed: $(tail -n1 "$f")"
 	R[wrk_${name}_rps]=$(awk '/^Requests\/sec:/ { printf "%.1f", $2 }' "$f")
 	# HAProxy's own CPU (user + system) per request served, in µs
@@ -463,10 +464,28 @@ smoke() {
 	[ "$code" = "$2" ] || die "smoke request on :$1 got $code, expected $2 (see $T/edge-*.log)"
 }
 
+# No JWT (the limiter's overhead alone, not hidden behind RS256): the same
+# edges with the identity taken from a plain X-Bench-Account header instead
+# of a verified token (a bench-only variant, never a deployment).
+nojwt() {
+	sed -e 's|^\([[:space:]]*\)http-request set-var(txn.auth_error) str(multiple-authorization-headers) if rl_jwt .*$|\1http-request set-var(txn.account) req.hdr(x-bench-account) if rl_jwt|' \
+	    -e '/ if rl_jwt !rl_autherr/d' -e '/http_auth_bearer if rl_jwt$/d' "$1"
+}
+nojwt "$T/haproxy-alone.cfg" >"$T/haproxy-alone-nojwt.cfg"
+nojwt haproxy/haproxy.cfg >"$T/haproxy-nojwt.cfg"
+grep -q 'jwt_verify' "$T/haproxy-nojwt.cfg" "$T/haproxy-alone-nojwt.cfg" \
+	&& die "could not strip the JWT check out of haproxy/haproxy.cfg (did its layout change?)"
+IDS=$T/accounts.txt
+seq 0 $((ACCOUNTS - 1)) | sed 's/^/ACC-/' >"$IDS"
+
 start_bench_edge alone "$T/haproxy-alone.cfg"
 ALONE_PORT=$EDGE_PORT
 start_bench_edge full haproxy/haproxy.cfg
 FULL_PORT=$EDGE_PORT
+start_bench_edge alone_nojwt "$T/haproxy-alone-nojwt.cfg"
+ALONE_NOJWT_PORT=$EDGE_PORT
+start_bench_edge full_nojwt "$T/haproxy-nojwt.cfg"
+FULL_NOJWT_PORT=$EDGE_PORT
 smoke "$ALONE_PORT" 201
 edge_ready "$FULL_PORT" || die "the edge never answered 201 through the agent (see $T/edge-full.log)"
 flush_redis
@@ -495,6 +514,28 @@ for i in $(seq "$ROUNDS"); do
 	done
 done
 for scen in uniform mixed abuse; do pick_median wrk "alone_$scen"; pick_median wrk "full_$scen"; done
+
+# No JWT, uniform: HAProxy alone vs HAProxy + agent + Redis, and the CPU
+# per request of each process of the limited path.
+say "  no JWT (identity from a plain header):"
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -X POST -H "X-Bench-Account: ACC-1" \
+	"http://127.0.0.1:$FULL_NOJWT_PORT/transfers")
+[ "$code" = 201 ] || note_error "no-JWT edge answered $code, expected 201"
+hz=$(getconf CLK_TCK)
+for i in $(seq "$ROUNDS"); do
+	run_wrk "alone_nojwt_r$i" "$ALONE_NOJWT_PORT" 0 0 "$IDS" header
+	a0=$(proc_ticks "$MAIN_AGENT_PID"); r0=$(proc_ticks "$REDIS_PID")
+	run_wrk "full_nojwt_r$i" "$FULL_NOJWT_PORT" 0 0 "$IDS" header
+	a1=$(proc_ticks "$MAIN_AGENT_PID"); r1=$(proc_ticks "$REDIS_PID")
+	n=$(awk '/ requests in / { print $1 }' "$T/wrk-full_nojwt_r$i.out")
+	if [ "${n:-0}" -gt 0 ]; then
+		R[wrk_full_nojwt_r${i}_agent_us]=$(awk -v t=$((a1 - a0)) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
+		R[wrk_full_nojwt_r${i}_redis_us]=$(awk -v t=$((r1 - r0)) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
+		say "    per request: agent ${R[wrk_full_nojwt_r${i}_agent_us]} us, redis-server ${R[wrk_full_nojwt_r${i}_redis_us]} us of CPU"
+	fi
+	flush_redis
+done
+pick_median wrk alone_nojwt; pick_median wrk full_nojwt
 R[agent_hwm_kb]=$(hwm_kb "$MAIN_AGENT_PID")
 
 # The deny cache off, for comparison (when the agent has the switch).
@@ -619,7 +660,7 @@ R[haproxy]=$("$HAPROXY" -v | awk 'NR == 1 { print $3 }')
 R[redis]=$(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')
 R[wrk_threads]=$WRK_THREADS; R[wrk_conns]=$WRK_CONNS; R[secs]=$SECS
 R[c_p1]=$C_P1; R[c_p16]=$C_P16; R[accounts]=$ACCOUNTS; R[hot]=$HOT_N; R[mixed_pct]=$MIXED_PCT
-R[limit]=$POLICY_LIMIT; R[deny_cache_switch]=${DENY_CACHE_OFF:+yes}
+R[batch_on]=$BATCH_ON; R[limit]=$POLICY_LIMIT; R[deny_cache_switch]=${DENY_CACHE_OFF:+yes}
 R[errors]=
 [ ${#ERRORS[@]} -eq 0 ] || R[errors]=$(printf '%s; ' "${ERRORS[@]}")
 R[profile]=$PROFILE
