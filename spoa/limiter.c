@@ -468,6 +468,30 @@ recycle:
 
 static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdata);
 
+/* A batch from <l>'s pool (which owns it, freed by limiter_free()), or NULL
+ * when memory runs out. */
+static struct limiter_batch *limiter_batch_get(struct limiter *l)
+{
+	struct limiter_batch *b = l->free_batches;
+
+	if (b)
+		l->free_batches = b->next;
+	else if (!(b = malloc(sizeof(*b))))
+		return NULL;
+	b->l = l;
+	b->next = NULL;
+	b->retried = false;
+	b->n = 0;
+	return b;
+}
+
+/* Give <b> back to its limiter's pool (hiredis no longer holds it). */
+static void limiter_batch_put(struct limiter_batch *b)
+{
+	b->next = b->l->free_batches;
+	b->l->free_batches = b;
+}
+
 /* Answer <c> "unavailable" if it still waits (a refused error), and return
  * it to the pool: hiredis does not hold it. <defer>: on the next loop
  * iteration (limiter_flush() may run inside limiter_check()). */
@@ -492,15 +516,15 @@ static void limiter_call_fail(struct limiter *l, struct limiter_call *c, bool de
 	limiter_call_put(c);
 }
 
-/* limiter_call_fail() each call of <b> (<defer> as there), and free <b>, which the caller
- * owned. */
+/* limiter_call_fail() each call of <b> (<defer> as there), and give <b>
+ * back to the pool. */
 static void limiter_batch_fail(struct limiter_batch *b, bool defer)
 {
 	unsigned i;
 
 	for (i = 0; i < b->n; i++)
 		limiter_call_fail(b->l, b->calls[i], defer);
-	free(b);
+	limiter_batch_put(b);
 }
 
 /* Grow <l>'s batch scratch to <n> decisions. Returns 0, or -1 when memory
@@ -591,15 +615,13 @@ static void limiter_flush(struct limiter *l)
 			limiter_call_fail(l, c, true);
 		return;
 	}
-	b = malloc(sizeof(*b) + n * sizeof(b->calls[0]));
+	b = limiter_batch_get(l);
 	if (!b) {
 		for (i = 0; i < n; i++)
 			limiter_call_fail(l, l->queue[i], true);
 		return;
 	}
-	b->l = l;
 	b->link = k;
-	b->retried = false;
 	b->n = n;
 	memcpy(b->calls, l->queue, n * sizeof(b->calls[0]));
 	if (l->closing || limiter_batch_send(l, b, false) == -1)
@@ -665,7 +687,7 @@ static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdat
 			if (!k->script_loading && ac == k->ac && k->state == LIMITER_ST_READY)
 				limiter_link_send_script_load(k);
 			if (!waiting) {
-				free(b);
+				limiter_batch_put(b);
 				return;
 			}
 		} else {
@@ -685,7 +707,7 @@ static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdat
 		limiter_call_finish(l, k, c, &one, now);
 		limiter_call_put(c);
 	}
-	free(b);
+	limiter_batch_put(b);
 	return;
 
 unavailable:
@@ -1148,6 +1170,12 @@ void limiter_free(struct limiter *l)
 		free(ch);
 	}
 	free(l->answers); l->answers = NULL;
+	while (l->free_batches) {
+		struct limiter_batch *b = l->free_batches;
+
+		l->free_batches = b->next;
+		free(b);
+	}
 	free(l->bargs); l->bargs = NULL;
 	free(l->bargv); l->bargv = NULL;
 	free(l->bargvlen); l->bargvlen = NULL;

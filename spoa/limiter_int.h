@@ -114,14 +114,15 @@ struct limiter_call {
 
 /* Calls sent together as one script call (redis-batch): hiredis holds the
  * batch as privdata; each call keeps its own deadline and is answered from
- * its element of the reply. Allocated per batch, owned by hiredis's
- * callback (freed there). */
+ * its element of the reply. From the limiter's batch pool (no malloc per
+ * batch once warm), back there when hiredis hands it back. */
 struct limiter_batch {
 	struct limiter *l;
+	struct limiter_batch *next;     /* pool freelist */
 	struct limiter_link *link;
 	bool retried;                   /* already re-sent as EVAL */
 	unsigned n;
-	struct limiter_call *calls[];
+	struct limiter_call *calls[LIMITER_BATCH_MAX];
 };
 
 struct limiter_chunk {
@@ -191,6 +192,7 @@ struct limiter {
 	struct limiter_call *queue[LIMITER_BATCH_MAX];
 	unsigned nqueued;
 	ev_prepare flush;
+	struct limiter_batch *free_batches;
 	/* scratch of a batch's arguments, grown to the largest batch */
 	struct window_args *bargs;
 	const char **bargv;
