@@ -109,9 +109,17 @@ local function retry_buckets(w, need, win_us)
 	return win_us
 end
 
+-- Trims a batch holds back until every decision of it has tried its first
+-- write (nil outside a batch): Redis checks a script's writes against
+-- maxmemory only until the script has written once, so one decision's trim
+-- must not let a later decision's admission past that check.
+local held_trims = nil
+
 -- Drop window <i>'s expired entries or buckets (after the first write).
 local function trim(key, w, cuts)
-	if not w.dead then
+	if held_trims then
+		held_trims[#held_trims + 1] = { key, w, cuts }
+	elseif not w.dead then
 		redis.call('ZREMRANGEBYSCORE', key, '-inf', cuts)
 	elseif w.dead[1] then
 		redis.call('HDEL', key, unpack(w.dead))
@@ -156,19 +164,22 @@ local function read_window(key, cut, cuts)
 end
 
 -- Time until <need> units have left window <w> of <key> (after its trim, so
--- rank 0 is the oldest in-window entry): when the entry whose leaving frees
+-- rank 0 is the oldest in-window entry; in a batch, after the expired ones): when the entry whose leaving frees
 -- the <need>th unit leaves. Binary search on cum in the fast form, a walk
 -- otherwise. Never early: an entry leaves exactly one window after its score.
-local function retry_for(key, w, need, win_us)
+local function retry_for(key, w, need, win_us, cuts)
 	-- the usual case (cost 1 on a full window): the oldest is enough
 	if not w.old and w.first >= need then return w.oldest + win_us - now end
+	-- In a batch the trim is held back: rank <skip> is the oldest in-window.
+	local skip = 0
+	if held_trims then skip = redis.call('ZCOUNT', key, '-inf', cuts) end
 	local function at(r)
 		local x = redis.call('ZRANGE', key, r, r, 'WITHSCORES')
 		return x[1], tonumber(x[2])
 	end
 	if not w.old then
 		local base = w.count - w.cum   -- cum of the entry before the oldest, negated
-		local lo, hi = 0, redis.call('ZCARD', key) - 1
+		local lo, hi = skip, redis.call('ZCARD', key) - 1
 		while lo < hi do
 			local mid = math.floor((lo + hi) / 2)
 			local c = parse((at(mid)))
@@ -177,7 +188,7 @@ local function retry_for(key, w, need, win_us)
 		local _, s = at(lo)
 		return s + win_us - now
 	end
-	local acc, off = 0, 0
+	local acc, off = 0, skip
 	repeat
 		local r = redis.call('ZRANGE', key, off, off + PAGE - 1, 'WITHSCORES')
 		for j = 1, #r, 2 do
@@ -270,7 +281,7 @@ else
 			if need <= st[i].count and prec[i] then
 				retry = retry_buckets(st[i], need, w)
 			elseif need <= st[i].count then
-				retry = retry_for(KEYS[i], st[i], need, w)
+				retry = retry_for(KEYS[i], st[i], need, w, cuts[i])
 			end
 			if not best or retry > best_retry then
 				best, best_retry = i, retry
@@ -307,6 +318,7 @@ if ki ~= #KEYS or ai ~= #ARGV then
 	return redis.error_reply('ERR sliding_window: bad batch')
 end
 local out = {}
+held_trims = {}
 for d = 1, nb do
 	local k0, a0, nk = slices[d][1], slices[d][2], slices[d][3]
 	local K, A = {}, { ARGV[a0 + 2], ARGV[a0 + 3] }
@@ -320,4 +332,9 @@ for d = 1, nb do
 	end
 	out[d] = r
 end
+-- Expired entries are out of every count already (counts are by score):
+-- dropping them last changes no answer.
+local held = held_trims
+held_trims = nil
+for _, t in ipairs(held) do trim(t[1], t[2], t[3]) end
 return out

@@ -85,6 +85,21 @@ mem1 = used_memory()
 # that would take more than that)
 h.check("Redis memory did not grow (%d -> %d)" % (mem0, mem1), mem1 <= mem0 + 65536)
 
+# A batch (redis-batch; EVAL of the file, after the memory check: Redis caches
+# the script's body) whose first decision is a deny: its trim is a write,
+# and Redis checks a script's writes against maxmemory only until it has
+# written once, so the script holds a batch's trims back until every
+# decision has tried its admission. Here the second decision must be refused.
+with open(os.path.join(u.ROOT, "lua", "sliding_window.lua")) as f:
+    script = f.read()
+out = h.rcli("EVAL", script, 2, "transfer:limit:v1:ACC-FULL", "transfer:limit:v1:ACC-BATCH",
+             "batch", 2, 1, 1, "m1", 3, 60000, 1, 1, "m2", 3, 60000)
+h.check("over maxmemory, a batch [deny, new account]: the second is refused (OOM)",
+        "OOM" in out, out)
+h.eq("... and nothing recorded for it", "0", h.rcli("EXISTS", "transfer:limit:v1:ACC-BATCH"))
+h.eq("... and the full account is still full", 3, h.units("transfer:limit:v1:ACC-FULL"))
+h.eq("... and Redis holds as many keys as before", keys0, h.rcli("DBSIZE"))
+
 after = u.scrape(mport)
 h.eq("redis_errors_total{kind=oom} counts the refusals", 203 + 1,
      after.get("redis_errors_total", kind="oom") - before.get("redis_errors_total", kind="oom"))
