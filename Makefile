@@ -11,6 +11,7 @@
 #   make test       unit tests only (cmocka; no network: test_limiter talks to
 #                   a scripted fake Redis on loopback inside its own process)
 #   make sanitize   unit + integration tests under ASan + UBSan
+#   make tsan       integration tests (TSAN_TESTS) under ThreadSanitizer, 4 threads
 #   make valgrind   unit tests under valgrind
 #   make lint       cppcheck + clang-tidy on spoa/ and bench/
 #   make bench      load figures into docs/benchmarks.md
@@ -133,7 +134,7 @@ DEB_PKGS  += $(TLS_PKGS)
 endif
 
 .PHONY: check-tls integration-tls
-.PHONY: all test check integration e2e e2e-3.2 haproxy32 chaos sanitize valgrind lint bench fuzz install \
+.PHONY: all test check integration e2e e2e-3.2 haproxy32 chaos sanitize tsan valgrind lint bench fuzz install \
         uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help
 
 all: $(AGENT) $(BENCH)
@@ -234,6 +235,17 @@ sanitize:
 	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined all test
 	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		$(MAKE) --no-print-directory SANITIZE=address,undefined integration
+
+# ThreadSanitizer over the tests that drive several workers at once, with
+# every agent forced to 4 threads (SPOA_TEST_THREADS, read by the harness).
+# A report makes the agent exit 66, which the harness counts as a failure.
+TSAN_TESTS ?= tests/integration/t_agent.py tests/integration/t_multiwindow.py \
+              tests/integration/t_ops_reload.py tests/integration/t_ops_metrics.py
+tsan:
+	$(Q)$(MAKE) --no-print-directory SANITIZE=thread BUILD=build/tsan all
+	$(Q)TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+		SPOA_TEST_THREADS=4 TESTS="$(TSAN_TESTS)" \
+		$(MAKE) --no-print-directory SANITIZE=thread BUILD=build/tsan integration
 
 valgrind: $(UNIT_TESTS)
 	$(Q)set -e; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \

@@ -5,6 +5,7 @@
  * for the model.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -20,7 +21,8 @@
 #include "metrics.h"
 #include "spop.h"
 
-static uint64_t conn_next_id;
+/* Shared by every worker thread: ids stay unique across the process. */
+static _Atomic uint64_t conn_next_id;
 
 static void conn_on_read(struct ev_loop *loop, ev_io *w, int revents);
 static void conn_on_write(struct ev_loop *loop, ev_io *w, int revents);
@@ -508,7 +510,7 @@ int conn_accept(struct conn_env *env, int fd)
 	}
 	c->env = env;
 	c->fd = fd;
-	c->id = ++conn_next_id;
+	c->id = atomic_fetch_add_explicit(&conn_next_id, 1, memory_order_relaxed) + 1;
 	c->state = CONN_ST_HELLO;
 	c->max_frame = CONN_PRE_HELLO_MAX;
 	ev_io_init(&c->rd, conn_on_read, fd, EV_READ);

@@ -41,6 +41,23 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import spop  # noqa: E402
 
 AGENT = os.environ.get("AGENT", os.path.join(ROOT, "spoa", "ratelimit-spoa"))
+# `make tsan` runs every agent with this many worker threads (see threads()).
+FORCED_THREADS = os.environ.get("SPOA_TEST_THREADS")
+# The exit status a ThreadSanitizer report gives the agent (make tsan).
+TSAN_EXIT = 66
+
+
+def threads(n):
+    """The worker count an agent started with "threads <n>" really has."""
+    return int(FORCED_THREADS) if FORCED_THREADS else n
+
+
+def force_threads(text):
+    """<text> (a config) with its threads line set to SPOA_TEST_THREADS."""
+    if not FORCED_THREADS:
+        return text
+    text = re.sub(r"(?m)^threads \d+\n?", "", text)
+    return text.rstrip("\n") + "\nthreads %s\n" % FORCED_THREADS
 
 
 def free_port():
@@ -270,7 +287,7 @@ class Harness:
             f.write("listen %s\n" % (listen or "127.0.0.1:%d" % self.agent_port))
             f.write("redis %s://%s:%d/0\n" % ("rediss" if self.redis_tls else "redis",
                                              self.redis_host, self.redis_port or 6379))
-            f.write(extra.strip() + "\n")
+            f.write(force_threads(extra.strip() + "\n"))
         return path
 
     def start_agent(self, extra, listen=None, args=(), wait=True, ready=False):
@@ -317,7 +334,9 @@ class Harness:
 
     def cleanup(self):
         for p in self.procs:
-            self.stop(p, timeout=5)
+            if self.stop(p, timeout=5) == TSAN_EXIT:
+                self.fail("pid %d exited %d: a ThreadSanitizer report (see its log)"
+                          % (p.pid, TSAN_EXIT))
         if self.failed or os.environ.get("T_KEEP") == "1":
             print("# logs kept in %s" % self.tmp)
             print("# agent log tail:\n" + "".join("#   " + l + "\n" for l in self.log_tail().splitlines()))
@@ -533,6 +552,8 @@ def _readyz(port):
 def wait_ready(port, workers, timeout=15.0):
     """Until the metrics endpoint on <port> answers and <workers> threads
     are connected to Redis (the SPOP port listens a little earlier)."""
+    workers = threads(workers)
+
     def ready():
         try:
             return scrape(port).get("redis_connected") == workers
@@ -594,6 +615,8 @@ def hup(h, needle="event=config_applied", workers=1, timeout=10.0):
     """SIGHUP the agent and wait until every worker applied it (or, for a
     rejected file, until the rejection is logged: pass that needle and
     workers=1)."""
+    if needle == "event=config_applied":
+        workers = threads(workers)
     before = log_count(h, needle)
     h.agent.send_signal(signal.SIGHUP)
     return wait_log(h, needle, before + workers, timeout)

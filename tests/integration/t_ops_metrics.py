@@ -15,8 +15,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness, free_port, wait_port  # noqa: E402
+from harness import Harness, free_port, threads, wait_port  # noqa: E402
 import harness as u  # noqa: E402
+W = threads(2)  # worker threads (make tsan forces 4)
 import spop  # noqa: E402
 
 # Windows of a minute or more: no assertion depends on how fast the
@@ -76,8 +77,8 @@ except u.FormatError as e:
     h.fail("first scrape parses strictly: %s" % e)
     h.done()
 h.eq("build_info carries the version", 1.0, s0.get("build_info", version=u.version()))
-s0 = u.wait_for(lambda: (lambda m: m if m.get("redis_connected") == 2 else None)(scrape()), 10) or scrape()
-h.eq("redis_connected: one per worker thread", 2.0, s0.get("redis_connected"))
+s0 = u.wait_for(lambda: (lambda m: m if m.get("redis_connected") == W else None)(scrape()), 10) or scrape()
+h.eq("redis_connected: one per worker thread", float(W), s0.get("redis_connected"))
 for fam, typ in (("decisions_total", "counter"), ("redis_call_duration_seconds", "histogram"),
                  ("decision_duration_seconds", "histogram"),
                  ("connections_open", "gauge"), ("notify_inflight", "gauge"),
@@ -212,9 +213,9 @@ h.check("redis_errors_total{refused} moved", delta(s5, s6, "redis_errors_total",
 h.eq("decisions reads/allow +1 (fail-open)", 1, delta(s5, s6, "decisions_total", policy="reads", status="allow"))
 h.eq("errors_total{redis-unavailable} +2", 2, delta(s5, s6, "errors_total", reason="redis-unavailable"))
 h.start_redis()
-s7 = u.wait_for(lambda: (lambda m: m if m.get("redis_connected") == 2 else None)(scrape()), 20) or scrape()
-h.eq("redis_connected = 2 again", 2.0, s7.get("redis_connected"))
-h.check("redis_reconnects_total moved (both workers)", delta(s0, s7, "redis_reconnects_total") >= 2,
+s7 = u.wait_for(lambda: (lambda m: m if m.get("redis_connected") == W else None)(scrape()), 20) or scrape()
+h.eq("redis_connected = %d again" % W, float(W), s7.get("redis_connected"))
+h.check("redis_reconnects_total moved (both workers)", delta(s0, s7, "redis_reconnects_total") >= W,
         delta(s0, s7, "redis_reconnects_total"))
 h.eq("back: allow", "allow", act(c1.ratelimit("ACC-BACK"))["status"])
 

@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness, free_port, wait_port  # noqa: E402
+from harness import Harness, free_port, threads, wait_port  # noqa: E402
 import harness as u  # noqa: E402
 import spop  # noqa: E402
 
@@ -36,7 +36,7 @@ policy slow %s
 
 
 h.start_agent("metrics 127.0.0.1:%d\n%s" % (mport, policies(3)))
-h.check("agent ready (metrics up, both workers on Redis)", u.wait_ready(mport, 2))
+h.check("agent ready (metrics up, both workers on Redis)", u.wait_ready(mport, threads(2)))
 
 probe = spop.Conn().connect("127.0.0.1", h.agent_port)
 probe.hello()
@@ -179,7 +179,7 @@ h.eq("... the old configuration serves (limit 7, not 9)", (7, "allow"), fresh_li
 h.check("... the old Redis kept serving the traffic",
         u.wait_for(lambda: all(t.count() > c + 40 for t, c in zip(traffic, n0)), 10))
 h.eq("... not one error answer meanwhile", 0, sum(t.statuses.get("error", 0) for t in traffic))
-h.eq("... both workers still connected", 2.0, u.scrape(mport).get("redis_connected"))
+h.eq("... both workers still connected", float(threads(2)), u.scrape(mport).get("redis_connected"))
 
 # -- then to a live one under pipelined traffic: zero error answers --------------------------------
 with open(conf, "w") as f:
@@ -187,7 +187,7 @@ with open(conf, "w") as f:
             % (h.agent_port, port2, mport, policies(7).strip()))
 h.check("reload to the second Redis applied", u.hup(h, workers=2))
 h.check("both workers connected to it",
-        u.wait_for(lambda: u.scrape(mport).get("redis_connected") == 2, 10))
+        u.wait_for(lambda: u.scrape(mport).get("redis_connected") == threads(2), 10))
 h.eq("decisions go on", (7, "allow"), fresh_limit())
 h.eq("... recorded in the second Redis, database 3", "1", rcli2("-n", 3, "ZCARD", "transfer:limit:v1:PROBE-%d" % nprobe[0]))
 h.eq("... not in the first one", "0", h.rcli("ZCARD", "transfer:limit:v1:PROBE-%d" % nprobe[0]))
