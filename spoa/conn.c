@@ -198,14 +198,29 @@ static void conn_handle_hello(struct conn *c, const struct spop_frame *f)
 		return;
 	}
 	/* info: a handful per HAProxy process and reload, unlike healthchecks */
-	log_info("spop_hello", "conn=%llu max_frame_size=%u pipelining=%d engine=%.*s",
-	          (unsigned long long)c->id, max, h->cap_pipelining ? 1 : 0,
-	          (int)(h->engine_id.len > 64 ? 64 : h->engine_id.len),
-	          h->engine_id.ptr ? h->engine_id.ptr : "");
+	if (log_enabled(CONFIG_LOG_INFO)) {
+		char eng[LOG_QUOTED_MAX(CONN_LOG_PEER_STR)];
+
+		log_info("spop_hello", "conn=%llu max_frame_size=%u pipelining=%d engine=%s",
+		         (unsigned long long)c->id, max, h->cap_pipelining ? 1 : 0,
+		         log_quote(eng, sizeof(eng), h->engine_id.ptr, h->engine_id.len));
+	}
 	c->flags |= CONN_F_WAS_READY;
 	conn_set_state(c, CONN_ST_READY);
 	if (c->env->draining && c->inflight == 0)
 		conn_send_disconnect(c, SPOP_ST_NORMAL, "agent is shutting down");
+}
+
+/* Log HAPROXY-DISCONNECT <d> of <c>: its message is the peer's, so quoted. */
+static void conn_log_disconnect(const struct conn *c, const struct spop_disconnect *d)
+{
+	char msg[LOG_QUOTED_MAX(CONN_LOG_PEER_STR)];
+
+	if (!log_enabled(CONFIG_LOG_INFO))
+		return;
+	log_info("spop_disconnect_received", "conn=%llu status=%u message=%s",
+	         (unsigned long long)c->id, d->status,
+	         log_quote(msg, sizeof(msg), d->message.ptr, d->message.len));
 }
 
 /* Decode and act on every complete frame in the input buffer. */
@@ -237,10 +252,7 @@ static void conn_process(struct conn *c)
 			conn_handle_notify(c, &f);
 			break;
 		case SPOP_FRAME_HAPROXY_DISCONNECT:
-			log_info("spop_disconnect_received", "conn=%llu status=%u message=\"%.*s\"",
-			         (unsigned long long)c->id, f.u.disconnect.status,
-			         (int)(f.u.disconnect.message.len > 128 ? 128 : f.u.disconnect.message.len),
-			         f.u.disconnect.message.ptr ? f.u.disconnect.message.ptr : "");
+			conn_log_disconnect(c, &f.u.disconnect);
 			conn_send_disconnect(c, SPOP_ST_NORMAL, "bye");
 			break;
 		default:

@@ -25,6 +25,7 @@
 #define CONN_REQ_POOL_MAX 4096u            /* recycled requests kept per worker */
 #define CONN_OUT_HIGH     (256u * 1024u)   /* unsent bytes that pause reading */
 #define CONN_OUT_LOW      (64u * 1024u)    /* ... and that resume it */
+#define CONN_LOG_PEER_STR 128u             /* bytes of a peer's string logged */
 
 enum conn_flag {
 	CONN_F_HEALTHCHECK = 1u << 0,   /* close after AGENT-HELLO */

@@ -75,6 +75,45 @@ static size_t log_escape(char *dst, size_t cap, const char *src, size_t len)
 	return o;
 }
 
+/* See log.h. Borrows <src>; writes only <dst>. */
+const char *log_quote(char *dst, size_t cap, const char *src, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0, i;
+
+	if (cap < 6) {
+		if (cap)
+			dst[0] = '\0';
+		return dst;
+	}
+	dst[o++] = '"';
+	for (i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)src[i];
+		size_t need = (ch < 0x20 || ch == 0x7f) ? 4 : (ch == '"' || ch == '\\') ? 2 : 1;
+
+		/* keep room for the cut mark, the closing quote and the NUL */
+		if (o + need + 5 > cap)
+			break;
+		if (need == 4) {
+			dst[o++] = '\\';
+			dst[o++] = 'x';
+			dst[o++] = hex[ch >> 4];
+			dst[o++] = hex[ch & 15];
+		} else {
+			if (need == 2)
+				dst[o++] = '\\';
+			dst[o++] = (char)ch;
+		}
+	}
+	if (i < len) {
+		memcpy(dst + o, "...", 3);
+		o += 3;
+	}
+	dst[o++] = '"';
+	dst[o] = '\0';
+	return dst;
+}
+
 /* One line "ts=... level=... event=<event> <fmt...>" at level <l>. A line
  * longer than LOG_LINE_MAX is cut and ends with "...". */
 void log_event(enum config_log_level l, const char *event, const char *fmt, ...)

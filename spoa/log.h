@@ -38,6 +38,21 @@ __attribute__((format(printf, 4, 5)))
 void log_limited(enum config_log_level l, const char *key, const char *event,
                  const char *fmt, ...);
 
+/* Bytes log_quote() needs for <n> input bytes: each may become \xHH, plus
+ * the quotes, a "..." cut mark and the NUL. */
+#define LOG_QUOTED_MAX(n) (4 * (n) + 6)
+
+/*
+ * The one way a string from a peer (an SPOP engine-id, a DISCONNECT message,
+ * an account key) enters a log line: <src>/<len> written into <dst>/<cap>
+ * as a quoted value, with '"' and '\\' escaped by a backslash and control
+ * bytes as \xHH, so nothing in it can end the value and forge key=value
+ * pairs or a line. What does not fit is cut and marked "..." inside the
+ * quotes. <dst> is the caller's and always NUL-terminated (cap >= 6).
+ * Returns <dst>, for use as a "%s" argument.
+ */
+const char *log_quote(char *dst, size_t cap, const char *src, size_t len);
+
 #define log_error(ev, ...) log_event(CONFIG_LOG_ERROR, ev, __VA_ARGS__)
 #define log_warn(ev, ...)  log_event(CONFIG_LOG_WARN, ev, __VA_ARGS__)
 #define log_info(ev, ...)  log_event(CONFIG_LOG_INFO, ev, __VA_ARGS__)

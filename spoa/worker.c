@@ -137,30 +137,15 @@ struct worker_trace {
 	size_t key_len;
 };
 
-/* Copy <src>/<len> into <dst>/<cap> with '"' and '\\' escaped, so a key from
- * the network cannot close its quotes and forge fields (log_event escapes
- * control bytes). Always NUL-terminates; cuts what does not fit. */
-static void worker_quote(char *dst, size_t cap, const char *src, size_t len)
-{
-	size_t o = 0, i;
-
-	for (i = 0; i < len && o + 3 < cap; i++) {
-		if (src[i] == '"' || src[i] == '\\')
-			dst[o++] = '\\';
-		dst[o++] = src[i];
-	}
-	dst[o] = '\0';
-}
-
 /* Limiter callback while tracing: log <d> for the trace <arg> (owned here,
  * freed here), then pass <d> on to the connection's callback. */
 static void worker_on_traced(void *arg, const struct window_decision *d)
 {
 	struct worker_trace *t = arg;
-	char key[2 * WINDOW_KEY_MAX + 1];
+	char key[LOG_QUOTED_MAX(WINDOW_KEY_MAX)];
 
-	worker_quote(key, sizeof(key), t->key, t->key_len);
-	log_debug("decision", "worker=%u policy=%s key=\"%s\" cost=%llu status=%s limit=%lld "
+	log_quote(key, sizeof(key), t->key, t->key_len);
+	log_debug("decision", "worker=%u policy=%s key=%s cost=%llu status=%s limit=%lld "
 	          "remaining=%lld reset=%lld retry_after=%lld reason=%s",
 	          t->worker, t->policy, key, (unsigned long long)t->cost,
 	          window_status_str(d->status), (long long)d->limit,

@@ -11,7 +11,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import AGENT, Harness, race, wait_for  # noqa: E402
+from harness import AGENT, Harness, log_text, race, wait_for  # noqa: E402
 import spop  # noqa: E402
 
 h = Harness()
@@ -36,6 +36,27 @@ def conn():
 
 def act(ack):
     return ack["actions"]
+
+
+def bare_tokens(line):
+    """<line>'s key=value tokens as a log parser splits them: a value may be
+    "..." with backslash escapes."""
+    toks, cur, i, quoted = [], "", 0, False
+    while i < len(line):
+        ch = line[i]
+        if quoted and ch == "\\" and i + 1 < len(line):
+            cur += line[i:i + 2]
+            i += 2
+            continue
+        if ch == '"':
+            quoted = not quoted
+        if ch == " " and not quoted:
+            toks.append(cur)
+            cur = ""
+        else:
+            cur += ch
+        i += 1
+    return toks + [cur]
 
 
 # -- the story: two connections (two HAProxy instances) alternate ----------
@@ -130,6 +151,18 @@ h.check("no pipelining offered -> none announced",
         "pipelining" not in (conn_np := spop.Conn().connect("127.0.0.1", h.agent_port)).hello(capabilities="").get(
             "capabilities", ""), "announced")
 conn_np.close()
+
+# -- log injection: a peer's engine-id and DISCONNECT message stay quoted ------
+FORGED = "level=error event=redis_stalled"
+for eng, msg in (("x " + FORGED, 'y" ' + FORGED + ' "'), ('e\\" ' + FORGED, "m\\")):
+    li = spop.Conn().connect("127.0.0.1", h.agent_port)
+    li.hello(engine_id=eng)
+    li.disconnect(message=msg)
+    li.close()
+h.check("log injection: both HELLOs and DISCONNECTs were logged",
+        wait_for(lambda: log_text(h).count("event=spop_disconnect_received") >= 2, 10))
+bare = [ln for ln in log_text(h).splitlines() if set(FORGED.split()) & set(bare_tokens(ln))]
+h.eq("log injection: no forged level=error/event=redis_stalled outside quotes", [], bare)
 
 # -- a race: 20 connections x 10 requests for one account, limit 50 ------------
 results = race(conn, "burst", "ACC-RACE", conns=20, per=10)
