@@ -50,6 +50,27 @@ int config_parse_fail(struct parse_ctx *x, const char *fmt, ...)
 	return -1;
 }
 
+/* Append "<name>:<line>: warning: <fmt...>\n" to the config's warnings
+ * (counted even when the buffer is full, then not stored). */
+__attribute__((format(printf, 2, 3)))
+static void parse_warn(struct parse_ctx *x, const char *fmt, ...)
+{
+	char *w = x->c->warnings;
+	size_t used = strlen(w), cap = sizeof(x->c->warnings);
+	char line[CONFIG_ERR_LEN];
+	va_list ap;
+	int n;
+
+	x->c->nwarnings++;
+	va_start(ap, fmt);
+	n = snprintf(line, sizeof(line), "%s:%u: warning: ", x->name, x->line);
+	if (n >= 0 && (size_t)n < sizeof(line))
+		vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (used + strlen(line) + 2 <= cap)
+		snprintf(w + used, cap - used, "%s\n", line);
+}
+
 /* Milliseconds in <unit>/<len> ("ms", "s", "m", "h"), or 0. */
 static uint64_t unit_ms(const char *unit, size_t len)
 {
@@ -169,6 +190,32 @@ static int check_precision(struct parse_ctx *x, const char *what, uint64_t preci
 	return config_parse_fail(x, "%s: %s", what, why);
 }
 
+/*
+ * Warn (see parse_warn) about each window of <win>/<nwin> that can never
+ * decide: a longer window holds every request the shorter one does, so with
+ * a limit no larger it always denies first. <what> names the owner.
+ */
+static void warn_dead_windows(struct parse_ctx *x, const char *what,
+                              const struct window_limit *win, unsigned nwin)
+{
+	char ws[32], wl[32];
+	unsigned i, j;
+
+	for (i = 0; i < nwin; i++) {
+		for (j = 0; j < nwin; j++) {
+			if (win[i].window_ms >= win[j].window_ms || win[i].limit < win[j].limit)
+				continue;
+			window_format_ms(win[i].window_ms, ws, sizeof(ws));
+			window_format_ms(win[j].window_ms, wl, sizeof(wl));
+			parse_warn(x, "%s: %llu/%s can never decide: %llu/%s, a longer window with "
+			           "a limit no larger, always denies first",
+			           what, (unsigned long long)win[i].limit, ws,
+			           (unsigned long long)win[j].limit, wl);
+			break;
+		}
+	}
+}
+
 /* policy <name> <limit>/<window>... [on-redis-error=deny|allow] [shadow]
  * [max-cost=<n>] [precision=<duration>] */
 static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
@@ -233,6 +280,7 @@ static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 			return config_parse_fail(x, "%s: precision applies to no window (only windows "
 			                  "longer than it are counted in buckets)", what);
 	}
+	warn_dead_windows(x, what, p->win, p->nwin);
 	/* Overrides added later in this parse start at index 0. */
 	x->ov_first[c->npolicies] = 0;
 	x->ov_cap[c->npolicies] = 0;
@@ -291,6 +339,7 @@ static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 	}
 	if (check_precision(x, what, p->precision_ms, o->win, o->nwin) == -1)
 		return -1;
+	warn_dead_windows(x, what, o->win, o->nwin);
 	k = p->noverrides - x->ov_first[pi];
 	x->ov_line[pi][k] = x->line;
 	p->noverrides++;
@@ -670,6 +719,9 @@ int config_parse(struct config *c, const char *name, const char *text, size_t le
 	}
 	if (err && errlen)
 		err[0] = '\0';
+	/* editors on some systems start a UTF-8 file with a byte order mark */
+	if (len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0)
+		p += 3;
 
 	while ((n = config_next_line(&x, &p, end, w, &line, &line_len)) > 0)
 		if (parse_words(&x, w, (size_t)n) == -1)

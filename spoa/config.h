@@ -30,6 +30,7 @@
  * The redis-tls-* directives need a TLS URL (rediss://, cluster+tls://,
  * sentinel+tls://) and a build with TLS (make WITH_TLS=1): without it they
  * are an error. Files must exist and be readable when the config is read.
+ * A UTF-8 byte order mark at the start of a file is skipped.
  * Durations: <n>ms|s|m|h. Windows: <n>ms|s|m|h with an implicit 1 ("1s" or "s").
  */
 #ifndef SPOA_CONFIG_H
@@ -49,6 +50,7 @@
 #define CONFIG_THREADS_MAX    64u     /* worker threads */
 #define CONFIG_REDIS_BATCH_MAX 256u   /* decisions per script call */
 #define CONFIG_REDIS_BATCH_DEFAULT 32u
+#define CONFIG_WARN_LEN       1024
 
 /* The redis-tls-* directives ("" = not given). */
 struct config_tls {
@@ -85,6 +87,11 @@ struct config {
 	struct config_tls tls;                 /* redis-tls-*; used with a TLS URL */
 	size_t npolicies;
 	struct window_policy policies[CONFIG_MAX_POLICIES];
+	/* What parses but cannot do what it says (a window that never decides):
+	 * "<file>:<line>: warning: <reason>" lines, each ending in '\n', cut to
+	 * fit; <nwarnings> counts them all. Never an error. */
+	char warnings[CONFIG_WARN_LEN];
+	unsigned nwarnings;
 };
 
 /* Fill <c> with the defaults (listen 127.0.0.1:12345, redis

@@ -82,7 +82,8 @@ static const char main_usage[] =
 "Options:\n"
 "  -f, --config FILE   read the configuration file (see ratelimit-spoa(8))\n"
 "  -c, --check         check the configuration, print 'file:line: reason' on\n"
-"                      error, exit 0 (valid) or 1 (invalid)\n"
+"                      error, exit 0 (valid) or 1 (invalid); warnings print\n"
+"                      as 'file:line: warning: reason'\n"
 "      --routes MAP    with -c: also check HAProxy's routes map (routes.map):\n"
 "                      every policy it names exists here ('file:line: reason')\n"
 "      --listen ADDR   override 'listen' (host:port, [v6]:port, unix:/path)\n"
@@ -161,6 +162,29 @@ static int main_load_config(struct main_state *m, struct config *c, char *err, s
 	if (m->opt_redis)
 		snprintf(c->redis, sizeof(c->redis), "%s", m->opt_redis);
 	return config_validate(c, err, errlen);
+}
+
+/* Lines of <c>'s warnings not kept in its buffer (it was full). */
+static unsigned main_warnings_cut(const struct config *c)
+{
+	unsigned kept = 0;
+	const char *p;
+
+	for (p = c->warnings; (p = strchr(p, '\n')); p++)
+		kept++;
+	return c->nwarnings - kept;
+}
+
+/* Log each of <c>'s parse warnings at warn (startup and reload). */
+static void main_log_warnings(const struct config *c)
+{
+	char q[LOG_QUOTED_MAX(CONFIG_ERR_LEN)];
+	const char *p = c->warnings, *nl;
+
+	for (; (nl = strchr(p, '\n')); p = nl + 1)
+		log_warn("config_warning", "detail=%s", log_quote(q, sizeof(q), p, (size_t)(nl - p)));
+	if (main_warnings_cut(c))
+		log_warn("config_warning", "more=%u", main_warnings_cut(c));
 }
 
 /*
@@ -478,6 +502,7 @@ static void main_reload_finish(struct main_state *m, bool ok, unsigned nfailed,
 	m->cfg = m->staged;
 	memset(&m->staged, 0, sizeof(m->staged));
 	log_set_level(m->debug ? CONFIG_LOG_DEBUG : m->cfg.log_level);
+	main_log_warnings(&m->cfg);
 	metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_SUCCESS], 1);
 	log_info("reloaded", "file=%s policies=%zu log_level=%s metrics=%s",
 	         m->cfg_path ? m->cfg_path : "-", m->cfg.npolicies,
@@ -630,6 +655,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (check_only) {
+		fputs(m.cfg.warnings, stderr);
+		if (main_warnings_cut(&m.cfg))
+			fprintf(stderr, "(%u more warnings)\n", main_warnings_cut(&m.cfg));
 		printf("%s: configuration is valid (%zu policies)\n",
 		       m.cfg_path ? m.cfg_path : "(defaults)", m.cfg.npolicies);
 		if (routes)
@@ -641,6 +669,7 @@ int main(int argc, char **argv)
 	if (debug)
 		m.cfg.log_level = CONFIG_LOG_DEBUG;
 	log_set_level(m.cfg.log_level);
+	main_log_warnings(&m.cfg);
 	signal(SIGPIPE, SIG_IGN);
 	/* argv is world-readable (ps, /proc): say so rather than refuse, a
 	 * one-off debugging run may want it */

@@ -574,9 +574,11 @@ static void *worker_main(void *arg)
 	struct worker *w = arg;
 
 	ev_run(w->loop, 0);
-	/* drained (or timed out): whatever is left is closed now */
-	conn_env_close_all(&w->env);
+	/* drained (or timed out): whatever is left is closed now. The
+	 * limiters go first: they answer the calls still pending, which hands
+	 * their requests back to the pool that conn_env_close_all() frees */
 	worker_free_limiters(w);
+	conn_env_close_all(&w->env);
 	return NULL;
 }
 
@@ -677,8 +679,9 @@ void worker_free(struct worker *w)
 	if (!w)
 		return;
 	if (w->limiter) {
-		conn_env_close_all(&w->env);
+		/* the order of worker_main(), for the same reason */
 		worker_free_limiters(w);
+		conn_env_close_all(&w->env);
 	}
 	for (i = 0; i < w->nfdq; i++)
 		close(w->fdq[i]);

@@ -202,6 +202,12 @@ h.eq("-c on a bad config exits 1", 1, p.returncode)
 h.check("-c names file:line", (bad + ":2:") in p.stderr, p.stderr)
 p = subprocess.run([AGENT, "-c", "-f", os.path.join(h.tmp, "agent.conf")], capture_output=True, text=True)
 h.eq("-c on a good config exits 0", 0, p.returncode)
+with open(bad, "wb") as fh:
+    fh.write(b"\xef\xbb\xbfpolicy a 10/1s 5/1m\n")
+p = subprocess.run([AGENT, "-c", "-f", bad], capture_output=True, text=True)
+h.eq("-c: a leading BOM is skipped, a window that never decides is a warning",
+     (0, bad + ":1: warning: policy 'a': 10/1s can never decide"),
+     (p.returncode, p.stderr[:len(bad) + 47]))
 
 # -- SIGTERM drains: in-flight answered, exit 0 ---------------------------------------
 c = conn()
@@ -219,6 +225,21 @@ try:
 except Exception as e:  # noqa: BLE001
     h.fail("drain: agent sends DISCONNECT (%s)" % e)
 h.eq("drain: exit code 0", 0, h.agent.wait(10))
+
+# -- exit while Redis stalls: the requests still pending are freed ---------------
+# (the peer leaves, so the drain ends at once with a call in flight; under
+# make sanitize a leak makes the exit status non-zero)
+h.start_agent("redis-timeout 5s\npolicy transfer 3/1s")
+os.kill(h.redis.pid, signal.SIGSTOP)
+try:
+    c = conn()
+    c.send_notify(1, 1, [("ratelimit", [("policy", "transfer"), ("key", "ACC-STALL")])])
+    time.sleep(0.3)
+    h.agent.send_signal(signal.SIGTERM)
+    c.close()
+    h.eq("exit with a decision pending in a stalled Redis: exit code 0", 0, h.agent.wait(20))
+finally:
+    os.kill(h.redis.pid, signal.SIGCONT)
 
 # -- unix socket listener ------------------------------------------------------------
 sock = os.path.join(h.tmp, "agent.sock")

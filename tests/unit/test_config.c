@@ -813,6 +813,72 @@ out:
 	rmdir(dir);
 }
 
+/* A leading UTF-8 byte order mark is skipped, anywhere else it is text. */
+static void test_bom(void **state)
+{
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse(&c, "\xef\xbb\xbfpolicy a 3/1s\nthreads 2\n", err), 0);
+	assert_int_equal(c.npolicies, 1);
+	assert_string_equal(c.policies[0].name, "a");
+	assert_int_equal(c.threads, 2);
+	config_release(&c);
+	assert_int_equal(parse(&c, "\xef\xbb\xbf", err), 0);
+	config_release(&c);
+	assert_int_equal(parse(&c, "policy a 3/1s\n\xef\xbb\xbfthreads 2\n", err), -1);
+	assert_non_null(strstr(err, "t.conf:2: unknown directive"));
+	config_release(&c);
+}
+
+/* A window whose limit is not below a longer window's can never decide:
+ * parsed, with a warning; a useful combination is not warned about. */
+static void test_dead_window_warning(void **state)
+{
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse(&c, "policy a 10/1s 5/1m\n", err), 0);
+	assert_int_equal(c.nwarnings, 1);
+	assert_string_equal(c.warnings, "t.conf:1: warning: policy 'a': 10/1s can never decide: "
+	                    "5/1m, a longer window with a limit no larger, always denies first\n");
+	config_release(&c);
+	/* equal limits: the longer window still decides first */
+	assert_int_equal(parse(&c, "policy a 3/1s 100/1h 3/1m\n", err), 0);
+	assert_int_equal(c.nwarnings, 1);
+	assert_non_null(strstr(c.warnings, "'a': 3/1s can never decide: 3/1m"));
+	config_release(&c);
+	/* overrides too, with their own line */
+	assert_int_equal(parse(&c, "policy a 3/1s 100/1m\noverride a k 50/1s 20/1m\n", err), 0);
+	assert_int_equal(c.nwarnings, 1);
+	assert_non_null(strstr(c.warnings, "t.conf:2: warning: override 'k' of 'a': 50/1s"));
+	config_release(&c);
+	assert_int_equal(parse(&c, "policy a 3/1s 100/1m 1000/1h\npolicy b 5/10s\n", err), 0);
+	assert_int_equal(c.nwarnings, 0);
+	assert_string_equal(c.warnings, "");
+	config_release(&c);
+}
+
+/* Many warnings: the buffer keeps whole lines, the count keeps them all. */
+static void test_many_warnings(void **state)
+{
+	struct config c;
+	char err[CONFIG_ERR_LEN], text[64 * 40];
+	size_t o = 0;
+	unsigned i;
+
+	(void)state;
+	for (i = 0; i < 60; i++)
+		o += (size_t)snprintf(text + o, sizeof(text) - o, "policy p%u 9/1s 1/1m\n", i);
+	assert_int_equal(parse(&c, text, err), 0);
+	assert_int_equal(c.nwarnings, 60);
+	assert_true(strlen(c.warnings) < sizeof(c.warnings));
+	assert_int_equal(c.warnings[strlen(c.warnings) - 1], '\n');
+	config_release(&c);
+}
+
 static void test_copy(void **state)
 {
 	struct config c, d;
@@ -943,6 +1009,9 @@ int main(void)
 		cmocka_unit_test(test_layered),
 		cmocka_unit_test(test_many_overrides),
 		cmocka_unit_test(test_copy),
+		cmocka_unit_test(test_bom),
+		cmocka_unit_test(test_dead_window_warning),
+		cmocka_unit_test(test_many_warnings),
 		cmocka_unit_test(test_deny_cache_switch),
 		cmocka_unit_test(test_routes),
 		cmocka_unit_test(test_shipped_routes),
