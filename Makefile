@@ -239,8 +239,11 @@ sanitize:
 # ThreadSanitizer over the tests that drive several workers at once, with
 # every agent forced to 4 threads (SPOA_TEST_THREADS, read by the harness).
 # A report makes the agent exit 66, which the harness counts as a failure.
+# (t_cluster*, t_sentinel write their own configs: they run with 2 threads.)
 TSAN_TESTS ?= tests/integration/t_agent.py tests/integration/t_multiwindow.py \
-              tests/integration/t_ops_reload.py tests/integration/t_ops_metrics.py
+              tests/integration/t_ops_reload.py tests/integration/t_ops_metrics.py \
+              tests/integration/t_ops_shadow.py tests/integration/t_cluster.py \
+              tests/integration/t_cluster_failover.py tests/integration/t_sentinel.py
 tsan:
 	$(Q)$(MAKE) --no-print-directory SANITIZE=thread BUILD=build/tsan all
 	$(Q)TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \

@@ -36,7 +36,7 @@ policy slow %s
 
 
 h.start_agent("metrics 127.0.0.1:%d\n%s" % (mport, policies(3)))
-h.check("agent ready (metrics up, both workers on Redis)", u.wait_ready(mport, threads(2)))
+h.check("agent ready (metrics up, both workers on Redis)", u.wait_ready(mport, 2))
 
 probe = spop.Conn().connect("127.0.0.1", h.agent_port)
 probe.hello()

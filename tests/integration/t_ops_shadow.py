@@ -12,7 +12,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness, free_port  # noqa: E402
+from harness import Harness, free_port, threads  # noqa: E402
 import harness as u  # noqa: E402
 import spop  # noqa: E402
 
@@ -88,7 +88,7 @@ a = act("ACC-S3", "next")
 h.eq("shadow, Redis down: error redis-unavailable (on-redis-error applies as usual)",
      ("error", "redis-unavailable"), (a["status"], a.get("reason")))
 h.start_redis()
-h.check("Redis back", u.wait_for(lambda: u.scrape(mport).get("redis_connected") == 2, 20))
+h.check("Redis back", u.wait_for(lambda: u.scrape(mport).get("redis_connected") == threads(2), 20))
 
 # -- overrides ----------------------------------------------------------------------------------
 a = act("ACC-VIP", "transfer")
