@@ -35,7 +35,7 @@ struct http_client {
 struct http_server {
 	struct ev_loop *loop;
 	int fd;
-	char unix_path[108];
+	struct net_unix unix_sock;      /* a unix: endpoint, to remove at the end */
 	ev_io accept_w;
 	const struct http_route *routes;    /* borrowed */
 	size_t nroutes;
@@ -219,7 +219,7 @@ struct http_server *http_new(struct ev_loop *loop, const char *addr,
 	h->routes = routes;
 	h->nroutes = nroutes;
 	h->arg = arg;
-	h->fd = net_listen(addr, h->unix_path, sizeof(h->unix_path), err, errlen);
+	h->fd = net_listen(addr, &h->unix_sock, err, errlen);
 	if (h->fd == -1) {
 		free(h);
 		return NULL;
@@ -243,7 +243,6 @@ void http_free(struct http_server *h)
 	}
 	ev_io_stop(h->loop, &h->accept_w);
 	close(h->fd);
-	if (h->unix_path[0])
-		unlink(h->unix_path);
+	net_unix_remove(&h->unix_sock);
 	free(h);
 }

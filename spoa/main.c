@@ -47,7 +47,7 @@ struct main_state {
 	const char *opt_listen;         /* flags that override the file */
 	const char *opt_redis;
 	int listen_fd;
-	char unix_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	struct net_unix unix_sock;      /* a unix: listener, to remove at the end */
 	ev_io accept_w;
 	ev_timer accept_pause;          /* EMFILE back-off */
 	ev_signal sig_term, sig_int, sig_hup;
@@ -287,8 +287,7 @@ static void main_on_term(struct ev_loop *loop, ev_signal *s, int revents)
 	ev_timer_stop(loop, &m->accept_pause);
 	close(m->listen_fd);
 	m->listen_fd = -1;
-	if (m->unix_path[0])
-		unlink(m->unix_path);
+	net_unix_remove(&m->unix_sock);
 	/* in-flight decisions end within the Redis deadline; leave room for it */
 	grace = 2.0 + 4.0 * (double)m->cfg.redis_timeout_ms / 1000.0;
 	for (i = 0; i < m->nworkers; i++)
@@ -691,7 +690,7 @@ int main(int argc, char **argv)
 	ev_async_init(&m.reload_done, main_on_reload_done);
 	m.reload_done.data = &m;
 	ev_async_start(m.loop, &m.reload_done);
-	m.listen_fd = net_listen(m.cfg.listen, m.unix_path, sizeof(m.unix_path), err, sizeof(err));
+	m.listen_fd = net_listen(m.cfg.listen, &m.unix_sock, err, sizeof(err));
 	if (m.listen_fd == -1) {
 		log_error("startup_failed", "error=\"%s\"", err);
 		goto out;
@@ -753,8 +752,7 @@ out:
 		http_free(m.http);
 	if (m.listen_fd != -1) {
 		close(m.listen_fd);
-		if (m.unix_path[0])
-			unlink(m.unix_path);
+		net_unix_remove(&m.unix_sock);
 	}
 	config_release(&m.cfg);
 	if (m.loop)

@@ -14,11 +14,61 @@
 
 #define NET_HOST_MAX 256
 
-static int net_listen_unix(const char *addr, char *unix_path, size_t unix_path_len,
-                           char *err, size_t errlen)
+/*
+ * Make <path> free for bind(): nothing there, or a stale socket (one that
+ * refuses connections: its listener is gone), which is removed. A live
+ * socket, a path we cannot probe, or anything else is left alone and
+ * refused with a reason in <err>. Returns 0 or -1.
+ */
+static int net_unix_claim(const char *addr, const struct sockaddr_un *sun,
+                          char *err, size_t errlen)
+{
+	struct stat st;
+	int fd, rc;
+
+	if (lstat(sun->sun_path, &st) == -1) {
+		if (errno == ENOENT)
+			return 0;
+		snprintf(err, errlen, "listen %s: %s", addr, strerror(errno));
+		return -1;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		snprintf(err, errlen, "listen %s: the path exists and is not a socket; "
+		         "refusing to remove it", addr);
+		return -1;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd == -1) {
+		snprintf(err, errlen, "listen %s: %s", addr, strerror(errno));
+		return -1;
+	}
+	/* a live listener accepts (or, backlog full, answers EAGAIN) */
+	rc = connect(fd, (const struct sockaddr *)sun, sizeof(*sun));
+	if (rc == -1 && errno == ECONNREFUSED) {
+		close(fd);
+		if (unlink(sun->sun_path) == -1 && errno != ENOENT) {
+			snprintf(err, errlen, "listen %s: cannot remove the stale socket: %s", addr,
+			         strerror(errno));
+			return -1;
+		}
+		return 0;
+	}
+	if (rc == 0 || errno == EAGAIN || errno == EINPROGRESS)
+		snprintf(err, errlen, "listen %s: the socket is in use by another process "
+		         "(another agent?); refusing to take it over", addr);
+	else
+		snprintf(err, errlen, "listen %s: cannot tell whether the socket is in use: %s",
+		         addr, strerror(errno));
+	close(fd);
+	return -1;
+}
+
+/* Bind a unix socket at <addr>'s path (see net_unix_claim), recorded in <u>. */
+static int net_listen_unix(const char *addr, struct net_unix *u, char *err, size_t errlen)
 {
 	struct sockaddr_un sun;
 	const char *path = addr + 5;
+	struct stat st;
 	int fd;
 
 	memset(&sun, 0, sizeof(sun));
@@ -28,15 +78,26 @@ static int net_listen_unix(const char *addr, char *unix_path, size_t unix_path_l
 		return -1;
 	}
 	memcpy(sun.sun_path, path, strlen(path));
+	if (net_unix_claim(addr, &sun, err, errlen) == -1)
+		return -1;
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd == -1)
 		goto fail;
-	unlink(path);   /* a stale socket from a previous run */
+	/* EADDRINUSE here: another process bound the path since the claim */
 	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1)
 		goto fail;
+	if (stat(path, &st) == -1) {
+		int e = errno;
+
+		unlink(path);
+		errno = e;
+		goto fail;
+	}
 	/* HAProxy usually runs as another user in the same group */
 	chmod(path, 0660);
-	snprintf(unix_path, unix_path_len, "%s", path);
+	snprintf(u->path, sizeof(u->path), "%s", path);
+	u->dev = st.st_dev;
+	u->ino = st.st_ino;
 	return fd;
 fail:
 	snprintf(err, errlen, "listen %s: %s", addr, strerror(errno));
@@ -45,18 +106,27 @@ fail:
 	return -1;
 }
 
-int net_listen(const char *addr, char *unix_path, size_t unix_path_len,
-               char *err, size_t errlen)
+void net_unix_remove(struct net_unix *u)
+{
+	struct stat st;
+
+	if (!u->path[0])
+		return;
+	if (lstat(u->path, &st) == 0 && st.st_dev == u->dev && st.st_ino == u->ino)
+		unlink(u->path);
+	u->path[0] = '\0';
+}
+
+int net_listen(const char *addr, struct net_unix *u, char *err, size_t errlen)
 {
 	struct addrinfo hints, *res = NULL;
 	char host[NET_HOST_MAX];
 	char *port;
 	int fd = -1, one = 1, rc;
 
-	if (unix_path_len)
-		unix_path[0] = '\0';
+	memset(u, 0, sizeof(*u));
 	if (strncmp(addr, "unix:", 5) == 0) {
-		fd = net_listen_unix(addr, unix_path, unix_path_len, err, errlen);
+		fd = net_listen_unix(addr, u, err, errlen);
 		if (fd == -1)
 			return -1;
 	} else {
@@ -99,5 +169,6 @@ fail:
 		freeaddrinfo(res);
 	if (fd != -1)
 		close(fd);
+	net_unix_remove(u);
 	return -1;
 }
