@@ -503,6 +503,7 @@ static void conn_close(struct conn *c, const char *why)
 	if (c->next)
 		c->next->prev = c->prev;
 	env->nconns--;
+	conn_release(env->admitted);
 	if (env->metrics)
 		metrics_sub(&env->metrics->conn_open, 1);
 	free(c->in);
@@ -518,6 +519,7 @@ int conn_accept(struct conn_env *env, int fd)
 
 	if (!c) {
 		close(fd);
+		conn_release(env->admitted);
 		return -1;
 	}
 	c->env = env;
@@ -591,4 +593,10 @@ void conn_refuse(int fd, unsigned status, const char *msg)
 		/* best effort: the peer learns from the close anyway */
 	}
 	close(fd);
+}
+
+void conn_release(_Atomic unsigned *admitted)
+{
+	if (admitted)
+		atomic_fetch_sub_explicit(admitted, 1, memory_order_relaxed);
 }

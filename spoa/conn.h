@@ -15,6 +15,7 @@
 #ifndef SPOA_CONN_H
 #define SPOA_CONN_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -51,6 +52,10 @@ struct conn_env {
 	struct metrics *metrics;        /* may be NULL */
 	bool draining;
 	unsigned nconns;
+	/* Connections of the whole process, counted by the acceptor before it
+	 * hands a socket over (max-connections): every socket given to
+	 * conn_accept() is released here when it closes. May be NULL. */
+	_Atomic unsigned *admitted;
 	struct conn *conns;             /* all open connections */
 	struct conn *flush_head;        /* connections with output to send */
 	struct conn_req *free_reqs;     /* recycled requests */
@@ -69,8 +74,9 @@ enum conn_state {
 
 const char *conn_state_str(enum conn_state s);
 
-/* Take ownership of connected, non-blocking socket <fd>. Returns 0, or -1
- * (the fd is closed). */
+/* Take ownership of connected, non-blocking socket <fd>, counted in
+ * env->admitted (released when it closes). Returns 0, or -1 (the fd is
+ * closed and released). */
 int conn_accept(struct conn_env *env, int fd);
 
 /* Send AGENT-DISCONNECT <status>/<msg> to every connection without requests
@@ -87,5 +93,9 @@ void conn_env_close_all(struct conn_env *env);
 /* A connection that never saw HELLO but must be refused (over the limit):
  * write AGENT-DISCONNECT <status> on <fd> best-effort, then close it. */
 void conn_refuse(int fd, unsigned status, const char *msg);
+
+/* Give back one of <admitted> (a socket counted by the acceptor was closed
+ * without ever being a connection). <admitted> may be NULL. */
+void conn_release(_Atomic unsigned *admitted);
 
 #endif /* SPOA_CONN_H */

@@ -62,6 +62,9 @@ struct main_state {
 	struct worker *workers[CONFIG_THREADS_MAX];
 	unsigned nworkers;
 	unsigned next_worker;
+	/* connections open in the whole process: taken by the acceptor,
+	 * given back by the worker that closes them */
+	_Atomic unsigned admitted;
 	struct http_server *http;
 	/* Counters written by the main thread only (refused connections,
 	 * reloads): the scraper sums it with the workers' blocks. */
@@ -221,15 +224,6 @@ static void main_sd_notify(const char *state)
 
 /* ------------------------------------------------------------ listener */
 
-static unsigned main_open_conns(const struct main_state *m)
-{
-	unsigned i, n = 0;
-
-	for (i = 0; i < m->nworkers; i++)
-		n += worker_nconns(m->workers[i]);
-	return n;
-}
-
 static void main_on_accept_resume(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct main_state *m = t->data;
@@ -258,7 +252,11 @@ static void main_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 			return;
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		if (m->cfg.max_connections && main_open_conns(m) >= m->cfg.max_connections) {
+		/* counted here, before a worker sees it: a burst accepted in one
+		 * go must not get past the cap while the workers catch up */
+		if (atomic_fetch_add_explicit(&m->admitted, 1, memory_order_relaxed) >=
+		    m->cfg.max_connections) {
+			conn_release(&m->admitted);
 			log_warn("conn_refused", "reason=\"max-connections %u reached\"",
 			         m->cfg.max_connections);
 			metrics_add(&m->metrics.conn_rejected, 1);
@@ -702,7 +700,8 @@ int main(int argc, char **argv)
 	}
 	m.nworkers = m.cfg.threads < 1 ? 1 : m.cfg.threads > CONFIG_THREADS_MAX ? CONFIG_THREADS_MAX : m.cfg.threads;
 	for (i = 0; i < m.nworkers; i++) {
-		m.workers[i] = worker_new(i, g, spoa_script, spoa_script_len, err, sizeof(err));
+		m.workers[i] = worker_new(i, g, spoa_script, spoa_script_len, &m.admitted,
+		                          err, sizeof(err));
 		if (m.workers[i])
 			worker_set_reply(m.workers[i], m.loop, &m.reload_done);
 		if (!m.workers[i] || worker_start(m.workers[i], err, sizeof(err)) == -1) {

@@ -63,7 +63,6 @@ struct worker {
 	struct ev_async *main_async;
 	bool drain;
 	double drain_grace;
-	_Atomic unsigned nconns;
 
 	/* reload state, worker thread only */
 	struct cfg_gen *staged;         /* prepared, not committed yet */
@@ -446,9 +445,10 @@ static void worker_on_wake(struct ev_loop *loop, ev_async *a, int revents)
 	if (finish_cmd)
 		worker_finish(w, finish_seq, finish_cmd > 0);
 	for (i = 0; i < nfds; i++) {
-		if (w->env.draining)
+		if (w->env.draining) {
 			close(fds[i]);
-		else
+			conn_release(w->env.admitted);
+		} else
 			conn_accept(&w->env, fds[i]);
 	}
 	if (drain && !w->env.draining) {
@@ -457,7 +457,6 @@ static void worker_on_wake(struct ev_loop *loop, ev_async *a, int revents)
 		ev_timer_start(loop, &w->grace);
 		conn_env_drain(&w->env);
 	}
-	atomic_store(&w->nconns, w->env.nconns);
 }
 
 /* The heartbeat: the loop turned, so the worker still serves (read by
@@ -492,11 +491,11 @@ static void worker_on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 	conn_env_flush(&w->env);
 	if (w->nretired)
 		worker_reap_retired(w);
-	atomic_store_explicit(&w->nconns, w->env.nconns, memory_order_relaxed);
 }
 
 struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
-                          size_t script_len, char *err, size_t errlen)
+                          size_t script_len, _Atomic unsigned *admitted,
+                          char *err, size_t errlen)
 {
 	struct worker *w = calloc(1, sizeof(*w));
 	struct worker_cfg *wc = NULL;
@@ -530,6 +529,7 @@ struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
 	w->env.ops.check = worker_ops_check;
 	w->env.ops.ctx = w;
 	w->env.metrics = &w->metrics;
+	w->env.admitted = admitted;
 	w->env.hello_timeout = (double)g->cfg.hello_timeout_ms / 1000.0;
 	w->env.frame_timeout = (double)g->cfg.frame_timeout_ms / 1000.0;
 	w->env.on_idle = worker_on_idle;
@@ -605,6 +605,7 @@ void worker_give_fd(struct worker *w, int fd)
 	pthread_mutex_unlock(&w->lock);
 	if (full) {
 		conn_refuse(fd, SPOP_ST_RES, "agent overloaded");
+		conn_release(w->env.admitted);
 		return;
 	}
 	ev_async_send(w->loop, &w->wake);
@@ -683,8 +684,10 @@ void worker_free(struct worker *w)
 		worker_free_limiters(w);
 		conn_env_close_all(&w->env);
 	}
-	for (i = 0; i < w->nfdq; i++)
+	for (i = 0; i < w->nfdq; i++) {
 		close(w->fdq[i]);
+		conn_release(w->env.admitted);
+	}
 	if (w->prep_gen)
 		cfg_gen_put(w->prep_gen);
 	if (w->env.cfg && --w->env.cfg->refs == 0)
@@ -697,11 +700,6 @@ void worker_free(struct worker *w)
 const struct metrics *worker_metrics(const struct worker *w)
 {
 	return &w->metrics;
-}
-
-unsigned worker_nconns(const struct worker *w)
-{
-	return atomic_load_explicit(&w->nconns, memory_order_relaxed);
 }
 
 bool worker_ready(struct worker *w, char *why, size_t whylen)

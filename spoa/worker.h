@@ -34,12 +34,15 @@ void cfg_gen_get(struct cfg_gen *g);
 void cfg_gen_put(struct cfg_gen *g);
 
 /* Create worker <id> (not started) on generation <g> (it takes its own
- * reference). <script> is borrowed for the worker's lifetime. */
+ * reference). <script> is borrowed for the worker's lifetime, and so is
+ * <admitted>, the process-wide count of connections (see conn_env). */
 struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
-                          size_t script_len, char *err, size_t errlen);
+                          size_t script_len, _Atomic unsigned *admitted,
+                          char *err, size_t errlen);
 int worker_start(struct worker *w, char *err, size_t errlen);
 
-/* From another thread: give connected socket <fd> to the worker. */
+/* From another thread: give connected socket <fd>, already counted in the
+ * worker's <admitted>, to the worker. */
 void worker_give_fd(struct worker *w, int fd);
 /*
  * Reloads, in two phases, so that a reload is all or nothing:
@@ -66,8 +69,6 @@ void worker_free(struct worker *w);
 
 /* The worker's counters (read by the metrics scraper). */
 const struct metrics *worker_metrics(const struct worker *w);
-/* Open connections right now (approximate, for limits). */
-unsigned worker_nconns(const struct worker *w);
 /* Any thread: the worker can decide: every Redis link it needs is set up
  * with the script loaded, and none evicts keys unless allowed (/readyz).
  * If not, <why> gets the reason (as of the last heartbeat, 0.25 s). */

@@ -3,7 +3,8 @@
 sheds load with a clear SPOP status, never by growing without bound.
 
   max-connections   the connection over the cap gets AGENT-DISCONNECT 13
-                    at once; a slot freed is usable again
+                    at once; a slot freed is usable again; of 20 opened at
+                    once exactly the cap is served
   hello-timeout     a silent or half-HELLO connection gets status 2
   frame-timeout     half a frame, then silence: status 2; a quiet line
                     between frames is left alone
@@ -77,7 +78,6 @@ def ratelimit_ok(c):
 
 # -- max-connections 4 ---------------------------------------------------------
 held = [conn() for _ in range(4)]
-time.sleep(0.2)     # the listener counts what the workers report each loop
 extra = conn(hello=False)
 st, closed = disconnect_of(extra)
 h.eq("max-connections: the 5th connection gets DISCONNECT 13 and a close", (13, True), (st, closed))
@@ -98,6 +98,44 @@ h.check("max-connections: a freed slot is usable again", again is not None and r
 for c in held + [again]:
     if c:
         c.close()
+
+
+def burst(n):
+    """<n> connections opened at once (all in the listen backlog while the
+    agent is stopped, so it accepts them in one go): how many got
+    AGENT-HELLO, and the sorted DISCONNECT statuses of the others."""
+    os.kill(h.agent.pid, signal.SIGSTOP)
+    try:
+        socks = [conn(hello=False) for _ in range(n)]
+        for c in socks:
+            c.send_raw(spop.encode_haproxy_hello(engine_id="burst"))
+    finally:
+        os.kill(h.agent.pid, signal.SIGCONT)
+    served, refused = 0, []
+    for c in socks:
+        try:
+            f = c.read_frame(BOUND)
+            if f["type"] == spop.FRAME_AGENT_HELLO:
+                served += 1
+            else:
+                refused.append(f.get("status_code"))
+        except (EOFError, ConnectionResetError, TimeoutError) as e:
+            refused.append(type(e).__name__)
+    for c in socks:
+        c.close()
+    return served, sorted(refused, key=str)
+
+
+# the 5 connections above are closing: until the agent saw them go, fewer
+# than 4 may be served; never more
+end = time.monotonic() + BOUND
+while True:
+    served, refused = burst(20)
+    if served == 4 or served > 4 or time.monotonic() > end:
+        break
+    time.sleep(0.2)
+h.eq("max-connections: 20 opened at once, exactly 4 served, 16 refused with 13",
+     (4, [13] * 16), (served, refused))
 time.sleep(0.3)
 
 # -- hello-timeout 1s ------------------------------------------------------------
