@@ -546,6 +546,12 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 			return config_parse_fail(x, "max-inflight must be an integer 1..%u", CONFIG_INFLIGHT_MAX);
 		c->max_inflight = (unsigned)u;
 		return 0;
+	case CONFIG_DIR_MAX_NOTIFY_MESSAGES:
+		if (decimal_parse(v.p, v.len, CONFIG_NOTIFY_MSGS_MAX, &u) != 0 || u < 1)
+			return config_parse_fail(x, "max-notify-messages must be an integer 1..%u",
+			                         CONFIG_NOTIFY_MSGS_MAX);
+		c->max_notify_messages = (unsigned)u;
+		return 0;
 	case CONFIG_DIR_HELLO_TIMEOUT:
 	case CONFIG_DIR_FRAME_TIMEOUT:
 		/* a floor keeps a typo ("1ms") from cutting every peer off */
@@ -597,6 +603,7 @@ static const struct {
 	{ "metrics",             CONFIG_DIR_METRICS },
 	{ "max-connections",     CONFIG_DIR_MAX_CONNECTIONS },
 	{ "max-inflight",        CONFIG_DIR_MAX_INFLIGHT },
+	{ "max-notify-messages", CONFIG_DIR_MAX_NOTIFY_MESSAGES },
 	{ "hello-timeout",       CONFIG_DIR_HELLO_TIMEOUT },
 	{ "frame-timeout",       CONFIG_DIR_FRAME_TIMEOUT },
 	{ "allow-remote-listen", CONFIG_DIR_ALLOW_REMOTE_LISTEN },
@@ -813,6 +820,7 @@ void config_init(struct config *c)
 	c->log_level = CONFIG_LOG_INFO;
 	c->max_connections = 10000;
 	c->max_inflight = 256;
+	c->max_notify_messages = 16;
 	c->hello_timeout_ms = 10000;
 	c->frame_timeout_ms = 10000;
 	c->deny_cache = true;

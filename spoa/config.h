@@ -14,7 +14,8 @@
  *   log-level     error|warn|info|debug
  *   metrics       127.0.0.1:9102
  *   max-connections 10000
- *   max-inflight  256             (NOTIFYs in flight per connection)
+ *   max-inflight  256             (decisions in flight per connection)
+ *   max-notify-messages 16        ("ratelimit" messages in one NOTIFY)
  *   hello-timeout 10s             (a new connection must send HAPROXY-HELLO)
  *   frame-timeout 10s             (a started frame must arrive whole)
  *   allow-remote-listen           (permit a non-loopback listen address)
@@ -78,7 +79,8 @@ struct config {
 	enum config_log_level log_level;
 	char metrics[CONFIG_ADDR_MAX];         /* "" = off */
 	unsigned max_connections;
-	unsigned max_inflight;
+	unsigned max_inflight;                 /* decisions ("ratelimit" messages) */
+	unsigned max_notify_messages;          /* per NOTIFY */
 	uint64_t hello_timeout_ms;             /* HAPROXY-HELLO deadline */
 	uint64_t frame_timeout_ms;             /* a partial frame's deadline */
 	bool allow_remote_listen;

@@ -248,8 +248,9 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 		return validate_fail(c, err, errlen, "redis-timeout must be 1ms..60s");
 	if (c->threads < 1 || c->threads > CONFIG_THREADS_MAX)
 		return validate_fail(c, err, errlen, "threads must be 1..%u", CONFIG_THREADS_MAX);
-	if (c->max_connections < 1 || c->max_inflight < 1)
-		return validate_fail(c, err, errlen, "max-connections and max-inflight must be >= 1");
+	if (c->max_connections < 1 || c->max_inflight < 1 || c->max_notify_messages < 1)
+		return validate_fail(c, err, errlen,
+		                     "max-connections, max-inflight and max-notify-messages must be >= 1");
 	if (c->hello_timeout_ms < CONFIG_PEER_TIMEOUT_MIN_MS ||
 	    c->hello_timeout_ms > CONFIG_PEER_TIMEOUT_MAX_MS ||
 	    c->frame_timeout_ms < CONFIG_PEER_TIMEOUT_MIN_MS ||

@@ -87,6 +87,10 @@ void conn_env_drain(struct conn_env *env);
 /* Write what every connection has queued (called once per loop iteration). */
 void conn_env_flush(struct conn_env *env);
 
+/* Free the recycled requests above a low-water mark (after a burst).
+ * Returns how many were freed. */
+unsigned conn_env_trim(struct conn_env *env);
+
 /* Close every connection at once and free the request pool. */
 void conn_env_close_all(struct conn_env *env);
 

@@ -23,6 +23,7 @@
 /* an ACK with every variable fits */
 #define CONN_ACK_ROOM     (512u + HEADERS_POLICY_MAX + HEADERS_RATELIMIT_MAX)
 #define CONN_REQ_POOL_MAX 4096u            /* recycled requests kept per worker */
+#define CONN_REQ_POOL_LOW 64u              /* ... and kept after a burst */
 #define CONN_OUT_HIGH     (256u * 1024u)   /* unsent bytes that pause reading */
 #define CONN_OUT_LOW      (64u * 1024u)    /* ... and that resume it */
 #define CONN_LOG_PEER_STR 128u             /* bytes of a peer's string logged */
@@ -43,6 +44,7 @@ struct conn {
 	unsigned flags;
 	uint32_t max_frame;             /* negotiated (HAProxy's), bytes */
 	unsigned inflight;              /* NOTIFYs waiting for decisions */
+	unsigned decisions;             /* their "ratelimit" messages (max-inflight) */
 	uint64_t id;                    /* for logs */
 
 	ev_io rd;
@@ -68,6 +70,7 @@ struct conn_req {
 	uint64_t stream_id;
 	uint64_t frame_id;
 	unsigned pending;               /* decisions outstanding (+1 while issuing) */
+	unsigned nmsgs;                 /* counted in conn->decisions */
 	const struct window_policy *policy; /* first message's, for metrics */
 	uint64_t read_us;               /* monotonic, when the NOTIFY was read */
 	const struct window_limit *lim; /* its limits for the key (borrowed from cfg) */

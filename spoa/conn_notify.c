@@ -50,6 +50,20 @@ static void conn_req_put(struct conn_env *env, struct conn_req *r)
 	env->nfree_reqs++;
 }
 
+unsigned conn_env_trim(struct conn_env *env)
+{
+	struct conn_req *r;
+	unsigned n = 0;
+
+	while (env->nfree_reqs > CONN_REQ_POOL_LOW && (r = env->free_reqs)) {
+		env->free_reqs = r->next;
+		env->nfree_reqs--;
+		free(r);
+		n++;
+	}
+	return n;
+}
+
 static void conn_req_unlink(struct conn *c, struct conn_req *r)
 {
 	if (r->prev)
@@ -194,6 +208,7 @@ static void conn_req_finish(struct conn_env *env, struct conn_req *r)
 	if (c) {
 		conn_req_unlink(c, r);
 		c->inflight--;
+		c->decisions -= r->nmsgs;
 		if (c->state == CONN_ST_READY)
 			conn_send_ack(c, r);
 		if (env->draining && c->inflight == 0 && c->state == CONN_ST_READY)
@@ -276,14 +291,36 @@ static void conn_decide_message(struct conn *c, struct conn_req *r,
 	}
 }
 
-/* NOTIFY: one request, a decision per "ratelimit" message, one ACK. */
+/* "ratelimit" messages in NOTIFY <f>. */
+static unsigned conn_count_messages(const struct spop_frame *f)
+{
+	struct spop_iter it;
+	struct spop_message m;
+	unsigned n = 0;
+
+	spop_iter_messages(&f->u.notify, &it);
+	while (spop_next_message(&it, &m))
+		if (spop_str_eq(m.name, "ratelimit"))
+			n++;
+	return n;
+}
+
+/*
+ * NOTIFY: one request, a decision per "ratelimit" message, one ACK. What a
+ * NOTIFY may cost is checked before anything is asked: more messages than
+ * max-notify-messages is an error (too-many-messages), and a connection
+ * with decisions in flight takes no more than max-inflight in all (the
+ * excess is shed: overload); an idle one always takes one NOTIFY.
+ */
 void conn_handle_notify(struct conn *c, const struct spop_frame *f)
 {
 	struct conn_env *env = c->env;
+	const struct config *cfg = env->cfg->cfg;
+	enum window_reason refuse = WINDOW_REASON_NONE;
 	struct conn_req *r;
 	struct spop_iter it;
 	struct spop_message m;
-	unsigned max_inflight = env->cfg->cfg->max_inflight;
+	unsigned n;
 
 	if (c->state != CONN_ST_READY) {
 		conn_protocol_error(c, SPOP_ST_INVALID, "NOTIFY before HELLO");
@@ -311,14 +348,25 @@ void conn_handle_notify(struct conn *c, const struct spop_frame *f)
 	if (env->metrics)
 		metrics_add(&env->metrics->notify_inflight, 1);
 
-	if (max_inflight && c->inflight > max_inflight) {
-		/* shed: answer this one as an error at once instead of queueing */
+	n = conn_count_messages(f);
+	if (n > cfg->max_notify_messages)
+		refuse = WINDOW_REASON_TOO_MANY_MESSAGES;
+	else if (c->decisions && c->decisions + n > cfg->max_inflight)
+		refuse = WINDOW_REASON_OVERLOAD;
+	if (refuse != WINDOW_REASON_NONE) {
+		/* answered at once, as an error whatever the policy: nothing
+		 * was asked, so nothing may pass */
 		struct window_decision d;
 
-		window_decide_error(NULL, WINDOW_REASON_OVERLOAD, &d);
+		if (refuse == WINDOW_REASON_TOO_MANY_MESSAGES)
+			log_debug("notify_refused", "conn=%llu messages=%u max=%u",
+			          (unsigned long long)c->id, n, cfg->max_notify_messages);
+		window_decide_error(NULL, refuse, &d);
 		d.status = WINDOW_ERROR;
 		window_decision_merge(&r->acc, &d);
 	} else {
+		r->nmsgs = n;
+		c->decisions += n;
 		spop_iter_messages(&f->u.notify, &it);
 		while (spop_next_message(&it, &m)) {
 			if (spop_str_eq(m.name, "ratelimit"))

@@ -123,13 +123,16 @@ static struct limiter_call *limiter_call_get(struct limiter *l)
 		ch->next = l->chunks;
 		l->chunks = ch;
 		for (i = LIMITER_POOL_CHUNK; i-- > 0;) {
+			ch->calls[i].chunk = ch;
 			ch->calls[i].next = l->free_calls;
 			l->free_calls = &ch->calls[i];
 		}
+		ch->nfree = LIMITER_POOL_CHUNK;
 		l->ncalls += LIMITER_POOL_CHUNK;
 	}
 	c = l->free_calls;
 	l->free_calls = c->next;
+	c->chunk->nfree--;
 	c->next = NULL;
 	c->l = l;
 	return c;
@@ -145,6 +148,52 @@ static void limiter_call_put(struct limiter_call *c)
 	c->arg = NULL;
 	c->next = l->free_calls;
 	l->free_calls = c;
+	c->chunk->nfree++;
+}
+
+/*
+ * Give memory back after a burst: every chunk of <l>'s pool whose calls are
+ * all free is freed, except the newest LIMITER_POOL_KEEP (the calls in use
+ * now stay where they are), and an empty answer queue is dropped. Contract
+ * in limiter.h.
+ */
+unsigned limiter_trim(struct limiter *l)
+{
+	struct limiter_chunk *ch, **pp;
+	struct limiter_call **cp;
+	unsigned kept = 0, ntrim = 0;
+
+	for (ch = l->chunks; ch; ch = ch->next) {
+		ch->trim = kept >= LIMITER_POOL_KEEP && ch->nfree == LIMITER_POOL_CHUNK;
+		if (ch->trim)
+			ntrim++;
+		else
+			kept++;
+	}
+	if (ntrim) {
+		for (cp = &l->free_calls; *cp;) {
+			if ((*cp)->chunk->trim)
+				*cp = (*cp)->next;
+			else
+				cp = &(*cp)->next;
+		}
+		for (pp = &l->chunks; (ch = *pp);) {
+			if (ch->trim) {
+				*pp = ch->next;
+				free(ch);
+			} else {
+				pp = &ch->next;
+			}
+		}
+		l->ncalls -= ntrim * LIMITER_POOL_CHUNK;
+	}
+	if (l->nanswers == 0 && l->answers_cap > LIMITER_ANSWERS_KEEP) {
+		free(l->answers);
+		l->answers = NULL;
+		l->answers_cap = 0;
+		ntrim++;
+	}
+	return ntrim;
 }
 
 /* Answer <c> with <d>, once: later answers of the same call are no-ops. */

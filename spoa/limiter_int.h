@@ -38,6 +38,8 @@
 #define LIMITER_MAX_HELD        65536u  /* calls hiredis may hold at once */
 #define LIMITER_BATCH_MAX       CONFIG_REDIS_BATCH_MAX
 #define LIMITER_POOL_CHUNK      256u    /* calls allocated together */
+#define LIMITER_POOL_KEEP       1u      /* idle chunks kept after a burst */
+#define LIMITER_ANSWERS_KEEP    64u     /* queued-answer slots kept */
 #define LIMITER_MEMBER_MAX      40      /* "<16 hex>-<4 hex>-<16 hex>" + NUL */
 #define LIMITER_BACKOFF_MIN_MS  100
 #define LIMITER_BACKOFF_MAX_MS  2000
@@ -101,6 +103,7 @@ struct limiter_call {
 	bool cacheable;                 /* a deny may go to the deny cache */
 	unsigned redirects;             /* MOVED/ASK/TRYAGAIN hops so far */
 	struct limiter_link *link;      /* where hiredis holds it */
+	struct limiter_chunk *chunk;    /* the pool chunk it lives in */
 	unsigned policy_index;          /* UINT_MAX = unknown */
 	uint64_t cost;
 	/* Copies: <p> and <key> are only borrowed during limiter_check(). The
@@ -127,6 +130,8 @@ struct limiter_batch {
 
 struct limiter_chunk {
 	struct limiter_chunk *next;
+	unsigned nfree;                 /* of its calls, on the freelist */
+	bool trim;                      /* being freed by limiter_trim() */
 	struct limiter_call calls[LIMITER_POOL_CHUNK];
 };
 

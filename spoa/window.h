@@ -67,6 +67,7 @@ enum window_reason {
 	WINDOW_REASON_OVERLOAD,        /* agent-side limit hit */
 	WINDOW_REASON_REDIS_EVICTS,    /* maxmemory-policy is not noeviction */
 	WINDOW_REASON_REDIS_OOM,       /* Redis over maxmemory: cannot record */
+	WINDOW_REASON_TOO_MANY_MESSAGES, /* a NOTIFY over max-notify-messages */
 	WINDOW_REASON_COUNT
 };
 

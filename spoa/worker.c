@@ -2,6 +2,9 @@
  * worker - a thread with its own loop, limiter and connections.
  */
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +26,7 @@
 #define WORKER_PREPARE_MAX_S 30.0
 #define WORKER_PREPARE_POLL_S 0.02
 #define WORKER_BEAT_S 0.25              /* heartbeat period (/healthz, /readyz) */
+#define WORKER_TRIM_SECS 2.0          /* how often pools give back what a burst left */
 
 /* The per-worker view of a generation: requests in flight hold it. */
 struct worker_cfg {
@@ -48,6 +52,7 @@ struct worker {
 	_Atomic int64_t beat_us;        /* monotonic, last turn of <beat> */
 	_Atomic bool ready;             /* the serving limiter can decide (/readyz) */
 	char not_ready_why[160];        /* why not, under <lock> */
+	ev_timer trim;                  /* WORKER_TRIM_SECS, repeating */
 
 	pthread_mutex_t lock;           /* guards the mailbox below */
 	int fdq[WORKER_FDQ_MAX];
@@ -482,6 +487,22 @@ static void worker_on_beat(struct ev_loop *loop, ev_timer *t, int revents)
 	atomic_store_explicit(&w->ready, ready, memory_order_release);
 }
 
+/* Pools grow to the largest burst; give the excess back once it passed. */
+static void worker_on_trim(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = t->data;
+
+	(void)loop;
+	(void)revents;
+	if (conn_env_trim(&w->env) + limiter_trim(w->limiter) == 0)
+		return;
+#ifdef __GLIBC__
+	/* free() keeps what it can in the thread's arena: hand the pages just
+	 * freed back to the kernel, so RSS returns after a burst */
+	malloc_trim(0);
+#endif
+}
+
 static void worker_on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
 	struct worker *w = p->data;
@@ -547,6 +568,9 @@ struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
 	ev_timer_start(w->loop, &w->beat);
 	/* a worker that has not turned yet counts as alive from its creation */
 	atomic_init(&w->beat_us, metrics_now_us());
+	ev_timer_init(&w->trim, worker_on_trim, WORKER_TRIM_SECS, WORKER_TRIM_SECS);
+	w->trim.data = w;
+	ev_timer_start(w->loop, &w->trim);
 	return w;
 fail:
 	if (wc)

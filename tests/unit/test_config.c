@@ -44,6 +44,7 @@ static void test_defaults(void **state)
 	assert_string_equal(c.metrics, "");
 	assert_int_equal(c.max_connections, 10000);
 	assert_int_equal(c.max_inflight, 256);
+	assert_int_equal(c.max_notify_messages, 16);
 	assert_int_equal(c.hello_timeout_ms, 10000);
 	assert_int_equal(c.frame_timeout_ms, 10000);
 	assert_false(c.allow_remote_listen);
@@ -104,6 +105,7 @@ static void test_full(void **state)
 		"metrics 127.0.0.1:9102\n"
 		"max-connections 500\n"
 		"max-inflight 64\n"
+		"max-notify-messages 4\n"
 		"hello-timeout 2s\n"
 		"frame-timeout 500ms\n"
 		"policy transfer 3/1s\n"
@@ -133,6 +135,7 @@ static void test_full(void **state)
 	assert_string_equal(c.metrics, "127.0.0.1:9102");
 	assert_int_equal(c.max_connections, 500);
 	assert_int_equal(c.max_inflight, 64);
+	assert_int_equal(c.max_notify_messages, 4);
 	assert_int_equal(c.hello_timeout_ms, 2000);
 	assert_int_equal(c.frame_timeout_ms, 500);
 	assert_true(c.allow_remote_listen);
@@ -324,6 +327,8 @@ static void test_parse_errors(void **state)
 		{ "threads two\n", "t.conf:1: threads must be an integer 1..64" },
 		{ "max-connections 0\n", "t.conf:1: max-connections must be an integer 1..1000000" },
 		{ "max-inflight 65537\n", "t.conf:1: max-inflight must be an integer 1..65536" },
+		{ "max-notify-messages 0\n", "t.conf:1: max-notify-messages must be an integer 1..1024" },
+		{ "max-notify-messages 1025\n", "t.conf:1: max-notify-messages must be an integer 1..1024" },
 		{ "hello-timeout 5ms\n",
 		  "t.conf:1: hello-timeout must be a duration 10ms..1h, e.g. 10s; got '5ms'" },
 		{ "frame-timeout 2h\n",

@@ -26,7 +26,7 @@
 
 /* ------------------------------------------------------------ fake limiter */
 
-#define FAKE_MAX 64
+#define FAKE_MAX 256
 
 struct fake_call {
 	const struct window_policy *p;
@@ -768,6 +768,164 @@ static void test_max_inflight_sheds(void **state)
 	fake_answer(1, WINDOW_ALLOW, 1);
 }
 
+/* A NOTIFY of <n> "ratelimit" messages (keys K0, K1, ...) and <nother>
+ * messages of another name. */
+static void build_notify_n(struct wbuf *w, uint64_t sid, unsigned n, unsigned nother)
+{
+	char key[16];
+	unsigned i;
+
+	w_begin(w, SPOP_FRAME_NOTIFY, sid, 1);
+	for (i = 0; i < n + nother; i++) {
+		const char *name = i < n ? "ratelimit" : "other";
+
+		w_str(w, name, strlen(name));
+		w_byte(w, 2);
+		w_str(w, "policy", 6);
+		w_byte(w, SPOP_T_STR);
+		w_str(w, "transfer", 8);
+		w_str(w, "key", 3);
+		w_byte(w, SPOP_T_STR);
+		snprintf(key, sizeof(key), "K%u", i);
+		w_str(w, key, strlen(key));
+	}
+	w_end(w);
+}
+
+/* Over max-notify-messages: error too-many-messages, and nothing asked;
+ * at the cap (other messages not counted) every message is decided. */
+static void test_notify_message_cap(void **state)
+{
+	struct fixture *f = *state;
+	struct wbuf w;
+	struct ack a;
+
+	assert_int_equal(f->cfg.max_notify_messages, 16);
+	handshake(f);
+	build_notify_n(&w, 1, 17, 0);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_int_equal(a.sid, 1);
+	assert_string_equal(a.status, "error");
+	assert_string_equal(a.reason, "too-many-messages");
+	assert_int_equal(fake.ncalls, 0);
+	assert_int_equal(f->metrics.errors_by_reason[WINDOW_REASON_TOO_MANY_MESSAGES], 1);
+
+	build_notify_n(&w, 3, 16, 5);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_int_equal(a.sid, 3);
+	assert_string_equal(a.status, "allow");
+	assert_int_equal(fake.ncalls, 16);
+
+	/* a lower cap from a reload applies to the next NOTIFY */
+	f->cfg.max_notify_messages = 2;
+	build_notify_n(&w, 5, 3, 0);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_string_equal(a.reason, "too-many-messages");
+	assert_int_equal(fake.ncalls, 16);
+}
+
+/* max-inflight counts decisions (messages), not NOTIFYs: 16 + 4 fill 20,
+ * one more message is shed without a call, and answered decisions free
+ * their room. An idle connection always takes one NOTIFY under the cap. */
+static void test_max_inflight_counts_decisions(void **state)
+{
+	struct fixture *f = *state;
+	struct wbuf w;
+	struct ack a;
+	unsigned i;
+
+	fake.sync = false;
+	f->cfg.max_inflight = 20;
+	handshake(f);
+	build_notify_n(&w, 1, 16, 0);
+	peer_send(f, w.b, w.n);
+	build_notify_n(&w, 3, 5, 0);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_int_equal(a.sid, 3);
+	assert_string_equal(a.reason, "overload");
+	assert_int_equal(fake.ncalls, 16);
+	build_notify_n(&w, 5, 4, 0);
+	peer_send(f, w.b, w.n);
+	assert_int_equal(fake.ncalls, 20);
+	build_notify_n(&w, 7, 1, 0);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_int_equal(a.sid, 7);
+	assert_string_equal(a.reason, "overload");
+	assert_int_equal(fake.ncalls, 20);
+
+	/* the 4 of sid 5 answered: room for 4 again, not 5 */
+	for (i = 16; i < 20; i++)
+		fake_answer(i, WINDOW_ALLOW, 1);
+	expect_frame(f, &a);
+	assert_int_equal(a.sid, 5);
+	assert_string_equal(a.status, "allow");
+	build_notify_n(&w, 9, 5, 0);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_string_equal(a.reason, "overload");
+	build_notify_n(&w, 11, 4, 0);
+	peer_send(f, w.b, w.n);
+	assert_int_equal(fake.ncalls, 24);
+	for (i = 0; i < 16; i++)
+		fake_answer(i, WINDOW_ALLOW, 1);
+	expect_frame(f, &a);
+	assert_int_equal(a.sid, 1);
+	for (i = 20; i < 24; i++)
+		fake_answer(i, WINDOW_ALLOW, 1);
+	expect_frame(f, &a);
+	assert_int_equal(a.sid, 11);
+
+	/* idle, with max-inflight below the NOTIFY's size: still decided */
+	f->cfg.max_inflight = 4;
+	build_notify_n(&w, 13, 10, 0);
+	peer_send(f, w.b, w.n);
+	assert_int_equal(fake.ncalls, 34);
+	build_notify_n(&w, 15, 1, 0);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_int_equal(a.sid, 15);
+	assert_string_equal(a.reason, "overload");
+	for (i = 24; i < 34; i++)
+		fake_answer(i, WINDOW_ALLOW, 1);
+	expect_frame(f, &a);
+	assert_int_equal(a.sid, 13);
+}
+
+/* After a burst the request pool gives back all but a low-water mark. */
+static void test_request_pool_trim(void **state)
+{
+	struct fixture *f = *state;
+	struct wbuf w;
+	unsigned i;
+
+	fake.sync = false;
+	f->cfg.max_inflight = 1000;
+	handshake(f);
+	/* 100 in flight at once, then all answered: 100 pooled */
+	for (i = 0; i < 100; i++) {
+		build_notify_n(&w, 2 * i + 1, 1, 0);
+		peer_send(f, w.b, w.n);
+	}
+	assert_int_equal(fake.ncalls, 100);
+	for (i = 0; i < 100; i++)
+		fake_answer(i, WINDOW_ALLOW, 1);
+	assert_int_equal(f->env.nfree_reqs, 100);
+	assert_int_equal(conn_env_trim(&f->env), 36);
+	assert_int_equal(f->env.nfree_reqs, 64);
+	assert_int_equal(conn_env_trim(&f->env), 0);
+	/* the pool still serves */
+	build_notify_n(&w, 999, 1, 0);
+	peer_send(f, w.b, w.n);
+	assert_int_equal(fake.ncalls, 101);
+	assert_int_equal(f->env.nfree_reqs, 63);
+	fake_answer(100, WINDOW_ALLOW, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -788,6 +946,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_request_outlives_conn, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_drain_waits_for_inflight, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_max_inflight_sheds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_notify_message_cap, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_max_inflight_counts_decisions, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_request_pool_trim, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

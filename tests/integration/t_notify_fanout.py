@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""One NOTIFY cannot fan out to thousands of Redis calls: the `ratelimit`
+messages of a NOTIFY are capped (max-notify-messages, default 16) and a
+NOTIFY over the cap is answered status=error reason=too-many-messages
+without a Redis call (counted in Redis' INFO commandstats), while another
+connection's decisions go on; max-inflight counts decisions, not frames;
+and after a burst the agent gives its pools back (RSS measured)."""
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import Harness  # noqa: E402
+import spop  # noqa: E402
+
+BOUND = 30.0        # generous: shared 2-core machines
+MIB = 1 << 20
+h = Harness()
+h.start_redis()
+
+
+def conn(max_frame=MIB):
+    c = spop.Conn().connect("127.0.0.1", h.agent_port)
+    c.hello(max_frame_size=max_frame)
+    return c
+
+
+def msgs(n, prefix="K"):
+    return [("ratelimit", [("policy", "p"), ("key", "%s%d" % (prefix, i))]) for i in range(n)]
+
+
+def evalsha_calls():
+    """Script calls Redis has run (EVALSHA, and EVAL after a NOSCRIPT)."""
+    n = 0
+    for line in h.rcli("INFO", "commandstats").splitlines():
+        if line.startswith(("cmdstat_evalsha:", "cmdstat_eval:")):
+            n += int(line.split("calls=")[1].split(",")[0])
+    return n
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
+
+
+def act(ack):
+    return ack["actions"]
+
+
+h.start_agent("""
+threads 1
+redis-timeout 5s
+max-inflight 64
+policy p 1000000/1s
+""")
+
+# -- the cap: 16 messages are decided, 17 are refused without a Redis call ---
+a = conn()
+before = evalsha_calls()
+d = act(a.notify(msgs(16)))
+h.eq("16 messages in one NOTIFY: decided", "allow", d.get("status"))
+h.eq("... with 16 script calls", 16, evalsha_calls() - before)
+before = evalsha_calls()
+d = act(a.notify(msgs(17)))
+h.eq("17 messages: status=error reason=too-many-messages",
+     ("error", "too-many-messages"), (d.get("status"), d.get("reason")))
+h.eq("... and no Redis call", 0, evalsha_calls() - before)
+
+# -- one 1 MiB NOTIFY of 30,000 messages while another connection decides ------
+big = spop.encode_notify(1, 1, msgs(30000, "k"))
+h.check("the NOTIFY fits a 1 MiB frame (%d bytes)" % len(big), len(big) <= MIB, len(big))
+other = []
+stop = threading.Event()
+
+
+def steady():
+    b = conn()
+    i = 0
+    while not stop.is_set():
+        i += 1
+        other.append(act(b.notify(msgs(1, "B%d-" % i)))["status"])
+    b.close()
+
+
+t = threading.Thread(target=steady)
+before = evalsha_calls()
+t.start()
+a.send_raw(big)
+d = act(a.wait_ack(1, 1, BOUND))
+time.sleep(0.5)
+stop.set()
+t.join(BOUND)
+calls = evalsha_calls() - before
+h.eq("30,000 messages: status=error reason=too-many-messages",
+     ("error", "too-many-messages"), (d.get("status"), d.get("reason")))
+h.check("... Redis ran only the other connection's calls (%d calls, %d decisions)"
+        % (calls, len(other)), calls <= len(other) + 5, calls)
+h.check("the other connection kept deciding (%d decisions)" % len(other),
+        len(other) > 0 and set(other) == {"allow"}, sorted(set(other)))
+a.close()
+
+# -- max-inflight counts decisions: 4 NOTIFYs of 16 fill 64, the 5th is shed ----
+os.kill(h.redis.pid, 19)      # SIGSTOP: every call stays in flight
+try:
+    a = conn()
+    for sid in range(1, 12, 2):
+        a.send_notify(sid, 1, msgs(16, "I%d-" % sid))
+    shed = act(a.wait_ack(9, 1, BOUND))
+    h.eq("max-inflight 64: the 5th NOTIFY of 16 messages is shed at once",
+         ("error", "overload"), (shed.get("status"), shed.get("reason")))
+finally:
+    os.kill(h.redis.pid, 18)  # SIGCONT
+got = [act(a.wait_ack(sid, 1, BOUND)).get("status") for sid in (1, 3, 5, 7)]
+h.eq("... the 4 in flight are decided", ["allow"] * 4, got)
+a.close()
+h.stop(h.agent)
+
+# -- after a burst the pools are given back --------------------------------------
+h.start_agent("""
+threads 1
+redis-timeout 5s
+max-inflight 65536
+max-notify-messages 1000
+policy p 1000000/1s
+""")
+a = conn()
+for _ in range(3):
+    act(a.notify(msgs(10, "W")))
+base = rss_kib(h.agent.pid)
+peak = base
+for r in range(3):
+    for sid in range(1, 20, 2):
+        a.send_notify(sid, 1, msgs(1000, "R%d-%d-" % (r, sid)))
+    peak = max(peak, rss_kib(h.agent.pid))
+    for sid in range(1, 20, 2):
+        act(a.wait_ack(sid, 1, BOUND))
+    peak = max(peak, rss_kib(h.agent.pid))
+end = time.monotonic() + BOUND
+after = rss_kib(h.agent.pid)
+while after > base + (peak - base) // 4 and time.monotonic() < end:
+    time.sleep(0.5)
+    after = rss_kib(h.agent.pid)
+print("# RSS: %d KiB before, %d KiB at the peak (30,000 calls, 10,000 in flight), "
+      "%d KiB after" % (base, peak, after))
+h.check("RSS comes back after the burst (most of the growth given back)",
+        after <= base + (peak - base) // 4, (base, peak, after))
+h.done()
