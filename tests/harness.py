@@ -177,6 +177,15 @@ def agent_tls():
     return "tls: yes" in out.stdout
 
 
+def rss_kib(pid):
+    """Resident memory of process <pid> in KiB (-1 if unknown)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
+
+
 class Harness:
     def __init__(self):
         self.tmp = tempfile.mkdtemp(prefix="rlspoa.")

@@ -26,7 +26,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness  # noqa: E402
+from harness import Harness, rss_kib  # noqa: E402
 import spop  # noqa: E402
 
 BOUND = 10.0        # generous: shared 2-core machines
@@ -62,14 +62,6 @@ def disconnect_of(c, timeout=BOUND):
     if f["type"] != spop.FRAME_AGENT_DISCONNECT:
         return ("not a DISCONNECT: %s" % f["type_name"]), False
     return f.get("status_code"), c.closed_by_peer(BOUND)
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return -1
 
 
 def ratelimit_ok(c):

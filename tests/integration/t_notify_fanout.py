@@ -11,7 +11,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness  # noqa: E402
+from harness import Harness, rss_kib  # noqa: E402
 import spop  # noqa: E402
 
 BOUND = 30.0        # generous: shared 2-core machines
@@ -37,14 +37,6 @@ def evalsha_calls():
         if line.startswith(("cmdstat_evalsha:", "cmdstat_eval:")):
             n += int(line.split("calls=")[1].split(",")[0])
     return n
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return -1
 
 
 def act(ack):

@@ -792,38 +792,56 @@ static void build_notify_n(struct wbuf *w, uint64_t sid, unsigned n, unsigned no
 	w_end(w);
 }
 
+/* Send a NOTIFY of <n> "ratelimit" messages as stream <sid>. */
+static void send_n(struct fixture *f, uint64_t sid, unsigned n)
+{
+	struct wbuf w;
+
+	build_notify_n(&w, sid, n, 0);
+	peer_send(f, w.b, w.n);
+}
+
+/* The next frame is the ACK of <sid> with status <status>, reason <reason>. */
+static void expect_ack(struct fixture *f, uint64_t sid, const char *status, const char *reason)
+{
+	struct ack a;
+
+	expect_frame(f, &a);
+	assert_int_equal(a.sid, sid);
+	assert_string_equal(a.status, status);
+	assert_string_equal(a.reason, reason);
+}
+
+/* Answer the fake calls <from>..<to>-1 with allow. */
+static void answer_range(unsigned from, unsigned to)
+{
+	for (; from < to; from++)
+		fake_answer(from, WINDOW_ALLOW, 1);
+}
+
 /* Over max-notify-messages: error too-many-messages, and nothing asked;
  * at the cap (other messages not counted) every message is decided. */
 static void test_notify_message_cap(void **state)
 {
 	struct fixture *f = *state;
 	struct wbuf w;
-	struct ack a;
 
 	assert_int_equal(f->cfg.max_notify_messages, 16);
 	handshake(f);
-	build_notify_n(&w, 1, 17, 0);
-	peer_send(f, w.b, w.n);
-	expect_frame(f, &a);
-	assert_int_equal(a.sid, 1);
-	assert_string_equal(a.status, "error");
-	assert_string_equal(a.reason, "too-many-messages");
+	send_n(f, 1, 17);
+	expect_ack(f, 1, "error", "too-many-messages");
 	assert_int_equal(fake.ncalls, 0);
 	assert_int_equal(f->metrics.errors_by_reason[WINDOW_REASON_TOO_MANY_MESSAGES], 1);
 
 	build_notify_n(&w, 3, 16, 5);
 	peer_send(f, w.b, w.n);
-	expect_frame(f, &a);
-	assert_int_equal(a.sid, 3);
-	assert_string_equal(a.status, "allow");
+	expect_ack(f, 3, "allow", "");
 	assert_int_equal(fake.ncalls, 16);
 
 	/* a lower cap from a reload applies to the next NOTIFY */
 	f->cfg.max_notify_messages = 2;
-	build_notify_n(&w, 5, 3, 0);
-	peer_send(f, w.b, w.n);
-	expect_frame(f, &a);
-	assert_string_equal(a.reason, "too-many-messages");
+	send_n(f, 5, 3);
+	expect_ack(f, 5, "error", "too-many-messages");
 	assert_int_equal(fake.ncalls, 16);
 }
 
@@ -833,94 +851,62 @@ static void test_notify_message_cap(void **state)
 static void test_max_inflight_counts_decisions(void **state)
 {
 	struct fixture *f = *state;
-	struct wbuf w;
-	struct ack a;
-	unsigned i;
 
 	fake.sync = false;
 	f->cfg.max_inflight = 20;
 	handshake(f);
-	build_notify_n(&w, 1, 16, 0);
-	peer_send(f, w.b, w.n);
-	build_notify_n(&w, 3, 5, 0);
-	peer_send(f, w.b, w.n);
-	expect_frame(f, &a);
-	assert_int_equal(a.sid, 3);
-	assert_string_equal(a.reason, "overload");
+	send_n(f, 1, 16);
+	send_n(f, 3, 5);
+	expect_ack(f, 3, "error", "overload");
 	assert_int_equal(fake.ncalls, 16);
-	build_notify_n(&w, 5, 4, 0);
-	peer_send(f, w.b, w.n);
+	send_n(f, 5, 4);
 	assert_int_equal(fake.ncalls, 20);
-	build_notify_n(&w, 7, 1, 0);
-	peer_send(f, w.b, w.n);
-	expect_frame(f, &a);
-	assert_int_equal(a.sid, 7);
-	assert_string_equal(a.reason, "overload");
+	send_n(f, 7, 1);
+	expect_ack(f, 7, "error", "overload");
 	assert_int_equal(fake.ncalls, 20);
 
 	/* the 4 of sid 5 answered: room for 4 again, not 5 */
-	for (i = 16; i < 20; i++)
-		fake_answer(i, WINDOW_ALLOW, 1);
-	expect_frame(f, &a);
-	assert_int_equal(a.sid, 5);
-	assert_string_equal(a.status, "allow");
-	build_notify_n(&w, 9, 5, 0);
-	peer_send(f, w.b, w.n);
-	expect_frame(f, &a);
-	assert_string_equal(a.reason, "overload");
-	build_notify_n(&w, 11, 4, 0);
-	peer_send(f, w.b, w.n);
+	answer_range(16, 20);
+	expect_ack(f, 5, "allow", "");
+	send_n(f, 9, 5);
+	expect_ack(f, 9, "error", "overload");
+	send_n(f, 11, 4);
 	assert_int_equal(fake.ncalls, 24);
-	for (i = 0; i < 16; i++)
-		fake_answer(i, WINDOW_ALLOW, 1);
-	expect_frame(f, &a);
-	assert_int_equal(a.sid, 1);
-	for (i = 20; i < 24; i++)
-		fake_answer(i, WINDOW_ALLOW, 1);
-	expect_frame(f, &a);
-	assert_int_equal(a.sid, 11);
+	answer_range(0, 16);
+	expect_ack(f, 1, "allow", "");
+	answer_range(20, 24);
+	expect_ack(f, 11, "allow", "");
 
 	/* idle, with max-inflight below the NOTIFY's size: still decided */
 	f->cfg.max_inflight = 4;
-	build_notify_n(&w, 13, 10, 0);
-	peer_send(f, w.b, w.n);
+	send_n(f, 13, 10);
 	assert_int_equal(fake.ncalls, 34);
-	build_notify_n(&w, 15, 1, 0);
-	peer_send(f, w.b, w.n);
-	expect_frame(f, &a);
-	assert_int_equal(a.sid, 15);
-	assert_string_equal(a.reason, "overload");
-	for (i = 24; i < 34; i++)
-		fake_answer(i, WINDOW_ALLOW, 1);
-	expect_frame(f, &a);
-	assert_int_equal(a.sid, 13);
+	send_n(f, 15, 1);
+	expect_ack(f, 15, "error", "overload");
+	answer_range(24, 34);
+	expect_ack(f, 13, "allow", "");
 }
 
 /* After a burst the request pool gives back all but a low-water mark. */
 static void test_request_pool_trim(void **state)
 {
 	struct fixture *f = *state;
-	struct wbuf w;
 	unsigned i;
 
 	fake.sync = false;
 	f->cfg.max_inflight = 1000;
 	handshake(f);
 	/* 100 in flight at once, then all answered: 100 pooled */
-	for (i = 0; i < 100; i++) {
-		build_notify_n(&w, 2 * i + 1, 1, 0);
-		peer_send(f, w.b, w.n);
-	}
-	assert_int_equal(fake.ncalls, 100);
 	for (i = 0; i < 100; i++)
-		fake_answer(i, WINDOW_ALLOW, 1);
+		send_n(f, 2 * i + 1, 1);
+	assert_int_equal(fake.ncalls, 100);
+	answer_range(0, 100);
 	assert_int_equal(f->env.nfree_reqs, 100);
 	assert_int_equal(conn_env_trim(&f->env), 36);
 	assert_int_equal(f->env.nfree_reqs, 64);
 	assert_int_equal(conn_env_trim(&f->env), 0);
 	/* the pool still serves */
-	build_notify_n(&w, 999, 1, 0);
-	peer_send(f, w.b, w.n);
+	send_n(f, 999, 1);
 	assert_int_equal(fake.ncalls, 101);
 	assert_int_equal(f->env.nfree_reqs, 63);
 	fake_answer(100, WINDOW_ALLOW, 1);
