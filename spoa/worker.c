@@ -453,8 +453,9 @@ static void worker_on_wake(struct ev_loop *loop, ev_async *a, int revents)
 		if (w->env.draining) {
 			close(fds[i]);
 			conn_release(w->env.admitted);
-		} else
+		} else {
 			conn_accept(&w->env, fds[i]);
+		}
 	}
 	if (drain && !w->env.draining) {
 		ev_timer_init(&w->grace, worker_on_grace, grace, 0.0);

@@ -15,6 +15,8 @@ from harness import Harness, rss_kib  # noqa: E402
 import spop  # noqa: E402
 
 BOUND = 30.0        # generous: shared 2-core machines
+# a sanitizer's allocator holds freed memory back (quarantine): RSS is only shown
+SANITIZED = "ASAN_OPTIONS" in os.environ or "TSAN_OPTIONS" in os.environ
 MIB = 1 << 20
 h = Harness()
 h.start_redis()
@@ -131,13 +133,16 @@ for r in range(3):
     for sid in range(1, 20, 2):
         act(a.wait_ack(sid, 1, BOUND))
     peak = max(peak, rss_kib(h.agent.pid))
-end = time.monotonic() + BOUND
+end = time.monotonic() + (3 if SANITIZED else BOUND)
 after = rss_kib(h.agent.pid)
 while after > base + (peak - base) // 4 and time.monotonic() < end:
     time.sleep(0.5)
     after = rss_kib(h.agent.pid)
 print("# RSS: %d KiB before, %d KiB at the peak (30,000 calls, 10,000 in flight), "
       "%d KiB after" % (base, peak, after))
-h.check("RSS comes back after the burst (most of the growth given back)",
-        after <= base + (peak - base) // 4, (base, peak, after))
+if SANITIZED:
+    h.ok("RSS after the burst # SKIP under a sanitizer")
+else:
+    h.check("RSS comes back after the burst (most of the growth given back)",
+            after <= base + (peak - base) // 4, (base, peak, after))
 h.done()
