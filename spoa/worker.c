@@ -26,7 +26,8 @@
 #define WORKER_PREPARE_MAX_S 30.0
 #define WORKER_PREPARE_POLL_S 0.02
 #define WORKER_BEAT_S 0.25              /* heartbeat period (/healthz, /readyz) */
-#define WORKER_TRIM_SECS 2.0          /* how often pools give back what a burst left */
+#define WORKER_TRIM_S 2.0               /* how often pools give back what a burst left */
+#define WORKER_TRIM_S 2.0          /* how often pools give back what a burst left */
 
 /* The per-worker view of a generation: requests in flight hold it. */
 struct worker_cfg {
@@ -52,7 +53,7 @@ struct worker {
 	_Atomic int64_t beat_us;        /* monotonic, last turn of <beat> */
 	_Atomic bool ready;             /* the serving limiter can decide (/readyz) */
 	char not_ready_why[160];        /* why not, under <lock> */
-	ev_timer trim;                  /* WORKER_TRIM_SECS, repeating */
+	ev_timer trim;                  /* WORKER_TRIM_S, repeating */
 
 	pthread_mutex_t lock;           /* guards the mailbox below */
 	int fdq[WORKER_FDQ_MAX];
@@ -569,7 +570,7 @@ struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
 	ev_timer_start(w->loop, &w->beat);
 	/* a worker that has not turned yet counts as alive from its creation */
 	atomic_init(&w->beat_us, metrics_now_us());
-	ev_timer_init(&w->trim, worker_on_trim, WORKER_TRIM_SECS, WORKER_TRIM_SECS);
+	ev_timer_init(&w->trim, worker_on_trim, WORKER_TRIM_S, WORKER_TRIM_S);
 	w->trim.data = w;
 	ev_timer_start(w->loop, &w->trim);
 	return w;
