@@ -171,7 +171,7 @@ with open(conf, "w") as f:
 fails0 = u.scrape(mport).get("config_reloads_total", result="failure")
 n0 = [t.count() for t in traffic]
 h.check("reload to an unreachable Redis: reload_failed logged",
-        u.hup(h, needle="level=error event=reload_failed workers_failed=2", timeout=30))
+        u.hup(h, needle="level=error event=reload_failed workers_failed=%d" % threads(2), timeout=30))
 line = [l for l in u.log_text(h).splitlines() if "event=reload_failed workers_failed" in l][-1]
 h.check("... saying why", "new redis not ready" in line and str(dead) in line, line)
 h.eq("... counted as a failure", fails0 + 1, u.scrape(mport).get("config_reloads_total", result="failure"))
