@@ -27,7 +27,6 @@
 #define WORKER_PREPARE_POLL_S 0.02
 #define WORKER_BEAT_S 0.25              /* heartbeat period (/healthz, /readyz) */
 #define WORKER_TRIM_S 2.0               /* how often pools give back what a burst left */
-#define WORKER_TRIM_S 2.0          /* how often pools give back what a burst left */
 
 /* The per-worker view of a generation: requests in flight hold it. */
 struct worker_cfg {
