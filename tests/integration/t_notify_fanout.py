@@ -45,10 +45,12 @@ def act(ack):
     return ack["actions"]
 
 
+# redis-batch 1: one script call per decision, so script calls count decisions
 h.start_agent("""
 threads 1
 redis-timeout 5s
 max-inflight 64
+redis-batch 1
 policy p 1000000/1s
 """)
 
