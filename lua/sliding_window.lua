@@ -171,8 +171,11 @@ local function retry_for(key, w, need, win_us, cuts)
 	-- the usual case (cost 1 on a full window): the oldest is enough
 	if not w.old and w.first >= need then return w.oldest + win_us - now end
 	-- In a batch the trim is held back: rank <skip> is the oldest in-window.
+	-- (Counted with ZRANGEBYSCORE, not ZCOUNT, to stay within the command set
+	-- of the documented ACL: the entries that left since this key's last
+	-- decision, few on a key busy enough to be denied.)
 	local skip = 0
-	if held_trims then skip = redis.call('ZCOUNT', key, '-inf', cuts) end
+	if held_trims then skip = #redis.call('ZRANGEBYSCORE', key, '-inf', cuts) end
 	local function at(r)
 		local x = redis.call('ZRANGE', key, r, r, 'WITHSCORES')
 		return x[1], tonumber(x[2])
