@@ -242,13 +242,11 @@ struct limiter {
 };
 
 
-/* Microseconds of CLOCK_MONOTONIC (see "Clock" above). */
+/* Microseconds of CLOCK_MONOTONIC (see "Clock" above): the one clock the
+ * metrics use too, signed for the limiter's differences. */
 static inline int64_t limiter_now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return (int64_t)metrics_now_us();
 }
 
 /* Next value of the jitter generator in <l> (xorshift64*). */
