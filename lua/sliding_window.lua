@@ -56,55 +56,95 @@
 -- has been written before it: counting only reads, trims come after. (A
 -- script's first write is the only one Redis checks for OOM; a trim first
 -- would let the ZADD through.) No "#!lua" shebang: Redis 6 cannot load one.
+--
+-- Redis pays for every decision once per fleet, so the code below avoids
+-- what Lua makes expensive here: it makes no table per decision but its
+-- reply (window state lives in one table per window index, reused by
+-- every decision of the call), converts a string to a number once per call
+-- (tonumber() of a string is two strtod()s; ARGV's numbers are memoized,
+-- and a batch's decisions mostly share a policy), hands Redis numbers as
+-- strings it formats itself (Lua's own conversion is a %.14g printf that
+-- would round a microsecond timestamp), and decides a batch in place (each
+-- decision reads its slice of KEYS and ARGV by offset).
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local call, format, match = redis.call, string.format, string.match
+local now = t[1] * 1000000 + t[2]
 
--- Lua 5.1 prints numbers with %.14g, which would round a microsecond
--- timestamp (16 digits); hand Redis exact integer strings instead.
+-- Exact decimal for an integer-valued number below 2^63 ('%d' converts
+-- through an integer: neither rounds, and it is cheaper than '%.0f').
 local function int(x)
-	return string.format('%.0f', x)
+	return format('%d', x)
+end
+local nows = int(now)
+
+-- ARGV's numbers, memoized for the call (false: not a number).
+local NUM = {}
+local function num(s)
+	local v = NUM[s]
+	if v == nil then
+		v = tonumber(s) or false
+		NUM[s] = v
+	end
+	return v
 end
 
 -- cum, cost and old-form mark (or nil) of member <m>; nil for an entry of
 -- the old form (never two or three hex fields).
 local function parse(m)
-	local c, k = string.match(m, '^(%x+):(%x+)$')
+	local c, k = match(m, '^(%x+):(%x+)$')
 	if c then return tonumber(c, 16), tonumber(k, 16) end
-	local c3, k3, l3 = string.match(m, '^(%x+):(%x+):(%x+)$')
+	local c3, k3, l3 = match(m, '^(%x+):(%x+):(%x+)$')
 	if c3 then return tonumber(c3, 16), tonumber(k3, 16), tonumber(l3, 16) end
 	return nil
 end
 
 local PAGE = 512
 
--- Bucketed window <key>'s state, read only: count of the buckets that end
--- after <cut>; b = those buckets as { end us, units } oldest first; dead =
--- the fields to trim (ended at or before the cut, or not ours).
-local function read_buckets(key, cut)
-	local h = redis.call('HGETALL', key)
-	local w = { count = 0, b = {}, dead = {} }
+-- The decision being made: slot[i] is window i's state, overwritten by
+-- the next decision of the call (a table per window index, not per
+-- decision).
+--   limit, win (ms), prec (ms, or false for a log), cut (us: an entry at
+--   or before it is out), cuts (cut as a string), key
+--   count   units in the window
+--   cum     cum of the newest entry (log; 0 when the window is empty)
+--   top     score of the newest entry (log), or false
+--   oldest  score of the oldest in-window entry, or end of the oldest
+--           counted bucket; false when the window is empty
+--   first   cost of the oldest in-window entry (log, fast form)
+--   old     score of the newest old-form entry that may be in the window
+--           (log), false in the fast form
+--   b       counted buckets as { end us, units } oldest first (bucketed)
+--   dead    fields to trim (bucketed)
+--   score   score (log) or bucket end (bucketed) of this admission, us
+local slot = {}
+
+-- Bucketed window <s>, read only: the buckets that end after the cut
+-- count; the others (ended, or not ours) are dead.
+local function read_buckets(s)
+	local h = call('HGETALL', s.key)
+	local n, b, d = 0, {}, {}
 	for j = 1, #h, 2 do
 		local e, v = tonumber(h[j]), tonumber(h[j + 1])
-		if e and v and e * 1000 > cut then
-			w.count = w.count + v
-			w.b[#w.b + 1] = { e * 1000, v }
+		if e and v and e * 1000 > s.cut then
+			n = n + v
+			b[#b + 1] = { e * 1000, v }
 		else
-			w.dead[#w.dead + 1] = h[j]
+			d[#d + 1] = h[j]
 		end
 	end
-	table.sort(w.b, function(x, y) return x[1] < y[1] end)
-	if w.b[1] then w.oldest = w.b[1][1] end
-	return w
+	table.sort(b, function(x, y) return x[1] < y[1] end)
+	s.count, s.b, s.dead = n, b, d
+	s.oldest = b[1] and b[1][1] or false
 end
 
--- Time until <need> units have left bucketed window <w>: a bucket leaves
+-- Time until <need> units have left bucketed window <s>: a bucket leaves
 -- when the cut reaches its end, one window after it. Never early.
-local function retry_buckets(w, need, win_us)
-	local acc = 0
-	for j = 1, #w.b do
-		acc = acc + w.b[j][2]
-		if acc >= need then return w.b[j][1] + win_us - now end
+local function retry_buckets(s, need, win_us)
+	local acc, b = 0, s.b
+	for j = 1, #b do
+		acc = acc + b[j][2]
+		if acc >= need then return b[j][1] + win_us - now end
 	end
 	return win_us
 end
@@ -112,232 +152,241 @@ end
 -- Trims a batch holds back until every decision of it has tried its first
 -- write (nil outside a batch): Redis checks a script's writes against
 -- maxmemory only until the script has written once, so one decision's trim
--- must not let a later decision's admission past that check.
-local held_trims = nil
+-- must not let a later decision's admission past that check. Held as
+-- pairs: the key, then the cut string (log) or the dead fields (bucketed).
+local held = nil
 
--- Drop window <i>'s expired entries or buckets (after the first write).
-local function trim(key, w, cuts)
-	if held_trims then
-		held_trims[#held_trims + 1] = { key, w, cuts }
-	elseif not w.dead then
-		redis.call('ZREMRANGEBYSCORE', key, '-inf', cuts)
-	elseif w.dead[1] then
-		redis.call('HDEL', key, unpack(w.dead))
+-- Drop the expired entries or buckets of <key> (after the first write):
+-- <what> is a cut string (log) or a list of dead fields (bucketed).
+local function trim(key, what)
+	if held then
+		held[#held + 1] = key
+		held[#held + 1] = what
+	elseif type(what) == 'string' then
+		call('ZREMRANGEBYSCORE', key, '-inf', what)
+	elseif what[1] then
+		call('HDEL', key, unpack(what))
 	end
 end
 
--- Window <key>'s state, read only: count; cum and score of the newest entry
--- (to chain the next one); score and cost of the oldest in-window entry;
--- old: score of the newest old-form entry that may be in the window (nil
--- in the fast form, where every in-window entry has a cum).
-local function read_window(key, cut, cuts)
-	local lo = '(' .. cuts
-	local w = { count = 0, cum = 0 }
-	local a = redis.call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-	if not a[1] then return w end
-	local b = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-	w.oldest, w.top = tonumber(a[2]), tonumber(b[2])
+-- Log window <s>, read only (see slot above).
+local function read_window(s)
+	local key, lo = s.key, '(' .. s.cuts
+	s.count, s.cum, s.top, s.oldest, s.first, s.old = 0, 0, false, false, false, false
+	local a = call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+	if not a[1] then return end
+	local b = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+	-- (scores are numeric strings: '+ 0' converts once, tonumber() twice)
+	s.oldest, s.top = a[2] + 0, b[2] + 0
 	local c1, k1 = parse(a[1])
 	local c2, _, l2 = parse(b[1])
-	if c1 and c2 and not (l2 and l2 > cut) then
-		w.count, w.cum, w.first = c2 - c1 + k1, c2, k1
-		return w
+	if c1 and c2 and not (l2 and l2 > s.cut) then
+		s.count, s.cum, s.first = c2 - c1 + k1, c2, k1
+		return
 	end
 	-- Old-form entries in the window: walk it (only until they are gone).
-	w.old = 0
-	if l2 and l2 > cut then w.old = l2 end
-	local off = 0
+	local n, o, off = 0, 0, 0
+	if l2 and l2 > s.cut then o = l2 end
 	repeat
-		local r = redis.call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', off, PAGE)
+		local r = call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', int(off), int(PAGE))
 		for j = 1, #r, 2 do
 			local c, k = parse(r[j])
 			if c then
-				w.count, w.cum = w.count + k, c
+				n, s.cum = n + k, c
 			else
-				w.count = w.count + 1
-				w.old = tonumber(r[j + 1])
+				n, o = n + 1, r[j + 1] + 0
 			end
 		end
 		off = off + PAGE
 	until #r < 2 * PAGE
-	return w
+	s.count, s.old = n, o
 end
 
--- Time until <need> units have left window <w> of <key> (after its trim, so
--- rank 0 is the oldest in-window entry; in a batch, after the expired ones): when the entry whose leaving frees
--- the <need>th unit leaves. Binary search on cum in the fast form, a walk
--- otherwise. Never early: an entry leaves exactly one window after its score.
-local function retry_for(key, w, need, win_us, cuts)
+-- Member and score of rank <r> of <key>.
+local function at(key, r)
+	local x = call('ZRANGE', key, int(r), int(r), 'WITHSCORES')
+	return x[1], x[2] + 0
+end
+
+-- Time until <need> units have left log window <s> (after its trim, so
+-- rank 0 is the oldest in-window entry; in a batch, after the expired
+-- ones): when the entry whose leaving frees the <need>th unit leaves.
+-- Binary search on cum in the fast form, a walk otherwise. Never early: an
+-- entry leaves exactly one window after its score.
+local function retry_for(s, need, win_us)
 	-- the usual case (cost 1 on a full window): the oldest is enough
-	if not w.old and w.first >= need then return w.oldest + win_us - now end
+	if not s.old and s.first >= need then return s.oldest + win_us - now end
 	-- In a batch the trim is held back: rank <skip> is the oldest in-window.
 	-- (Counted with ZRANGEBYSCORE, not ZCOUNT, to stay within the command set
 	-- of the documented ACL: the entries that left since this key's last
 	-- decision, few on a key busy enough to be denied.)
-	local skip = 0
-	if held_trims then skip = #redis.call('ZRANGEBYSCORE', key, '-inf', cuts) end
-	local function at(r)
-		local x = redis.call('ZRANGE', key, r, r, 'WITHSCORES')
-		return x[1], tonumber(x[2])
-	end
-	if not w.old then
-		local base = w.count - w.cum   -- cum of the entry before the oldest, negated
-		local lo, hi = skip, redis.call('ZCARD', key) - 1
+	local key, skip = s.key, 0
+	if held then skip = #call('ZRANGEBYSCORE', key, '-inf', s.cuts) end
+	if not s.old then
+		local base = s.count - s.cum   -- cum of the entry before the oldest, negated
+		local lo, hi = skip, call('ZCARD', key) - 1
 		while lo < hi do
 			local mid = math.floor((lo + hi) / 2)
-			local c = parse((at(mid)))
+			local c = parse((at(key, mid)))
 			if c + base >= need then hi = mid else lo = mid + 1 end
 		end
-		local _, s = at(lo)
-		return s + win_us - now
+		local _, sc = at(key, lo)
+		return sc + win_us - now
 	end
 	local acc, off = 0, skip
 	repeat
-		local r = redis.call('ZRANGE', key, off, off + PAGE - 1, 'WITHSCORES')
+		local r = call('ZRANGE', key, int(off), int(off + PAGE - 1), 'WITHSCORES')
 		for j = 1, #r, 2 do
 			local _, k = parse(r[j])
 			acc = acc + (k or 1)
-			if acc >= need then return tonumber(r[j + 1]) + win_us - now end
+			if acc >= need then return r[j + 1] + win_us - now end
 		end
 		off = off + PAGE
 	until #r < 2 * PAGE
 	return win_us
 end
 
--- One decision: KEYS and ARGV are this decision's own (the script's, or its
--- slice of a batch).
-local function decide(KEYS, ARGV)
-local cost = tonumber(ARGV[1])
-local n = #KEYS
-if not cost or cost < 1 or not ARGV[2] or n < 1 or #ARGV ~= 2 + 2 * n then
-	return redis.error_reply('ERR sliding_window: bad arguments')
-end
+local BAD_ARGS = 'ERR sliding_window: bad arguments'
+local BAD_WINDOW = 'ERR sliding_window: bad limit or window'
+local BAD_BATCH = 'ERR sliding_window: bad batch'
 
--- (strings made once: formatting numbers is a good part of the script's time)
-local nows = int(now)
-local limit, win, prec, cut, cuts, st = {}, {}, {}, {}, {}, {}
-local allowed = true
-for i = 1, n do
-	local ws, ps = string.match(ARGV[2 + 2 * i], '^(%d+):(%d+)$')
-	limit[i] = tonumber(ARGV[1 + 2 * i])
-	win[i] = tonumber(ws or ARGV[2 + 2 * i])
-	prec[i] = ps and tonumber(ps)
-	if not limit[i] or limit[i] < 1 or not win[i] or win[i] < 1 or prec[i] == 0 then
-		return redis.error_reply('ERR sliding_window: bad limit or window')
+-- One decision over the <n> windows KEYS[k0 + i]: its cost is ARGV[a0 + 1],
+-- window i's limit and length ARGV[a0 + 1 + 2i] and ARGV[a0 + 2 + 2i] (the
+-- script's own arguments: k0 = a0 = 0; or its slice of a batch).
+local function decide(k0, a0, n)
+	local cost = num(ARGV[a0 + 1])
+	if not cost or cost < 1 then return redis.error_reply(BAD_ARGS) end
+	local allowed = true
+	for i = 1, n do
+		local s = slot[i]
+		if not s then s = {}; slot[i] = s end
+		local ws = ARGV[a0 + 2 + 2 * i]
+		local l, w, p = num(ARGV[a0 + 1 + 2 * i]), num(ws), false
+		if not w then
+			local wm, pm = match(ws, '^(%d+):(%d+)$')
+			w, p = tonumber(wm), tonumber(pm)
+			if not p or p < 1 then w = nil end
+		end
+		if not l or l < 1 or not w or w < 1 then
+			return redis.error_reply(BAD_WINDOW)
+		end
+		-- Inclusive bound: score <= now - window is out, so an entry exactly
+		-- one window old does not count.
+		s.key, s.limit, s.win, s.prec, s.ttl = KEYS[k0 + i], l, w, p, ws
+		s.cut = now - w * 1000
+		s.cuts = int(s.cut)
+		if p then read_buckets(s) else read_window(s) end
+		if s.count + cost > l then allowed = false end
 	end
-	-- Inclusive bound: score <= now - window is out, so an entry exactly
-	-- one window old does not count.
-	cut[i] = now - win[i] * 1000
-	cuts[i] = int(cut[i])
-	if prec[i] then
-		st[i] = read_buckets(KEYS[i], cut[i])
+
+	local best, best_rem, best_reset, best_retry
+	if allowed then
+		for i = 1, n do
+			local s = slot[i]
+			if s.prec then
+				-- The bucket of <now>: score = its end (us), where it leaves.
+				local e = (math.floor(math.floor(now / 1000) / s.prec) + 1) * s.prec
+				s.score = e * 1000
+				call('HINCRBY', s.key, int(e), cost)
+			else
+				-- Above the newest entry, so that rank order stays cum order (a
+				-- later stamp only makes this entry live longer, never shorter).
+				local sc = now
+				if s.top and s.top >= now then sc = s.top + 1 end
+				s.score = sc
+				local m = format('%x:%x', s.cum + cost, cost)
+				if s.old and s.old > s.cut then m = m .. format(':%x', s.old) end
+				call('ZADD', s.key, sc == now and nows or int(sc), m)
+			end
+		end
+		for i = 1, n do
+			local s = slot[i]
+			trim(s.key, s.prec and s.dead or s.cuts)
+			-- (a bucket's score, its end, is always after now)
+			local ttl = s.ttl
+			if s.score ~= now then ttl = int(s.win + math.ceil((s.score - now) / 1000)) end
+			call('PEXPIRE', s.key, ttl)
+			local rem = s.limit - s.count - cost
+			if not best or rem < best_rem then
+				best, best_rem = i, rem
+			end
+		end
+		-- reset: when the oldest in-window entry or bucket (perhaps the new
+		-- one) leaves.
+		local s = slot[best]
+		best_reset = (s.oldest or s.score) + s.win * 1000 - now
+		best_retry = 0
 	else
-		st[i] = read_window(KEYS[i], cut[i], cuts[i])
-	end
-	if st[i].count + cost > limit[i] then allowed = false end
-end
-
-local best, best_rem, best_reset, best_retry
-if allowed then
-	local score = {}
-	for i = 1, n do
-		if prec[i] then
-			-- The bucket of <now>: score = its end (us), where it leaves.
-			local e = (math.floor(math.floor(now / 1000) / prec[i]) + 1) * prec[i]
-			score[i] = e * 1000
-			redis.call('HINCRBY', KEYS[i], int(e), cost)
-		else
-			-- Above the newest entry, so that rank order stays cum order (a
-			-- later stamp only makes this entry live longer, never shorter).
-			score[i] = now
-			if st[i].top and st[i].top >= now then score[i] = st[i].top + 1 end
-			local m = string.format('%x:%x', st[i].cum + cost, cost)
-			if st[i].old and st[i].old > cut[i] then m = m .. string.format(':%x', st[i].old) end
-			redis.call('ZADD', KEYS[i], score[i] == now and nows or int(score[i]), m)
+		for i = 1, n do
+			local s = slot[i]
+			trim(s.key, s.prec and s.dead or s.cuts)
 		end
-	end
-	for i = 1, n do
-		trim(KEYS[i], st[i], cuts[i])
-		-- (a bucket's score, its end, is always after now)
-		local ttl = ARGV[2 + 2 * i]
-		if score[i] ~= now then ttl = int(win[i] + math.ceil((score[i] - now) / 1000)) end
-		redis.call('PEXPIRE', KEYS[i], ttl)
-		local rem = limit[i] - st[i].count - cost
-		if not best or rem < best_rem then
-			best, best_rem = i, rem
-		end
-	end
-	-- reset: when the oldest in-window entry or bucket (perhaps the new
-	-- one) leaves.
-	best_reset = (st[best].oldest or score[best]) + win[best] * 1000 - now
-	best_retry = 0
-else
-	for i = 1, n do
-		trim(KEYS[i], st[i], cuts[i])
-	end
-	for i = 1, n do
-		local need = st[i].count + cost - limit[i]
-		if need > 0 then
-			local w = win[i] * 1000
-			-- cost > limit never fits: answer a whole window rather than loop.
-			local retry = w
-			if need <= st[i].count and prec[i] then
-				retry = retry_buckets(st[i], need, w)
-			elseif need <= st[i].count then
-				retry = retry_for(KEYS[i], st[i], need, w, cuts[i])
-			end
-			if not best or retry > best_retry then
-				best, best_retry = i, retry
+		for i = 1, n do
+			local s = slot[i]
+			local need = s.count + cost - s.limit
+			if need > 0 then
+				local w = s.win * 1000
+				-- cost > limit never fits: answer a whole window rather than loop.
+				local retry = w
+				if need <= s.count and s.prec then
+					retry = retry_buckets(s, need, w)
+				elseif need <= s.count then
+					retry = retry_for(s, need, w)
+				end
+				if not best or retry > best_retry then
+					best, best_retry = i, retry
+				end
 			end
 		end
+		local s = slot[best]
+		local w = s.win * 1000
+		best_rem = s.limit - s.count
+		if best_rem < 0 then best_rem = 0 end
+		if s.oldest then best_reset = s.oldest + w - now else best_reset = w end
 	end
-	local w = win[best] * 1000
-	best_rem = limit[best] - st[best].count
-	if best_rem < 0 then best_rem = 0 end
-	if st[best].oldest then best_reset = st[best].oldest + w - now else best_reset = w end
+
+	return { allowed and 1 or 0, slot[best].limit, best_rem, best_reset, best_retry, best - 1 }
 end
 
-return { allowed and 1 or 0, limit[best], best_rem, best_reset, best_retry, best - 1 }
+if ARGV[1] ~= 'batch' then
+	local n = #KEYS
+	if n < 1 or not ARGV[2] or #ARGV ~= 2 + 2 * n then
+		return redis.error_reply(BAD_ARGS)
+	end
+	return decide(0, 0, n)
 end
-
-if ARGV[1] ~= 'batch' then return decide(KEYS, ARGV) end
 
 local nb = tonumber(ARGV[2])
-if not nb or nb < 1 then
-	return redis.error_reply('ERR sliding_window: bad batch')
-end
+if not nb or nb < 1 then return redis.error_reply(BAD_BATCH) end
 -- Check the whole layout before deciding anything: a malformed batch
--- writes nothing.
-local slices, ki, ai = {}, 0, 2
+-- writes nothing. Decision d: its key count at ARGV[ai + 1], then its cost,
+-- request id and limit/window pairs.
+local ki, ai = 0, 2
 for d = 1, nb do
-	local nk = tonumber(ARGV[ai + 1])
+	local nk = num(ARGV[ai + 1])
 	if not nk or nk < 1 or ki + nk > #KEYS or ai + 3 + 2 * nk > #ARGV then
-		return redis.error_reply('ERR sliding_window: bad batch')
+		return redis.error_reply(BAD_BATCH)
 	end
-	slices[d] = { ki, ai, nk }
 	ki, ai = ki + nk, ai + 3 + 2 * nk
 end
-if ki ~= #KEYS or ai ~= #ARGV then
-	return redis.error_reply('ERR sliding_window: bad batch')
-end
+if ki ~= #KEYS or ai ~= #ARGV then return redis.error_reply(BAD_BATCH) end
 local out = {}
-held_trims = {}
+held = {}
+ki, ai = 0, 2
 for d = 1, nb do
-	local k0, a0, nk = slices[d][1], slices[d][2], slices[d][3]
-	local K, A = {}, { ARGV[a0 + 2], ARGV[a0 + 3] }
-	for i = 1, nk do K[i] = KEYS[k0 + i] end
-	for i = 1, 2 * nk do A[2 + i] = ARGV[a0 + 3 + i] end
+	local nk = num(ARGV[ai + 1])
 	-- A failed decision (Redis refused a write: OOM) is its own error; the
 	-- decisions before it stand, so the batch goes on.
-	local ok, r = pcall(decide, K, A)
+	local ok, r = pcall(decide, ki, ai + 1, nk)
 	if not ok then
 		if type(r) == 'table' and r.err then r = { err = r.err } else r = { err = 'ERR ' .. tostring(r) } end
 	end
 	out[d] = r
+	ki, ai = ki + nk, ai + 3 + 2 * nk
 end
 -- Expired entries are out of every count already (counts are by score):
 -- dropping them last changes no answer.
-local held = held_trims
-held_trims = nil
-for _, t in ipairs(held) do trim(t[1], t[2], t[3]) end
+local h = held
+held = nil
+for j = 1, #h, 2 do trim(h[j], h[j + 1]) end
 return out
