@@ -17,6 +17,9 @@
 #                         log vs precision= buckets (tools/bench-memory.sh)
 #   (f) Redis per decision redis-server CPU and INFO commandstats per decision,
 #                         redis-batch (default) vs 1, at 16 and 128 in flight
+#   (i) Redis instructions instructions redis-server runs per decision
+#                         (callgrind: does not drift with the box's load),
+#                         redis-batch 32, 3 and 1 (tools/bench-redis-ir.sh)
 #
 # It prints one table and writes docs/benchmarks.md and docs/bench.svg (the
 # report is tools/bench-report.py; the malloc counter of (d) is bench/mcount.c,
@@ -36,7 +39,7 @@
 #   BENCH_PERF=1              profile the agent with perf (0 = skip)
 #   BENCH_CACHE=build/bench-cache  JWT key pair and tokens, reused while valid
 #   BENCH_BATCH=32            (f): the batched side's redis-batch
-#   BENCH_SECTIONS="a b c d e m f" the parts to run (the report shows '-' for
+#   BENCH_SECTIONS="a b c d e m f i" the parts to run (the report shows '-' for
 #                                  the others)
 #   BENCH_RENDER=FILE         only redo the report from a results file (each run
 #                             saves its own as $BENCH_CACHE/results-last.tsv)
@@ -56,7 +59,7 @@ ACCOUNTS=${BENCH_ACCOUNTS:-10000}
 OUT=${BENCH_OUT-docs/benchmarks.md}
 PLOT=${BENCH_PLOT-docs/bench.svg}
 PERF=${BENCH_PERF:-1}
-SECTIONS=" ${BENCH_SECTIONS:-a b c d e m f} "
+SECTIONS=" ${BENCH_SECTIONS:-a b c d e m f i} "
 ROUNDS=${BENCH_ROUNDS:-3}
 CACHE=${BENCH_CACHE:-$ROOT/build/bench-cache}
 MCOUNT=${MCOUNT:-$ROOT/build/rel/bench/mcount.so}
@@ -638,6 +641,15 @@ if want e && [ "$PERF" = 1 ] && command -v perf >/dev/null; then
 	fi
 	wait "$PB"
 	stop_bench_agent
+fi
+
+if want i; then
+	say "== (i) Redis instructions per decision, redis-batch 32 / 3 / 1 (tools/bench-redis-ir.sh)"
+	if BENCH_IR_TSV="$T/ir.tsv" tools/bench-redis-ir.sh >&2; then
+		while IFS=$'\t' read -r k v; do R[$k]=$v; done <"$T/ir.tsv"
+	else
+		note_error "bench-redis-ir.sh failed"
+	fi
 fi
 
 if want m; then
