@@ -21,7 +21,7 @@
 # cluster:// and redis-batch 1 send).
 #
 # Prints a table; with BENCH_IR_TSV=FILE also writes name<TAB>value lines
-# (ir_b<n> = instructions per decision). Knobs: BENCH_IR_DECISIONS=10000,
+# (ir_b<n> = instructions per decision). Knobs: BENCH_IR_DECISIONS=10000, BENCH_IR_WARM=20000,
 # BENCH_IR_BATCHES="32 3 1", BENCH_IR_SCRIPT=lua/sliding_window.lua.
 # About 30 s per mode (two modes run at a time).
 set -u
@@ -33,7 +33,7 @@ for t in valgrind callgrind_control callgrind_annotate redis-server redis-cli py
 	command -v "$t" >/dev/null || { echo "bench-redis-ir: $t not found (make deps)" >&2; exit 1; }
 done
 N=${BENCH_IR_DECISIONS:-10000}
-WARM=20000
+WARM=${BENCH_IR_WARM:-20000}
 BATCHES=${BENCH_IR_BATCHES:-32 3 1}
 SCRIPT=${BENCH_IR_SCRIPT:-lua/sliding_window.lua}
 TSV=${BENCH_IR_TSV:-}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # spoa-bench against the real agent: pipelined load over several connections
 # and threads is answered in full, every ACK carries allow or deny, and the
-# totals match what Redis recorded. Counts only, no timing.
+# totals match what Redis recorded. Counts only, no timing. Then make bench's
+# section (i) on a few decisions: it still edits and runs the real script.
 . "$(dirname "$0")/../lib.sh"
 t_setup
 start_redis
@@ -22,4 +23,11 @@ eq "exactly 50 x 5 admitted" 250 "$allow"
 members=0
 for i in $(seq 0 49); do members=$((members + $(rcli ZCARD "transfer:limit:v1:BENCH-$i"))); done
 eq "Redis holds one member per admitted request" 250 "$members"
+
+BENCH_IR_DECISIONS=64 BENCH_IR_WARM=64 BENCH_IR_BATCHES="32 1" BENCH_IR_TSV="$T/ir.tsv" \
+	"$ROOT/tools/bench-redis-ir.sh" >"$T/ir.out" 2>&1; rc=$?
+eq "bench-redis-ir.sh exits 0" 0 "$rc"
+[ "$rc" = 0 ] || cat "$T/ir.out"
+eq "it counts instructions per decision, batched and not" 2 \
+	"$(grep -Ec "^ir_b(32|1)"$'\t'"[1-9][0-9]*\$" "$T/ir.tsv" 2>/dev/null)"
 t_done
