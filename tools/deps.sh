@@ -39,7 +39,7 @@ why() {
 	gnuplot-nox)     echo "make bench's graphs" ;;
 	python3-cryptography) echo "make bench signs 10,000 JWTs in one process" ;;
 	python3-yaml)    echo "the e2e check of compose.yaml" ;;
-	valgrind)        echo "make valgrind" ;;
+	valgrind)        echo "make valgrind; make bench (i) counts Redis instructions with callgrind" ;;
 	cppcheck)        echo "make lint" ;;
 	clang-tidy)      echo "make lint" ;;
 	clang)           echo "make fuzz (libFuzzer)" ;;
