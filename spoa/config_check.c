@@ -14,6 +14,7 @@
 #include "config.h"
 #include "config_int.h"
 #include "decimal.h"
+#include "net.h"
 #include "redis_url.h"
 
 const char config_redis_shapes[] =
@@ -114,7 +115,7 @@ static const char *check_unix_path(const char *path, size_t len)
 {
 	if (len == 0 || path[0] != '/')
 		return "unix socket path must be absolute";
-	if (len > CONFIG_UNIX_PATH_MAX)
+	if (len > NET_UNIX_PATH_MAX - 1)      /* room for the NUL */
 		return "unix socket path too long";
 	return NULL;
 }

@@ -21,7 +21,6 @@
 #define CONFIG_PEER_TIMEOUT_MIN_MS 10u
 #define CONFIG_PEER_TIMEOUT_MAX_MS (3600u * 1000u)
 #define CONFIG_FILE_MAX       (16u << 20)
-#define CONFIG_UNIX_PATH_MAX  107u      /* sun_path minus its NUL */
 
 /* A slice of the text being parsed. */
 struct word {

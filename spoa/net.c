@@ -12,6 +12,10 @@
 
 #include "net.h"
 
+/* config_check.c measures listen paths with NET_UNIX_PATH_MAX: one size. */
+_Static_assert(NET_UNIX_PATH_MAX == sizeof(((struct sockaddr_un *)0)->sun_path),
+               "NET_UNIX_PATH_MAX is sizeof(sun_path)");
+
 #define NET_HOST_MAX 256
 
 /*
