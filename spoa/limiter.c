@@ -154,13 +154,15 @@ static void limiter_call_put(struct limiter_call *c)
 /*
  * Give memory back after a burst: every chunk of <l>'s pool whose calls are
  * all free is freed, except the newest LIMITER_POOL_KEEP (the calls in use
- * now stay where they are), and an empty answer queue is dropped. Contract
- * in limiter.h.
+ * now stay where they are), idle batches above LIMITER_BATCH_KEEP (those
+ * in flight are not on the freelist), and an empty answer queue is dropped.
+ * Contract in limiter.h.
  */
 unsigned limiter_trim(struct limiter *l)
 {
 	struct limiter_chunk *ch, **pp;
 	struct limiter_call **cp;
+	struct limiter_batch *b, **bp;
 	unsigned kept = 0, ntrim = 0;
 
 	for (ch = l->chunks; ch; ch = ch->next) {
@@ -186,6 +188,16 @@ unsigned limiter_trim(struct limiter *l)
 			}
 		}
 		l->ncalls -= ntrim * LIMITER_POOL_CHUNK;
+	}
+	for (kept = 0, bp = &l->free_batches; (b = *bp);) {
+		if (kept < LIMITER_BATCH_KEEP) {
+			kept++;
+			bp = &b->next;
+		} else {
+			*bp = b->next;
+			free(b);
+			ntrim++;
+		}
 	}
 	if (l->nanswers == 0 && l->answers_cap > LIMITER_ANSWERS_KEEP) {
 		free(l->answers);

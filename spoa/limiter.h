@@ -66,8 +66,8 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
  * Redis (never for shadow policies). */
 void limiter_set_deny_cache(struct limiter *l, bool on);
 
-/* Give back memory a burst left: idle pool calls above a low-water mark
- * and an empty answer queue. Cheap when there is nothing to free; call it
+/* Give back memory a burst left: idle pool calls and idle batches above a
+ * low-water mark, and an empty answer queue. Cheap when there is nothing to free; call it
  * on a timer, never from a limiter_cb. Returns how many blocks were freed. */
 unsigned limiter_trim(struct limiter *l);
 

@@ -40,6 +40,7 @@
 #define LIMITER_POOL_CHUNK      256u    /* calls allocated together */
 #define LIMITER_POOL_KEEP       1u      /* idle chunks kept after a burst */
 #define LIMITER_ANSWERS_KEEP    64u     /* queued-answer slots kept */
+#define LIMITER_BATCH_KEEP      4u      /* idle batches kept after a burst */
 #define LIMITER_MEMBER_MAX      40      /* "<16 hex>-<4 hex>-<16 hex>" + NUL */
 #define LIMITER_BACKOFF_MIN_MS  100
 #define LIMITER_BACKOFF_MAX_MS  2000

@@ -461,6 +461,40 @@ static void test_batch_args(void **state)
 	one_stop();
 }
 
+/* After a burst of batches, limiter_trim() keeps LIMITER_BATCH_KEEP (4)
+ * idle batches and frees the rest (six in flight at once here: two freed). */
+static void test_batch_trim(void **state)
+{
+	static const char *const keys12[] = { "a0", "a1", "a2", "a3", "a4", "a5",
+	                                      "a6", "a7", "a8", "a9", "aa", "ab" };
+	static char heads[6][256];      /* the fake borrows its steps' text */
+	struct answer *a[12];
+	size_t i;
+
+	(void)state;
+	batch = 2;
+	assert_int_equal(fake_start(&f, loop), 0);
+	for (i = 0; i < 12; i += 2) {
+		char *head = heads[i / 2];
+
+		snprintf(head, sizeof(heads[0]), "EVALSHA %s 2 api:limit:v1:%s api:limit:v1:%s batch 2 ",
+		         FAKE_SHA, keys12[i], keys12[i + 1]);
+		fake_step(&f, FAKE_EXPECT, head);
+		fake_step(&f, FAKE_SEND, "*2\r\n" REPLY_ALLOW REPLY_ALLOW);
+	}
+	one_connect(1000, true);
+	(void)limiter_trim(l);
+	start_all(keys12, 12, a);
+	WAIT(a[11]->n);
+	for (i = 0; i < 12; i++)
+		assert_int_equal(a[i]->d.status, WINDOW_ALLOW);
+	assert_int_equal(fake_count(&f, "EVALSHA"), 6);
+	assert_int_equal(limiter_trim(l), 2);   /* 6 - LIMITER_BATCH_KEEP */
+	assert_int_equal(limiter_trim(l), 0);
+	assert_true(fake_done(&f));
+	one_stop();
+}
+
 /* A batch of three: one reply answers each; an element that is an error
  * fails that decision only. */
 static void test_batch_reply(void **state)
@@ -729,6 +763,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_answers_pending, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_args, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_trim, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_reply, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_noscript, setup, teardown),
