@@ -264,7 +264,8 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata);
  * (Re-)send call <c> as EVALSHA on link <k> (ASKING first when <asking>),
  * or on the link its key routes to when <k> is NULL. The link may still be
  * connecting: hiredis sends once its setup is through. Returns 0 when
- * hiredis holds <c>, -1 when it could not be sent.
+ * hiredis holds <c>, -1 when it could not be sent (a link known to evict
+ * keys: <c> answered redis-evicts-keys already).
  */
 int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
                       bool asking)
@@ -279,6 +280,17 @@ int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_
 		k = limiter_route(l, a.argv[3], a.argvlen[3]);
 	if (!k || !k->ac)
 		return -1;
+	if (k->evicts && !l->allow_eviction) {
+		/* A redirect or a re-route may name a node known to evict keys:
+		 * the refusal limiter_check() gives for one, answered here (the
+		 * caller's own answer is then a no-op). A node still connecting
+		 * is not known yet: its check comes with its setup. */
+		struct window_decision d;
+
+		window_decide_error(&c->policy, WINDOW_REASON_REDIS_EVICTS, &d);
+		limiter_call_answer(c, &d);
+		return -1;
+	}
 	if (asking && redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK)
 		return -1;
 	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK)

@@ -686,6 +686,43 @@ static void test_cluster_moved(void **state)
 	cluster2_stop(&c);
 }
 
+/* A redirect to a node known to evict keys is refused there, as a call
+ * routed to it would be: redis-evicts-keys, and no script call on it. */
+static void test_cluster_redirect_evicting(void **state)
+{
+	struct cluster2 c;
+	char moved[96], askr[96], map[512];
+	struct window_decision d;
+	unsigned slot = slot_of("jane"), slot2 = slot_of("kate"), on_b;
+
+	(void)state;
+	assert_int_not_equal(slot, slot2);
+	cluster2_start(&c);
+	fake_rule(&c.b, "CONFIG GET maxmemory-policy",
+	          "*2\r\n$16\r\nmaxmemory-policy\r\n$11\r\nallkeys-lru\r\n");
+	fake_rule(&c.b, "EVALSHA", REPLY_ALLOW);
+	/* jane's slot moves to b: b's link is made, and its policy learnt */
+	slots_reply(map, sizeof(map), c.a.port, slot, c.b.port);
+	fake_rule(&c.a, "CLUSTER SLOTS", map);
+	fake_rule(&c.b, "CLUSTER SLOTS", map);
+	snprintf(moved, sizeof(moved), "-MOVED %u 127.0.0.1:%d\r\n", slot, c.b.port);
+	fake_step(&c.a, FAKE_EXPECT, "EVALSHA");
+	fake_step(&c.a, FAKE_SEND, moved);
+	(void)ask(c.l, "jane");
+	WAIT(atomic_load(&metrics.redis_unsafe_eviction) == 1);
+	on_b = fake_count(&c.b, "EVALSHA");
+	/* kate's slot is still a's; a says ASK b (mid-migration) */
+	snprintf(askr, sizeof(askr), "-ASK %u 127.0.0.1:%d\r\n", slot2, c.b.port);
+	fake_step(&c.a, FAKE_EXPECT, "EVALSHA");
+	fake_step(&c.a, FAKE_SEND, askr);
+	d = ask(c.l, "kate");
+	assert_int_equal(d.status, WINDOW_ERROR);
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_EVICTS);
+	assert_int_equal(fake_count(&c.b, "EVALSHA"), on_b);
+	assert_true(fake_done(&c.a));
+	cluster2_stop(&c);
+}
+
 /* ASK: this once, ASKING then the call on the node named; the map stays. */
 static void test_cluster_ask(void **state)
 {
@@ -769,6 +806,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_batch_noscript, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_moved, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_redirect_evicting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_ask, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_tryagain, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_down, setup, teardown),
