@@ -67,8 +67,9 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 void limiter_set_deny_cache(struct limiter *l, bool on);
 
 /* Give back memory a burst left: idle pool calls and idle batches above a
- * low-water mark, and an empty answer queue. Cheap when there is nothing to free; call it
- * on a timer, never from a limiter_cb. Returns how many blocks were freed. */
+ * low-water mark, and an empty answer queue. Cheap when there is nothing to
+ * free; call it on a timer, never from a limiter_cb. Returns how many blocks
+ * were freed. */
 unsigned limiter_trim(struct limiter *l);
 
 /* Does <url> (with the secrets the environment gives now) name the Redis
