@@ -189,7 +189,9 @@ unsigned limiter_trim(struct limiter *l)
 		}
 		l->ncalls -= ntrim * LIMITER_POOL_CHUNK;
 	}
-	for (kept = 0, bp = &l->free_batches; (b = *bp);) {
+	kept = 0;
+	bp = &l->free_batches;
+	while ((b = *bp) != NULL) {
 		if (kept < LIMITER_BATCH_KEEP) {
 			kept++;
 			bp = &b->next;

@@ -299,7 +299,6 @@ int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
 	len = sprintf(nums + pos, "%zu", n);
 	argv[at] = nums + pos;
 	argvlen[at++] = (size_t)len;
-	pos += (size_t)len + 1;
 	for (i = 0; i < n; i++) {
 		/* its key count is argv[2] of its own call */
 		argv[at] = one[i].argv[2];

@@ -41,10 +41,10 @@ TSV=${BENCH_IR_TSV:-}
 # The measured copy: TIME from the feed's clock, TTLs x 1000.
 sed -e "s/local t = redis.call('TIME')/local t = redis.call('HMGET', 'ir:clock', 's', 'us')/" \
 	-e "s/'PEXPIRE', \([^,]*\), ttl)/'PEXPIRE', \1, ttl .. '000')/" "$SCRIPT" >"$T/script.lua"
-grep -q "ir:clock" "$T/script.lua" && grep -q "ttl .. '000'" "$T/script.lua" || {
+if ! grep -q "ir:clock" "$T/script.lua" || ! grep -q "ttl .. '000'" "$T/script.lua"; then
 	echo "bench-redis-ir: $SCRIPT no longer has the TIME or PEXPIRE line this edits" >&2
 	exit 1
-}
+fi
 
 # feed SHA BATCH COUNT START_US SEED: RESP for COUNT decisions, clock first.
 feed() {
@@ -95,8 +95,8 @@ start() {
 
 # measure BATCH: prints instructions per decision (nothing on failure)
 measure() {
-	local b=$1 d="$T/b$1" port=${PORT[$1]} vpid=${VPID[$1]} sha f ir i
-	for i in $(seq 150); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.2; done
+	local b=$1 d="$T/b$1" port=${PORT[$1]} vpid=${VPID[$1]} sha f ir
+	for _ in $(seq 150); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.2; done
 	sha=$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$T/script.lua")")
 	feed "$sha" "$b" "$WARM" 1800000000000000 1 >"$d/warm.resp"
 	feed "$sha" "$b" "$N" $((1800000000000000 + WARM * 50)) 2 >"$d/run.resp"
@@ -110,8 +110,9 @@ measure() {
 		return 0
 	fi
 	redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1
-	for i in $(seq 100); do kill -0 "$vpid" 2>/dev/null || break; sleep 0.2; done
-	f=$(ls "$d"/cg.*.1 2>/dev/null | head -n 1)
+	for _ in $(seq 100); do kill -0 "$vpid" 2>/dev/null || break; sleep 0.2; done
+	# the dump callgrind_control -d asked for (the one at exit is cg.<pid>)
+	f=$(find "$d" -name 'cg.*.1' | head -n 1)
 	[ -n "$f" ] || return 0
 	ir=$(callgrind_annotate "$f" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
 	[ -n "$ir" ] && echo $((ir / N))
