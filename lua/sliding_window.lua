@@ -58,14 +58,14 @@
 -- would let the ZADD through.) No "#!lua" shebang: Redis 6 cannot load one.
 --
 -- Redis pays for every decision once per fleet, so the code below avoids
--- what Lua makes expensive here: it makes no table per decision but its
--- reply (window state lives in one table per window index, reused by
--- every decision of the call), converts a string to a number once per call
--- (tonumber() of a string is two strtod()s; ARGV's numbers are memoized,
--- and a batch's decisions mostly share a policy), hands Redis numbers as
--- strings it formats itself (Lua's own conversion is a %.14g printf that
--- would round a microsecond timestamp), and decides a batch in place (each
--- decision reads its slice of KEYS and ARGV by offset).
+-- what Lua makes expensive here: a decision on sliding logs makes no table
+-- but its reply (window state lives in one table per window index, reused
+-- by every decision of the call); ARGV's numbers are converted once per
+-- call (tonumber() of a string is two strtod()s, and a batch's decisions
+-- mostly share a policy) and each score once ('+ 0'); numbers reach Redis
+-- as strings the script formats itself (Lua's own conversion is a %.14g
+-- printf that would round a microsecond timestamp); and a batch is decided
+-- in place (each decision reads its slice of KEYS and ARGV by offset).
 
 local t = redis.call('TIME')
 local call, format, match = redis.call, string.format, string.match
