@@ -204,7 +204,8 @@ end
 
 -- Member and score of rank <r> of <key>.
 local function at(key, r)
-	local x = call('ZRANGE', key, int(r), int(r), 'WITHSCORES')
+	local rs = int(r)
+	local x = call('ZRANGE', key, rs, rs, 'WITHSCORES')
 	return x[1], x[2] + 0
 end
 
