@@ -2,6 +2,8 @@
 # Build the Debian packages (debian/) out of tree, for `make deb`.
 #
 #   tools/deb-build.sh [OUT [VERSION]]    OUT: build/deb, VERSION: VERSION's
+#                                         (another one is written to the
+#                                         copy's VERSION too)
 #
 # Copies this checkout (its tracked files and new ones git does not ignore,
 # as they are in the work tree; not build/) to OUT/ratelimit-spoa-VERSION,
@@ -36,6 +38,10 @@ else
 fi
 # Built files that git ignores were not copied; nothing else is expected.
 [ -d "$src/debian" ] || { echo "deb-build: no debian/ in the tree" >&2; exit 1; }
+
+# Another version than VERSION's (make deb DEB_VERSION=...) is the build's
+# VERSION too: the agent's --version and the package's agree.
+echo "$version" > "$src/VERSION"
 
 # One entry, for VERSION, dated by the last commit (reproducible builds).
 epoch=$(git log -1 --format=%ct 2>/dev/null || date +%s)
