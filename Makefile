@@ -21,6 +21,12 @@
 #                   HAProxy examples); make uninstall removes them but the config
 #   make deps       apt-get the Debian packages that are missing (deps-demo:
 #                   only what make demo / make up need)
+#   make module     module/ratelimit.so: RATELIMIT.DECIDE, the script's decision as a Redis
+#                   module (redismodule.h from Debian's redis source package, into build/)
+#   make check-module  the module's integration tests (tests/integration/t_module*)
+#   make check-module-servers  the same on Redis 8.0 and Valkey 9 built from Debian sid's
+#                   source packages (cached under build/; ~4 min each the first time)
+#   make valgrind-module  the module's tests with redis-server under valgrind
 #   make clean
 #   make WITH_TLS=1 the same agent with TLS to Redis (rediss://): needs hiredis
 #                   >= 1.1 with hiredis_ssl; on Debian 12 (hiredis 0.14) Debian's
@@ -133,7 +139,7 @@ ifeq ($(WITH_TLS),1)
 DEB_PKGS  += $(TLS_PKGS)
 endif
 
-.PHONY: check-tls integration-tls
+.PHONY: check-tls integration-tls module check-module check-module-servers valgrind-module
 .PHONY: all test check integration e2e e2e-3.2 haproxy32 chaos sanitize tsan valgrind lint bench fuzz install \
         uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help
 
@@ -173,6 +179,30 @@ $(MCOUNT): bench/mcount.c
 	$(if $(Q),@echo "  CC      $<")
 	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -O2 $(WARN) -Wno-missing-prototypes \
 		-shared -fPIC -o $@ $< -ldl
+
+# The Redis module (module/): built against redismodule.h from Debian's
+# redis source package, fetched into build/ at build time (never committed).
+# ratelimit-test.so is the same code with the test clock (tests only).
+MODULE_H      := build/redismodule/redismodule.h
+MODULE_SO     := module/ratelimit.so
+MODULE_TEST_SO := module/ratelimit-test.so
+MODULE_SRCS   := module/ratelimit.c module/rl_args.c
+MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidden \
+                 -isystem build/redismodule -Imodule
+MODULE_PKGS   := dpkg-dev
+
+module: $(MODULE_SO) $(MODULE_TEST_SO)
+
+$(MODULE_H): tools/redismodule-header.sh
+	$(Q)tools/redismodule-header.sh build/redismodule
+
+$(MODULE_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H)
+	$(if $(Q),@echo "  CC      $@")
+	$(Q)$(CC) $(MODULE_CFLAGS) $(CFLAGS) -shared -o $@ $(MODULE_SRCS)
+
+$(MODULE_TEST_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H)
+	$(if $(Q),@echo "  CC      $@")
+	$(Q)$(CC) $(MODULE_CFLAGS) $(CFLAGS) -DRATELIMIT_TEST_CLOCK -shared -o $@ $(MODULE_SRCS)
 
 # A unit test links only the modules its tests/unit/<name>.deps lists
 # (pure ones: no sockets; test_limiter links the limiter and its fake Redis).
