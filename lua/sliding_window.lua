@@ -2,12 +2,11 @@
 --
 -- KEYS[i]      one sorted set per window of the policy (score = Redis time, us)
 -- ARGV[1]      cost: units this request consumes (>= 1)
--- ARGV[2]      request id (kept in the argument layout; not stored)
--- ARGV[1+2i]   limit of window i        ARGV[2+2i]  length of window i, ms
+-- ARGV[2i]     limit of window i        ARGV[2i+1]  length of window i, ms
 --              or "<ms>:<precision ms>" for a bucketed window (KEYS[i] a hash)
 --
 -- A batch (redis-batch): ARGV[1] = "batch", ARGV[2] = number of decisions,
--- then per decision its key count, cost, request id and limit/window pairs;
+-- then per decision its key count, cost and limit/window pairs;
 -- KEYS are the decisions' keys one after the other. Each is decided as if
 -- alone, in order, at one Redis time; the reply is an array of per-decision
 -- replies (an error element for a decision that failed: the others stand).
@@ -252,7 +251,7 @@ local BAD_WINDOW = 'ERR sliding_window: bad limit or window'
 local BAD_BATCH = 'ERR sliding_window: bad batch'
 
 -- One decision over the <n> windows KEYS[k0 + i]: its cost is ARGV[a0 + 1],
--- window i's limit and length ARGV[a0 + 1 + 2i] and ARGV[a0 + 2 + 2i] (the
+-- window i's limit and length ARGV[a0 + 2i] and ARGV[a0 + 1 + 2i] (the
 -- script's own arguments: k0 = a0 = 0; or its slice of a batch).
 local function decide(k0, a0, n)
 	local cost = num(ARGV[a0 + 1])
@@ -261,8 +260,8 @@ local function decide(k0, a0, n)
 	for i = 1, n do
 		local s = slot[i]
 		if not s then s = {}; slot[i] = s end
-		local ws = ARGV[a0 + 2 + 2 * i]
-		local l, w, p = num(ARGV[a0 + 1 + 2 * i]), num(ws), false
+		local ws = ARGV[a0 + 1 + 2 * i]
+		local l, w, p = num(ARGV[a0 + 2 * i]), num(ws), false
 		if not w then
 			local wm, pm = match(ws, '^(%d+):(%d+)$')
 			w, p = tonumber(wm), tonumber(pm)
@@ -351,7 +350,7 @@ end
 
 if ARGV[1] ~= 'batch' then
 	local n = #KEYS
-	if n < 1 or not ARGV[2] or #ARGV ~= 2 + 2 * n then
+	if n < 1 or #ARGV ~= 1 + 2 * n then
 		return redis.error_reply(BAD_ARGS)
 	end
 	return decide(0, 0, n)
@@ -360,15 +359,15 @@ end
 local nb = tonumber(ARGV[2])
 if not nb or nb < 1 then return redis.error_reply(BAD_BATCH) end
 -- Check the whole layout before deciding anything: a malformed batch
--- writes nothing. Decision d: its key count at ARGV[ai + 1], then its cost,
--- request id and limit/window pairs.
+-- writes nothing. Decision d: its key count at ARGV[ai + 1], then its cost
+-- and limit/window pairs.
 local ki, ai = 0, 2
 for d = 1, nb do
 	local nk = num(ARGV[ai + 1])
-	if not nk or nk < 1 or ki + nk > #KEYS or ai + 3 + 2 * nk > #ARGV then
+	if not nk or nk < 1 or ki + nk > #KEYS or ai + 2 + 2 * nk > #ARGV then
 		return redis.error_reply(BAD_BATCH)
 	end
-	ki, ai = ki + nk, ai + 3 + 2 * nk
+	ki, ai = ki + nk, ai + 2 + 2 * nk
 end
 if ki ~= #KEYS or ai ~= #ARGV then return redis.error_reply(BAD_BATCH) end
 local out = {}
@@ -383,7 +382,7 @@ for d = 1, nb do
 		if type(r) == 'table' and r.err then r = { err = r.err } else r = { err = 'ERR ' .. tostring(r) } end
 	end
 	out[d] = r
-	ki, ai = ki + nk, ai + 3 + 2 * nk
+	ki, ai = ki + nk, ai + 2 + 2 * nk
 end
 -- Expired entries are out of every count already (counts are by score):
 -- dropping them last changes no answer.

@@ -17,15 +17,13 @@ SCRIPT=$ROOT/lua/sliding_window.lua
 SHA=$(rcli SCRIPT LOAD "$(cat "$SCRIPT")")
 check "script loads (sha $SHA)" test ${#SHA} -eq 40
 
-SEQ=0
-# ev NKEYS KEYS... COST LIMIT MS [LIMIT MS...]: one decision with a fresh
-# member prefix; the reply goes into R[0..5].
+# ev NKEYS KEYS... COST LIMIT MS [LIMIT MS...]: one decision; the reply
+# goes into R[0..5].
 ev() {
 	local nkeys=$1; shift
 	local keys=("${@:1:nkeys}"); shift "$nkeys"
 	local cost=$1; shift
-	SEQ=$((SEQ + 1))
-	mapfile -t R < <(rcli EVALSHA "$SHA" "$nkeys" "${keys[@]}" "$cost" "req-$SEQ" "$@")
+	mapfile -t R < <(rcli EVALSHA "$SHA" "$nkeys" "${keys[@]}" "$cost" "$@")
 }
 # in_range what value lo hi: lo <= value <= hi
 in_range() {
@@ -167,27 +165,29 @@ eq "docs: ACL line found" ratelimit "${ACL_ARGS[0]:-}"
 eq "docs: ACL user created" OK "$(rcli ACL SETUSER "${ACL_ARGS[@]}")"
 acli() { redis-cli -p "$REDIS_PORT" --user ratelimit --pass s3cret --no-auth-warning "$@"; }
 A='acl:limit:v1:{ACC-1}:1s'; B='acl:limit:v1:{ACC-1}:1h'
-eq "ACL user: admitted" "1 1 0" "$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r1 1 10000 5 3600000 | head -3 | xargs)"
+eq "ACL user: admitted" "1 1 0" "$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 1 10000 5 3600000 | head -3 | xargs)"
 eq "ACL user: denied (retry read from the log)" "0 1 0" \
-	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r2 1 10000 5 3600000 | head -3 | xargs)"
+	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 1 10000 5 3600000 | head -3 | xargs)"
 rcli ZADD "$A" "$(redis_now_us)" 0123456789abcdef-0-1:1 >/dev/null
 eq "ACL user: an old-form entry is walked" "0 1 0" \
-	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r3 1 10000 5 3600000 | head -3 | xargs)"
+	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 1 10000 5 3600000 | head -3 | xargs)"
 A='acl:limit:v1:{ACC-2}:1s'; B='acl:limit:b1:{ACC-2}:1h'
 eq "ACL user: a bucketed window admits" "1 1 0" \
-	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r4 1 10000 1 3600000:60000 | head -3 | xargs)"
+	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 1 10000 1 3600000:60000 | head -3 | xargs)"
 rcli HSET "$B" 1000 1 >/dev/null     # an expired bucket, trimmed by a denial
 eq "ACL user: a bucketed window denies and trims" "0 1 0 1" \
-	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r5 1 10000 1 3600000:60000 | head -3 | xargs) $(rcli HLEN "$B")"
+	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 1 10000 1 3600000:60000 | head -3 | xargs) $(rcli HLEN "$B")"
 
 # --- bad arguments are errors, not crashes -----------------------------------
-out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 0 p 3 1000)
+out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 0 3 1000)
 check "cost 0 is an error reply" grep -q "bad arguments" <<<"$out"
-out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 p 3)
+out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 3)
 check "missing window length is an error reply" grep -q "bad arguments" <<<"$out"
-out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 p 0 1000)
+out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 req-1 3 1000)
+check "a request id (the layout before 1.0) is an error reply" grep -q "bad arguments" <<<"$out"
+out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 0 1000)
 check "limit 0 is an error reply" grep -q "bad limit" <<<"$out"
-out=$(rcli EVALSHA "$SHA" 1 x:limit:b1:k 1 p 5 3600000:0)
+out=$(rcli EVALSHA "$SHA" 1 x:limit:b1:k 1 5 3600000:0)
 check "precision 0 is an error reply" grep -q "bad limit or window" <<<"$out"
 eq "redis still answers" PONG "$(rcli PING)"
 
@@ -201,8 +201,7 @@ CSHA=$(rcli SCRIPT LOAD "$(cat "$T/clocked.lua")")
 clock() { rcli HSET test:clock s "$1" us "$2" >/dev/null; }
 cev() {
 	local key=$1 cost=$2 limit=$3 ms=$4
-	SEQ=$((SEQ + 1))
-	mapfile -t R < <(rcli EVALSHA "$CSHA" 1 "$key" "$cost" "req-$SEQ" "$limit" "$ms")
+	mapfile -t R < <(rcli EVALSHA "$CSHA" 1 "$key" "$cost" "$limit" "$ms")
 	# the script's PEXPIRE runs on real time, this clock does not: keep the
 	# key, or a slow machine expires it between two steps
 	rcli PERSIST "$key" >/dev/null
@@ -312,8 +311,7 @@ cevb() {
 	local keys=()
 	while [ "$1" != -- ]; do keys+=("$1"); shift; done
 	shift
-	SEQ=$((SEQ + 1))
-	mapfile -t R < <(rcli EVALSHA "$CSHA" "${#keys[@]}" "${keys[@]}" "$1" "req-$SEQ" "${@:2}")
+	mapfile -t R < <(rcli EVALSHA "$CSHA" "${#keys[@]}" "${keys[@]}" "$@")
 	rcli PERSIST "${keys[@]}" >/dev/null
 }
 K=clk:limit:b1:bucket
@@ -323,7 +321,7 @@ eq "bucket: 3 of 5 admitted; reset = bucket end + window" "1 5 2 3660000000 0" \
 	"${R[0]} ${R[1]} ${R[2]} ${R[3]} ${R[4]}"
 eq "bucket: a hash field per bucket, named by its end (ms)" "hash 3660000 3" \
 	"$(rcli TYPE $K) $(rcli HGETALL $K | xargs)"
-in_range "bucket: PEXPIRE = bucket end + window - now" "$(rcli EVALSHA "$SHA" 1 clk:limit:b1:ttl 1 p 5 3600000:60000 >/dev/null; rcli PTTL clk:limit:b1:ttl)" 3599000 3660000
+in_range "bucket: PEXPIRE = bucket end + window - now" "$(rcli EVALSHA "$SHA" 1 clk:limit:b1:ttl 1 5 3600000:60000 >/dev/null; rcli PTTL clk:limit:b1:ttl)" 3599000 3660000
 clock 3659 999999             # last us of the same bucket
 cevb $K -- 2 5 3600000:60000
 eq "bucket: same bucket, 2 more (full)" "1 0 1" "${R[0]} ${R[2]} $(rcli HLEN $K)"
