@@ -2,12 +2,11 @@
 --
 -- KEYS[i]      one sorted set per window of the policy (score = Redis time, us)
 -- ARGV[1]      cost: units this request consumes (>= 1)
--- ARGV[2]      request id (kept in the argument layout; not stored)
--- ARGV[1+2i]   limit of window i        ARGV[2+2i]  length of window i, ms
+-- ARGV[2i]     limit of window i        ARGV[2i+1]  length of window i, ms
 --              or "<ms>:<precision ms>" for a bucketed window (KEYS[i] a hash)
 --
 -- A batch (redis-batch): ARGV[1] = "batch", ARGV[2] = number of decisions,
--- then per decision its key count, cost, request id and limit/window pairs;
+-- then per decision its key count, cost and limit/window pairs;
 -- KEYS are the decisions' keys one after the other. Each is decided as if
 -- alone, in order, at one Redis time; the reply is an array of per-decision
 -- replies (an error element for a decision that failed: the others stand).
@@ -31,14 +30,8 @@
 -- stepped back), so rank order is cum order. The window's count is then
 -- cum(newest) - cum(oldest) + cost(oldest): two O(log n) reads, no walk, no
 -- companion key. The members are unique (cum grows strictly within a key).
---
--- Entries of the old form (one member per unit "<agent>-<thread>-<n>:<i>",
--- written by agents up to 0.1.0) count one unit each, by a walk of the
--- window. An old-form entry is always written as the newest, so the next
--- decision here sees it at an end and walks; the entry it adds carries a
--- third field, the score of the newest old-form entry seen, and so do the
--- entries after it while that score is in the window: a window whose
--- newest entry lacks it holds no old-form entry in the middle.
+-- A key holding another kind of member is not ours: its decision is an
+-- error ('bad entry'), it writes nothing.
 --
 -- Bucketed windows (precision=): KEYS[i] is a hash, field = end of a
 -- bucket of <precision> ms of Redis time (epoch-aligned, decimal ms), value
@@ -89,17 +82,12 @@ local function num(s)
 	return v
 end
 
--- cum, cost and old-form mark (or nil) of member <m>; nil for an entry of
--- the old form (never two or three hex fields).
+-- cum and cost of member <m>; nil for a member this script never writes.
 local function parse(m)
 	local c, k = match(m, '^(%x+):(%x+)$')
 	if c then return tonumber(c, 16), tonumber(k, 16) end
-	local c3, k3, l3 = match(m, '^(%x+):(%x+):(%x+)$')
-	if c3 then return tonumber(c3, 16), tonumber(k3, 16), tonumber(l3, 16) end
 	return nil
 end
-
-local PAGE = 512
 
 -- The decision being made: slot[i] is window i's state, overwritten by
 -- the next decision of the call (a table per window index, not per
@@ -111,9 +99,7 @@ local PAGE = 512
 --   top     score of the newest entry (log), or false
 --   oldest  score of the oldest in-window entry, or end of the oldest
 --           counted bucket; false when the window is empty
---   first   cost of the oldest in-window entry (log, fast form)
---   old     score of the newest old-form entry that may be in the window
---           (log), false in the fast form
+--   first   cost of the oldest in-window entry (log)
 --   b       counted buckets as { end us, units } oldest first (bucketed)
 --   dead    fields to trim (bucketed)
 --   score   score (log) or bucket end (bucketed) of this admission, us
@@ -169,37 +155,21 @@ local function trim(key, what)
 	end
 end
 
--- Log window <s>, read only (see slot above).
+-- Log window <s>, read only (see slot above). False when an end of the
+-- window holds a member that is not ours.
 local function read_window(s)
-	local key, lo = s.key, '(' .. s.cuts
-	s.count, s.cum, s.top, s.oldest, s.first, s.old = 0, 0, false, false, false, false
-	local a = call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
-	if not a[1] then return end
+	local key = s.key
+	s.count, s.cum, s.top, s.oldest, s.first = 0, 0, false, false, false
+	local a = call('ZRANGEBYSCORE', key, '(' .. s.cuts, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+	if not a[1] then return true end
 	local b = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+	local c1, k1 = parse(a[1])
+	local c2 = parse(b[1])
+	if not (c1 and c2) then return false end
 	-- (scores are numeric strings: '+ 0' converts once, tonumber() twice)
 	s.oldest, s.top = a[2] + 0, b[2] + 0
-	local c1, k1 = parse(a[1])
-	local c2, _, l2 = parse(b[1])
-	if c1 and c2 and not (l2 and l2 > s.cut) then
-		s.count, s.cum, s.first = c2 - c1 + k1, c2, k1
-		return
-	end
-	-- Old-form entries in the window: walk it (only until they are gone).
-	local n, o, off = 0, 0, 0
-	if l2 and l2 > s.cut then o = l2 end
-	repeat
-		local r = call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', int(off), int(PAGE))
-		for j = 1, #r, 2 do
-			local c, k = parse(r[j])
-			if c then
-				n, s.cum = n + k, c
-			else
-				n, o = n + 1, r[j + 1] + 0
-			end
-		end
-		off = off + PAGE
-	until #r < 2 * PAGE
-	s.count, s.old = n, o
+	s.count, s.cum, s.first = c2 - c1 + k1, c2, k1
+	return true
 end
 
 -- Member and score of rank <r> of <key>.
@@ -211,48 +181,38 @@ end
 
 -- Time until <need> units have left log window <s> (after its trim, so
 -- rank 0 is the oldest in-window entry; in a batch, after the expired
--- ones): when the entry whose leaving frees the <need>th unit leaves.
--- Binary search on cum in the fast form, a walk otherwise. Never early: an
--- entry leaves exactly one window after its score.
+-- ones): when the entry whose leaving frees the <need>th unit leaves, by
+-- a binary search on cum. Never early: an entry leaves exactly one window
+-- after its score.
 local function retry_for(s, need, win_us)
 	-- the usual case (cost 1 on a full window): the oldest is enough
-	if not s.old and s.first >= need then return s.oldest + win_us - now end
+	if s.first >= need then return s.oldest + win_us - now end
 	-- In a batch the trim is held back: rank <skip> is the oldest in-window.
 	-- (Counted with ZRANGEBYSCORE, not ZCOUNT, to stay within the command set
 	-- of the documented ACL: the entries that left since this key's last
 	-- decision, few on a key busy enough to be denied.)
 	local key, skip = s.key, 0
 	if held then skip = #call('ZRANGEBYSCORE', key, '-inf', s.cuts) end
-	if not s.old then
-		local base = s.count - s.cum   -- cum of the entry before the oldest, negated
-		local lo, hi = skip, call('ZCARD', key) - 1
-		while lo < hi do
-			local mid = math.floor((lo + hi) / 2)
-			local c = parse((at(key, mid)))
-			if c + base >= need then hi = mid else lo = mid + 1 end
-		end
-		local _, sc = at(key, lo)
-		return sc + win_us - now
+	local base = s.count - s.cum   -- cum of the entry before the oldest, negated
+	local lo, hi = skip, call('ZCARD', key) - 1
+	while lo < hi do
+		local mid = math.floor((lo + hi) / 2)
+		-- (a member not ours in the middle reads as cum 0: the search goes
+		-- past it, later, never early)
+		local c = parse((at(key, mid))) or 0
+		if c + base >= need then hi = mid else lo = mid + 1 end
 	end
-	local acc, off = 0, skip
-	repeat
-		local r = call('ZRANGE', key, int(off), int(off + PAGE - 1), 'WITHSCORES')
-		for j = 1, #r, 2 do
-			local _, k = parse(r[j])
-			acc = acc + (k or 1)
-			if acc >= need then return r[j + 1] + win_us - now end
-		end
-		off = off + PAGE
-	until #r < 2 * PAGE
-	return win_us
+	local _, sc = at(key, lo)
+	return sc + win_us - now
 end
 
 local BAD_ARGS = 'ERR sliding_window: bad arguments'
 local BAD_WINDOW = 'ERR sliding_window: bad limit or window'
 local BAD_BATCH = 'ERR sliding_window: bad batch'
+local BAD_ENTRY = 'ERR sliding_window: bad entry'
 
 -- One decision over the <n> windows KEYS[k0 + i]: its cost is ARGV[a0 + 1],
--- window i's limit and length ARGV[a0 + 1 + 2i] and ARGV[a0 + 2 + 2i] (the
+-- window i's limit and length ARGV[a0 + 2i] and ARGV[a0 + 1 + 2i] (the
 -- script's own arguments: k0 = a0 = 0; or its slice of a batch).
 local function decide(k0, a0, n)
 	local cost = num(ARGV[a0 + 1])
@@ -261,8 +221,8 @@ local function decide(k0, a0, n)
 	for i = 1, n do
 		local s = slot[i]
 		if not s then s = {}; slot[i] = s end
-		local ws = ARGV[a0 + 2 + 2 * i]
-		local l, w, p = num(ARGV[a0 + 1 + 2 * i]), num(ws), false
+		local ws = ARGV[a0 + 1 + 2 * i]
+		local l, w, p = num(ARGV[a0 + 2 * i]), num(ws), false
 		if not w then
 			local wm, pm = match(ws, '^(%d+):(%d+)$')
 			w, p = tonumber(wm), tonumber(pm)
@@ -276,7 +236,11 @@ local function decide(k0, a0, n)
 		s.key, s.limit, s.win, s.prec, s.ttl = KEYS[k0 + i], l, w, p, ws
 		s.cut = now - w * 1000
 		s.cuts = int(s.cut)
-		if p then read_buckets(s) else read_window(s) end
+		if p then
+			read_buckets(s)
+		elseif not read_window(s) then
+			return redis.error_reply(BAD_ENTRY)
+		end
 		if s.count + cost > l then allowed = false end
 	end
 
@@ -295,9 +259,7 @@ local function decide(k0, a0, n)
 				local sc = now
 				if s.top and s.top >= now then sc = s.top + 1 end
 				s.score = sc
-				local m = format('%x:%x', s.cum + cost, cost)
-				if s.old and s.old > s.cut then m = m .. format(':%x', s.old) end
-				call('ZADD', s.key, sc == now and nows or int(sc), m)
+				call('ZADD', s.key, sc == now and nows or int(sc), format('%x:%x', s.cum + cost, cost))
 			end
 		end
 		for i = 1, n do
@@ -351,7 +313,7 @@ end
 
 if ARGV[1] ~= 'batch' then
 	local n = #KEYS
-	if n < 1 or not ARGV[2] or #ARGV ~= 2 + 2 * n then
+	if n < 1 or #ARGV ~= 1 + 2 * n then
 		return redis.error_reply(BAD_ARGS)
 	end
 	return decide(0, 0, n)
@@ -360,15 +322,15 @@ end
 local nb = tonumber(ARGV[2])
 if not nb or nb < 1 then return redis.error_reply(BAD_BATCH) end
 -- Check the whole layout before deciding anything: a malformed batch
--- writes nothing. Decision d: its key count at ARGV[ai + 1], then its cost,
--- request id and limit/window pairs.
+-- writes nothing. Decision d: its key count at ARGV[ai + 1], then its cost
+-- and limit/window pairs.
 local ki, ai = 0, 2
 for d = 1, nb do
 	local nk = num(ARGV[ai + 1])
-	if not nk or nk < 1 or ki + nk > #KEYS or ai + 3 + 2 * nk > #ARGV then
+	if not nk or nk < 1 or ki + nk > #KEYS or ai + 2 + 2 * nk > #ARGV then
 		return redis.error_reply(BAD_BATCH)
 	end
-	ki, ai = ki + nk, ai + 3 + 2 * nk
+	ki, ai = ki + nk, ai + 2 + 2 * nk
 end
 if ki ~= #KEYS or ai ~= #ARGV then return redis.error_reply(BAD_BATCH) end
 local out = {}
@@ -383,7 +345,7 @@ for d = 1, nb do
 		if type(r) == 'table' and r.err then r = { err = r.err } else r = { err = 'ERR ' .. tostring(r) } end
 	end
 	out[d] = r
-	ki, ai = ki + nk, ai + 3 + 2 * nk
+	ki, ai = ki + nk, ai + 2 + 2 * nk
 end
 -- Expired entries are out of every count already (counts are by score):
 -- dropping them last changes no answer.

@@ -2,9 +2,10 @@
 # lua/sliding_window.lua against a real redis-server: admission, denial that
 # records nothing, reset/retry values, the trim boundary, cost > 1 as one
 # entry (Redis work and memory independent of cost), several windows
-# all-or-nothing, PEXPIRE, unique members, entries of the old one-per-unit
-# form, no admission when Redis is over maxmemory, and bucketed windows
-# (precision=): bucket boundaries, retry from bucket ends, mixed with a log.
+# all-or-nothing, PEXPIRE, unique members, a member not of the script's
+# form refused, no admission when Redis is over maxmemory, and bucketed
+# windows (precision=): bucket boundaries, retry from bucket ends, mixed
+# with a log.
 #
 # Two clocks: the real script (Redis TIME) for behaviour, and a copy whose
 # TIME is read from a hash the test sets, for exact boundaries (an entry
@@ -17,15 +18,13 @@ SCRIPT=$ROOT/lua/sliding_window.lua
 SHA=$(rcli SCRIPT LOAD "$(cat "$SCRIPT")")
 check "script loads (sha $SHA)" test ${#SHA} -eq 40
 
-SEQ=0
-# ev NKEYS KEYS... COST LIMIT MS [LIMIT MS...]: one decision with a fresh
-# member prefix; the reply goes into R[0..5].
+# ev NKEYS KEYS... COST LIMIT MS [LIMIT MS...]: one decision; the reply
+# goes into R[0..5].
 ev() {
 	local nkeys=$1; shift
 	local keys=("${@:1:nkeys}"); shift "$nkeys"
 	local cost=$1; shift
-	SEQ=$((SEQ + 1))
-	mapfile -t R < <(rcli EVALSHA "$SHA" "$nkeys" "${keys[@]}" "$cost" "req-$SEQ" "$@")
+	mapfile -t R < <(rcli EVALSHA "$SHA" "$nkeys" "${keys[@]}" "$cost" "$@")
 }
 # in_range what value lo hi: lo <= value <= hi
 in_range() {
@@ -75,13 +74,15 @@ eq "old entries trimmed" 1 "$(rcli ZCARD $K)"
 K=b:limit:v1:trim
 NOW=$(redis_now_us)
 W=10000000
-rcli ZADD $K $((NOW - W - 5000000)) older $((NOW - W)) one-window-old \
-	$((NOW - W + 5000000)) five-s-old $((NOW - 1000000)) one-s-old >/dev/null
+# (members in the script's form: 1:1 older, 2:1 exactly one window old,
+# 3:1 five seconds old, 4:1 one second old)
+rcli ZADD $K $((NOW - W - 5000000)) 1:1 $((NOW - W)) 2:1 \
+	$((NOW - W + 5000000)) 3:1 $((NOW - 1000000)) 4:1 >/dev/null
 ev 1 $K 1 100 10000
 eq "trim: allowed with 2 entries left in the window" "1 97" "${R[0]} ${R[2]}"
 eq "trim: 3 entries after the call" 3 "$(rcli ZCARD $K)"
-eq "trim: the entry exactly one window old is gone" "" "$(rcli ZSCORE $K one-window-old)"
-eq "trim: older entries are gone" "" "$(rcli ZSCORE $K older)"
+eq "trim: the entry exactly one window old is gone" "" "$(rcli ZSCORE $K 2:1)"
+eq "trim: older entries are gone" "" "$(rcli ZSCORE $K 1:1)"
 in_range "trim: reset follows the oldest kept entry" "${R[3]}" 1 5000000
 
 # --- cost > 1 ----------------------------------------------------------------
@@ -167,27 +168,26 @@ eq "docs: ACL line found" ratelimit "${ACL_ARGS[0]:-}"
 eq "docs: ACL user created" OK "$(rcli ACL SETUSER "${ACL_ARGS[@]}")"
 acli() { redis-cli -p "$REDIS_PORT" --user ratelimit --pass s3cret --no-auth-warning "$@"; }
 A='acl:limit:v1:{ACC-1}:1s'; B='acl:limit:v1:{ACC-1}:1h'
-eq "ACL user: admitted" "1 1 0" "$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r1 1 10000 5 3600000 | head -3 | xargs)"
+eq "ACL user: admitted" "1 1 0" "$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 1 10000 5 3600000 | head -3 | xargs)"
 eq "ACL user: denied (retry read from the log)" "0 1 0" \
-	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r2 1 10000 5 3600000 | head -3 | xargs)"
-rcli ZADD "$A" "$(redis_now_us)" 0123456789abcdef-0-1:1 >/dev/null
-eq "ACL user: an old-form entry is walked" "0 1 0" \
-	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r3 1 10000 5 3600000 | head -3 | xargs)"
+	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 1 10000 5 3600000 | head -3 | xargs)"
 A='acl:limit:v1:{ACC-2}:1s'; B='acl:limit:b1:{ACC-2}:1h'
 eq "ACL user: a bucketed window admits" "1 1 0" \
-	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r4 1 10000 1 3600000:60000 | head -3 | xargs)"
+	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 1 10000 1 3600000:60000 | head -3 | xargs)"
 rcli HSET "$B" 1000 1 >/dev/null     # an expired bucket, trimmed by a denial
 eq "ACL user: a bucketed window denies and trims" "0 1 0 1" \
-	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 r5 1 10000 1 3600000:60000 | head -3 | xargs) $(rcli HLEN "$B")"
+	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 1 10000 1 3600000:60000 | head -3 | xargs) $(rcli HLEN "$B")"
 
 # --- bad arguments are errors, not crashes -----------------------------------
-out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 0 p 3 1000)
+out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 0 3 1000)
 check "cost 0 is an error reply" grep -q "bad arguments" <<<"$out"
-out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 p 3)
+out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 3)
 check "missing window length is an error reply" grep -q "bad arguments" <<<"$out"
-out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 p 0 1000)
+out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 req-1 3 1000)
+check "a request id (the layout before 1.0) is an error reply" grep -q "bad arguments" <<<"$out"
+out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 0 1000)
 check "limit 0 is an error reply" grep -q "bad limit" <<<"$out"
-out=$(rcli EVALSHA "$SHA" 1 x:limit:b1:k 1 p 5 3600000:0)
+out=$(rcli EVALSHA "$SHA" 1 x:limit:b1:k 1 5 3600000:0)
 check "precision 0 is an error reply" grep -q "bad limit or window" <<<"$out"
 eq "redis still answers" PONG "$(rcli PING)"
 
@@ -201,17 +201,16 @@ CSHA=$(rcli SCRIPT LOAD "$(cat "$T/clocked.lua")")
 clock() { rcli HSET test:clock s "$1" us "$2" >/dev/null; }
 cev() {
 	local key=$1 cost=$2 limit=$3 ms=$4
-	SEQ=$((SEQ + 1))
-	mapfile -t R < <(rcli EVALSHA "$CSHA" 1 "$key" "$cost" "req-$SEQ" "$limit" "$ms")
+	mapfile -t R < <(rcli EVALSHA "$CSHA" 1 "$key" "$cost" "$limit" "$ms")
 	# the script's PEXPIRE runs on real time, this clock does not: keep the
 	# key, or a slow machine expires it between two steps
 	rcli PERSIST "$key" >/dev/null
 }
 K=clk:limit:v1:edge
 clock 1000 0          # now = 1000000000 us
-rcli ZADD $K 999000000 exactly-one-window 999000001 one-us-younger >/dev/null
+rcli ZADD $K 999000000 1:1 999000001 2:1 >/dev/null   # exactly one window old, 1 us younger
 cev $K 1 2 1000
-eq "clock: entry exactly one window old is out" "" "$(rcli ZSCORE $K exactly-one-window)"
+eq "clock: entry exactly one window old is out" "" "$(rcli ZSCORE $K 1:1)"
 eq "clock: 1 us younger stays; allowed with remaining 0, reset 1 us" "1 2 0 1 0" \
 	"${R[0]} ${R[1]} ${R[2]} ${R[3]} ${R[4]}"
 cev $K 1 2 1000
@@ -267,43 +266,21 @@ eq "clock back: stamped 1 us after the newest entry" "2000000000 2000000001" \
 cev $K 3 5 1000
 eq "clock back: the 6th unit is denied" "0 2" "${R[0]} ${R[2]}"
 
-# Entries of the old form (one member per unit, written by agents up to
-# 0.1.0) count one unit each, also in the middle of the window.
-K=clk:limit:v1:legacy
+# A member the script never writes (another program's, or a layout of
+# before 1.0) is not counted as anything: the decision is an error and
+# writes nothing, at either end of the window.
+K=clk:limit:v1:foreign
 clock 3000 0
-rcli ZADD $K 2999500000 0123456789abcdef-0-1:1 2999500000 0123456789abcdef-0-1:2 >/dev/null
+rcli ZADD $K 2999500000 0123456789abcdef-0-1:1 >/dev/null
 cev $K 1 5 1000
-eq "legacy: 2 old units + 1" "1 2" "${R[0]} ${R[2]}"
-rcli ZADD $K 3000000100 0123456789abcdef-0-2:1 >/dev/null
-clock 3000 200000
+eq "foreign member (oldest): bad entry" "ERR sliding_window: bad entry" "${R[0]}"
+eq "foreign member: nothing written" 1 "$(rcli ZCARD $K)"
+rcli DEL $K >/dev/null
 cev $K 1 5 1000
-eq "legacy: an old unit after ours counts too" "1 0" "${R[0]} ${R[2]}"
+rcli ZADD $K 3000000100 2:1:b2d05e64 >/dev/null
 cev $K 1 5 1000
-eq "legacy: full; retry when the old units leave" "0 300000" "${R[0]} ${R[4]}"
-clock 3000 500000
-cev $K 2 5 1000
-eq "legacy: old unit between two new entries counted (2 of 5 free)" "1 0" "${R[0]} ${R[2]}"
-cev $K 1 5 1000
-eq "legacy: then full" "0 0" "${R[0]} ${R[2]}"
-clock 3001 100
-cev $K 2 5 1000
-eq "legacy: old units gone, new entries alone (3 in the window)" "1 0" "${R[0]} ${R[2]}"
-eq "legacy: no old-form member left" "" "$(rcli ZRANGE $K 0 -1 | grep -Ev '^[0-9a-f]+:[0-9a-f]+(:[0-9a-f]+)?$')"
-eq "legacy: entries written while old ones were in the window are marked, later ones not" \
-	"2:1:b2d05e64 4:2:b2d05e64 6:2" "$(rcli ZRANGE $K 0 -1 | xargs)"
-
-# More old-form entries than one page of the walk (512).
-K=clk:limit:v1:legacy-big
-clock 4000 0
-for i in $(seq 1200); do echo "ZADD $K 3999000000 0123456789abcdef-0-$i:1"; done | rcli >/dev/null
-eq "legacy big: 1200 old units" 1200 "$(rcli ZCARD $K)"
-cev $K 200 1300 10000
-eq "legacy big: 1200 + 200 > 1300 denied; retry when they leave (9 s)" "0 100 9000000" \
-	"${R[0]} ${R[2]} ${R[4]}"
-cev $K 100 1300 10000
-eq "legacy big: 1200 + 100 fits exactly" "1 0" "${R[0]} ${R[2]}"
-cev $K 1 1300 10000
-eq "legacy big: then full" "0 0" "${R[0]} ${R[2]}"
+eq "foreign member (newest, a 3-field one): bad entry" "ERR sliding_window: bad entry" "${R[0]}"
+eq "foreign member: nothing written either" 2 "$(rcli ZCARD $K)"
 
 # --- bucketed windows (precision=) on the fake clock -------------------------
 # 5 per 1h counted in 1m buckets: hash field = bucket end (ms), value = units.
@@ -312,8 +289,7 @@ cevb() {
 	local keys=()
 	while [ "$1" != -- ]; do keys+=("$1"); shift; done
 	shift
-	SEQ=$((SEQ + 1))
-	mapfile -t R < <(rcli EVALSHA "$CSHA" "${#keys[@]}" "${keys[@]}" "$1" "req-$SEQ" "${@:2}")
+	mapfile -t R < <(rcli EVALSHA "$CSHA" "${#keys[@]}" "${keys[@]}" "$@")
 	rcli PERSIST "${keys[@]}" >/dev/null
 }
 K=clk:limit:b1:bucket
@@ -323,7 +299,7 @@ eq "bucket: 3 of 5 admitted; reset = bucket end + window" "1 5 2 3660000000 0" \
 	"${R[0]} ${R[1]} ${R[2]} ${R[3]} ${R[4]}"
 eq "bucket: a hash field per bucket, named by its end (ms)" "hash 3660000 3" \
 	"$(rcli TYPE $K) $(rcli HGETALL $K | xargs)"
-in_range "bucket: PEXPIRE = bucket end + window - now" "$(rcli EVALSHA "$SHA" 1 clk:limit:b1:ttl 1 p 5 3600000:60000 >/dev/null; rcli PTTL clk:limit:b1:ttl)" 3599000 3660000
+in_range "bucket: PEXPIRE = bucket end + window - now" "$(rcli EVALSHA "$SHA" 1 clk:limit:b1:ttl 1 5 3600000:60000 >/dev/null; rcli PTTL clk:limit:b1:ttl)" 3599000 3660000
 clock 3659 999999             # last us of the same bucket
 cevb $K -- 2 5 3600000:60000
 eq "bucket: same bucket, 2 more (full)" "1 0 1" "${R[0]} ${R[2]} $(rcli HLEN $K)"
