@@ -426,7 +426,7 @@ static void trim_window(RedisModuleCtx *ctx, struct rl_state *s, int64_t now, in
 		}
 		scratch.ntrim = 0;
 		if (n) {
-			RedisModule_Replicate(ctx, "ZREMRANGEBYSCORE", "ccl", s->name, "-inf",
+			RedisModule_Replicate(ctx, "ZREMRANGEBYSCORE", "scl", s->name, "-inf",
 			                      (long long)s->cut);
 			RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zremrangebyscore",
 			                                s->name);
