@@ -128,7 +128,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 # what the tests and tools add (make check, bench, fuzz, chaos, valgrind,
 # lint). make deps installs both.
 DEMO_PKGS := build-essential pkg-config libev-dev libhiredis-dev \
-             redis-server redis-tools haproxy curl openssl python3 jq
+             redis-server redis-tools haproxy curl openssl python3 jq dpkg-dev
 TEST_PKGS := libcmocka-dev wrk gnuplot-nox python3-cryptography python3-yaml valgrind cppcheck clang clang-tidy \
              systemd redis-sentinel groff-base prometheus patchelf
 DEB_PKGS  := $(DEMO_PKGS) $(TEST_PKGS)
@@ -192,7 +192,7 @@ MODULE_TEST_SO := module/ratelimit-test.so
 MODULE_SRCS   := module/ratelimit.c module/rl_args.c
 MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidden \
                  -isystem build/redismodule -Imodule
-MODULE_PKGS   := dpkg-dev
+MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py
 
 module: $(MODULE_SO) $(MODULE_TEST_SO)
 
@@ -227,7 +227,7 @@ $(HIREDIS_LOCAL)/.done: tools/hiredis-build.sh
 test: $(UNIT_TESTS)
 	$(Q)set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t; done
 
-integration: $(AGENT) $(BENCH)
+integration: $(AGENT) $(BENCH) $(MODULE_SO) $(MODULE_TEST_SO)
 	$(Q)AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) tests/run.sh integration
 
 e2e: $(AGENT)
@@ -242,6 +242,36 @@ e2e-3.2: $(AGENT)
 	$(Q)hap=$$(tools/haproxy-build.sh) && \
 	echo "e2e on $$($$hap -v | head -1): $$(head -1 $$(dirname $$hap)/FROM 2>/dev/null)" && \
 	HAPROXY=$$hap AGENT=$(CURDIR)/$(AGENT) tests/run.sh e2e
+
+# The module's tests alone (they run in make integration too).
+check-module: module $(AGENT) $(BENCH)
+	$(Q)AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) TESTS="$(MODULE_TESTS)" tests/run.sh integration
+
+# The module's tests on Redis 8.0 and Valkey 9, built from Debian sid's
+# source packages into build/ (cached; Redis 8 on libc's malloc, for
+# valgrind-module too).
+check-module-servers: module $(AGENT) $(BENCH)
+	$(Q)set -e; r8=$$(MALLOC=libc tools/redis-server-build.sh redis 8. build/redis-8); \
+	v9=$$(tools/redis-server-build.sh valkey 9. build/valkey-9); \
+	for s in $$r8 $$v9; do echo "== the module's tests on $$($$s --version | cut -d' ' -f1-3)"; \
+		REDIS_SERVER=$$s AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) TESTS="$(MODULE_TESTS)" \
+		tests/run.sh integration; done
+
+# The module's tests once with redis-server (Redis 8 on libc's malloc)
+# under valgrind: any memcheck error, or a block definitely lost from the
+# module, fails.
+VALGRIND_MODULE_LOGS := build/valgrind-module
+valgrind-module: module $(AGENT) $(BENCH)
+	$(Q)rm -rf $(VALGRIND_MODULE_LOGS); set -e; \
+	r8=$$(MALLOC=libc tools/redis-server-build.sh redis 8. build/redis-8); \
+	VALGRIND_REDIS_SERVER=$$r8 VALGRIND_LOG_DIR=$(CURDIR)/$(VALGRIND_MODULE_LOGS) \
+		REDIS_SERVER=$(CURDIR)/tools/valgrind-redis.sh DIFF_OPS=1500 TEST_TIMEOUT=1200 \
+		AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) TESTS="$(MODULE_TESTS)" tests/run.sh integration; \
+	n=$$(ls $(VALGRIND_MODULE_LOGS)/vg.* | wc -l); \
+	bad=$$(grep -L 'ERROR SUMMARY: 0 errors' $(VALGRIND_MODULE_LOGS)/vg.* || true); \
+	lost=$$(grep -l 'definitely lost' $(VALGRIND_MODULE_LOGS)/vg.* | xargs -r grep -l 'ratelimit' || true); \
+	echo "valgrind-module: $$n redis-server processes, errors in: $${bad:-none}, module leaks in: $${lost:-none}"; \
+	[ -z "$$bad" ] && [ -z "$$lost" ]
 
 # Fault injection under load and resource limits (tests/chaos, ~2 min).
 chaos: $(AGENT) $(BENCH)

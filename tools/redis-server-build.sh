@@ -9,8 +9,11 @@
 #   tools/redis-server-build.sh redis 8. build/redis-8      -> prints .../redis-server
 #   tools/redis-server-build.sh valkey 9. build/valkey-9    -> prints .../valkey-server
 #
-# The server is built with its bundled dependencies (jemalloc, Lua), no TLS,
-# no systemd, at nice 10; a second run finds <prefix>/.done and is instant.
+# The server is built with its bundled Lua, no TLS, no systemd, at nice 10;
+# a second run finds <prefix>/.done and is instant. MALLOC=libc (the
+# environment) builds it on the C library's malloc instead of jemalloc:
+# valgrind then sees every allocation, the module's included (make
+# valgrind-module runs Redis 8 built so).
 # Prints the path of the server binary on stdout.
 set -euo pipefail
 pkg=${1:?usage: tools/redis-server-build.sh PACKAGE VERSION-PREFIX PREFIX}
@@ -33,16 +36,18 @@ tools/deps.sh module build-essential dpkg-dev pkg-config >&2
 dir=$(tools/debian-source.sh "$pkg" "$want" "$prefix/src")
 ver=$(basename "$dir")
 ver=${ver#"$pkg"-}
-echo "redis-server-build: building $pkg $ver (bundled jemalloc and Lua, no TLS) into $prefix (nice)" >&2
+echo "redis-server-build: building $pkg $ver (malloc: ${MALLOC:-jemalloc}, no TLS) into $prefix (nice)" >&2
 start=$(date +%s)
 # BUILD_TLS=no and USE_SYSTEMD=no: nothing beyond build-essential; the
 # module tests need neither.
-nice -n 10 make -C "$dir" -s -j2 BUILD_TLS=no USE_SYSTEMD=no "$bin" >"$prefix/build.log" 2>&1 || {
+nice -n 10 make -C "$dir" -s -j2 BUILD_TLS=no USE_SYSTEMD=no ${MALLOC:+MALLOC=$MALLOC} "$bin" \
+	>"$prefix/build.log" 2>&1 || {
 	tail -n 30 "$prefix/build.log" >&2
 	echo "redis-server-build: $pkg $ver failed to build (log: $prefix/build.log)" >&2
 	exit 1
 }
 install -m755 "$dir/src/$bin" "$prefix/$bin"
-echo "$pkg $ver" >"$prefix/.done"
+rm -rf "$prefix/src"
+echo "$pkg $ver ${MALLOC:-jemalloc}" >"$prefix/.done"
 echo "redis-server-build: $pkg $ver built in $(( $(date +%s) - start ))s" >&2
 echo "$prefix/$bin"

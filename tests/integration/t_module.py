@@ -288,7 +288,7 @@ try:
 except ConnectionError:
     pass
 r.close()
-h.redis.wait(10)
+h.redis.wait(120)
 h.redis = h.spawn([REDIS_SERVER, "--port", str(h.redis_port), "--bind", "127.0.0.1", "--save", "",
                    "--appendonly", "yes", "--dir", h.tmp, "--enable-module-command", "yes"],
                   os.path.join(h.tmp, "redis-aof.log"))
