@@ -17,8 +17,8 @@
 #   make bench      load figures into docs/benchmarks.md
 #   make fuzz       libFuzzer harnesses (FUZZ_SECONDS=60 each)
 #   make chaos      fault injection under load (Redis/agent kill -9, SIGSTOP, reload; limits)
-#   make install    PREFIX=/usr/local DESTDIR= (binary, config, systemd unit, man page,
-#                   HAProxy examples); make uninstall removes them but the config
+#   make install    PREFIX=/usr/local DESTDIR= (binary, the Redis module, config, systemd unit,
+#                   man page, HAProxy examples); make uninstall removes them but the config
 #   make deps       apt-get the Debian packages that are missing (deps-demo:
 #                   only what make demo / make up need)
 #   make module     module/ratelimit.so: RATELIMIT.DECIDE, the script's decision as a Redis
@@ -334,6 +334,7 @@ fuzz:
 SYSCONFDIR     ?= /etc
 SBINDIR        ?= $(PREFIX)/sbin
 BINDIR         ?= $(PREFIX)/bin
+MODULEDIR      ?= $(PREFIX)/lib/ratelimit-spoa
 DATADIR        ?= $(PREFIX)/share/ratelimit-spoa
 DOCDIR         ?= $(PREFIX)/share/doc/ratelimit-spoa
 MAN8DIR        ?= $(PREFIX)/share/man/man8
@@ -345,7 +346,7 @@ HAPROXY_EXAMPLES := haproxy/haproxy.cfg haproxy/spoe-ratelimit.conf \
                     haproxy/backend.cfg
 # Monitoring files, installed under DATADIR/<their directory under etc/>.
 OPS_FILES := etc/prometheus/ratelimit-spoa.rules.yml etc/grafana/ratelimit-spoa.json
-INSTALLED := $(SBINDIR)/ratelimit-spoa $(BINDIR)/spoa-bench \
+INSTALLED := $(SBINDIR)/ratelimit-spoa $(BINDIR)/spoa-bench $(MODULEDIR)/ratelimit.so \
              $(DATADIR)/sliding_window.lua $(SYSTEMDUNITDIR)/ratelimit-spoa.service \
              $(MAN8DIR)/ratelimit-spoa.8 \
              $(addprefix $(DATADIR)/,$(HAPROXY_EXAMPLES) $(wildcard haproxy/errors/*.json)) \
@@ -355,9 +356,10 @@ INSTALLED := $(SBINDIR)/ratelimit-spoa $(BINDIR)/spoa-bench \
 # The unit and the man page name the installed paths: rewritten for PREFIX.
 # An existing config is never overwritten (it is the site's): the new
 # default goes beside it as ratelimit-spoa.conf.dist.
-install: $(AGENT) $(BENCH)
+install: $(AGENT) $(BENCH) $(MODULE_SO)
 	install -Dm755 $(AGENT) $(DESTDIR)$(SBINDIR)/ratelimit-spoa
 	install -Dm755 $(BENCH) $(DESTDIR)$(BINDIR)/spoa-bench
+	install -Dm755 $(MODULE_SO) $(DESTDIR)$(MODULEDIR)/ratelimit.so
 	install -Dm644 lua/sliding_window.lua $(DESTDIR)$(DATADIR)/sliding_window.lua
 	$(Q)if [ -e $(CONF) ]; then \
 		install -Dm644 etc/ratelimit-spoa.conf $(CONF).dist; \
@@ -385,7 +387,7 @@ install: $(AGENT) $(BENCH)
 # Removes what install put, except the config (the site's).
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
-	-rmdir $(DESTDIR)$(DATADIR)/haproxy/errors $(DESTDIR)$(DATADIR)/haproxy \
+	-rmdir $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(DATADIR)/haproxy/errors $(DESTDIR)$(DATADIR)/haproxy \
 		$(sort $(dir $(addprefix $(DESTDIR)$(DATADIR)/,$(patsubst etc/%,%,$(OPS_FILES))))) \
 		$(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR) 2>/dev/null
 
