@@ -192,7 +192,8 @@ MODULE_TEST_SO := module/ratelimit-test.so
 MODULE_SRCS   := module/ratelimit.c module/rl_args.c
 MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidden \
                  -isystem build/redismodule -Imodule
-MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py
+MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py \
+                 tests/integration/t_module_cluster.py
 
 module: $(MODULE_SO) $(MODULE_TEST_SO)
 

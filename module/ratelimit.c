@@ -781,16 +781,17 @@ RL_EXPORT int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, 
 		return REDISMODULE_ERR;
 	}
 
-	/* Keys: key specs (Redis >= 7.0) say "numkeys at 1, keys after it",
-	 * as EVAL's; older servers ask the command (getkeys-api). */
+	/* Keys: the command reports them itself (getkeys-api), which is what
+	 * Cluster's routing asks on Redis 7.0 (a "numkeys" spec has no legacy
+	 * range form); key specs (Redis >= 7.0) say the same, "numkeys at 1,
+	 * keys after it" as EVAL's, for COMMAND INFO, ACL and clients. */
 	keyspecs = RedisModule_SetCommandInfo && RedisModule_GetCommand;
-	if (!keyspecs && !(RedisModule_IsKeysPositionRequest && RedisModule_KeyAtPos)) {
+	if (!(RedisModule_IsKeysPositionRequest && RedisModule_KeyAtPos)) {
 		RedisModule_Log(ctx, "warning", "ratelimit: this server can declare no keys");
 		return REDISMODULE_ERR;
 	}
-	if (RedisModule_CreateCommand(ctx, "ratelimit.decide", cmd_decide,
-	                              keyspecs ? "write" : "write getkeys-api", 0, 0, 0) ==
-	    REDISMODULE_ERR)
+	if (RedisModule_CreateCommand(ctx, "ratelimit.decide", cmd_decide, "write getkeys-api", 0, 0,
+	                              0) == REDISMODULE_ERR)
 		return REDISMODULE_ERR;
 	if (keyspecs) {
 		static RedisModuleCommandKeySpec specs[] = {
