@@ -18,7 +18,10 @@
 -- Rules: time is Redis's own (every agent shares one clock); an entry exactly
 -- one window old is out; admission is all-or-nothing over the windows; a
 -- denial writes nothing but the trims (a refused request does not count and
--- does not extend the TTL).
+-- does not extend the TTL). An admission sets each key's TTL to cover its
+-- newest entry or bucket end (whichever is later) plus the window, in ms
+-- rounded up, plus 1 ms. Cost, limits, window lengths, precisions and a
+-- batch's counts are whole numbers >= 1 (nan, inf, fractions: an error).
 --
 -- One entry per admitted request, whatever its cost, so neither Redis time
 -- nor memory grows with cost. Its member "<cum>:<cost>" (hex) holds:
@@ -51,11 +54,13 @@
 -- would let the ZADD through.) No "#!lua" shebang: Redis 6 cannot load one.
 --
 -- Redis pays for every decision once per fleet, so the code below avoids
--- what Lua makes expensive here: a decision on sliding logs makes no table
--- but its reply (window state lives in one table per window index, reused
--- by every decision of the call); ARGV's numbers are converted once per
--- call (tonumber() of a string is two strtod()s, and a batch's decisions
--- mostly share a policy) and each score once ('+ 0'); numbers reach Redis
+-- what Lua makes expensive here: a decision makes no table but its reply
+-- (window state lives in one table per window index, reused by every
+-- decision of the call; a bucketed window adds one for its expired fields
+-- when it has some, and two to order its buckets when it denies); ARGV's
+-- numbers are converted once per call (tonumber() of a string is two
+-- strtod()s, and a batch's decisions mostly share a policy) and each score
+-- once ('+ 0'); numbers reach Redis
 -- as strings the script formats itself (Lua's own conversion is a %.14g
 -- printf that would round a microsecond timestamp); and a batch is decided
 -- in place (each decision reads its slice of KEYS and ARGV by offset).
@@ -71,15 +76,23 @@ local function int(x)
 end
 local nows = int(now)
 
--- ARGV's numbers, memoized for the call (false: not a number).
+-- ARGV's numbers, memoized for the call (false: not a number, or no such
+-- argument).
 local NUM = {}
 local function num(s)
+	if s == nil then return false end
 	local v = NUM[s]
 	if v == nil then
 		v = tonumber(s) or false
 		NUM[s] = v
 	end
 	return v
+end
+
+-- Is <x> (a num()) a count: a whole number >= 1? Written so that false,
+-- nan, inf and fractions all fail ('x < 1' would let nan through).
+local function whole(x)
+	return x and x >= 1 and x % 1 == 0
 end
 
 -- cum and cost of member <m>; nil for a member this script never writes.
@@ -96,41 +109,57 @@ end
 --   or before it is out), cuts (cut as a string), key
 --   count   units in the window
 --   cum     cum of the newest entry (log; 0 when the window is empty)
---   top     score of the newest entry (log), or false
+--   top     score of the newest entry (log), end of the newest counted
+--           bucket (bucketed), or false
 --   oldest  score of the oldest in-window entry, or end of the oldest
 --           counted bucket; false when the window is empty
 --   first   cost of the oldest in-window entry (log)
---   b       counted buckets as { end us, units } oldest first (bucketed)
---   dead    fields to trim (bucketed)
+--   h       the hash as HGETALL gave it (bucketed)
+--   dead    fields to trim (bucketed), or false
 --   score   score (log) or bucket end (bucketed) of this admission, us
 local slot = {}
 
 -- Bucketed window <s>, read only: the buckets that end after the cut
--- count; the others (ended, or not ours) are dead.
+-- count; the others (ended, or not ours) are dead. Only the sum and the
+-- oldest and newest ends: the order of the buckets is a denial's concern
+-- (retry_buckets), so an admission builds no table per bucket.
 local function read_buckets(s)
 	local h = call('HGETALL', s.key)
-	local n, b, d = 0, {}, {}
+	local n, lo, hi, d = 0, false, false, false
 	for j = 1, #h, 2 do
 		local e, v = tonumber(h[j]), tonumber(h[j + 1])
 		if e and v and e * 1000 > s.cut then
+			e = e * 1000
 			n = n + v
-			b[#b + 1] = { e * 1000, v }
+			if not lo or e < lo then lo = e end
+			if not hi or e > hi then hi = e end
 		else
+			if not d then d = {} end
 			d[#d + 1] = h[j]
 		end
 	end
-	table.sort(b, function(x, y) return x[1] < y[1] end)
-	s.count, s.b, s.dead = n, b, d
-	s.oldest = b[1] and b[1][1] or false
+	s.count, s.h, s.dead, s.oldest, s.top = n, h, d, lo, hi
 end
 
 -- Time until <need> units have left bucketed window <s>: a bucket leaves
 -- when the cut reaches its end, one window after it. Never early.
 local function retry_buckets(s, need, win_us)
-	local acc, b = 0, s.b
-	for j = 1, #b do
-		acc = acc + b[j][2]
-		if acc >= need then return b[j][1] + win_us - now end
+	local h, ends, units = s.h, {}, {}
+	for j = 1, #h, 2 do
+		local e, v = tonumber(h[j]), tonumber(h[j + 1])
+		if e and v and e * 1000 > s.cut then
+			if units[e] then
+				units[e] = units[e] + v
+			else
+				ends[#ends + 1], units[e] = e, v
+			end
+		end
+	end
+	table.sort(ends)
+	local acc = 0
+	for j = 1, #ends do
+		acc = acc + units[ends[j]]
+		if acc >= need then return ends[j] * 1000 + win_us - now end
 	end
 	return win_us
 end
@@ -150,7 +179,7 @@ local function trim(key, what)
 		held[#held + 1] = what
 	elseif type(what) == 'string' then
 		call('ZREMRANGEBYSCORE', key, '-inf', what)
-	elseif what[1] then
+	else
 		call('HDEL', key, unpack(what))
 	end
 end
@@ -216,7 +245,7 @@ local BAD_ENTRY = 'ERR sliding_window: bad entry'
 -- script's own arguments: k0 = a0 = 0; or its slice of a batch).
 local function decide(k0, a0, n)
 	local cost = num(ARGV[a0 + 1])
-	if not cost or cost < 1 then return redis.error_reply(BAD_ARGS) end
+	if not whole(cost) then return redis.error_reply(BAD_ARGS) end
 	local allowed = true
 	for i = 1, n do
 		local s = slot[i]
@@ -226,14 +255,14 @@ local function decide(k0, a0, n)
 		if not w then
 			local wm, pm = match(ws, '^(%d+):(%d+)$')
 			w, p = tonumber(wm), tonumber(pm)
-			if not p or p < 1 then w = nil end
+			if not whole(p) then w = false end
 		end
-		if not l or l < 1 or not w or w < 1 then
+		if not (whole(l) and whole(w)) then
 			return redis.error_reply(BAD_WINDOW)
 		end
 		-- Inclusive bound: score <= now - window is out, so an entry exactly
 		-- one window old does not count.
-		s.key, s.limit, s.win, s.prec, s.ttl = KEYS[k0 + i], l, w, p, ws
+		s.key, s.limit, s.win, s.prec = KEYS[k0 + i], l, w, p
 		s.cut = now - w * 1000
 		s.cuts = int(s.cut)
 		if p then
@@ -264,10 +293,15 @@ local function decide(k0, a0, n)
 		end
 		for i = 1, n do
 			local s = slot[i]
-			trim(s.key, s.prec and s.dead or s.cuts)
-			-- (a bucket's score, its end, is always after now)
-			local ttl = s.ttl
-			if s.score ~= now then ttl = int(s.win + math.ceil((s.score - now) / 1000)) end
+			if not s.prec then trim(s.key, s.cuts) elseif s.dead then trim(s.key, s.dead) end
+			-- The key lives until its newest entry or bucket leaves: its score
+			-- (or, after a clock step back, a later bucket's end) plus one
+			-- window, rounded up to a ms, plus 1 ms: PEXPIRE counts from
+			-- Redis's time snapshot of the command, in whole ms and taken
+			-- before TIME gave <now>, so up to 1 ms behind it.
+			local last = s.score
+			if s.top and s.top > last then last = s.top end
+			local ttl = int(s.win + 1 + math.ceil((last - now) / 1000))
 			call('PEXPIRE', s.key, ttl)
 			local rem = s.limit - s.count - cost
 			if not best or rem < best_rem then
@@ -282,7 +316,7 @@ local function decide(k0, a0, n)
 	else
 		for i = 1, n do
 			local s = slot[i]
-			trim(s.key, s.prec and s.dead or s.cuts)
+			if not s.prec then trim(s.key, s.cuts) elseif s.dead then trim(s.key, s.dead) end
 		end
 		for i = 1, n do
 			local s = slot[i]
@@ -319,15 +353,15 @@ if ARGV[1] ~= 'batch' then
 	return decide(0, 0, n)
 end
 
-local nb = tonumber(ARGV[2])
-if not nb or nb < 1 then return redis.error_reply(BAD_BATCH) end
+local nb = num(ARGV[2])
+if not whole(nb) then return redis.error_reply(BAD_BATCH) end
 -- Check the whole layout before deciding anything: a malformed batch
 -- writes nothing. Decision d: its key count at ARGV[ai + 1], then its cost
 -- and limit/window pairs.
 local ki, ai = 0, 2
 for d = 1, nb do
 	local nk = num(ARGV[ai + 1])
-	if not nk or nk < 1 or ki + nk > #KEYS or ai + 2 + 2 * nk > #ARGV then
+	if not whole(nk) or ki + nk > #KEYS or ai + 2 + 2 * nk > #ARGV then
 		return redis.error_reply(BAD_BATCH)
 	end
 	ki, ai = ki + nk, ai + 2 + 2 * nk

@@ -52,7 +52,7 @@ eq "4th: cost 1 fits when the oldest leaves (retry = reset)" "${R[3]}" "${R[4]}"
 ev 1 $K 1 3 10000
 eq "5th denied" 0 "${R[0]}"
 eq "denials are not recorded (ZCARD stays 3)" 3 "$(rcli ZCARD $K)"
-in_range "PTTL set, at most the window" "$(rcli PTTL $K)" 1 10000
+in_range "PTTL set, at most the window + 1 ms" "$(rcli PTTL $K)" 1 10001
 mapfile -t M < <(rcli ZRANGE $K 0 -1)
 eq "members unique, one per admitted request" 3 "$(printf '%s\n' "${M[@]}" | sort -u | wc -l)"
 eq "members are <cum>:<cost>" "1:1 2:1 3:1" \
@@ -142,8 +142,8 @@ ev 2 "$A" "$B" 2 3 10000 4 3600000
 eq "2 windows: the 10s window denies" "0 3 1 0" "${R[0]} ${R[1]} ${R[2]} ${R[5]}"
 eq "2 windows: nothing recorded in the 1h window either" "2:2" "$(rcli ZRANGE "$B" 0 -1)"
 eq "2 windows: nor in the 10s window" "2:2" "$(rcli ZRANGE "$A" 0 -1)"
-in_range "PTTL of the 10s key" "$(rcli PTTL "$A")" 1 10000
-in_range "PTTL of the 1h key" "$(rcli PTTL "$B")" 10001 3600000
+in_range "PTTL of the 10s key" "$(rcli PTTL "$A")" 1 10001
+in_range "PTTL of the 1h key" "$(rcli PTTL "$B")" 10002 3600001
 
 A='m:limit:v1:{ACC-8}:10s'; B='m:limit:v1:{ACC-8}:1h'
 ev 2 "$A" "$B" 1 10 10000 2 3600000
@@ -189,13 +189,43 @@ out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 1 0 1000)
 check "limit 0 is an error reply" grep -q "bad limit" <<<"$out"
 out=$(rcli EVALSHA "$SHA" 1 x:limit:b1:k 1 5 3600000:0)
 check "precision 0 is an error reply" grep -q "bad limit or window" <<<"$out"
+# nan passes a 'x < 1' check (every comparison with nan is false); inf and
+# fractions are no counts either. Nothing is written for any of them.
+for bad in nan inf 1.5 -nan; do
+	out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:nan "$bad" 3 1000)
+	check "cost $bad is an error reply" grep -q "bad arguments" <<<"$out"
+	out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:nan 1 "$bad" 1000)
+	check "limit $bad is an error reply" grep -q "bad limit or window" <<<"$out"
+	out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:nan 1 3 "$bad")
+	check "window $bad is an error reply" grep -q "bad limit or window" <<<"$out"
+	out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:nan batch "$bad" 1 1 3 1000)
+	check "batch count $bad is an error reply" grep -q "bad batch" <<<"$out"
+	out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:nan batch 1 "$bad" 1 3 1000)
+	check "key count $bad is an error reply" grep -q "bad batch" <<<"$out"
+done
+eq "nan, inf, fractions: nothing written" 0 "$(rcli EXISTS x:limit:v1:nan)"
+# A batch that announces more decisions than it carries (the count read
+# past the end of ARGV is no number, not an index of nil).
+out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:short batch 3 1 1 3 1000)
+eq "batch count above its content: bad batch" "ERR sliding_window: bad batch" "$out"
+out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:short batch 2 1 1 3)
+eq "batch cut inside a decision: bad batch" "ERR sliding_window: bad batch" "$out"
+eq "short batches: nothing written" 0 "$(rcli EXISTS x:limit:v1:short)"
 eq "redis still answers" PONG "$(rcli PING)"
 
 # --- exact boundaries on a clock the test controls ---------------------------
 # Same script, TIME replaced by a hash read (test copy only).
-sed "s/local t = redis.call('TIME')/local t = redis.call('HMGET', 'test:clock', 's', 'us')/" \
+# It also records each PEXPIRE's argument in test:ttl (field = key: the
+# fake clock does not reach PEXPIRE, so PTTL cannot show it), and counts the
+# sorts it makes in test:sorts.
+sed -e "s/local t = redis.call('TIME')/local t = redis.call('HMGET', 'test:clock', 's', 'us')/" \
+	-e "s/call('PEXPIRE', s.key, ttl)/&; call('HSET', 'test:ttl', s.key, ttl)/" \
+	-e "s/table\.sort(/call('HINCRBY', 'test:sorts', 'n', 1); &/" \
 	"$SCRIPT" > "$T/clocked.lua"
 check "test copy reads the fake clock" grep -q "test:clock" "$T/clocked.lua"
+check "test copy records the TTLs" grep -q "test:ttl" "$T/clocked.lua"
+check "test copy counts the sorts" grep -q "test:sorts" "$T/clocked.lua"
+ttl_of() { rcli HGET test:ttl "$1"; }
 CSHA=$(rcli SCRIPT LOAD "$(cat "$T/clocked.lua")")
 # clock S US: set the fake clock to S seconds + US microseconds
 clock() { rcli HSET test:clock s "$1" us "$2" >/dev/null; }
@@ -220,6 +250,17 @@ cev $K 1 2 1000
 eq "clock: 1 us later the edge entry left: admitted" "1 0" "${R[0]} ${R[2]}"
 eq "clock: the new entry is scored at Redis time" 1000000001 "$(rcli ZRANGE $K -1 -1 WITHSCORES | tail -n 1)"
 eq "clock: reset counts from the oldest kept entry" 999999 "${R[3]}"
+
+# The TTL covers the newest entry with 1 ms to spare: PEXPIRE counts from
+# Redis's time snapshot of the command (whole ms, before TIME): the key
+# must not die while its entry still counts.
+K=clk:limit:v1:ttl
+clock 5000 500                # 0.5 ms into a ms: the snapshot says 5000.000
+cev $K 1 2 1000
+eq "TTL: window + 1 ms (the entry leaves 1000 ms after now)" 1001 "$(ttl_of $K)"
+clock 5000 999999
+cev $K 1 2 1000
+eq "TTL: from the newest entry, the same" 1001 "$(ttl_of $K)"
 
 # --- cost as one entry, on the fake clock: exact counts and retry ----------
 K=clk:limit:v1:cost
@@ -265,6 +306,8 @@ eq "clock back: stamped 1 us after the newest entry" "2000000000 2000000001" \
 	"$(rcli ZRANGE $K 0 -1 WITHSCORES | sed -n '2p;4p' | xargs)"
 cev $K 3 5 1000
 eq "clock back: the 6th unit is denied" "0 2" "${R[0]} ${R[2]}"
+# the entry at 2000.000001 leaves at 2001.000001, 1500.001 ms after now
+eq "clock back: TTL from the stamp, rounded up, + 1 ms" 1502 "$(ttl_of $K)"
 
 # A member the script never writes (another program's, or a layout of
 # before 1.0) is not counted as anything: the decision is an error and
@@ -299,7 +342,7 @@ eq "bucket: 3 of 5 admitted; reset = bucket end + window" "1 5 2 3660000000 0" \
 	"${R[0]} ${R[1]} ${R[2]} ${R[3]} ${R[4]}"
 eq "bucket: a hash field per bucket, named by its end (ms)" "hash 3660000 3" \
 	"$(rcli TYPE $K) $(rcli HGETALL $K | xargs)"
-in_range "bucket: PEXPIRE = bucket end + window - now" "$(rcli EVALSHA "$SHA" 1 clk:limit:b1:ttl 1 5 3600000:60000 >/dev/null; rcli PTTL clk:limit:b1:ttl)" 3599000 3660000
+in_range "bucket: PEXPIRE = bucket end + window - now + 1 ms" "$(rcli EVALSHA "$SHA" 1 clk:limit:b1:ttl 1 5 3600000:60000 >/dev/null; rcli PTTL clk:limit:b1:ttl)" 3599000 3660001
 clock 3659 999999             # last us of the same bucket
 cevb $K -- 2 5 3600000:60000
 eq "bucket: same bucket, 2 more (full)" "1 0 1" "${R[0]} ${R[2]} $(rcli HLEN $K)"
@@ -321,12 +364,26 @@ eq "bucket: the expired bucket was trimmed" "7320000 5" "$(rcli HGETALL $K | xar
 
 # retry from bucket boundaries with cost: 2 units per minute for 4 minutes
 K=clk:limit:b1:bcost
+rcli DEL test:sorts >/dev/null
 for m in 0 1 2 3; do clock $((36000 + m * 60)) 500000; cevb $K -- 2 8 600000:60000; done
 eq "bucket cost: 8 of 8 in 4 buckets" "1 0 4" "${R[0]} ${R[2]} $(rcli HLEN $K)"
+eq "bucket cost: admissions never order the buckets" "" "$(rcli HGET test:sorts n)"
 clock 36200 0
 cevb $K -- 5 8 600000:60000
 # 5 units must leave: the 3rd bucket (ends 36180 s) frees the 6th: 36180 + 600 - 36200
 eq "bucket cost: retry when enough buckets have left (580 s)" "0 580000000" "${R[0]} ${R[4]}"
+eq "bucket cost: a denial orders them once" 1 "$(rcli HGET test:sorts n)"
+
+# A clock stepped back over a bucket boundary: the key keeps living until
+# the newest bucket (a later one than the current) leaves.
+K=clk:limit:b1:back
+clock 3600 0                  # bucket ends 3660 s
+cevb $K -- 1 5 3600000:60000
+eq "bucket TTL: bucket end + window - now + 1 ms" 3660001 "$(ttl_of $K)"
+clock 3500 0                  # 100 s back: bucket ends 3540 s
+cevb $K -- 1 5 3600000:60000
+eq "bucket back: admitted into the earlier bucket, both count" "1 3 2" "${R[0]} ${R[2]} $(rcli HLEN $K)"
+eq "bucket back: TTL from the newest bucket end (3660 s + 1 h - 3500 s + 1 ms)" 3760001 "$(ttl_of $K)"
 
 # one bucketed and one exact window, all-or-nothing; a bucketed window after
 # a config change from a log never meets the sorted set (b1 vs v1 key)
