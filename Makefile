@@ -17,13 +17,19 @@
 #   make bench      load figures into docs/benchmarks.md
 #   make fuzz       libFuzzer harnesses (FUZZ_SECONDS=60 each)
 #   make chaos      fault injection under load (Redis/agent kill -9, SIGSTOP, reload; limits)
-#   make install    PREFIX=/usr/local DESTDIR= (binary, config, systemd unit, man page,
-#                   HAProxy examples); make uninstall removes them but the config
+#   make install    PREFIX=/usr/local DESTDIR= (binary, the Redis module, config, systemd unit,
+#                   man page, HAProxy examples); make uninstall removes them but the config
 #   make deb        Debian packages into build/deb/ (debian/, dpkg-buildpackage;
 #                   installs its build tools); make deb-test builds, lintians,
 #                   installs, runs, upgrades and purges them (as root)
 #   make deps       apt-get the Debian packages that are missing (deps-demo:
 #                   only what make demo / make up need)
+#   make module     module/ratelimit.so: RATELIMIT.DECIDE, the script's decision as a Redis
+#                   module (redismodule.h from Debian's redis source package, into build/)
+#   make check-module  the module's integration tests (tests/integration/t_module*)
+#   make check-module-servers  the same on Redis 8.0 and Valkey 9 built from Debian sid's
+#                   source packages (cached under build/; ~4 min each the first time)
+#   make valgrind-module  the module's tests with redis-server under valgrind
 #   make clean
 #   make WITH_TLS=1 the same agent with TLS to Redis (rediss://): needs hiredis
 #                   >= 1.1 with hiredis_ssl; on Debian 12 (hiredis 0.14) Debian's
@@ -129,7 +135,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 # what the tests and tools add (make check, bench, fuzz, chaos, valgrind,
 # lint). make deps installs both.
 DEMO_PKGS := build-essential pkg-config libev-dev libhiredis-dev \
-             redis-server redis-tools haproxy curl openssl python3 jq
+             redis-server redis-tools haproxy curl openssl python3 jq dpkg-dev
 TEST_PKGS := libcmocka-dev wrk gnuplot-nox python3-cryptography python3-yaml valgrind cppcheck clang clang-tidy \
              systemd redis-sentinel groff-base prometheus patchelf
 DEB_PKGS  := $(DEMO_PKGS) $(TEST_PKGS)
@@ -146,7 +152,7 @@ DEBBUILD_PKGS := build-essential pkg-config libev-dev libhiredis-dev libcmocka-d
                  debhelper dpkg-dev help2man
 DEBTEST_PKGS  := lintian redis-server redis-tools haproxy curl openssl python3 jq systemd
 
-.PHONY: check-tls integration-tls
+.PHONY: check-tls integration-tls module check-module check-module-servers valgrind-module
 .PHONY: all test check integration e2e e2e-3.2 haproxy32 chaos sanitize tsan valgrind lint bench fuzz install \
         uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help deb deb-test
 
@@ -159,6 +165,9 @@ $(BUILD)/%.o: %.c | $(HIREDIS_DEP)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -Ispoa -c $< -o $@
+
+# SPOA_VERSION comes from VERSION: a new number rebuilds what prints it.
+$(MAIN_OBJ) $(BENCH_OBJ): VERSION
 
 # The agent carries its Lua script: no file to lose at install time.
 $(BUILD)/spoa/script.c: lua/sliding_window.lua tools/embed.sh
@@ -187,6 +196,31 @@ $(MCOUNT): bench/mcount.c
 	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -O2 $(WARN) -Wno-missing-prototypes \
 		-shared -fPIC -o $@ $< -ldl
 
+# The Redis module (module/): built against redismodule.h from Debian's
+# redis source package, fetched into build/ at build time (never committed).
+# ratelimit-test.so is the same code with the test clock (tests only).
+MODULE_H      := build/redismodule/redismodule.h
+MODULE_SO     := module/ratelimit.so
+MODULE_TEST_SO := module/ratelimit-test.so
+MODULE_SRCS   := module/ratelimit.c module/rl_args.c
+MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidden \
+                 -isystem build/redismodule -Imodule
+MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py \
+                 tests/integration/t_module_cluster.py
+
+module: $(MODULE_SO) $(MODULE_TEST_SO)
+
+$(MODULE_H): tools/redismodule-header.sh
+	$(Q)tools/redismodule-header.sh build/redismodule
+
+$(MODULE_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H)
+	$(if $(Q),@echo "  CC      $@")
+	$(Q)$(CC) $(MODULE_CFLAGS) $(CFLAGS) -shared -o $@ $(MODULE_SRCS)
+
+$(MODULE_TEST_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H)
+	$(if $(Q),@echo "  CC      $@")
+	$(Q)$(CC) $(MODULE_CFLAGS) $(CFLAGS) -DRATELIMIT_TEST_CLOCK -shared -o $@ $(MODULE_SRCS)
+
 # A unit test links only the modules its tests/unit/<name>.deps lists
 # (pure ones: no sockets; test_limiter links the limiter and its fake Redis).
 .SECONDEXPANSION:
@@ -207,7 +241,7 @@ $(HIREDIS_LOCAL)/.done: tools/hiredis-build.sh
 test: $(UNIT_TESTS)
 	$(Q)set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t; done
 
-integration: $(AGENT) $(BENCH)
+integration: $(AGENT) $(BENCH) $(MODULE_SO) $(MODULE_TEST_SO)
 	$(Q)AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) tests/run.sh integration
 
 e2e: $(AGENT)
@@ -222,6 +256,36 @@ e2e-3.2: $(AGENT)
 	$(Q)hap=$$(tools/haproxy-build.sh) && \
 	echo "e2e on $$($$hap -v | head -1): $$(head -1 $$(dirname $$hap)/FROM 2>/dev/null)" && \
 	HAPROXY=$$hap AGENT=$(CURDIR)/$(AGENT) tests/run.sh e2e
+
+# The module's tests alone (they run in make integration too).
+check-module: module $(AGENT) $(BENCH)
+	$(Q)AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) TESTS="$(MODULE_TESTS)" tests/run.sh integration
+
+# The module's tests on Redis 8.0 and Valkey 9, built from Debian sid's
+# source packages into build/ (cached; Redis 8 on libc's malloc, for
+# valgrind-module too).
+check-module-servers: module $(AGENT) $(BENCH)
+	$(Q)set -e; r8=$$(MALLOC=libc tools/redis-server-build.sh redis 8. build/redis-8); \
+	v9=$$(tools/redis-server-build.sh valkey 9. build/valkey-9); \
+	for s in $$r8 $$v9; do echo "== the module's tests on $$($$s --version | cut -d' ' -f1-3)"; \
+		REDIS_SERVER=$$s AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) TESTS="$(MODULE_TESTS)" \
+		tests/run.sh integration; done
+
+# The module's tests once with redis-server (Redis 8 on libc's malloc)
+# under valgrind: any memcheck error, or a block definitely lost from the
+# module, fails.
+VALGRIND_MODULE_LOGS := build/valgrind-module
+valgrind-module: module $(AGENT) $(BENCH)
+	$(Q)rm -rf $(VALGRIND_MODULE_LOGS); set -e; \
+	r8=$$(MALLOC=libc tools/redis-server-build.sh redis 8. build/redis-8); \
+	VALGRIND_REDIS_SERVER=$$r8 VALGRIND_LOG_DIR=$(CURDIR)/$(VALGRIND_MODULE_LOGS) \
+		REDIS_SERVER=$(CURDIR)/tools/valgrind-redis.sh DIFF_OPS=1500 TEST_TIMEOUT=1200 \
+		AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) TESTS="$(MODULE_TESTS)" tests/run.sh integration; \
+	n=$$(ls $(VALGRIND_MODULE_LOGS)/vg.* | wc -l); \
+	bad=$$(grep -L 'ERROR SUMMARY: 0 errors' $(VALGRIND_MODULE_LOGS)/vg.* || true); \
+	lost=$$(grep -l 'definitely lost' $(VALGRIND_MODULE_LOGS)/vg.* | xargs -r grep -l 'ratelimit' || true); \
+	echo "valgrind-module: $$n redis-server processes, errors in: $${bad:-none}, module leaks in: $${lost:-none}"; \
+	[ -z "$$bad" ] && [ -z "$$lost" ]
 
 # Fault injection under load and resource limits (tests/chaos, ~2 min).
 chaos: $(AGENT) $(BENCH)
@@ -301,6 +365,7 @@ fuzz:
 SYSCONFDIR     ?= /etc
 SBINDIR        ?= $(PREFIX)/sbin
 BINDIR         ?= $(PREFIX)/bin
+MODULEDIR      ?= $(PREFIX)/lib/ratelimit-spoa
 DATADIR        ?= $(PREFIX)/share/ratelimit-spoa
 DOCDIR         ?= $(PREFIX)/share/doc/ratelimit-spoa
 MAN8DIR        ?= $(PREFIX)/share/man/man8
@@ -316,7 +381,7 @@ HAPROXY_EXAMPLES := haproxy/haproxy.cfg haproxy/spoe-ratelimit.conf \
                     haproxy/backend.cfg
 # Monitoring files, installed under DATADIR/<their directory under etc/>.
 OPS_FILES := etc/prometheus/ratelimit-spoa.rules.yml etc/grafana/ratelimit-spoa.json
-INSTALLED := $(SBINDIR)/ratelimit-spoa $(BINDIR)/spoa-bench \
+INSTALLED := $(SBINDIR)/ratelimit-spoa $(BINDIR)/spoa-bench $(MODULEDIR)/ratelimit.so \
              $(DATADIR)/sliding_window.lua $(SYSTEMDUNITDIR)/ratelimit-spoa.service \
              $(MAN8DIR)/ratelimit-spoa.8 \
              $(addprefix $(DATADIR)/,$(HAPROXY_EXAMPLES) $(wildcard haproxy/errors/*.json)) \
@@ -326,9 +391,10 @@ INSTALLED := $(SBINDIR)/ratelimit-spoa $(BINDIR)/spoa-bench \
 # The unit and the man page name the installed paths: rewritten for PREFIX.
 # An existing config is never overwritten (it is the site's): the new
 # default goes beside it as ratelimit-spoa.conf.dist.
-install: $(AGENT) $(BENCH)
+install: $(AGENT) $(BENCH) $(MODULE_SO)
 	install -Dm755 $(AGENT) $(DESTDIR)$(SBINDIR)/ratelimit-spoa
 	install -Dm755 $(BENCH) $(DESTDIR)$(BINDIR)/spoa-bench
+	install -Dm755 $(MODULE_SO) $(DESTDIR)$(MODULEDIR)/ratelimit.so
 	install -Dm644 lua/sliding_window.lua $(DESTDIR)$(DATADIR)/sliding_window.lua
 	$(Q)if [ -e $(CONF) ]; then \
 		install -Dm644 etc/ratelimit-spoa.conf $(CONF).dist; \
@@ -357,14 +423,17 @@ install: $(AGENT) $(BENCH)
 # Removes what install put, except the config (the site's).
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
-	-rmdir $(DESTDIR)$(DATADIR)/haproxy/errors $(DESTDIR)$(DATADIR)/haproxy \
+	-rmdir $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(DATADIR)/haproxy/errors $(DESTDIR)$(DATADIR)/haproxy \
 		$(sort $(dir $(addprefix $(DESTDIR)$(DATADIR)/,$(patsubst etc/%,%,$(OPS_FILES))))) \
 		$(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR) 2>/dev/null
 
+# (the module when it builds: without it the script decides, as before)
 demo: deps-demo all
+	$(Q)$(MAKE) --no-print-directory module || echo "demo: no module (make module failed): the script decides"
 	$(Q)tools/demo.sh story
 
 up: deps-demo all
+	$(Q)$(MAKE) --no-print-directory module || echo "up: no module (make module failed): the script decides"
 	$(Q)tools/demo.sh up
 
 down:

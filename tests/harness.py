@@ -41,6 +41,14 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import spop  # noqa: E402
 
 AGENT = os.environ.get("AGENT", os.path.join(ROOT, "spoa", "ratelimit-spoa"))
+# The server every test starts (REDIS_SERVER=build/redis-8/redis-server: the
+# module's tests on Redis 8 / Valkey 9, make check-module-servers), and the
+# module (make module): the production build and the one with the test
+# clock (module/ratelimit-test.so, never for production).
+REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+MODULE_SO = os.environ.get("RATELIMIT_MODULE", os.path.join(ROOT, "module", "ratelimit.so"))
+MODULE_TEST_SO = os.environ.get("RATELIMIT_MODULE_TEST",
+                                os.path.join(ROOT, "module", "ratelimit-test.so"))
 # `make tsan` runs every agent with this many worker threads (see threads()).
 FORCED_THREADS = os.environ.get("SPOA_TEST_THREADS")
 # The exit status a ThreadSanitizer report gives the agent (make tsan).
@@ -216,16 +224,17 @@ class Harness:
             self._certs = TLSCerts(os.path.join(self.tmp, "tls"))
         return self._certs
 
-    def start_redis(self, port=None, tls=None, auth_clients=False):
+    def start_redis(self, port=None, tls=None, auth_clients=False, extra=()):
         """redis-server on loopback; with <tls> (TLSCerts) TLS only, client
-        certificates required when <auth_clients>."""
+        certificates required when <auth_clients>; <extra>: more arguments
+        (e.g. --loadmodule)."""
         self.redis_port = port or self.redis_port or free_port()
         self.redis_tls = tls
         listen = tls.redis_args(self.redis_port, auth_clients) if tls else \
             ["--port", str(self.redis_port)]
         self.redis = self.spawn(
-            ["redis-server"] + listen + ["--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", self.tmp],
+            [REDIS_SERVER] + listen + ["--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", self.tmp] + list(extra),
             os.path.join(self.tmp, "redis.log"))
         if not wait_port(self.redis_port):
             raise RuntimeError("redis did not start")
@@ -236,7 +245,7 @@ class Harness:
         of 127.0.0.1:<replicaof>) with the arguments <extra>; with <tls>
         (TLSCerts) TLS only, replication included. Returns the process."""
         listen = tls.redis_args(port) + ["--tls-replication", "yes"] if tls else ["--port", str(port)]
-        argv = ["redis-server"] + listen + ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        argv = [REDIS_SERVER] + listen + ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                                             "--dir", self.tmp, "--dbfilename", "dump-%d.rdb" % port]
         if replicaof:
             argv += ["--replicaof", "127.0.0.1", str(replicaof)]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench-redis-ir.sh - instructions redis-server executes per decision of
-# lua/sliding_window.lua, batched and not (make bench's section i; also runs
-# alone: tools/bench-redis-ir.sh).
+# lua/sliding_window.lua and of the module's RATELIMIT.DECIDE (module/),
+# batched and not (make bench's section i; also runs alone:
+# tools/bench-redis-ir.sh).
 #
 # Why instructions: CPU time on a shared 2-core box drifts by a third from
 # one minute to the next, so two runs of (f) a few minutes apart cannot show
@@ -20,9 +21,20 @@
 # flight gives the agent), and 1 (one EVALSHA per decision, what
 # cluster:// and redis-batch 1 send).
 #
+# The module: the same feed as RATELIMIT.DECIDE calls (same keys, same
+# arguments) into a redis-server that loaded module/ratelimit-test.so with
+# test-clock, whose time is read from the same hash (one hash read per
+# call, as the script's copy; the production build reads the system clock,
+# which is cheaper) and whose expiry counts from that clock (no key
+# expires under valgrind either).
+#
 # Prints a table; with BENCH_IR_TSV=FILE also writes name<TAB>value lines
-# (ir_b<n> = instructions per decision). Knobs: BENCH_IR_DECISIONS=10000, BENCH_IR_WARM=20000,
-# BENCH_IR_BATCHES="32 3 1", BENCH_IR_SCRIPT=lua/sliding_window.lua.
+# (ir_b<n> = the script's instructions per decision, ir_mod_b<n> = the
+# module's, ir_mod_ratio_b<n> = module / script). Knobs:
+# BENCH_IR_DECISIONS=10000, BENCH_IR_WARM=20000, BENCH_IR_BATCHES="32 3 1",
+# BENCH_IR_SCRIPT=lua/sliding_window.lua, BENCH_IR_ENGINES="script module"
+# (module only when module/ratelimit-test.so is built: make module),
+# BENCH_IR_MODULE=module/ratelimit-test.so.
 # About 30 s per mode (two modes run at a time).
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -37,16 +49,23 @@ WARM=${BENCH_IR_WARM:-20000}
 BATCHES=${BENCH_IR_BATCHES:-32 3 1}
 SCRIPT=${BENCH_IR_SCRIPT:-lua/sliding_window.lua}
 TSV=${BENCH_IR_TSV:-}
+MODULE=${BENCH_IR_MODULE:-$PWD/module/ratelimit-test.so}
+ENGINES=${BENCH_IR_ENGINES:-script module}
+if [ ! -e "$MODULE" ] && [ -z "${BENCH_IR_ENGINES:-}" ]; then
+	echo "bench-redis-ir: $MODULE not built (make module): the script only" >&2
+	ENGINES=script
+fi
 
 # The measured copy: TIME from the feed's clock, TTLs x 1000.
-sed -e "s/local t = redis.call('TIME')/local t = redis.call('HMGET', 'ir:clock', 's', 'us')/" \
+sed -e "s/local t = redis.call('TIME')/local t = redis.call('HMGET', 'test:clock', 's', 'us')/" \
 	-e "s/'PEXPIRE', \([^,]*\), ttl)/'PEXPIRE', \1, ttl .. '000')/" "$SCRIPT" >"$T/script.lua"
-if ! grep -q "ir:clock" "$T/script.lua" || ! grep -q "ttl .. '000'" "$T/script.lua"; then
+if ! grep -q "test:clock" "$T/script.lua" || ! grep -q "ttl .. '000'" "$T/script.lua"; then
 	echo "bench-redis-ir: $SCRIPT no longer has the TIME or PEXPIRE line this edits" >&2
 	exit 1
 fi
 
-# feed SHA BATCH COUNT START_US SEED: RESP for COUNT decisions, clock first.
+# feed SHA BATCH COUNT START_US SEED: RESP for COUNT decisions, clock first
+# (SHA "module": RATELIMIT.DECIDE instead of EVALSHA).
 feed() {
 	python3 - "$@" <<'EOF'
 import sys
@@ -54,6 +73,8 @@ sha, batch, count, t, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), in
 ACCOUNTS, LIMIT, WINDOW_MS, RATE, CLOCK_EVERY = 10000, '20', '1000', 20000, 32
 out = sys.stdout.buffer
 def cmd(*a):
+    if a[0] == 'EVALSHA' and sha == 'module':
+        a = ('RATELIMIT.DECIDE',) + a[2:]
     a = [str(x).encode() for x in a]
     out.write(b'*%d\r\n' % len(a) + b''.join(b'$%d\r\n%s\r\n' % (len(x), x) for x in a))
 x = seed
@@ -64,40 +85,42 @@ def account():
 done = 0
 while done < count:
     if done % CLOCK_EVERY == 0:
-        cmd('HSET', 'ir:clock', 's', t // 1000000, 'us', t % 1000000)
+        cmd('HSET', 'test:clock', 's', t // 1000000, 'us', t % 1000000)
     n = min(batch, count - done)
     if batch == 1:
-        cmd('EVALSHA', sha, 1, 'transfer:limit:v1:{ACC-%d}' % account(), 1, 'ir-%d' % done, LIMIT, WINDOW_MS)
+        cmd('EVALSHA', sha, 1, 'transfer:limit:v1:{ACC-%d}' % account(), 1, LIMIT, WINDOW_MS)
     else:
         keys = ['transfer:limit:v1:{ACC-%d}' % account() for _ in range(n)]
         args = ['batch', n]
         for i in range(n):
-            args += [1, 1, 'ir-%d' % (done + i), LIMIT, WINDOW_MS]
+            args += [1, 1, LIMIT, WINDOW_MS]
         cmd('EVALSHA', sha, n, *keys, *args)
     done += n
     t += n * 1000000 // RATE
 EOF
 }
 
-# start BATCH: redis-server for that mode under callgrind (PORT[b], VPID[b]),
-# started here so that the exit trap knows its PID.
+# start MODE: redis-server for that mode (s<batch>: the script, m<batch>:
+# the module) under callgrind (PORT[mode], VPID[mode]), started here so that
+# the exit trap knows its PID.
 declare -A PORT VPID
 start() {
-	local b=$1 d="$T/b$1"
+	local b=$1 d="$T/b$1" load=()
 	mkdir -p "$d"
 	PORT[$b]=$(free_port)
+	[ "${b:0:1}" = m ] && load=(--loadmodule "$MODULE" test-clock)
 	valgrind --tool=callgrind --callgrind-out-file="$d/cg.%p" --dump-instr=no \
 		redis-server --port "${PORT[$b]}" --bind 127.0.0.1 --save '' --appendonly no --dir "$d" \
-		>"$d/valgrind.log" 2>&1 &
+		"${load[@]}" >"$d/valgrind.log" 2>&1 &
 	VPID[$b]=$!
 	t_track "${VPID[$b]}"
 }
 
-# measure BATCH: prints instructions per decision (nothing on failure)
+# measure MODE: prints instructions per decision (nothing on failure)
 measure() {
-	local b=$1 d="$T/b$1" port=${PORT[$1]} vpid=${VPID[$1]} sha f ir
+	local m=$1 b=${1:1} d="$T/b$1" port=${PORT[$1]} vpid=${VPID[$1]} sha=module f ir
 	for _ in $(seq 150); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.2; done
-	sha=$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$T/script.lua")")
+	[ "${m:0:1}" = s ] && sha=$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$T/script.lua")")
 	feed "$sha" "$b" "$WARM" 1800000000000000 1 >"$d/warm.resp"
 	feed "$sha" "$b" "$N" $((1800000000000000 + WARM * 50)) 2 >"$d/run.resp"
 	redis-cli -p "$port" --pipe <"$d/warm.resp" >"$d/warm.out" 2>&1
@@ -106,7 +129,7 @@ measure() {
 	callgrind_control -d "$vpid" >/dev/null 2>&1
 	# every decision must have been answered without an error
 	if ! grep -q "errors: 0," "$d/run.out" || [ "$(redis-cli -p "$port" INFO errorstats | grep -c errorstat_)" != 0 ]; then
-		echo "bench-redis-ir: redis-batch $b: the script answered with errors" >&2
+		echo "bench-redis-ir: $m (redis-batch $b): errors in the answers" >&2
 		return 0
 	fi
 	redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1
@@ -119,7 +142,9 @@ measure() {
 }
 
 declare -A IR
-set -- $BATCHES
+MODES=()
+for e in $ENGINES; do for b in $BATCHES; do MODES+=("${e:0:1}$b"); done; done
+set -- "${MODES[@]}"
 while [ $# -gt 0 ]; do
 	# two at a time: valgrind is single-threaded and the box has two cores
 	start "$1"
@@ -129,14 +154,26 @@ while [ $# -gt 0 ]; do
 	wait "$p1"
 	shift
 done
-printf '%-12s %24s %12s\n' redis-batch "instructions/decision" "vs 1"
-for b in $BATCHES; do
-	IR[$b]=$(cat "$T/ir.$b")
-	[ -n "${IR[$b]}" ] || { echo "bench-redis-ir: redis-batch $b: no count" >&2; continue; }
-	r=-
-	[ -n "${IR[1]:-}" ] || IR[1]=$(cat "$T/ir.1" 2>/dev/null)
-	[ -n "${IR[1]:-}" ] && r=$(awk -v a="${IR[$b]}" -v c="${IR[1]}" 'BEGIN { printf "%.2fx", a / c }')
-	printf '%-12s %24s %12s\n' "$b" "${IR[$b]}" "$r"
-	[ -n "$TSV" ] && printf 'ir_b%s\t%s\n' "$b" "${IR[$b]}" >>"$TSV"
+printf '%-8s %-12s %24s %12s %14s\n' engine redis-batch "instructions/decision" "vs 1" "vs the script"
+for m in "${MODES[@]}"; do
+	IR[$m]=$(cat "$T/ir.$m")
+	e=script; [ "${m:0:1}" = m ] && e=module
+	b=${m:1}
+	[ -n "${IR[$m]}" ] || { echo "bench-redis-ir: $e redis-batch $b: no count" >&2; continue; }
+	one=$(cat "$T/ir.${m:0:1}1" 2>/dev/null)
+	r=-; [ -n "$one" ] && r=$(awk -v a="${IR[$m]}" -v c="$one" 'BEGIN { printf "%.2fx", a / c }')
+	vs=-
+	if [ "$e" = module ] && [ -n "$(cat "$T/ir.s$b" 2>/dev/null)" ]; then
+		vs=$(awk -v a="${IR[$m]}" -v c="$(cat "$T/ir.s$b")" 'BEGIN { printf "%.2fx", a / c }')
+	fi
+	printf '%-8s %-12s %24s %12s %14s\n' "$e" "$b" "${IR[$m]}" "$r" "$vs"
+	if [ -n "$TSV" ]; then
+		if [ "$e" = script ]; then
+			printf 'ir_b%s\t%s\n' "$b" "${IR[$m]}" >>"$TSV"
+		else
+			printf 'ir_mod_b%s\t%s\n' "$b" "${IR[$m]}" >>"$TSV"
+			[ "$vs" != - ] && printf 'ir_mod_ratio_b%s\t%s\n' "$b" "${vs%x}" >>"$TSV"
+		fi
+	fi
 done
-[ -n "${IR[1]:-}" ]
+[ -n "$(cat "$T/ir.${MODES[0]:0:1}1" 2>/dev/null)" ] || [ -n "$(cat "$T/ir.${MODES[0]}" 2>/dev/null)" ]

@@ -6,7 +6,8 @@
 #
 #   tools/debian-source.sh PACKAGE VERSION-PREFIX DEST
 #
-# Unpacks the newest PACKAGE whose version starts with VERSION-PREFIX into
+# Unpacks the newest PACKAGE whose version starts with VERSION-PREFIX (with
+# or without its epoch: redis 8. matches 5:8.0.6-3) into
 # DEST (emptied first; apt-get source applies Debian's patches, 3.0 quilt)
 # and prints the unpacked directory. Only the source package comes from sid,
 # through a private apt state under build/apt-sid (a deb-src line in its own
@@ -36,7 +37,8 @@ apt_opts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$apt_dir
 echo "debian-source: fetching the $pkg $prefix* source package from sid" >&2
 apt-get "${apt_opts[@]}" -qq update >&2
 ver=$(apt-cache "${apt_opts[@]}" showsrc "$pkg" |
-	awk -v s="$prefix" '$1 == "Version:" && index($2, s) == 1 { print $2 }' | sort -V | tail -1)
+	awk -v s="$prefix" '$1 == "Version:" { v = $2; sub(/^[0-9]+:/, "", v)
+		if (index($2, s) == 1 || index(v, s) == 1) print $2 }' | sort -V | tail -1)
 if [ -z "$ver" ]; then
 	echo "debian-source: sid lists no $pkg $prefix* source package" >&2
 	exit 2

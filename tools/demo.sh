@@ -74,8 +74,12 @@ start_stack() {
 
 	"$ROOT/tools/jwt.sh" keygen "$S" >/dev/null
 
+	# The module (make module) when built: RATELIMIT.DECIDE, which agents
+	# on redis-engine auto use instead of the script.
+	local load=()
+	[ -e "$ROOT/module/ratelimit.so" ] && load=(--loadmodule "$ROOT/module/ratelimit.so")
 	spawn redis redis-server redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-		--dir "$S" --daemonize no
+		--dir "$S" --daemonize no "${load[@]}"
 	wait_port "$REDIS_PORT" || die "redis-server did not start (see $S/redis.log)"
 
 	{
@@ -130,6 +134,11 @@ cmd_story() {
 	say "  HAProxy A  http://127.0.0.1:$A_PORT      HAProxy B  http://127.0.0.1:$B_PORT"
 	say "  agent      127.0.0.1:$AGENT_PORT        redis      127.0.0.1:$REDIS_PORT"
 	say "  policy transfer: 3 transfers per second per account, counted in Redis for both instances"
+	if redis-cli -p "$REDIS_PORT" MODULE LIST 2>/dev/null | grep -qx ratelimit; then
+		say "  engine     Redis has the module (RATELIMIT.DECIDE): agents on redis-engine auto decide with it"
+	else
+		say "  engine     the Lua script (lua/sliding_window.lua) decides in Redis (make module for the native one)"
+	fi
 
 	local tok
 	tok=$(token "$ACCOUNT")

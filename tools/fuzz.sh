@@ -24,28 +24,31 @@ cd "$(dirname "$0")/.."
 
 secs=${1:-60}
 shift || true
-all=(fuzz_spop fuzz_conn fuzz_config)
+all=(fuzz_spop fuzz_conn fuzz_config fuzz_module_args)
 names=("${@:-${all[@]}}")
 out=${FUZZ_OUT:-build/fuzz}
 clang=${CLANG:-clang}
 mkdir -p "$out/corpus" "$out/artifacts"
 
-# Modules each harness links (spoa/<module>.c) and extra libraries.
+# Modules each harness links (spoa/<module>.c, or a path: module/rl_args).
 modules() {
 	case $1 in
 	fuzz_spop)   echo "spop spop_write" ;;
 	fuzz_conn)   echo "conn conn_notify spop spop_write window headers config config_check redis_url log metrics" ;;
 	fuzz_config) echo "config config_check redis_url window" ;;
+	fuzz_module_args) echo "module/rl_args" ;;
 	*) echo "unknown harness: $1" >&2; return 1 ;;
 	esac
 }
 
 build() {
 	local name=$1 srcs=() m
-	for m in $(modules "$name"); do srcs+=("spoa/$m.c"); done
+	for m in $(modules "$name"); do
+		case $m in */*) srcs+=("$m.c") ;; *) srcs+=("spoa/$m.c") ;; esac
+	done
 	"$clang" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-		-Wall -Wextra -Werror -Wno-unused-parameter -pthread -Ispoa \
+		-Wall -Wextra -Werror -Wno-unused-parameter -pthread -Ispoa -Imodule \
 		-DSPOA_VERSION='"fuzz"' \
 		"tests/fuzz/$name.c" "${srcs[@]}" -o "$out/$name" -lev -lhiredis -lm
 }

@@ -51,6 +51,7 @@ L = lambda rel: os.path.join(D, rel.lstrip("/"))  # noqa: E731
 expect = {
     "/usr/local/sbin/ratelimit-spoa": 0o755,
     "/usr/local/bin/spoa-bench": 0o755,
+    "/usr/local/lib/ratelimit-spoa/ratelimit.so": 0o755,
     "/etc/ratelimit-spoa/ratelimit-spoa.conf": 0o644,
     "/usr/local/lib/systemd/system/ratelimit-spoa.service": 0o644,
     "/usr/local/share/man/man8/ratelimit-spoa.8": 0o644,

@@ -1,0 +1,238 @@
+/* rl_args.c - RATELIMIT.DECIDE's arguments, members and bucket ends
+ * (see rl_args.h). Pure: no Redis, no I/O, no allocation.
+ *
+ * Numbers: the script converts with Lua's tonumber() (any Lua number);
+ * the module takes decimal integers only, which is all the agent sends,
+ * and bounds them (RL_MAX_*) so that no sum or product overflows or
+ * loses precision. */
+#include "rl_args.h"
+
+#include <string.h>
+
+static const char *const err_text[RL_ERR_COUNT] = {
+	[RL_OK] = NULL,
+	[RL_ERR_ARGS] = RL_ERR_ARGS_TEXT,
+	[RL_ERR_WINDOW] = RL_ERR_WINDOW_TEXT,
+	[RL_ERR_BATCH] = RL_ERR_BATCH_TEXT,
+};
+
+/* The error reply text of <e> (RL_OK: NULL). */
+const char *rl_args_err_text(enum rl_err e)
+{
+	return (unsigned)e < RL_ERR_COUNT ? err_text[e] : RL_ERR_ARGS_TEXT;
+}
+
+/* A decimal integer into <out>; 0 or -1. */
+int rl_args_parse_int(const char *p, size_t len, int64_t *out)
+{
+	int64_t v = 0;
+	size_t i = 0;
+	int neg = 0;
+
+	if (len > 0 && p[0] == '-') {
+		neg = 1;
+		i = 1;
+	}
+	/* 18 digits: below 2^63 without an overflow check per digit */
+	if (len == i || len - i > 18)
+		return -1;
+	for (; i < len; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return -1;
+		v = v * 10 + (p[i] - '0');
+	}
+	*out = neg ? -v : v;
+	return 0;
+}
+
+/* An integer in [lo, hi] into <out>; 0 or -1. */
+static int parse_bounded(const struct rl_arg *a, int64_t lo, int64_t hi, int64_t *out)
+{
+	int64_t v;
+
+	if (rl_args_parse_int(a->p, a->len, &v) == -1 || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* Window length <a>: "<ms>" (a log) or "<ms>:<precision ms>" (bucketed). */
+static int parse_window(const struct rl_arg *a, struct rl_window *w)
+{
+	const char *colon = memchr(a->p, ':', a->len);
+	struct rl_arg ms, prec;
+
+	if (!colon) {
+		w->prec_ms = 0;
+		return parse_bounded(a, 1, RL_MAX_MS, &w->win_ms);
+	}
+	ms.p = a->p;
+	ms.len = (size_t)(colon - a->p);
+	prec.p = colon + 1;
+	prec.len = a->len - ms.len - 1;
+	/* the script's '^(%d+):(%d+)$': digits only on both sides */
+	if (ms.len == 0 || prec.len == 0 || ms.p[0] == '-' || prec.p[0] == '-')
+		return -1;
+	if (parse_bounded(&ms, 1, RL_MAX_MS, &w->win_ms) == -1 ||
+	    parse_bounded(&prec, 1, RL_MAX_MS, &w->prec_ms) == -1)
+		return -1;
+	return 0;
+}
+
+/* Cost and <nwin> limit/window pairs from <args> into <d>. */
+static enum rl_err parse_decision(const struct rl_arg *args, size_t nwin, struct rl_decision *d)
+{
+	size_t i;
+
+	if (nwin < 1 || nwin > RL_MAX_WINDOWS)
+		return RL_ERR_ARGS;
+	if (parse_bounded(&args[0], 1, RL_MAX_UNITS, &d->cost) == -1)
+		return RL_ERR_ARGS;
+	d->nwin = nwin;
+	for (i = 0; i < nwin; i++) {
+		struct rl_window *w = &d->w[i];
+
+		if (parse_bounded(&args[1 + 2 * i], 1, RL_MAX_UNITS, &w->limit) == -1 ||
+		    parse_window(&args[2 + 2 * i], w) == -1)
+			return RL_ERR_WINDOW;
+	}
+	return RL_OK;
+}
+
+/* Is <args> the batch form? */
+int rl_args_is_batch(const struct rl_arg *args, size_t nargs)
+{
+	return nargs >= 1 && args[0].len == 5 && memcmp(args[0].p, "batch", 5) == 0;
+}
+
+/* A single decision over all <nkeys> keys into <d>. */
+enum rl_err rl_args_parse_single(const struct rl_arg *args, size_t nargs, size_t nkeys,
+                                 struct rl_decision *d)
+{
+	if (nkeys < 1 || nargs < 2 || nargs != 1 + 2 * nkeys)
+		return RL_ERR_ARGS;
+	d->key0 = 0;
+	return parse_decision(args, nkeys, d);
+}
+
+/* Checks a batch's layout; *<n> decisions. */
+enum rl_err rl_args_batch_check(const struct rl_arg *args, size_t nargs, size_t nkeys,
+                                size_t *n)
+{
+	size_t ki = 0, ai = 2, d;
+	int64_t nb, nk;
+
+	if (nargs < 2 || rl_args_parse_int(args[1].p, args[1].len, &nb) == -1 || nb < 1 ||
+	    (uint64_t)nb > nargs)
+		return RL_ERR_BATCH;
+	for (d = 0; d < (size_t)nb; d++) {
+		if (ai >= nargs || rl_args_parse_int(args[ai].p, args[ai].len, &nk) == -1 ||
+		    nk < 1 || (uint64_t)nk > nkeys - ki || (uint64_t)nk > (nargs - ai) / 2 ||
+		    ai + 2 + 2 * (size_t)nk > nargs)
+			return RL_ERR_BATCH;
+		ki += (size_t)nk;
+		ai += 2 + 2 * (size_t)nk;
+	}
+	if (ki != nkeys || ai != nargs)
+		return RL_ERR_BATCH;
+	*n = (size_t)nb;
+	return RL_OK;
+}
+
+/* The next decision of a checked batch into <d>. */
+enum rl_err rl_args_batch_next(const struct rl_arg *args, struct rl_batch_iter *it,
+                               struct rl_decision *d)
+{
+	int64_t nk = 0;
+	size_t ai = it->ai;
+
+	/* checked by rl_args_batch_check(): a number in range */
+	(void)rl_args_parse_int(args[ai].p, args[ai].len, &nk);
+	d->key0 = it->ki;
+	it->ki += (size_t)nk;
+	it->ai += 2 + 2 * (size_t)nk;
+	return parse_decision(&args[ai + 1], (size_t)nk, d);
+}
+
+/* One hex field of a member: 1.. digits (leading zeros allowed, as
+ * Lua's tonumber(s, 16)), value at most RL_MAX_MEMBER. */
+static int parse_hex(const char *p, size_t len, int64_t *out)
+{
+	int64_t v = 0;
+	size_t i;
+
+	if (len == 0)
+		return -1;
+	for (i = 0; i < len; i++) {
+		int c = (unsigned char)p[i], x;
+
+		if (c >= '0' && c <= '9')
+			x = c - '0';
+		else if (c >= 'a' && c <= 'f')
+			x = c - 'a' + 10;
+		else if (c >= 'A' && c <= 'F')
+			x = c - 'A' + 10;
+		else
+			return -1;
+		v = v * 16 + x;
+		if (v > RL_MAX_MEMBER)
+			return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* A stored member "<cum>:<cost>" into <cum>, <cost>; 0 or -1. */
+int rl_args_parse_member(const char *p, size_t len, int64_t *cum, int64_t *cost)
+{
+	const char *colon = memchr(p, ':', len);
+	size_t n;
+
+	if (!colon)
+		return -1;
+	n = (size_t)(colon - p);
+	if (parse_hex(p, n, cum) == -1 || parse_hex(colon + 1, len - n - 1, cost) == -1)
+		return -1;
+	return 0;
+}
+
+/* Member "<cum>:<cost>" into <buf>; its length. */
+size_t rl_args_format_member(char *buf, size_t size, int64_t cum, int64_t cost)
+{
+	static const char hex[] = "0123456789abcdef";
+	char tmp[40];
+	size_t n = 0, i;
+	uint64_t v;
+
+	v = (uint64_t)cost;
+	do {
+		tmp[n++] = hex[v & 15];
+		v >>= 4;
+	} while (v);
+	tmp[n++] = ':';
+	v = (uint64_t)cum;
+	do {
+		tmp[n++] = hex[v & 15];
+		v >>= 4;
+	} while (v);
+	if (n + 1 > size)
+		return 0;
+	for (i = 0; i < n; i++)
+		buf[i] = tmp[n - 1 - i];
+	buf[n] = '\0';
+	return n;
+}
+
+/* End (ms) of the <prec_ms> bucket holding <now_us>. */
+int64_t rl_args_bucket_end(int64_t now_us, int64_t prec_ms)
+{
+	int64_t ms = now_us / 1000;
+
+	/* floor for a negative clock too (a fake one, before 1970) */
+	if (now_us < 0 && now_us % 1000 != 0)
+		ms--;
+	int64_t q = ms / prec_ms;
+	if (ms < 0 && ms % prec_ms != 0)
+		q--;
+	return (q + 1) * prec_ms;
+}

@@ -1,0 +1,99 @@
+/* rl_args.h - the pure half of the module: RATELIMIT.DECIDE's argument
+ * layout (the script's KEYS and ARGV, lua/sliding_window.lua), the stored
+ * members and bucket fields. No Redis, no I/O, no allocation: the fuzz
+ * harness (tests/fuzz/fuzz_module_args.c) and the module share it. */
+#ifndef RL_ARGS_H
+#define RL_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Windows of one decision (the agent sends at most 4). */
+#define RL_MAX_WINDOWS 64
+/* Bounds that keep every sum and product below 2^53 (exact in the
+ * script's doubles as well as in int64): cost and limit, window and
+ * precision in ms (about 31 years). */
+#define RL_MAX_UNITS   1000000000000000LL
+#define RL_MAX_MS      1000000000000LL
+/* A stored cum or cost above this is not ours (2^53). */
+#define RL_MAX_MEMBER  9007199254740992LL
+
+/* The script's error replies, word for word (the agent reads them alike). */
+#define RL_ERR_ARGS_TEXT   "ERR sliding_window: bad arguments"
+#define RL_ERR_WINDOW_TEXT "ERR sliding_window: bad limit or window"
+#define RL_ERR_BATCH_TEXT  "ERR sliding_window: bad batch"
+
+enum rl_err {
+	RL_OK = 0,
+	RL_ERR_ARGS,      /* arity, cost */
+	RL_ERR_WINDOW,    /* a limit, window or precision */
+	RL_ERR_BATCH,     /* a batch whose counts do not match its arguments */
+	RL_ERR_COUNT
+};
+
+/* One argument as Redis holds it (borrowed). */
+struct rl_arg {
+	const char *p;
+	size_t len;
+};
+
+struct rl_window {
+	int64_t limit;
+	int64_t win_ms;
+	int64_t prec_ms;   /* 0: a sliding log (sorted set); else a bucketed hash */
+};
+
+/* One decision: its keys are KEYS[key0 .. key0 + nwin - 1]. */
+struct rl_decision {
+	size_t key0;
+	size_t nwin;
+	int64_t cost;
+	struct rl_window w[RL_MAX_WINDOWS];
+};
+
+/* Walks a batch's decisions after rl_args_batch_check() accepted it. */
+struct rl_batch_iter {
+	size_t ki;   /* next decision's first key */
+	size_t ai;   /* next decision's key-count argument */
+};
+
+/* The error reply text of <e> (RL_OK: NULL). */
+const char *rl_args_err_text(enum rl_err e);
+
+/* A decimal integer (optional '-', 1..18 digits, nothing else) into <out>.
+ * Returns 0 or -1. */
+int rl_args_parse_int(const char *p, size_t len, int64_t *out);
+
+/* Is <args> (ARGV, <nargs> long) the batch form ("batch" first)? */
+int rl_args_is_batch(const struct rl_arg *args, size_t nargs);
+
+/* A single decision over all <nkeys> keys: ARGV = cost, limit/window
+ * pairs. Fills <d> (key0 = 0). */
+enum rl_err rl_args_parse_single(const struct rl_arg *args, size_t nargs, size_t nkeys,
+                                 struct rl_decision *d);
+
+/* Checks a batch's layout (ARGV[1] = "batch", ARGV[2] = n, then per
+ * decision: key count, cost, pairs) against <nargs> and <nkeys> before
+ * anything is decided: RL_OK and *<n> decisions, or RL_ERR_BATCH. */
+enum rl_err rl_args_batch_check(const struct rl_arg *args, size_t nargs, size_t nkeys,
+                                size_t *n);
+
+/* The next decision of a checked batch into <d>: RL_OK, or the error of
+ * that decision alone (its cost or a window: the others stand). Advances
+ * <it> either way. */
+enum rl_err rl_args_batch_next(const struct rl_arg *args, struct rl_batch_iter *it,
+                               struct rl_decision *d);
+
+/* A stored member "<cum>:<cost>" (hex, both < 2^53) into <cum>, <cost>.
+ * Returns 0, or -1 for anything else (an old-form member among them). */
+int rl_args_parse_member(const char *p, size_t len, int64_t *cum, int64_t *cost);
+
+/* Writes member "<cum>:<cost>" (lower-case hex, as the script's %x) into
+ * <buf> of <size> bytes; returns its length. */
+size_t rl_args_format_member(char *buf, size_t size, int64_t cum, int64_t cost);
+
+/* The end (ms) of the <prec_ms> bucket that holds <now_us>
+ * (epoch-aligned: the script's (floor(floor(now / 1000) / p) + 1) * p). */
+int64_t rl_args_bucket_end(int64_t now_us, int64_t prec_ms);
+
+#endif

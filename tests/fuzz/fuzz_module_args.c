@@ -1,0 +1,131 @@
+/*
+ * fuzz_module_args - libFuzzer harness for the module's argument parser
+ * (module/rl_args.c: RATELIMIT.DECIDE's ARGV, the stored members, bucket
+ * ends).
+ *
+ * The input's first byte is the key count; the rest is split at '\n' into
+ * arguments (each copied to a buffer of its own size, so that ASan sees a
+ * read past an argument's end). Parsed as a single decision or a batch as
+ * the module would, every decision of an accepted batch walked. Invariants
+ * checked with abort(): an accepted decision has 1..RL_MAX_WINDOWS windows
+ * whose keys are inside the key count and whose values are in bounds; an
+ * accepted batch's decisions use every key exactly once, in order; every
+ * argument also goes through the member parser, and a member that parses
+ * formats back to a string that parses to the same values; a bucket end
+ * is after the time it holds and at most one precision later.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rl_args.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define FUZZ_MAX_ARGS 512
+
+/* Borrows <d>: the bounds every accepted decision keeps. */
+static void check_decision(const struct rl_decision *d, size_t nkeys)
+{
+	size_t i;
+
+	if (d->nwin < 1 || d->nwin > RL_MAX_WINDOWS || d->key0 + d->nwin > nkeys)
+		abort();
+	if (d->cost < 1 || d->cost > RL_MAX_UNITS)
+		abort();
+	for (i = 0; i < d->nwin; i++) {
+		const struct rl_window *w = &d->w[i];
+
+		if (w->limit < 1 || w->limit > RL_MAX_UNITS || w->win_ms < 1 || w->win_ms > RL_MAX_MS ||
+		    w->prec_ms < 0 || w->prec_ms > RL_MAX_MS)
+			abort();
+	}
+}
+
+/* Borrows <p>: member round trip and bucket end bounds. */
+static void check_member(const char *p, size_t len)
+{
+	int64_t cum, cost, cum2, cost2, v;
+	char buf[48];
+	size_t n;
+
+	if (rl_args_parse_member(p, len, &cum, &cost) == 0) {
+		if (cum < 0 || cost < 0 || cum > RL_MAX_MEMBER || cost > RL_MAX_MEMBER)
+			abort();
+		n = rl_args_format_member(buf, sizeof(buf), cum, cost);
+		if (n == 0 || rl_args_parse_member(buf, n, &cum2, &cost2) != 0 || cum2 != cum ||
+		    cost2 != cost)
+			abort();
+	}
+	if (rl_args_parse_int(p, len, &v) == 0 && v > -RL_MAX_MEMBER && v < RL_MAX_MEMBER) {
+		int64_t prec = (v < 0 ? -v : v) % 100000 + 1, e = rl_args_bucket_end(v, prec);
+
+		/* the bucket holds <v> (us): its end (ms) is after it, by at most
+		 * one precision */
+		if (!(e * 1000 > v && (e - prec) * 1000 <= v))
+			abort();
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct rl_arg args[FUZZ_MAX_ARGS];
+	char *bufs[FUZZ_MAX_ARGS];
+	struct rl_decision d;
+	size_t nargs = 0, nkeys, i, start, n;
+
+	if (size < 1)
+		return 0;
+	nkeys = data[0];
+	start = 1;
+	for (i = 1; i <= size && nargs < FUZZ_MAX_ARGS; i++) {
+		if (i == size || data[i] == '\n') {
+			size_t len = i - start;
+
+			bufs[nargs] = malloc(len ? len : 1);
+			if (!bufs[nargs])
+				break;
+			memcpy(bufs[nargs], data + start, len);
+			args[nargs].p = bufs[nargs];
+			args[nargs].len = len;
+			nargs++;
+			start = i + 1;
+		}
+	}
+	for (i = 0; i < nargs; i++)
+		check_member(args[i].p, args[i].len);
+
+	if (!rl_args_is_batch(args, nargs)) {
+		if (rl_args_parse_single(args, nargs, nkeys, &d) == RL_OK) {
+			check_decision(&d, nkeys);
+			if (d.nwin != nkeys || nargs != 1 + 2 * nkeys)
+				abort();
+		}
+	} else if (rl_args_batch_check(args, nargs, nkeys, &n) == RL_OK) {
+		struct rl_batch_iter it = { 0, 2 };
+		size_t k;
+
+		if (n < 1)
+			abort();
+		for (k = 0; k < n; k++) {
+			size_t key0 = it.ki;
+			enum rl_err e = rl_args_batch_next(args, &it, &d);
+
+			if (e == RL_OK) {
+				check_decision(&d, nkeys);
+				if (d.key0 != key0 || it.ki != key0 + d.nwin)
+					abort();
+			} else if (e != RL_ERR_ARGS && e != RL_ERR_WINDOW) {
+				abort();
+			}
+			if (it.ki > nkeys || it.ai > nargs)
+				abort();
+		}
+		if (it.ki != nkeys || it.ai != nargs)
+			abort();
+	}
+	for (i = 0; i < nargs; i++)
+		free(bufs[i]);
+	return 0;
+}

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""The module against the script (issue 21): one long random stream of
+decisions fed to both, on one Redis and one fake clock, must give identical
+replies and leave identical data, key TTLs included.
+
+The stream: policies of 1-3 windows, sliding logs and bucketed windows
+(precision=), limits 1..20, costs 1..limit (and now and then one above
+it), many accounts, single decisions and batches (an account may appear
+twice in one batch), and a clock that moves by the script's own edges: the
+same microsecond, 1 us later, exactly at a reply's retry_after or reset (and
+1 us before), stepped back, or past every window.
+
+The clock: the script is a copy whose TIME reads the hash test:clock (as in
+t_lua.sh) and whose PEXPIRE counts from that clock (PEXPIREAT floor(now /
+1000) + ttl, so that a TTL is compared to the millisecond); the module is
+module/ratelimit-test.so loaded with test-clock, which reads the same hash
+and sets the same absolute expiry. The fake clock runs ten years ahead of
+the real one, so no key expires under the test. The script's keys start
+with "s|", the module's with "m|", the rest of the name is the same.
+
+Knobs: DIFF_OPS=6000 (calls), DIFF_SEED=1."""
+import os
+import random
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import Harness, MODULE_TEST_SO, ROOT  # noqa: E402
+import resp  # noqa: E402
+
+OPS = int(os.environ.get("DIFF_OPS", "6000"))
+SEED = int(os.environ.get("DIFF_SEED", "1"))
+
+h = Harness()
+if not os.path.exists(MODULE_TEST_SO):
+    h.fail("module built (make module): %s missing" % MODULE_TEST_SO)
+    h.done()
+h.start_redis(extra=["--loadmodule", MODULE_TEST_SO, "test-clock"])
+r = resp.Redis(h.redis_port)
+
+# The script's test copy: TIME from the fake clock, expiry counted from it.
+src = open(os.path.join(ROOT, "lua", "sliding_window.lua")).read()
+clocked, n1 = re.subn(r"redis\.call\('TIME'\)", "redis.call('HMGET', 'test:clock', 's', 'us')", src)
+clocked, n2 = re.subn(r"call\('PEXPIRE', ([^,]+), ([^)]+)\)",
+                      r"call('PEXPIREAT', \1, int(math.floor(now / 1000) + \2))", clocked)
+h.eq("script copy: TIME and PEXPIRE rewritten once each", (1, 1), (n1, n2))
+sha = r.call("SCRIPT", "LOAD", clocked)
+h.check("script copy loads", isinstance(sha, str) and len(sha) == 40, sha)
+h.check("module loaded", "ratelimit" in str(r.call("MODULE", "LIST")), r.call("MODULE", "LIST"))
+
+rnd = random.Random(SEED)
+now = (int(time.time()) + 10 * 365 * 86400) * 1000000 + 123457
+
+
+def set_clock(t):
+    r.call("HSET", "test:clock", "s", t // 1000000, "us", t % 1000000)
+
+
+def make_policy(i):
+    wins = []
+    for j in range(rnd.choice([1, 1, 2, 2, 3])):
+        limit = rnd.choice([1, 3, 5, 10, 20, 20, 50])
+        ms = rnd.choice([1000, 2000, 5000, 60000])
+        if rnd.random() < 0.3:
+            prec = rnd.choice([p for p in (100, 250, 1000, 5000) if p < ms])
+            wins.append((limit, "%d:%d" % (ms, prec), "b"))
+        else:
+            wins.append((limit, str(ms), "v"))
+    return wins
+
+
+POLICIES = [make_policy(i) for i in range(8)]
+ACCOUNTS = 5
+
+
+def decision():
+    """(keys without the engine prefix, args after the key count)."""
+    pi = rnd.randrange(len(POLICIES))
+    pol = POLICIES[pi]
+    acc = rnd.randrange(ACCOUNTS)
+    keys = ["p%d:%s%d:{acc-%d}" % (pi, kind, j, acc) for j, (_, _, kind) in enumerate(pol)]
+    lim = min(l for l, _, _ in pol)
+    x = rnd.random()
+    cost = 1 if x < 0.6 else rnd.randint(1, lim) if x < 0.97 else max(l for l, _, _ in pol) + 1
+    args = [cost]
+    for l, w, _ in pol:
+        args += [l, w]
+    return keys, args
+
+
+def call_pair():
+    """One call (a single decision or a batch) to both engines."""
+    if rnd.random() < 0.5:
+        keys, args = decision()
+        decs = [(keys, args)]
+        ks, a = keys, args
+    else:
+        decs = [decision() for _ in range(rnd.randint(1, 6))]
+        if len(decs) > 1 and rnd.random() < 0.2:
+            decs.append(decs[0])
+        ks, a = [], ["batch", len(decs)]
+        for keys, args in decs:
+            ks += keys
+            a += [len(keys)] + args
+    sk = ["s|" + k for k in ks]
+    mk = ["m|" + k for k in ks]
+    rs, rm = r.pipeline([["EVALSHA", sha, len(sk)] + sk + a,
+                         ["RATELIMIT.DECIDE", len(mk)] + mk + a])
+    return ks, rs, rm
+
+
+def state(prefix, keys):
+    cmds = []
+    for k in keys:
+        k = prefix + k
+        cmds += [["TYPE", k], ["ZRANGE", k, 0, -1, "WITHSCORES"] if ":v" in k else ["HGETALL", k],
+                 ["PEXPIRETIME", k]]
+    out = r.pipeline(cmds)
+    res = []
+    for i in range(0, len(out), 3):
+        t, data, exp = out[i:i + 3]
+        if t == "hash":
+            data = sorted(zip(data[0::2], data[1::2]))
+        res.append((t, data, exp))
+    return res
+
+
+mismatch_reply = mismatch_data = 0
+first_bad = None
+n_allow = n_deny = n_err = n_batch = 0
+last = None
+set_clock(now)
+for op in range(OPS):
+    # the clock, by the edges the replies name
+    x = rnd.random()
+    if last and x < 0.2:
+        allowed, _, _, reset, retry, _ = last
+        pick = rnd.choice([retry, retry - 1, reset, reset - 1, retry + 1])
+        if pick > 0:
+            now += pick
+    elif x < 0.35:
+        pass                                  # the same microsecond
+    elif x < 0.45:
+        now += 1
+    elif x < 0.49:
+        now -= rnd.randint(1, 500000)        # stepped back
+    elif x < 0.495:
+        now += 61000000 + rnd.randint(0, 5000000)   # past every window
+    elif x < 0.53:
+        now += rnd.randint(0, 2000000)
+    else:
+        now += rnd.randint(0, 5000)
+    set_clock(now)
+    ks, rs, rm = call_pair()
+    if rs != rm:
+        mismatch_reply += 1
+        if first_bad is None:
+            first_bad = "op %d keys %s: script %r module %r" % (op, ks, rs, rm)
+    replies = rm if isinstance(rm, list) and rm and isinstance(rm[0], list) else [rm]
+    if len(replies) > 1 or (isinstance(rm, list) and rm and isinstance(rm[0], list)):
+        n_batch += 1
+    for x1 in replies:
+        if isinstance(x1, resp.Err):
+            n_err += 1
+        elif isinstance(x1, list):
+            if x1[0] == 1:
+                n_allow += 1
+            else:
+                n_deny += 1
+            last = x1
+    uniq = sorted(set(ks))
+    ss, sm = state("s|", uniq), state("m|", uniq)
+    if ss != sm:
+        mismatch_data += 1
+        if first_bad is None:
+            for k, a, b in zip(uniq, ss, sm):
+                if a != b:
+                    first_bad = "op %d key %s: script %r module %r" % (op, k, a, b)
+                    break
+
+print("# %d calls (%d batches): %d allowed, %d denied, %d errors" %
+      (OPS, n_batch, n_allow, n_deny, n_err))
+h.eq("identical replies over %d calls" % OPS, 0, mismatch_reply)
+h.eq("identical data (members, scores, bucket fields, TTLs) after every call", 0, mismatch_data)
+if first_bad:
+    print("# first difference: " + first_bad)
+h.check("the stream allowed and denied (%d / %d)" % (n_allow, n_deny), n_allow > OPS // 4 and n_deny > OPS // 10)
+h.eq("no decision errored (a cost above a limit is a deny)", 0, n_err)
+
+# Every key of both engines, at the end: same names, same contents.
+sk = sorted(k[2:] for k in r.call("KEYS", "s|*"))
+mk = sorted(k[2:] for k in r.call("KEYS", "m|*"))
+h.eq("the same keys in both engines", sk, mk)
+h.eq("the same contents at the end", state("s|", sk), state("m|", sk))
+h.eq("redis still answers", "PONG", r.call("PING"))
+h.done()
