@@ -215,11 +215,11 @@ $(MODULE_H): tools/redismodule-header.sh
 
 $(MODULE_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H)
 	$(if $(Q),@echo "  CC      $@")
-	$(Q)$(CC) $(MODULE_CFLAGS) $(CFLAGS) -shared -o $@ $(MODULE_SRCS)
+	$(Q)$(CC) $(CPPFLAGS) $(MODULE_CFLAGS) $(CFLAGS) $(LDFLAGS) -shared -o $@ $(MODULE_SRCS)
 
 $(MODULE_TEST_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H)
 	$(if $(Q),@echo "  CC      $@")
-	$(Q)$(CC) $(MODULE_CFLAGS) $(CFLAGS) -DRATELIMIT_TEST_CLOCK -shared -o $@ $(MODULE_SRCS)
+	$(Q)$(CC) $(CPPFLAGS) $(MODULE_CFLAGS) $(CFLAGS) $(LDFLAGS) -DRATELIMIT_TEST_CLOCK -shared -o $@ $(MODULE_SRCS)
 
 # A unit test links only the modules its tests/unit/<name>.deps lists
 # (pure ones: no sockets; test_limiter links the limiter and its fake Redis).

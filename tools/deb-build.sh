@@ -10,9 +10,8 @@
 # writes debian/changelog there from VERSION (the one place the version is
 # written), and runs dpkg-buildpackage -b -us -uc in it: the .debs, -dbgsym
 # .debs, .buildinfo and .changes land in OUT, the log in OUT/build.log. The
-# checkout itself is never written to. A tree without a `make module` target
-# is built with the build profile pkg.ratelimit-spoa.nomodule (no
-# ratelimit-spoa-redis-module package), which it says.
+# checkout itself is never written to, except build/redismodule (the module's
+# header, fetched once: tools/redismodule-header.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/deb}
@@ -54,12 +53,14 @@ ratelimit-spoa ($version) unstable; urgency=medium
  -- $maint  $(date -u -R -d "@$epoch")
 EOF
 
+# redismodule.h, fetched once into the checkout's build/ (it is never in
+# the tree), then given to the build tree, so the package build does not
+# fetch Debian's redis source package again.
+tools/redismodule-header.sh build/redismodule >&2
+mkdir -p "$src/build/redismodule"
+cp -p build/redismodule/redismodule.h build/redismodule/VERSION "$src/build/redismodule/"
+
 profiles=${DEB_BUILD_PROFILES:-}
-if ! grep -q '^module:' Makefile; then
-	echo "deb-build: this tree has no 'make module' yet: building without ratelimit-spoa-redis-module" \
-		"(profile pkg.ratelimit-spoa.nomodule)" >&2
-	profiles="${profiles:+$profiles }pkg.ratelimit-spoa.nomodule"
-fi
 opts=${DEB_BUILD_OPTIONS:-}
 [[ $opts == *parallel=* ]] || opts="${opts:+$opts }parallel=2"
 

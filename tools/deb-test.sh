@@ -17,8 +17,8 @@
 #      redis-server on an ephemeral loopback port: SPOP decisions, then the
 #      acceptance story (tests/e2e/t_story.sh) through the installed HAProxy
 #      files (/usr/share/ratelimit-spoa/haproxy);
-#   6. the Redis module package, when built: installed where Debian's Redis
-#      loads modules, not enabled in /etc/redis/redis.conf, loads into a
+#   6. the Redis module package: installed where Debian's Redis loads
+#      modules, not enabled in /etc/redis/redis.conf, loads into a
 #      redis-server;
 #   7. apt-get purge: nothing the packages installed is left (dpkg -L
 #      before, ls after), nor the unit's enablement.
@@ -89,9 +89,8 @@ prev_debs=(build/deb-prev/*_"${prev}"_*.deb)
 check "built ratelimit-spoa $ver" test -f "build/deb/ratelimit-spoa_${ver}_$(dpkg --print-architecture).deb"
 check "built ratelimit-spoa $prev (the build to upgrade from)" test -f "${prev_debs[0]}"
 echo "# packages: $(printf '%s ' "${new_debs[@]##*/}")"
-with_module=0
-[ -f "build/deb/ratelimit-spoa-redis-module_${ver}_$(dpkg --print-architecture).deb" ] && with_module=1
-[ $with_module = 1 ] || echo "# no ratelimit-spoa-redis-module package: this tree has no 'make module' (see tools/deb-build.sh)"
+check "built ratelimit-spoa-redis-module $ver" \
+	test -f "build/deb/ratelimit-spoa-redis-module_${ver}_$(dpkg --print-architecture).deb"
 
 # -- 2. lintian --------------------------------------------------------------------------------------
 for d in build/deb build/deb-prev; do
@@ -193,7 +192,7 @@ eq "the story, with the installed agent, config and HAProxy files (t_story.sh: $
 [ $rc = 0 ] || echo "$out" | tail -n 40 | sed 's/^/#   /'
 
 # -- 6. the Redis module ---------------------------------------------------------------------------
-if [ $with_module = 1 ]; then
+if installed ratelimit-spoa-redis-module; then
 	check "module installed as $MODULE_SO" test -f "$MODULE_SO"
 	check "module not enabled behind the operator's back (no loadmodule in /etc/redis)" \
 		eval "! grep -rqs '^[[:space:]]*loadmodule.*ratelimit' /etc/redis"
@@ -204,8 +203,10 @@ if [ $with_module = 1 ]; then
 		--logfile "$T/redis-module.log" --loadmodule "$MODULE_SO" &
 	t_track $!
 	if wait_port "$rp"; then
-		check "redis-server --loadmodule $MODULE_SO: listed by MODULE LIST" \
-			eval "redis-cli -p $rp MODULE LIST | grep -qi ratelimit"
+		check "redis-server --loadmodule $MODULE_SO: MODULE LIST has ratelimit" \
+			eval "redis-cli -p $rp MODULE LIST | grep -qx ratelimit"
+		check "... and the command RATELIMIT.DECIDE" \
+			eval "redis-cli -p $rp COMMAND INFO ratelimit.decide | grep -qx ratelimit.decide"
 	else
 		fail "redis-server --loadmodule $MODULE_SO started ($(tail -n 3 "$T/redis-module.log"))"
 	fi
