@@ -339,6 +339,13 @@ static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 	}
 	if (check_precision(x, what, p->precision_ms, o->win, o->nwin) == -1)
 		return -1;
+	/* HAProxy sends the identity with its kind ("jwt:ACC-1"): a bare
+	 * account parses but matches nothing the shipped block sends. A warning,
+	 * not an error: a site whose own HAProxy sends bare keys keeps working. */
+	if (!config_key_has_kind(o->key, o->key_len))
+		parse_warn(x, "%s: the key has no identity kind (jwt:, key: or cert:), so it never "
+		           "matches a key the shipped HAProxy block sends (e.g. 'jwt:%.*s')",
+		           what, config_word_plen(w[2]) > 24 ? 24 : config_word_plen(w[2]), w[2].p);
 	warn_dead_windows(x, what, o->win, o->nwin);
 	k = p->noverrides - x->ov_first[pi];
 	x->ov_line[pi][k] = x->line;

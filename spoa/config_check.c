@@ -272,7 +272,6 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 static int routes_check_line(struct parse_ctx *x, const struct config *c,
                              const struct word *w, int n)
 {
-	static const char *const kinds[] = { "jwt", "key", "cert" };
 	const char *slash;
 	size_t i;
 	uint64_t cost = 0;
@@ -297,10 +296,10 @@ static int routes_check_line(struct parse_ctx *x, const struct config *c,
 		return config_parse_fail(x, "route '%.*s' names policy '%.*s', which the agent's config does not define",
 		                  config_word_plen(w[0]), w[0].p, config_word_plen(w[1]), w[1].p);
 	if (n >= 3) {
-		for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-			if (config_word_is(w[2], kinds[i]))
+		for (i = 0; i < CONFIG_IDENTITY_KINDS; i++)
+			if (config_word_is(w[2], config_identity_kinds[i]))
 				break;
-		if (i == sizeof(kinds) / sizeof(kinds[0]))
+		if (i == CONFIG_IDENTITY_KINDS)
 			return config_parse_fail(x, "route '%.*s': identity must be jwt, key or cert; got '%.*s'",
 			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[2]), w[2].p);
 	}

@@ -83,6 +83,25 @@ static inline int config_word_is(struct word w, const char *s)
 	return w.p && w.len == n && memcmp(w.p, s, n) == 0;
 }
 
+/* The identity kinds the shipped HAProxy block puts before an account
+ * ("jwt:ACC-1001"): a routes map's third word, an override key's prefix. */
+static const char *const config_identity_kinds[] = { "jwt", "key", "cert" };
+#define CONFIG_IDENTITY_KINDS (sizeof(config_identity_kinds) / sizeof(config_identity_kinds[0]))
+
+/* Does <p>/<len> start with "<kind>:" for a known identity kind, followed by
+ * at least one byte? */
+static inline int config_key_has_kind(const char *p, size_t len)
+{
+	size_t i, n;
+
+	for (i = 0; i < CONFIG_IDENTITY_KINDS; i++) {
+		n = strlen(config_identity_kinds[i]);
+		if (len > n + 1 && memcmp(p, config_identity_kinds[i], n) == 0 && p[n] == ':')
+			return 1;
+	}
+	return 0;
+}
+
 /* Printable length of <w> for messages: long words are cut at 64 bytes. */
 static inline int config_word_plen(struct word w)
 {

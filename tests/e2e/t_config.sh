@@ -69,6 +69,19 @@ eq "--routes: the error names file:line and the policy" \
 out=$("$AGENT" -f "$T/agent-check.conf" --routes "$T/routes.map" 2>&1); rc=$?
 eq "--routes without -c is refused ($out)" 1 "$rc"
 
+# An override key without its identity kind (the shipped block sends
+# "jwt:ACC-PARTNER", never "ACC-PARTNER") never matches: -c warns, naming
+# file:line, and still accepts the config; every documented example has it.
+printf 'policy payout 10/1m\noverride payout ACC-PARTNER 100/1m\noverride payout key:ACC-P2 100/1m\n' > "$T/override.conf"
+out=$("$AGENT" -c -f "$T/override.conf" 2>&1); rc=$?
+eq "-c: an override without an identity kind is a warning, not an error" 0 "$rc"
+check "-c: the warning names file:line and the prefix ($out)" \
+	grep -qF "$T/override.conf:2: warning: override 'ACC-PARTNER' of 'payout': the key has no identity kind" <<<"$out"
+eq "-c: a prefixed override is not warned about" 1 "$(grep -c warning <<<"$out")"
+bare=$(cd "$ROOT" && grep -rnE '^[[:space:]#]*override[[:space:]]+[^[:space:]<]+[[:space:]]+[^[:space:]]+[[:space:]]+[0-9]' \
+	docs/*.md README.md etc haproxy compose 2>/dev/null | grep -vE 'override[[:space:]]+[^[:space:]]+[[:space:]]+(jwt|key|cert):' || true)
+eq "every override example in the docs carries jwt:, key: or cert:" "" "$bare"
+
 # haproxy.cfg carries the block verbatim (what docs/integrate.md says to paste).
 blk=$(awk '/=== ratelimit-spoa block/,/=== end of the ratelimit-spoa block/' "$H/haproxy.cfg")
 eq "haproxy.cfg holds haproxy/ratelimit-block.cfg unchanged" "$(cat "$H/ratelimit-block.cfg")" "$blk"
