@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "config_int.h"
+#include "config_lex.h"
 #include "decimal.h"
 #include "net.h"
 #include "redis_url.h"
@@ -277,35 +278,35 @@ static int routes_check_line(struct parse_ctx *x, const struct config *c,
 	uint64_t cost = 0;
 
 	if (n < 1 || !w[0].p)
-		return config_parse_fail(x, "internal: empty route line");   /* for the analyzer */
+		return config_parse_fail(&x->lex, "internal: empty route line");   /* for the analyzer */
 	slash = memchr(w[0].p, '/', w[0].len);
 
 	if (!slash || slash == w[0].p)
-		return config_parse_fail(x, "route '%.*s' must be <METHOD>/<path prefix>, e.g. POST/transfers",
+		return config_parse_fail(&x->lex, "route '%.*s' must be <METHOD>/<path prefix>, e.g. POST/transfers",
 		                  config_word_plen(w[0]), w[0].p);
 	for (i = 0; w[0].p + i < slash; i++)
 		if (w[0].p[i] < 'A' || w[0].p[i] > 'Z')
-			return config_parse_fail(x, "route '%.*s': the method must be upper case letters",
+			return config_parse_fail(&x->lex, "route '%.*s': the method must be upper case letters",
 			                  config_word_plen(w[0]), w[0].p);
 	if (n < 2)
-		return config_parse_fail(x, "route '%.*s' names no policy", config_word_plen(w[0]), w[0].p);
+		return config_parse_fail(&x->lex, "route '%.*s' names no policy", config_word_plen(w[0]), w[0].p);
 	if (n > 4)
-		return config_parse_fail(x, "route '%.*s': too many words (<policy> [<identity> [<cost>]])",
+		return config_parse_fail(&x->lex, "route '%.*s': too many words (<policy> [<identity> [<cost>]])",
 		                  config_word_plen(w[0]), w[0].p);
 	if (!config_find_policy(c, w[1].p, w[1].len))
-		return config_parse_fail(x, "route '%.*s' names policy '%.*s', which the agent's config does not define",
+		return config_parse_fail(&x->lex, "route '%.*s' names policy '%.*s', which the agent's config does not define",
 		                  config_word_plen(w[0]), w[0].p, config_word_plen(w[1]), w[1].p);
 	if (n >= 3) {
 		for (i = 0; i < CONFIG_IDENTITY_KINDS; i++)
 			if (config_word_is(w[2], config_identity_kinds[i]))
 				break;
 		if (i == CONFIG_IDENTITY_KINDS)
-			return config_parse_fail(x, "route '%.*s': identity must be jwt, key or cert; got '%.*s'",
+			return config_parse_fail(&x->lex, "route '%.*s': identity must be jwt, key or cert; got '%.*s'",
 			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[2]), w[2].p);
 	}
 	if (n == 4) {
 		if (decimal_parse(w[3].p, w[3].len, UINT32_MAX, &cost) != 0 || cost < 1)
-			return config_parse_fail(x, "route '%.*s': cost must be an integer 1..%u; got '%.*s'",
+			return config_parse_fail(&x->lex, "route '%.*s': cost must be an integer 1..%u; got '%.*s'",
 			                  config_word_plen(w[0]), w[0].p, UINT32_MAX, config_word_plen(w[3]), w[3].p);
 	}
 	return 0;
@@ -324,29 +325,29 @@ int config_check_routes(const struct config *c, const char *name, const char *te
 	int n, rc = -1;
 
 	memset(&x, 0, sizeof(x));
-	x.name = name ? name : "routes";
-	x.err = err;
-	x.errlen = errlen;
+	x.lex.name = name ? name : "routes";
+	x.lex.err = err;
+	x.lex.errlen = errlen;
 	if (err && errlen)
 		err[0] = '\0';
-	while ((n = config_next_line(&x, &p, end, w, &line, &line_len)) > 0) {
+	while ((n = config_next_line(&x.lex, &p, end, w, &line, &line_len)) > 0) {
 		/* HAProxy reads a '#' after the key as part of the value */
 		if (memchr(line, '#', line_len)) {
-			config_parse_fail(&x, "a comment must be a line of its own ('#' after a route is part of its value)");
+			config_parse_fail(&x.lex, "a comment must be a line of its own ('#' after a route is part of its value)");
 			goto out;
 		}
 		if (routes_check_line(&x, c, w, n) == -1)
 			goto out;
 		key = w[0];
 		if (!key.p) {   /* cannot happen (n > 0); for the analyzer */
-			config_parse_fail(&x, "internal: empty route line");
+			config_parse_fail(&x.lex, "internal: empty route line");
 			goto out;
 		}
 		/* map_beg answers with the first line whose key begins the
 		 * request: a line behind a prefix of its own key never matches */
 		for (i = 0; i < nseen; i++) {
 			if (seen[i].len <= key.len && memcmp(seen[i].p, key.p, seen[i].len) == 0) {
-				config_parse_fail(&x, "route '%.*s' never matches: line %u ('%.*s') comes first and is a prefix of it",
+				config_parse_fail(&x.lex, "route '%.*s' never matches: line %u ('%.*s') comes first and is a prefix of it",
 				           config_word_plen(key), key.p, seen[i].line, (int)seen[i].len, seen[i].p);
 				goto out;
 			}
@@ -355,14 +356,14 @@ int config_check_routes(const struct config *c, const char *name, const char *te
 			capseen = capseen ? capseen * 2 : 16;
 			grown = realloc(seen, capseen * sizeof(*seen));
 			if (!grown) {
-				config_parse_fail(&x, "out of memory");
+				config_parse_fail(&x.lex, "out of memory");
 				goto out;
 			}
 			seen = grown;
 		}
 		seen[nseen].p = key.p;
 		seen[nseen].len = key.len;
-		seen[nseen].line = x.line;
+		seen[nseen].line = x.lex.line;
 		nseen++;
 	}
 	if (n == -1)

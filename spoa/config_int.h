@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "config.h"
+#include "config_lex.h"
 
-#define CONFIG_MAX_WORDS      16
 #define CONFIG_LIMIT_MAX      1000000u
 #define CONFIG_WINDOW_MAX_MS  (24u * 3600u * 1000u)
 #define CONFIG_TIMEOUT_MAX_MS 60000u
@@ -20,13 +20,6 @@
 #define CONFIG_NOTIFY_MSGS_MAX 1024u
 #define CONFIG_PEER_TIMEOUT_MIN_MS 10u
 #define CONFIG_PEER_TIMEOUT_MAX_MS (3600u * 1000u)
-#define CONFIG_FILE_MAX       (16u << 20)
-
-/* A slice of the text being parsed. */
-struct word {
-	const char *p;
-	size_t len;
-};
 
 /* Scalar directives: each may appear once per parsed text. */
 enum config_dir {
@@ -57,11 +50,8 @@ enum config_dir {
 };
 
 struct parse_ctx {
+	struct config_lex lex;                    /* name, line, error */
 	struct config *c;
-	const char *name;
-	unsigned line;
-	char *err;
-	size_t errlen;
 	unsigned seen[CONFIG_DIR_COUNT];          /* line of first use, 0 = not yet */
 	/* Overrides added by this parse, per policy: where they start, the
 	 * array's capacity, and the line of each (for duplicate messages). */
@@ -74,14 +64,6 @@ struct parse_ctx {
 extern const char config_redis_shapes[];
 /* What a TLS setting on a build without TLS is told. */
 extern const char config_no_tls[];
-
-/* Is <w> exactly the C string <s>? */
-static inline int config_word_is(struct word w, const char *s)
-{
-	size_t n = strlen(s);
-
-	return w.p && w.len == n && memcmp(w.p, s, n) == 0;
-}
 
 /* The identity kinds the shipped HAProxy block puts before an account
  * ("jwt:ACC-1001"): a routes map's third word, an override key's prefix. */
@@ -101,19 +83,6 @@ static inline int config_key_has_kind(const char *p, size_t len)
 	}
 	return 0;
 }
-
-/* Printable length of <w> for messages: long words are cut at 64 bytes. */
-static inline int config_word_plen(struct word w)
-{
-	return w.len > 64 ? 64 : (int)w.len;
-}
-
-/* config.c: the line reader and the error format both files use. */
-__attribute__((format(printf, 2, 3)))
-int config_parse_fail(struct parse_ctx *x, const char *fmt, ...);
-int config_next_line(struct parse_ctx *x, const char **p, const char *end,
-                     struct word *w, const char **line, size_t *line_len);
-int config_read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen);
 
 /* config_check.c: shape checks the parser runs on single directives. */
 const char *config_check_listen_addr(const char *s, size_t len);

@@ -39,8 +39,8 @@ mkdir -p "$out/corpus" "$out/artifacts"
 modules() {
 	case $1 in
 	fuzz_spop)   echo "spop spop_write" ;;
-	fuzz_conn)   echo "conn conn_notify spop spop_write window headers config config_check redis_url log metrics" ;;
-	fuzz_config) echo "config config_check redis_url window" ;;
+	fuzz_conn)   echo "conn conn_notify spop spop_write window headers config config_check config_lex redis_url log metrics" ;;
+	fuzz_config) echo "config config_check config_lex redis_url window" ;;
 	*) echo "unknown harness: $1" >&2; return 1 ;;
 	esac
 }
