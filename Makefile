@@ -97,7 +97,7 @@ else
 Q := @
 endif
 
-SPOA_MODULES := spop spop_write window headers config config_check config_lex log metrics proc conn conn_notify worker http net \
+SPOA_MODULES := spop spop_write window headers config config_check config_lex config_routes log metrics proc conn conn_notify worker http net \
                 limiter limiter_link limiter_sentinel limiter_cluster deny_cache cluster redis_url
 SPOA_MODULES += resolve
 SPOA_MODULES += redis_tls
