@@ -324,7 +324,7 @@ static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 	/* HAProxy sends the identity with its kind ("jwt:ACC-1"): a bare
 	 * account parses but matches nothing the shipped block sends. A warning,
 	 * not an error: a site whose own HAProxy sends bare keys keeps working. */
-	if (!config_key_has_kind(o->key, o->key_len))
+	if (config_check_key_kind(o->key, o->key_len) == -1)
 		parse_warn(x, "%s: the key has no identity kind (jwt:, key: or cert:), so it never "
 		           "matches a key the shipped HAProxy block sends (e.g. 'jwt:%.*s')",
 		           what, config_word_plen(w[2]) > 24 ? 24 : config_word_plen(w[2]), w[2].p);
@@ -474,7 +474,7 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 {
 	struct config *c = x->c;
 	const char *why;
-	char whybuf[128];
+	char whybuf[CONFIG_ERR_LEN];
 	uint64_t u;
 	int rc;
 	size_t i;
@@ -503,8 +503,7 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 		return 0;
 	case CONFIG_DIR_REDIS:
 		if (config_check_redis_url(v.p, v.len, &tls, whybuf, sizeof(whybuf)) == -1)
-			return tls ? config_parse_fail(&x->lex, "redis: a TLS URL: %s", config_no_tls)
-			           : config_parse_fail(&x->lex, "redis: %s (%s)", whybuf, config_redis_shapes);
+			return config_parse_fail(&x->lex, "%s", whybuf);
 		if (word_copy(c->redis, sizeof(c->redis), v) == -1)
 			return config_parse_fail(&x->lex, "redis: URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
 		return 0;

@@ -17,11 +17,17 @@
 #include "net.h"
 #include "redis_url.h"
 
-const char config_redis_shapes[] =
+/* The identity kinds the shipped HAProxy block puts before an account
+ * ("jwt:ACC-1001"): a routes map's third word, an override key's prefix. */
+static const char *const identity_kinds[] = { "jwt", "key", "cert" };
+
+/* The URL shapes a bad `redis` setting is told about. */
+static const char config_redis_shapes[] =
 	"expected redis://[user:password@]host[:port][/db], unix:///path, "
 	"cluster://host[:port][,host[:port]...] or sentinel://host[:port][,host[:port]...]/name; "
 	"over TLS rediss://, cluster+tls://, sentinel+tls://";
 
+/* What a TLS setting on a build without TLS is told. */
 const char config_no_tls[] = "this build has no TLS; build with make WITH_TLS=1";
 
 /* Format "<path>: <fmt...>" (no line: whole-config checks) into <err>. */
@@ -181,39 +187,67 @@ int config_check_policy_name(struct word w)
 }
 
 /* Redis URL <s>/<len>, by the parser the limiter runs (redis_url), so that
- * -c and a reload accept exactly what will connect. The reason goes into
- * <why>/<cap> (never the URL: it may hold a password); <*tls> says whether
- * it is a TLS URL (refused by a build without TLS). Returns 0 or -1. */
+ * -c and a reload accept exactly what will connect. The whole message,
+ * "redis: <reason> (<the shapes>)", goes into <why>/<cap> (never the URL: it
+ * may hold a password): the parser and config_validate both print it as it
+ * is. <*tls> says whether it is a TLS URL. Returns 0 or -1. */
 int config_check_redis_url(const char *s, size_t len, bool *tls, char *why, size_t cap)
 {
 	struct redis_url u;
-	char copy[CONFIG_URL_MAX];
+	char copy[CONFIG_URL_MAX], reason[128];
 	int rc;
 
 	*tls = false;
 	if (len >= sizeof(copy)) {
-		snprintf(why, cap, "URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
+		snprintf(why, cap, "redis: URL too long (at most %d bytes) (%s)", CONFIG_URL_MAX - 1,
+		         config_redis_shapes);
 		return -1;
 	}
 	memcpy(copy, s, len);
 	copy[len] = '\0';
-	rc = redis_url_parse(copy, &u, why, cap);
+	rc = redis_url_parse(copy, &u, reason, sizeof(reason));
 	*tls = rc == 0 && u.tls;
-	if (rc == 0 && u.tls && !SPOA_TLS) {
-		snprintf(why, cap, "%s", config_no_tls);
+	if (rc == 0 && u.tls && !SPOA_TLS)
 		rc = -1;
-	}
 	redis_url_wipe(&u);
 	explicit_bzero(copy, sizeof(copy));
+	if (rc == -1 && *tls)
+		snprintf(why, cap, "redis: a TLS URL: %s", config_no_tls);
+	else if (rc == -1)
+		snprintf(why, cap, "redis: %s (%s)", reason, config_redis_shapes);
 	return rc;
 }
 
+/* Is the routes map's identity word <w> a known kind (jwt, key, cert)? */
+int config_check_identity_kind(struct word w)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(identity_kinds) / sizeof(identity_kinds[0]); i++)
+		if (config_word_is(w, identity_kinds[i]))
+			return 0;
+	return -1;
+}
+
+/* Does the override key <p>/<len> start with "<kind>:" for a known kind,
+ * followed by at least one byte? */
+int config_check_key_kind(const char *p, size_t len)
+{
+	size_t i, n;
+
+	for (i = 0; i < sizeof(identity_kinds) / sizeof(identity_kinds[0]); i++) {
+		n = strlen(identity_kinds[i]);
+		if (len > n + 1 && memcmp(p, identity_kinds[i], n) == 0 && p[n] == ':')
+			return 0;
+	}
+	return -1;
+}
 
 /* Whole-config checks on <c> once file and flags are merged. */
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
 	const char *why;
-	char whybuf[128];
+	char whybuf[CONFIG_ERR_LEN];
 	size_t i;
 	bool tls;
 
@@ -237,8 +271,7 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 			                     "to expose it to other hosts", c->metrics);
 	}
 	if (config_check_redis_url(c->redis, strlen(c->redis), &tls, whybuf, sizeof(whybuf)) == -1)
-		return tls ? validate_fail(c, err, errlen, "redis: a TLS URL: %s", config_no_tls)
-		           : validate_fail(c, err, errlen, "redis: %s (%s)", whybuf, config_redis_shapes);
+		return validate_fail(c, err, errlen, "%s", whybuf);
 	if (c->tls.any && !tls)
 		return validate_fail(c, err, errlen, "redis-tls-* given but the redis URL is not "
 		                     "TLS (rediss://, cluster+tls:// or sentinel+tls://)");

@@ -60,33 +60,14 @@ struct parse_ctx {
 	unsigned *ov_line[CONFIG_MAX_POLICIES];
 };
 
-/* The URL shapes a bad `redis` setting is told about. */
-extern const char config_redis_shapes[];
 /* What a TLS setting on a build without TLS is told. */
 extern const char config_no_tls[];
-
-/* The identity kinds the shipped HAProxy block puts before an account
- * ("jwt:ACC-1001"): a routes map's third word, an override key's prefix. */
-static const char *const config_identity_kinds[] = { "jwt", "key", "cert" };
-#define CONFIG_IDENTITY_KINDS (sizeof(config_identity_kinds) / sizeof(config_identity_kinds[0]))
-
-/* Does <p>/<len> start with "<kind>:" for a known identity kind, followed by
- * at least one byte? */
-static inline int config_key_has_kind(const char *p, size_t len)
-{
-	size_t i, n;
-
-	for (i = 0; i < CONFIG_IDENTITY_KINDS; i++) {
-		n = strlen(config_identity_kinds[i]);
-		if (len > n + 1 && memcmp(p, config_identity_kinds[i], n) == 0 && p[n] == ':')
-			return 1;
-	}
-	return 0;
-}
 
 /* config_check.c: shape checks the parser runs on single directives. */
 const char *config_check_listen_addr(const char *s, size_t len);
 int config_check_policy_name(struct word w);
 int config_check_redis_url(const char *s, size_t len, bool *tls, char *why, size_t cap);
+int config_check_identity_kind(struct word w);
+int config_check_key_kind(const char *p, size_t len);
 
 #endif /* SPOA_CONFIG_INT_H */

@@ -44,10 +44,7 @@ static int routes_check_line(struct config_lex *x, const struct config *c,
 		return config_parse_fail(x, "route '%.*s' names policy '%.*s', which the agent's config does not define",
 		                  config_word_plen(w[0]), w[0].p, config_word_plen(w[1]), w[1].p);
 	if (n >= 3) {
-		for (i = 0; i < CONFIG_IDENTITY_KINDS; i++)
-			if (config_word_is(w[2], config_identity_kinds[i]))
-				break;
-		if (i == CONFIG_IDENTITY_KINDS)
+		if (config_check_identity_kind(w[2]) == -1)
 			return config_parse_fail(x, "route '%.*s': identity must be jwt, key or cert; got '%.*s'",
 			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[2]), w[2].p);
 	}
