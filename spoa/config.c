@@ -21,6 +21,48 @@
 #include "decimal.h"
 #include "redis_url.h"
 
+/* Scalar directives: each may appear once per parsed text. A new directive
+ * is a value here, a line in directives[] below, a case in dir_scalar(),
+ * and a row in docs/configuration.md's table and an entry in the man page
+ * (tests/e2e/t_config.sh holds the docs to the parser's list). */
+enum config_dir {
+	CONFIG_DIR_LISTEN = 0,
+	CONFIG_DIR_REDIS,
+	CONFIG_DIR_REDIS_TIMEOUT,
+	CONFIG_DIR_REDIS_BATCH,
+	CONFIG_DIR_THREADS,
+	CONFIG_DIR_LOG_LEVEL,
+	CONFIG_DIR_METRICS,
+	CONFIG_DIR_MAX_CONNECTIONS,
+	CONFIG_DIR_MAX_INFLIGHT,
+	CONFIG_DIR_MAX_NOTIFY_MESSAGES,
+	CONFIG_DIR_HELLO_TIMEOUT,
+	CONFIG_DIR_FRAME_TIMEOUT,
+	CONFIG_DIR_ALLOW_REMOTE_LISTEN,
+	CONFIG_DIR_DENY_CACHE,
+	CONFIG_DIR_REDIS_ALLOW_EVICTION,
+	CONFIG_DIR_TLS_CA,
+	CONFIG_DIR_TLS_CA_DIR,
+	CONFIG_DIR_TLS_CERT,
+	CONFIG_DIR_TLS_KEY,
+	CONFIG_DIR_TLS_SERVER_NAME,
+	CONFIG_DIR_TLS_VERIFY,
+	CONFIG_DIR_POLICY,             /* repeatable from here on */
+	CONFIG_DIR_OVERRIDE,
+	CONFIG_DIR_COUNT
+};
+
+struct parse_ctx {
+	struct config_lex lex;                    /* name, line, error */
+	struct config *c;
+	unsigned seen[CONFIG_DIR_COUNT];          /* line of first use, 0 = not yet */
+	/* Overrides added by this parse, per policy: where they start, the
+	 * array's capacity, and the line of each (for duplicate messages). */
+	size_t ov_first[CONFIG_MAX_POLICIES];
+	size_t ov_cap[CONFIG_MAX_POLICIES];
+	unsigned *ov_line[CONFIG_MAX_POLICIES];
+};
+
 static const char *const log_level_names[CONFIG_LOG_COUNT] = {
 	[CONFIG_LOG_ERROR] = "error",
 	[CONFIG_LOG_WARN]  = "warn",

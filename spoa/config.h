@@ -1,8 +1,11 @@
 /*
  * config - the agent's configuration file and command-line overrides.
  *
- * Pure parsing and validation: no sockets, no libev, no hiredis. Errors are
- * written as "<file>:<line>: <reason>" into the caller's buffer.
+ * Parsing and validation: no sockets, no libev, no hiredis. Not pure: it
+ * reads the config file, stat()s the redis-tls-* files, and reads a routes
+ * map. Errors are written as "<file>:<line>: <reason>" into the caller's
+ * buffer. Files: config.c (the parser), config_lex.c (lines, words, reading
+ * a file), config_check.c (shapes, config_validate), config_routes.c.
  *
  * Syntax (one directive a line, '#' starts a comment):
  *   listen        127.0.0.1:12345 | [::1]:12345 | unix:/path

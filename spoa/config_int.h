@@ -1,6 +1,8 @@
 /*
- * config_int - what config.c (the parser) and config_check.c (the checks)
- * share, and nobody else includes.
+ * config_int - what the config files share (config.c the parser,
+ * config_check.c the shape and whole-config checks, config_routes.c the
+ * routes map), and nobody else includes. The calls run one way:
+ * config_routes -> config -> config_check, and each of them -> config_lex.
  */
 #ifndef SPOA_CONFIG_INT_H
 #define SPOA_CONFIG_INT_H
@@ -20,45 +22,6 @@
 #define CONFIG_NOTIFY_MSGS_MAX 1024u
 #define CONFIG_PEER_TIMEOUT_MIN_MS 10u
 #define CONFIG_PEER_TIMEOUT_MAX_MS (3600u * 1000u)
-
-/* Scalar directives: each may appear once per parsed text. */
-enum config_dir {
-	CONFIG_DIR_LISTEN = 0,
-	CONFIG_DIR_REDIS,
-	CONFIG_DIR_REDIS_TIMEOUT,
-	CONFIG_DIR_REDIS_BATCH,
-	CONFIG_DIR_THREADS,
-	CONFIG_DIR_LOG_LEVEL,
-	CONFIG_DIR_METRICS,
-	CONFIG_DIR_MAX_CONNECTIONS,
-	CONFIG_DIR_MAX_INFLIGHT,
-	CONFIG_DIR_MAX_NOTIFY_MESSAGES,
-	CONFIG_DIR_HELLO_TIMEOUT,
-	CONFIG_DIR_FRAME_TIMEOUT,
-	CONFIG_DIR_ALLOW_REMOTE_LISTEN,
-	CONFIG_DIR_DENY_CACHE,
-	CONFIG_DIR_REDIS_ALLOW_EVICTION,
-	CONFIG_DIR_TLS_CA,
-	CONFIG_DIR_TLS_CA_DIR,
-	CONFIG_DIR_TLS_CERT,
-	CONFIG_DIR_TLS_KEY,
-	CONFIG_DIR_TLS_SERVER_NAME,
-	CONFIG_DIR_TLS_VERIFY,
-	CONFIG_DIR_POLICY,             /* repeatable from here on */
-	CONFIG_DIR_OVERRIDE,
-	CONFIG_DIR_COUNT
-};
-
-struct parse_ctx {
-	struct config_lex lex;                    /* name, line, error */
-	struct config *c;
-	unsigned seen[CONFIG_DIR_COUNT];          /* line of first use, 0 = not yet */
-	/* Overrides added by this parse, per policy: where they start, the
-	 * array's capacity, and the line of each (for duplicate messages). */
-	size_t ov_first[CONFIG_MAX_POLICIES];
-	size_t ov_cap[CONFIG_MAX_POLICIES];
-	unsigned *ov_line[CONFIG_MAX_POLICIES];
-};
 
 /* What a TLS setting on a build without TLS is told. */
 extern const char config_no_tls[];
