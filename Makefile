@@ -13,7 +13,9 @@
 #   make sanitize   unit + integration tests under ASan + UBSan
 #   make tsan       integration tests (TSAN_TESTS) under ThreadSanitizer, 4 threads
 #   make valgrind   unit tests under valgrind
-#   make lint       cppcheck + clang-tidy on spoa/ and bench/
+#   make lint       cppcheck + clang-tidy on spoa/ and bench/; no circle among the
+#                   agent's files and docs/architecture.md's call lists true
+#                   (tools/check-calls.py on the built objects)
 #   make bench      load figures into docs/benchmarks.md
 #   make fuzz       libFuzzer harnesses (FUZZ_SECONDS=60 each)
 #   make chaos      fault injection under load (Redis/agent kill -9, SIGSTOP, reload; limits)
@@ -256,10 +258,15 @@ valgrind: $(UNIT_TESTS)
 		valgrind -q --error-exitcode=1 --leak-check=full \
 		--errors-for-leak-kinds=definite,indirect $$t; done
 
-lint:
+# After the static analysers, the call graph from the built objects
+# (tools/check-calls.py): no circle among the agent's files, and the module
+# map of docs/architecture.md names exactly what each file calls.
+lint: $(AGENT)
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c bench/spoa-bench.c
 	clang-tidy --quiet spoa/*.c bench/spoa-bench.c -- $(CFLAGS_BASE) -Ispoa
+	tools/check-calls.py --self-test
+	tools/check-calls.py --doc docs/architecture.md $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o
 
 bench: all $(MCOUNT)
 	$(Q)MCOUNT=$(CURDIR)/$(MCOUNT) tools/bench.sh
