@@ -1,15 +1,19 @@
 # ratelimit-spoa - a global rate limiter for HAProxy (SPOP agent, libev + hiredis + Redis)
+# Every target:
 #
-#   make            build spoa/ratelimit-spoa (the agent) and bench/spoa-bench
+#   make / make all build spoa/ratelimit-spoa (the agent) and bench/spoa-bench
 #                   (the load generator that plays HAProxy)
 #   make demo       the two-HAProxy story end to end on loopback (installs what it needs)
 #   make up / down  keep the demo stack running / stop it
 #   make check      everything: deps, build, unit tests, integration and end-to-end tests
-#   make haproxy32  HAProxy 3.2 from Debian's archive into build/ (once): built from its
-#                   source package, else sid's binary package with its own libraries
-#   make e2e-3.2    the end-to-end tests on that HAProxy 3.2 (make e2e: HAPROXY=, else 2.6)
 #   make test       unit tests only (cmocka; no network: test_limiter talks to
 #                   a scripted fake Redis on loopback inside its own process)
+#   make integration  the integration tests (tests/integration: real redis-server,
+#                   haproxy; TESTS="tests/integration/t_x.py" runs some)
+#   make e2e        the end-to-end tests (tests/e2e) on HAPROXY=, else Debian's 2.6
+#   make haproxy32  HAProxy 3.2 from Debian's archive into build/ (once): built from its
+#                   source package, else sid's binary package with its own libraries
+#   make e2e-3.2    the end-to-end tests on that HAProxy 3.2
 #   make sanitize   unit + integration tests under ASan + UBSan
 #   make tsan       integration tests (TSAN_TESTS) under ThreadSanitizer, 4 threads
 #   make valgrind   unit tests under valgrind
@@ -17,18 +21,23 @@
 #                   agent's files and docs/architecture.md's call lists true
 #                   (tools/check-calls.py on the built objects)
 #   make bench      load figures into docs/benchmarks.md
-#   make fuzz       libFuzzer harnesses (FUZZ_SECONDS=60 each)
+#   make fuzz       libFuzzer harnesses (FUZZ_SECONDS=60 each; the corpus grows in
+#                   build/fuzz, tools/fuzz.sh says how to merge it back)
 #   make chaos      fault injection under load (Redis/agent kill -9, SIGSTOP, reload; limits)
 #   make install    PREFIX=/usr/local DESTDIR= (binary, config, systemd unit, man page,
-#                   HAProxy examples); make uninstall removes them but the config
-#   make deps       apt-get the Debian packages that are missing (deps-demo:
-#                   only what make demo / make up need)
+#                   HAProxy examples)
+#   make uninstall  removes what install put, but the config
+#   make deps       apt-get the Debian packages that are missing
+#   make deps-demo  only what make demo / make up need
+#   make print-demo-pkgs / print-deb-pkgs  the package lists, one line each
 #   make clean
+#   make help       this text
 #   make WITH_TLS=1 the same agent with TLS to Redis (rediss://): needs hiredis
 #                   >= 1.1 with hiredis_ssl; on Debian 12 (hiredis 0.14) Debian's
 #                   own hiredis 1.x source package is built into build/hiredis
 #                   (tools/hiredis-build.sh) and linked statically
 #   make check-tls  WITH_TLS=1: build, unit tests and the TLS integration tests
+#   make integration-tls  the TLS integration tests alone (make WITH_TLS=1 integration-tls)
 #
 # Knobs: WERROR=0, SANITIZE=address,undefined, V=1, O=-O2, WITH_TLS=1
 .DEFAULT_GOAL := all

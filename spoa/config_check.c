@@ -1,8 +1,9 @@
 /*
  * config_check - what the config must be beyond its grammar: the shape of
  * addresses and Redis URLs (nothing is resolved), the whole-config checks
- * once the file and the flags are merged (config_validate). No I/O; a
- * routes map is checked by config_routes.c.
+ * once the file and the flags are merged (config_validate). No I/O of its
+ * own (redis_url, which parses the URL, reads a password from the
+ * environment or a file); a routes map is checked by config_routes.c.
  */
 #include <arpa/inet.h>
 #include <stdarg.h>
