@@ -866,6 +866,39 @@ static void test_dead_window_warning(void **state)
 	config_release(&c);
 }
 
+/* A bad redis URL reads the same from the parser (a line of the file) and
+ * from config_validate (a --redis flag): one formatter, two prefixes. */
+static void test_redis_error_one_text(void **state)
+{
+	static const char *const bad[] = {
+		"http://127.0.0.1:6379", "redis://u:secret@h:6379/x", "sentinel://a:1,b:2",
+		"redis://127.0.0.1:0", "rediss://h:6380",
+	};
+	struct config c;
+	char perr[CONFIG_ERR_LEN], verr[CONFIG_ERR_LEN], text[CONFIG_URL_MAX + 64];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(text, sizeof(text), "policy p 1/1s\nredis %s\n", bad[i]);
+		if (parse(&c, text, perr) == 0) {      /* rediss:// on a TLS build */
+			assert_true(SPOA_TLS);
+			config_release(&c);
+			continue;
+		}
+		config_release(&c);
+		assert_int_equal(parse(&c, "policy p 1/1s\n", verr), 0);
+		snprintf(c.path, sizeof(c.path), "f.conf");
+		snprintf(c.redis, sizeof(c.redis), "%s", bad[i]);
+		assert_int_equal(config_validate(&c, verr, sizeof(verr)), -1);
+		config_release(&c);
+		assert_true(strncmp(perr, "t.conf:2: redis: ", 17) == 0);
+		assert_true(strncmp(verr, "f.conf: redis: ", 15) == 0);
+		assert_string_equal(perr + 10, verr + 8);
+		assert_null(strstr(perr, "secret"));
+	}
+}
+
 /* An override key without the identity kind HAProxy puts before every
  * account (jwt:, key:, cert:) never matches: parsed, with a warning naming
  * the line and the key it should have been. */
@@ -1050,6 +1083,7 @@ int main(void)
 		cmocka_unit_test(test_copy),
 		cmocka_unit_test(test_bom),
 		cmocka_unit_test(test_dead_window_warning),
+		cmocka_unit_test(test_redis_error_one_text),
 		cmocka_unit_test(test_override_kind_warning),
 		cmocka_unit_test(test_many_warnings),
 		cmocka_unit_test(test_deny_cache_switch),
