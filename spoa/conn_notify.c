@@ -306,11 +306,15 @@ static unsigned conn_count_messages(const struct spop_frame *f)
 }
 
 /*
- * NOTIFY: one request, a decision per "ratelimit" message, one ACK. What a
- * NOTIFY may cost is checked before anything is asked: more messages than
- * max-notify-messages is an error (too-many-messages), and a connection
- * with decisions in flight takes no more than max-inflight in all (the
- * excess is shed: overload); an idle one always takes one NOTIFY.
+ * NOTIFY: one request, at most one "ratelimit" message, one ACK. What a
+ * NOTIFY may cost is checked before anything is asked. Two or more
+ * "ratelimit" messages are an error (too-many-messages): their decisions
+ * are separate Redis calls, possibly on different nodes, so one could
+ * record a unit while another denies, and the ACK would say deny for a
+ * request that was counted. HAProxy never sends two (spoe-message names
+ * are unique in an SPOE file), so only a foreign client meets this. A
+ * connection with decisions in flight takes no more than max-inflight in
+ * all (the excess is shed: overload); an idle one always takes one NOTIFY.
  */
 void conn_handle_notify(struct conn *c, const struct spop_frame *f)
 {
@@ -349,7 +353,9 @@ void conn_handle_notify(struct conn *c, const struct spop_frame *f)
 		metrics_add(&env->metrics->notify_inflight, 1);
 
 	n = conn_count_messages(f);
-	if (n > cfg->max_notify_messages)
+	/* max-notify-messages is still read (configs that set it load), but
+	 * only one message can be decided all-or-nothing (docs/protocol.md) */
+	if (n > 1 || n > cfg->max_notify_messages)
 		refuse = WINDOW_REASON_TOO_MANY_MESSAGES;
 	else if (c->decisions && c->decisions + n > cfg->max_inflight)
 		refuse = WINDOW_REASON_OVERLOAD;
@@ -359,8 +365,8 @@ void conn_handle_notify(struct conn *c, const struct spop_frame *f)
 		struct window_decision d;
 
 		if (refuse == WINDOW_REASON_TOO_MANY_MESSAGES)
-			log_debug("notify_refused", "conn=%llu messages=%u max=%u",
-			          (unsigned long long)c->id, n, cfg->max_notify_messages);
+			log_debug("notify_refused", "conn=%llu messages=%u max=1",
+			          (unsigned long long)c->id, n);
 		window_decide_error(NULL, refuse, &d);
 		d.status = WINDOW_ERROR;
 		window_decision_merge(&r->acc, &d);

@@ -127,7 +127,7 @@ static const char main_usage[] =
 "                              and /readyz (Redis up, can decide); default off\n"
 "  max-connections N           default 10000\n"
 "  max-inflight N              decisions in flight per connection, default 256\n"
-"  max-notify-messages N       'ratelimit' messages in one NOTIFY, default 16\n"
+"  max-notify-messages N       still read; a NOTIFY takes one 'ratelimit' message whatever N\n"
 "  hello-timeout DURATION      a new connection must send its HELLO, default 10s\n"
 "  frame-timeout DURATION      a started frame must arrive whole, default 10s\n"
 "  deny-cache on|off           answer an account known to be denied locally,\n"
