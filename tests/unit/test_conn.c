@@ -882,6 +882,42 @@ static void test_max_inflight_counts_decisions(void **state)
 	expect_ack(f, 9, "allow", "");
 }
 
+/* Errors give their in-flight room back: more than max-inflight NOTIFYs
+ * refused one after another (bad input, or a limiter that answers error),
+ * then a valid one is decided, not shed as overload. */
+static void test_errors_free_inflight_room(void **state)
+{
+	struct fixture *f = *state;
+	struct wbuf w;
+	unsigned i;
+
+	fake.sync = false;
+	f->cfg.max_inflight = 2;
+	handshake(f);
+	for (i = 0; i < 5; i++) {
+		build_notify(&w, 2 * i + 1, 1, "ratelimit", "nope", SPOP_T_STR, "A", 1, 1);
+		peer_send(f, w.b, w.n);
+		expect_ack(f, 2 * i + 1, "error", "unknown-policy");
+		build_notify(&w, 2 * i + 101, 1, "ratelimit", "transfer", SPOP_T_NULL, NULL, 0, 1);
+		peer_send(f, w.b, w.n);
+		expect_ack(f, 2 * i + 101, "error", "bad-key");
+	}
+	assert_int_equal(fake.ncalls, 0);
+	for (i = 0; i < 5; i++) {
+		build_notify(&w, 2 * i + 201, 1, "ratelimit", "transfer", SPOP_T_STR, "A", 1, 1);
+		peer_send(f, w.b, w.n);
+		assert_int_equal(fake.ncalls, i + 1);
+		fake_answer(i, WINDOW_ERROR, 0);
+		pump(f);
+		expect_ack(f, 2 * i + 201, "error", "");
+	}
+	build_notify(&w, 301, 1, "ratelimit", "transfer", SPOP_T_STR, "A", 1, 1);
+	peer_send(f, w.b, w.n);
+	assert_int_equal(fake.ncalls, 6);
+	fake_answer(5, WINDOW_ALLOW, 2);
+	expect_ack(f, 301, "allow", "");
+}
+
 /* After a burst the request pool gives back all but a low-water mark. */
 static void test_request_pool_trim(void **state)
 {
@@ -929,6 +965,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_max_inflight_sheds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_notify_one_ratelimit_message, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_max_inflight_counts_decisions, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_errors_free_inflight_room, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_request_pool_trim, setup, teardown),
 	};
 
