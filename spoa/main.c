@@ -132,6 +132,8 @@ static const char main_usage[] =
 "  frame-timeout DURATION      a started frame must arrive whole, default 10s\n"
 "  deny-cache on|off           answer an account known to be denied locally,\n"
 "                              without Redis, until its retry_after; default on\n"
+"  deny-cache-size N           its entries per worker thread (368 bytes each),\n"
+"                              default 4096 (1.44 MiB, held only while one is live)\n"
 "  redis-allow-eviction yes|no  decide even when Redis's maxmemory-policy is not\n"
 "                              noeviction (it may evict the windows); default no:\n"
 "                              answer error, reason=redis-evicts-keys\n"
