@@ -549,6 +549,7 @@ struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
 	w->env.loop = w->loop;
 	w->env.cfg = &wc->ref;
 	w->env.ops.check = worker_ops_check;
+	w->env.upper = &conn_notify_upper;
 	w->env.ops.ctx = w;
 	w->env.metrics = &w->metrics;
 	w->env.admitted = admitted;

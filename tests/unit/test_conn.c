@@ -126,6 +126,7 @@ static int setup(void **state)
 	f->env.loop = f->loop;
 	f->env.cfg = &f->ref;
 	f->env.ops.check = fake_check;
+	f->env.upper = &conn_notify_upper;
 	f->env.metrics = &f->metrics;
 	f->env.hello_timeout = 5.0;
 	f->env.frame_timeout = 5.0;
