@@ -4,20 +4,33 @@ accounts fills a `deny-cache-size 65536` table (about 23 MiB mapped, most of
 it touched); once every cached deadline passed (policy 1/3s), the worker's
 trim unmaps it and RSS returns to within a few MiB of what it was before
 (before the fix the table stayed resident until a reload). The cache still
-answers denies meanwhile, and maps a new table after."""
+answers denies meanwhile, and maps a new table after. And -c knows the
+directive."""
 import os
+import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness, rss_kib  # noqa: E402
+from harness import AGENT, Harness, rss_kib  # noqa: E402
 import spop  # noqa: E402
 
 BOUND = 30.0        # generous: shared 2-core machines
 N = 12000
 SANITIZED = "ASAN_OPTIONS" in os.environ or "TSAN_OPTIONS" in os.environ
 h = Harness()
+
+# -- -c knows deny-cache-size: a valid size passes, 0 is refused with file:line
+for size, rc, text in (("4096", 0, "configuration is valid"),
+                       ("0", 1, "c.conf:1: deny-cache-size must be an integer 1..1048576")):
+    path = os.path.join(h.tmp, "c.conf")
+    with open(path, "w") as f:
+        f.write("deny-cache-size %s\npolicy d 1/3s\n" % size)
+    p = subprocess.run([AGENT, "-c", "-f", path], capture_output=True, text=True, timeout=10)
+    h.check("-c on deny-cache-size %s: exit %d, says '%s'" % (size, rc, text),
+            p.returncode == rc and text in p.stdout + p.stderr, (p.returncode, p.stdout, p.stderr))
+
 h.start_redis()
 h.start_agent("""
 threads 1
