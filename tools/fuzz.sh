@@ -40,7 +40,7 @@ modules() {
 	case $1 in
 	fuzz_spop)   echo "spop spop_write" ;;
 	fuzz_conn)   echo "conn conn_notify spop spop_write window headers config config_check config_lex redis_url log metrics" ;;
-	fuzz_config) echo "config config_check config_lex redis_url window" ;;
+	fuzz_config) echo "config config_check config_lex config_routes redis_url window" ;;
 	*) echo "unknown harness: $1" >&2; return 1 ;;
 	esac
 }

@@ -43,7 +43,7 @@
 #include "harness.h"
 
 #define REGRESS_INPUT_MAX (64u * 1024u)
-#define REGRESS_CORPUS_MAX 250     /* committed corpus files per harness */
+#define REGRESS_CORPUS_MAX 300     /* committed corpus files per harness */
 
 typedef int (*regress_fn)(const uint8_t *data, size_t size);
 
