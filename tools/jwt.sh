@@ -9,9 +9,15 @@
 #
 #   tools/jwt.sh mint --key FILE|SECRET --sub ACCOUNT [options]
 #       Print a compact JWS on stdout. Options:
-#         --alg RS256|ES256|HS256|none  signing algorithm (default RS256; the edge
-#                                  accepts RS256, and ES256 when configured; the
-#                                  others exist to test the 401 path)
+#         --alg RS256|ES256|PS256|HS256|none  signing algorithm (default RS256;
+#                                  the edge accepts RS256 and ES256, PS256 on
+#                                  HAProxy 2.8+; the others test the 401 path)
+#         --kid KID                a kid in the JOSE header (default: none)
+#         --iss ISSUER | --no-iss  iss claim (default ratelimit-spoa-demo)
+#         --aud AUDIENCE | --aud-json JSON | --no-aud
+#                                  aud claim (default ratelimit-spoa-demo-api);
+#                                  --aud-json for an array: '["a","b"]'
+#         --claims 'JSON MEMBERS'  more members, raw: '"act":{"sub":"x"}'
 #         --ttl SECONDS            exp = now + SECONDS (default 3600; negative = expired)
 #         --exp EPOCH | --no-exp   an absolute exp, or no exp claim at all
 #         --nbf EPOCH              add a not-before claim
@@ -78,6 +84,7 @@ cmd_keygen() {
 
 cmd_mint() {
 	local alg=RS256 key='' sub='' sub_json='' have_sub=1 ttl=3600 exp='' no_exp=0 nbf='' tamper=0
+	local kid='' iss=ratelimit-spoa-demo aud_json='"ratelimit-spoa-demo-api"' claims=''
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--alg) alg=${2:?}; shift 2 ;;
@@ -90,6 +97,13 @@ cmd_mint() {
 		--no-exp) no_exp=1; shift ;;
 		--nbf) nbf=${2:?}; shift 2 ;;
 		--tamper) tamper=1; shift ;;
+		--kid) kid=${2?}; shift 2 ;;
+		--iss) iss=${2:?}; shift 2 ;;
+		--no-iss) iss=''; shift ;;
+		--aud) aud_json=$(json_str "${2:?}"); shift 2 ;;
+		--aud-json) aud_json=${2:?}; shift 2 ;;
+		--no-aud) aud_json=''; shift ;;
+		--claims) claims=${2:?}; shift 2 ;;
 		*) die "unknown option: $1" ;;
 		esac
 	done
@@ -98,8 +112,15 @@ cmd_mint() {
 	local now header payload signing sig
 	now=$(date +%s)
 	[ -n "$exp" ] || exp=$((now + ttl))
-	header=$(printf '{"alg":"%s","typ":"JWT"}' "$alg" | b64url)
-	payload="{\"iss\":\"ratelimit-spoa-demo\",\"iat\":$now"
+	if [ -n "$kid" ]; then
+		header=$(printf '{"alg":"%s","typ":"JWT","kid":%s}' "$alg" "$(json_str "$kid")" | b64url)
+	else
+		header=$(printf '{"alg":"%s","typ":"JWT"}' "$alg" | b64url)
+	fi
+	payload="{\"iat\":$now"
+	[ -z "$iss" ] || payload="$payload,\"iss\":$(json_str "$iss")"
+	[ -z "$aud_json" ] || payload="$payload,\"aud\":$aud_json"
+	[ -z "$claims" ] || payload="$payload,$claims"
 	if [ -n "$sub_json" ]; then
 		payload="$payload,\"sub\":$sub_json"
 	elif [ $have_sub = 1 ]; then
@@ -116,11 +137,15 @@ cmd_mint() {
 	ES256)
 		[ -r "$key" ] || die "cannot read private key $key"
 		sig=$(printf '%s' "$signing" | openssl dgst -sha256 -sign "$key" -binary | der_to_jose) ;;
+	PS256)
+		[ -r "$key" ] || die "cannot read private key $key"
+		sig=$(printf '%s' "$signing" | openssl dgst -sha256 -sign "$key" -sigopt rsa_padding_mode:pss \
+			-sigopt rsa_pss_saltlen:32 -binary | b64url) ;;
 	HS256)
 		sig=$(printf '%s' "$signing" | openssl dgst -sha256 -hmac "$key" -binary | b64url) ;;
 	none)
 		sig= ;;
-	*) die "unsupported --alg $alg (RS256, ES256, HS256 or none)" ;;
+	*) die "unsupported --alg $alg (RS256, ES256, PS256, HS256 or none)" ;;
 	esac
 	if [ $tamper = 1 ]; then
 		# Same shape, different claims: a valid-looking token whose signature
