@@ -27,6 +27,11 @@
 #
 #   tools/jwt.sh decode TOKEN      print header and payload JSON (no verification)
 #
+#   tools/jwt.sh jwk2pem < JWK     one public JWK (a JSON object: kty RSA with n
+#       and e, or kty EC, crv P-256, with x and y) -> a PEM public key on
+#       stdout, for RL_JWT_KEY<n>. Take the JWK from the provider's JWKS, e.g.
+#       jq '.keys[] | select(.kid == "2026-07")' jwks.json | tools/jwt.sh jwk2pem
+#
 # Exit status: 0, or 2 with a message on stderr.
 set -euo pipefail
 
@@ -156,6 +161,45 @@ cmd_mint() {
 	printf '%s.%s\n' "$signing" "$sig"
 }
 
+# jwk_member NAME: the string value of member NAME of the JWK in $jwk
+# (base64url and names need no JSON unescaping).
+jwk_member() {
+	printf '%s' "$jwk" | tr -d '\n' | sed -n 's/.*"'"$1"'"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p'
+}
+
+# b64url_hex STRING: base64url text -> hex digits.
+b64url_hex() { b64url_decode "$1" | od -An -v -tx1 | tr -d ' \n'; }
+
+cmd_jwk2pem() {
+	local jwk kty d
+	jwk=$(cat)
+	kty=$(jwk_member kty)
+	d=$(mktemp -d) || die "mktemp failed"
+	# shellcheck disable=SC2064
+	trap "rm -rf '$d'" EXIT
+	case $kty in
+	RSA)
+		local n e
+		n=$(b64url_hex "$(jwk_member n)"); e=$(b64url_hex "$(jwk_member e)")
+		[ -n "$n" ] && [ -n "$e" ] || die "an RSA JWK needs n and e"
+		printf 'asn1=SEQUENCE:k\n[k]\nn=INTEGER:0x%s\ne=INTEGER:0x%s\n' "$n" "$e" > "$d/k.cnf"
+		openssl asn1parse -genconf "$d/k.cnf" -out "$d/k.der" -noout >/dev/null 2>&1 \
+			&& openssl rsa -RSAPublicKey_in -inform DER -in "$d/k.der" -pubout 2>/dev/null \
+			|| die "openssl could not build the RSA key" ;;
+	EC)
+		local x y
+		[ "$(jwk_member crv)" = P-256 ] || die "only the P-256 curve (ES256) is supported"
+		x=$(b64url_hex "$(jwk_member x)"); y=$(b64url_hex "$(jwk_member y)")
+		[ ${#x} = 64 ] && [ ${#y} = 64 ] || die "an EC P-256 JWK needs 32-byte x and y"
+		printf 'asn1=SEQUENCE:spki\n[spki]\nalg=SEQUENCE:alg\nkey=FORMAT:HEX,BITSTRING:04%s%s\n[alg]\nt=OID:id-ecPublicKey\nc=OID:prime256v1\n' \
+			"$x" "$y" > "$d/k.cnf"
+		openssl asn1parse -genconf "$d/k.cnf" -out "$d/k.der" -noout >/dev/null 2>&1 \
+			&& openssl pkey -pubin -inform DER -in "$d/k.der" 2>/dev/null \
+			|| die "openssl could not build the EC key" ;;
+	*) die "unsupported JWK kty '$kty' (RSA or EC)" ;;
+	esac
+}
+
 cmd_decode() {
 	local tok=${1:?usage: jwt.sh decode TOKEN} h p
 	IFS=. read -r h p _ <<<"$tok"
@@ -167,5 +211,6 @@ case ${1:-} in
 keygen) shift; cmd_keygen "$@" ;;
 mint) shift; cmd_mint "$@" ;;
 decode) shift; cmd_decode "$@" ;;
+jwk2pem) shift; cmd_jwk2pem "$@" ;;
 *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -35,8 +35,31 @@ reload() {
 	check "reload: the old process hands over and exits" wait_gone "$HAP_OLD_PID" 40
 }
 
+# The keys HAProxy reads come the way an identity provider publishes them: a
+# JWK (RSA n/e, EC x/y, as its JWKS has them) turned into PEM by
+# tools/jwt.sh jwk2pem.
+b64hex() { printf "$(sed 's/../\\x&/g' <<<"$1")" | openssl base64 -A | tr '+/' '-_' | tr -d '='; }
+rsa_jwk() {
+	printf '{"kty":"RSA","kid":"%s","use":"sig","n":"%s","e":"AQAB"}' "$2" \
+		"$(b64hex "$(openssl rsa -pubin -in "$T/$1/jwt-public.pem" -modulus -noout | cut -d= -f2)")"
+}
+ec_jwk() {
+	local xy
+	xy=$(openssl pkey -pubin -in "$T/$1/jwt-public.pem" -outform DER | od -An -v -tx1 | tr -d ' \n' | tail -c 128)
+	printf '{"kty":"EC","crv":"P-256","kid":"%s","x":"%s","y":"%s"}' "$2" "$(b64hex "${xy:0:64}")" "$(b64hex "${xy:64:64}")"
+}
+printf '{"keys":[%s,%s,%s]}' "$(rsa_jwk old 2026-01)" "$(rsa_jwk new 2026-07)" "$(ec_jwk ec ec-1)" > "$T/jwks.json"
+mkdir -p "$T/pem"
+for kid in 2026-01 2026-07 ec-1; do
+	jq --arg k "$kid" '.keys[] | select(.kid == $k)' "$T/jwks.json" | "$J" jwk2pem > "$T/pem/$kid.pem"
+done
+same_key() { cmp -s <(openssl pkey -pubin -in "$1" -outform DER) <(openssl pkey -pubin -in "$2" -outform DER); }
+check "jwk2pem: the RSA JWK gives back its key" same_key "$T/pem/2026-07.pem" "$T/new/jwt-public.pem"
+check "jwk2pem: the EC JWK gives back its key" same_key "$T/pem/ec-1.pem" "$T/ec/jwt-public.pem"
+check "jwk2pem: a symmetric JWK is refused" test "$(echo '{"kty":"oct","k":"c2VjcmV0"}' | "$J" jwk2pem 2>/dev/null; echo $?)" = 2
+
 # --- Before the rotation: one key, kid "2026-01" ----------------------------
-export RL_JWT_KEY1=$T/old/jwt-public.pem RL_JWT_KID1=2026-01
+export RL_JWT_KEY1=$T/pem/2026-01.pem RL_JWT_KID1=2026-01
 start_edge A
 unset RL_JWT_KEY1 RL_JWT_KID1
 old=$(mint old 2026-01)
@@ -48,9 +71,9 @@ expect "one key: RL_JWT_PUBKEY is no longer read" 401 invalid-signature \
 	"$("$J" mint --key "$T/jwt/jwt-private.pem" --sub ACC-K)"
 
 # --- Step 1: add the new key (RSA "2026-07") and an ES256 key; reload -------
-keys "export RL_JWT_KEY1=$T/old/jwt-public.pem RL_JWT_KID1=2026-01" \
-	"export RL_JWT_KEY2=$T/new/jwt-public.pem RL_JWT_KID2=2026-07" \
-	"export RL_JWT_KEY3=$T/ec/jwt-public.pem RL_JWT_KID3=ec-1 RL_JWT_ALG3=ES256"
+keys "export RL_JWT_KEY1=$T/pem/2026-01.pem RL_JWT_KID1=2026-01" \
+	"export RL_JWT_KEY2=$T/pem/2026-07.pem RL_JWT_KID2=2026-07" \
+	"export RL_JWT_KEY3=$T/pem/ec-1.pem RL_JWT_KID3=ec-1 RL_JWT_ALG3=ES256"
 reload
 expect "overlap: the old key's token" 200 "" "$old"
 expect "overlap: a new token from the old key" 200 "" "$(mint old 2026-01)"
@@ -74,8 +97,8 @@ expect "alg none with a known kid" 401 algorithm-not-allowed "$("$J" mint --alg 
 expect "the payload changed after signing" 401 invalid-signature "$(mint new 2026-07 --tamper)"
 
 # --- Step 2: the identity provider signs with the new key; the old one goes -
-keys "export RL_JWT_KEY2=$T/new/jwt-public.pem RL_JWT_KID2=2026-07" \
-	"export RL_JWT_KEY3=$T/ec/jwt-public.pem RL_JWT_KID3=ec-1 RL_JWT_ALG3=ES256"
+keys "export RL_JWT_KEY2=$T/pem/2026-07.pem RL_JWT_KID2=2026-07" \
+	"export RL_JWT_KEY3=$T/pem/ec-1.pem RL_JWT_KID3=ec-1 RL_JWT_ALG3=ES256"
 reload
 expect "after removal: the old key's token" 401 unknown-key "$old"
 expect "after removal: a fresh token from the old key" 401 unknown-key "$(mint old 2026-01)"
@@ -83,7 +106,7 @@ expect "after removal: the new key's token" 200 "" "$(mint new 2026-07)"
 expect "after removal: the ES256 key's token" 200 "" "$(mint ec ec-1 --alg ES256)"
 
 # --- One key left (slot 2): a token without kid is accepted again -----------
-keys "export RL_JWT_KEY2=$T/new/jwt-public.pem RL_JWT_KID2=2026-07"
+keys "export RL_JWT_KEY2=$T/pem/2026-07.pem RL_JWT_KID2=2026-07"
 reload
 expect "only the new key: a token without kid" 200 "" "$(mint new "")"
 expect "only the new key: the ES256 key is gone" 401 unknown-key "$(mint ec ec-1 --alg ES256)"
