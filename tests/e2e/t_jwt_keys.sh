@@ -38,6 +38,7 @@ reload() {
 # The keys HAProxy reads come the way an identity provider publishes them: a
 # JWK (RSA n/e, EC x/y, as its JWKS has them) turned into PEM by
 # tools/jwt.sh jwk2pem.
+# shellcheck disable=SC2059
 b64hex() { printf "$(sed 's/../\\x&/g' <<<"$1")" | openssl base64 -A | tr '+/' '-_' | tr -d '='; }
 rsa_jwk() {
 	printf '{"kty":"RSA","kid":"%s","use":"sig","n":"%s","e":"AQAB"}' "$2" \
