@@ -33,6 +33,8 @@ cases=(
 	"an audience array without ours|$($J mint --key "$key" --sub ACC-EVIL --aud-json '["other-api","billing"]')"
 	"our audience inside another element|$($J mint --key "$key" --sub ACC-EVIL --aud-json '["x\",\"ratelimit-spoa-demo-api"]')"
 	"our audience only nested|$($J mint --key "$key" --sub ACC-EVIL --aud other-api --claims '"ext":{"aud":"ratelimit-spoa-demo-api"}')"
+	"aud a string that spells an array holding ours|$($J mint --key "$key" --sub ACC-EVIL --aud '["ratelimit-spoa-demo-api"]')"
+	"a long aud array, ours only inside an element|$($J mint --key "$key" --sub ACC-EVIL --aud-json '["a","b","c","d","x|\"ratelimit-spoa-demo-api\"|y"]')"
 	"aud a prefix of ours|$($J mint --key "$key" --sub ACC-EVIL --aud ratelimit-spoa-demo)"
 	"no aud claim|$($J mint --key "$key" --sub ACC-EVIL --no-aud)"
 	"no sub claim|$($J mint --key "$key" --no-sub)"
@@ -92,6 +94,8 @@ req A GET /accounts/ACC-AUD "$($J mint --key "$key" --sub ACC-AUD --aud-json '["
 eq "aud array containing ours: 200" 200 "$RSP_STATUS"
 req A GET /accounts/ACC-AUD "$($J mint --key "$key" --sub ACC-AUD --aud-json '["a","b","c","ratelimit-spoa-demo-api"]')"
 eq "aud array with ours fourth: 200" 200 "$RSP_STATUS"
+req A GET /accounts/ACC-AUD "$($J mint --key "$key" --sub ACC-AUD --aud-json '["a","ratelimit\u002dspoa-demo-api"]')"
+eq "aud array holding ours spelled with a JSON escape: 200" 200 "$RSP_STATUS"
 # Past the fourth element only HAProxy 2.9+ reads the array (2.6's json_query
 # returns no arrays: the block reads the first four elements one by one).
 req A GET /accounts/ACC-AUD "$($J mint --key "$key" --sub ACC-AUD --aud-json '["a","b","c","d","ratelimit-spoa-demo-api"]')"
