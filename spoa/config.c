@@ -566,6 +566,12 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 		return 0;
 	case CONFIG_DIR_DENY_CACHE:
 		return parse_switch(x, key, v, "on", "off", &c->deny_cache);
+	case CONFIG_DIR_DENY_CACHE_SIZE:
+		if (decimal_parse(v.p, v.len, CONFIG_DENY_CACHE_SIZE_MAX, &u) != 0 || u < 1)
+			return config_parse_fail(x, "deny-cache-size must be an integer 1..%u",
+			                         CONFIG_DENY_CACHE_SIZE_MAX);
+		c->deny_cache_size = (unsigned)u;
+		return 0;
 	case CONFIG_DIR_REDIS_ALLOW_EVICTION:
 		return parse_switch(x, key, v, "yes", "no", &c->redis_allow_eviction);
 	case CONFIG_DIR_TLS_CA:
@@ -608,6 +614,7 @@ static const struct {
 	{ "frame-timeout",       CONFIG_DIR_FRAME_TIMEOUT },
 	{ "allow-remote-listen", CONFIG_DIR_ALLOW_REMOTE_LISTEN },
 	{ "deny-cache",          CONFIG_DIR_DENY_CACHE },
+	{ "deny-cache-size",     CONFIG_DIR_DENY_CACHE_SIZE },
 	{ "redis-allow-eviction", CONFIG_DIR_REDIS_ALLOW_EVICTION },
 	{ "redis-tls-ca",        CONFIG_DIR_TLS_CA },
 	{ "redis-tls-ca-dir",    CONFIG_DIR_TLS_CA_DIR },
@@ -824,6 +831,7 @@ void config_init(struct config *c)
 	c->hello_timeout_ms = 10000;
 	c->frame_timeout_ms = 10000;
 	c->deny_cache = true;
+	c->deny_cache_size = 4096;
 	c->tls.verify = true;
 }
 

@@ -218,6 +218,7 @@ static void regress_env_init(struct ev_loop *loop, struct conn_env *env,
 	env->loop = loop;
 	env->cfg = ref;
 	env->ops.check = fuzz_check;
+	env->upper = &conn_notify_upper;
 	env->hello_timeout = hello_timeout;
 	env->frame_timeout = frame_timeout;
 	memset(&fz, 0, sizeof(fz));
