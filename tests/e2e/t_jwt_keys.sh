@@ -127,7 +127,17 @@ else
 fi
 
 # --- Mistakes that stop HAProxy at start-up ---------------------------------
-hcheck() { env RL_HAPROXY_DIR="$ROOT/haproxy" RL_ADMIN_SOCK="$T/c.sock" "$@" "$HAPROXY" -c -f "$ROOT/haproxy/haproxy.cfg" 2>&1; }
+# hcheck VAR=VALUE... [-- HAPROXY-ARGS...]: haproxy -c of the demo edge with those settings.
+hcheck() {
+	local vars=() args=()
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
+	[ $# -gt 0 ] && shift && args=("$@")
+	env RL_HAPROXY_DIR="$ROOT/haproxy" RL_ADMIN_SOCK="$T/c.sock" "${vars[@]}" "$HAPROXY" -c "${args[@]}" -f "$ROOT/haproxy/haproxy.cfg" 2>&1
+}
+out=$(hcheck RL_JWT_KEY1="$T/pem/2026-07.pem" RL_JWT_KID1=2026-07 RL_JWT_KEY3="$T/pem/ec-1.pem" RL_JWT_KID3=ec-1 \
+	RL_JWT_ALG3=ES256 RL_JWT_LEEWAY=30 -- -dW); rc=$?
+eq "keys by kid, issuer, audience, leeway: haproxy -c -dW passes" 0 "$rc"
+eq "keys by kid, issuer, audience, leeway: no warning" "" "$(grep -v 'Configuration file is valid\|version is\|path to executable' <<<"$out")"
 out=$(hcheck RL_JWT_KEY1="$T/new/jwt-public.pem"); rc=$?
 check "a key without its kid: haproxy -c fails" test "$rc" -ne 0
 check "a key without its kid: named" grep -q 'RL_JWT_KID' <<<"$out"
