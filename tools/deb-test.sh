@@ -53,11 +53,11 @@ user_before=0
 getent passwd "$USER_NAME" >/dev/null && user_before=1
 
 export DEBIAN_FRONTEND=noninteractive
-apt_install() { apt-get install -y -q --no-install-recommends "$@" </dev/null >"$T/apt.log" 2>&1 || { tail -n 30 "$T/apt.log"; return 1; }; }
+apt_install() { apt-get install -y -q -o DPkg::Lock::Timeout=300 --no-install-recommends "$@" </dev/null >"$T/apt.log" 2>&1 || { tail -n 30 "$T/apt.log"; return 1; }; }
 purge_ours() {
 	local left=() p
 	for p in "${PKGS[@]}"; do present "$p" && left+=("$p"); done
-	[ ${#left[@]} -eq 0 ] || apt-get purge -y -q "${left[@]}" </dev/null >>"$T/apt.log" 2>&1
+	[ ${#left[@]} -eq 0 ] || apt-get purge -y -q -o DPkg::Lock::Timeout=300 "${left[@]}" </dev/null >>"$T/apt.log" 2>&1
 }
 
 t_setup
@@ -216,7 +216,7 @@ fi
 ours=()
 for p in "${PKGS[@]}"; do installed "$p" && ours+=("$p"); done
 dpkg -L "${ours[@]}" | sort -u > "$T/listed"
-apt-get purge -y -q "${ours[@]}" </dev/null >>"$T/apt.log" 2>&1 || fail "apt-get purge ${ours[*]}"
+apt-get purge -y -q -o DPkg::Lock::Timeout=300 "${ours[@]}" </dev/null >>"$T/apt.log" 2>&1 || fail "apt-get purge ${ours[*]}"
 left=()
 while IFS= read -r f; do
 	[ -e "$f" ] || [ -L "$f" ] || continue
