@@ -20,8 +20,9 @@
 #   6. the Redis module package: installed where Debian's Redis loads
 #      modules, not enabled in /etc/redis/redis.conf, loads into a
 #      redis-server;
-#   7. apt-get purge: nothing the packages installed is left (dpkg -L
-#      before, ls after), nor the unit's enablement.
+#   7. apt-get remove keeps the edited config; apt-get purge leaves nothing
+#      the packages installed (dpkg -L before, ls after), nor the unit's
+#      enablement.
 #
 # The packages are purged on exit, on failure too, and the system user is
 # removed if it was not there before. It refuses to run when ratelimit-spoa
@@ -216,7 +217,17 @@ fi
 ours=()
 for p in "${PKGS[@]}"; do installed "$p" && ours+=("$p"); done
 dpkg -L "${ours[@]}" | sort -u > "$T/listed"
-apt-get purge -y -q -o DPkg::Lock::Timeout=300 "${ours[@]}" </dev/null >>"$T/apt.log" 2>&1 || fail "apt-get purge ${ours[*]}"
+apt-get remove -y -q -o DPkg::Lock::Timeout=300 "${ours[@]}" </dev/null >>"$T/apt.log" 2>&1 ||
+	fail "apt-get remove ${ours[*]}"
+check "remove: the agent is gone" test ! -e /usr/sbin/ratelimit-spoa
+check "remove: the operator's config stays (until purge)" grep -q '^# deb-test: edited by the operator' "$CONF"
+# (apt knows no more of a removed package that had no conffiles: only the
+# ones dpkg still holds, in state config-files, are purged)
+rc_pkgs=()
+for p in "${ours[@]}"; do present "$p" && rc_pkgs+=("$p"); done
+eq "remove: only ratelimit-spoa keeps files until purge (its config)" ratelimit-spoa "${rc_pkgs[*]:-}"
+apt-get purge -y -q -o DPkg::Lock::Timeout=300 "${rc_pkgs[@]}" </dev/null >>"$T/apt.log" 2>&1 ||
+	fail "apt-get purge ${rc_pkgs[*]}"
 left=()
 while IFS= read -r f; do
 	[ -e "$f" ] || [ -L "$f" ] || continue
