@@ -132,6 +132,12 @@ for page in ratelimit-spoa.8 spoa-bench.1; do
 done
 check "the man page names the installed HAProxy files" zgrep -qE '/usr/share/ratelimit(\\)?-spoa/haproxy/' \
 	/usr/share/man/man8/ratelimit-spoa.8.gz
+missing=()
+for f in $(zcat /usr/share/man/man8/ratelimit-spoa.8.gz | grep -oE '/(usr|etc)/[A-Za-z0-9_./\\-]+' |
+	sed 's/\\-/-/g; s/[.]$//' | sort -u); do
+	[ -e "$f" ] || missing+=("$f")
+done
+eq "every path ratelimit-spoa(8) names is installed" "" "${missing[*]:-}"
 for f in haproxy.cfg ratelimit-block.cfg ratelimit-agent.cfg spoe-ratelimit.conf routes.map apikeys.map \
 	backend.cfg errors/401.json errors/429.json errors/503.json; do
 	check "installed $SHARE/haproxy/$f" test -f "$SHARE/haproxy/$f"
