@@ -325,7 +325,7 @@ lint:
 		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c bench/spoa-bench.c
 	clang-tidy --quiet spoa/*.c bench/spoa-bench.c -- $(CFLAGS_BASE) -Ispoa
 
-bench: all $(MCOUNT)
+bench: all $(MCOUNT) $(MODULE_SO) $(MODULE_TEST_SO)
 	$(Q)MCOUNT=$(CURDIR)/$(MCOUNT) tools/bench.sh
 
 fuzz:
