@@ -266,7 +266,7 @@ valgrind-module: module $(AGENT) $(BENCH)
 	$(Q)rm -rf $(VALGRIND_MODULE_LOGS); set -e; \
 	r8=$$(MALLOC=libc tools/redis-server-build.sh redis 8. build/redis-8); \
 	VALGRIND_REDIS_SERVER=$$r8 VALGRIND_LOG_DIR=$(CURDIR)/$(VALGRIND_MODULE_LOGS) \
-		REDIS_SERVER=$(CURDIR)/tools/valgrind-redis.sh DIFF_OPS=1500 TEST_TIMEOUT=1200 \
+		REDIS_SERVER=$(CURDIR)/tools/valgrind-redis.sh REDIS_START_SECS=60 DIFF_OPS=1500 TEST_TIMEOUT=1200 \
 		AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) TESTS="$(MODULE_TESTS)" tests/run.sh integration; \
 	n=$$(ls $(VALGRIND_MODULE_LOGS)/vg.* | wc -l); \
 	bad=$$(grep -L 'ERROR SUMMARY: 0 errors' $(VALGRIND_MODULE_LOGS)/vg.* || true); \
@@ -320,10 +320,13 @@ valgrind: $(UNIT_TESTS)
 		valgrind -q --error-exitcode=1 --leak-check=full \
 		--errors-for-leak-kinds=definite,indirect $$t; done
 
-lint:
+lint: $(MODULE_H)
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c bench/spoa-bench.c
 	clang-tidy --quiet spoa/*.c bench/spoa-bench.c -- $(CFLAGS_BASE) -Ispoa
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+		--inline-suppr --std=c11 -D_GNU_SOURCE -Imodule module/*.c
+	clang-tidy --quiet module/*.c -- $(MODULE_CFLAGS)
 
 bench: all $(MCOUNT) $(MODULE_SO) $(MODULE_TEST_SO)
 	$(Q)MCOUNT=$(CURDIR)/$(MCOUNT) tools/bench.sh

@@ -561,6 +561,11 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 	int allowed = 1;
 	int64_t best_rem = 0, best_reset = 0, best_retry = 0;
 
+	/* (the parser gives 1..RL_MAX_WINDOWS; said again for the reader) */
+	if (d->nwin < 1 || d->nwin > RL_MAX_WINDOWS) {
+		RedisModule_ReplyWithError(ctx, RL_ERR_ARGS_TEXT);
+		return;
+	}
 	scratch.nb = 0;
 	scratch.ndead = 0;
 	for (i = 0; i < d->nwin; i++) {

@@ -49,6 +49,8 @@ REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 MODULE_SO = os.environ.get("RATELIMIT_MODULE", os.path.join(ROOT, "module", "ratelimit.so"))
 MODULE_TEST_SO = os.environ.get("RATELIMIT_MODULE_TEST",
                                 os.path.join(ROOT, "module", "ratelimit-test.so"))
+# How long a redis-server may take to listen (make valgrind-module: longer).
+REDIS_START_SECS = float(os.environ.get("REDIS_START_SECS", "10"))
 # `make tsan` runs every agent with this many worker threads (see threads()).
 FORCED_THREADS = os.environ.get("SPOA_TEST_THREADS")
 # The exit status a ThreadSanitizer report gives the agent (make tsan).
@@ -236,7 +238,7 @@ class Harness:
             [REDIS_SERVER] + listen + ["--bind", "127.0.0.1",
              "--save", "", "--appendonly", "no", "--dir", self.tmp] + list(extra),
             os.path.join(self.tmp, "redis.log"))
-        if not wait_port(self.redis_port):
+        if not wait_port(self.redis_port, REDIS_START_SECS):
             raise RuntimeError("redis did not start")
         return self.redis
 
@@ -250,7 +252,7 @@ class Harness:
         if replicaof:
             argv += ["--replicaof", "127.0.0.1", str(replicaof)]
         p = self.spawn(argv + list(extra), os.path.join(self.tmp, "redis-%d.log" % port))
-        if not wait_port(port):
+        if not wait_port(port, REDIS_START_SECS):
             raise RuntimeError("redis %d did not start" % port)
         return p
 

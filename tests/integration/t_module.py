@@ -16,7 +16,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness, MODULE_SO, MODULE_TEST_SO, REDIS_SERVER, ROOT, free_port, wait_for  # noqa: E402
+from harness import (Harness, MODULE_SO, MODULE_TEST_SO, REDIS_SERVER, REDIS_START_SECS, ROOT,  # noqa: E402
+                     free_port, wait_for)
 import resp  # noqa: E402
 
 h = Harness()
@@ -285,7 +286,7 @@ stream(r, 200, 9)
 before = snapshot(r)
 try:
     r.call("SHUTDOWN", "NOSAVE")
-except ConnectionError:
+except OSError:     # the server closes the connection (or, under valgrind, takes its time)
     pass
 r.close()
 h.redis.wait(120)
@@ -294,16 +295,18 @@ h.redis = h.spawn([REDIS_SERVER, "--port", str(h.redis_port), "--bind", "127.0.0
                   os.path.join(h.tmp, "redis-aof.log"))
 h.check("restarted on the AOF without the module",
         wait_for(lambda: subprocess.run(["redis-cli", "-p", str(h.redis_port), "PING"],
-                                        capture_output=True, text=True).stdout.strip() == "PONG", 20))
+                                        capture_output=True, text=True).stdout.strip() == "PONG",
+                 max(20, REDIS_START_SECS)))
 r = resp.Redis(h.redis_port)
-h.check("the AOF replay finished", wait_for(lambda: "loading:0" in r.call("INFO", "persistence"), 20))
+h.check("the AOF replay finished", wait_for(lambda: "loading:0" in r.call("INFO", "persistence"),
+                                           max(20, REDIS_START_SECS)))
 h.check("no module after the restart", "ratelimit" not in str(r.call("MODULE", "LIST")))
 # (the 1 s windows may have expired during the restart: compared are the
 # keys whose expiry is still ahead)
 t = r.call("TIME")
 now_ms = int(t[0]) * 1000 + int(t[1]) // 1000 + 2000
 kept = {k: v for k, v in before.items() if v[2] > now_ms}
-h.check("AOF: most windows outlive the restart (%d of %d)" % (len(kept), len(before)), len(kept) >= 40)
+h.check("AOF: the long windows outlive the restart (%d of %d)" % (len(kept), len(before)), len(kept) >= 20)
 same("the AOF replay holds exactly the windows before the restart", kept,
      {k: v for k, v in snapshot(r).items() if k in kept})
 r.call("CONFIG", "SET", "appendonly", "no")
@@ -333,9 +336,9 @@ def hammer():
 
 th = threading.Thread(target=hammer)
 th.start()
-time.sleep(0.3)
+wait_for(lambda: seen["allow"] >= 100, 30)
 x = r.call("MODULE", "UNLOAD", "ratelimit")
-time.sleep(0.3)
+wait_for(lambda: seen["err"] >= 100, 30)
 stop.set()
 th.join(10)
 h.eq("MODULE UNLOAD under load: OK", "OK", x)
