@@ -353,6 +353,50 @@ h.eq("and MODULE LOAD brings it back", "OK", r.call("MODULE", "LOAD", MODULE_SO)
 x = r.call(D, 1, "ul:k", 1, LIM, 3600000)
 h.check("loaded again: the window goes on", isinstance(x, list) and x[2] == LIM - seen["allow"] - 1, x)
 
+# --- a mixed fleet: the script and the module racing on the same keys ------------------
+# (what a rolling upgrade looks like to Redis: some agents on each engine)
+sha = r.call("SCRIPT", "LOAD", open(os.path.join(ROOT, "lua", "sliding_window.lua")).read())
+r.call("FLUSHALL")
+
+
+def racer(engine, keys, n, cost_max, seed, out):
+    rnd = random.Random(seed)
+    c = resp.Redis(h.redis_port)
+    got = 0
+    for _ in range(n // 10):
+        cmds = []
+        for _ in range(10):
+            k, cost = rnd.choice(keys), rnd.randint(1, cost_max)
+            args = [1, k, cost, 100, 3600000]
+            cmds.append([D] + args if engine == "module" else ["EVALSHA", sha] + args)
+        for x, cmd in zip(c.pipeline(cmds), cmds):
+            if isinstance(x, list) and x[0] == 1:
+                got += cmd[-3]
+    out.append((engine, got))
+    c.close()
+
+
+for what, keys, cost_max in (("one key, cost 1", ["mix:limit:v1:one"], 1),
+                             ("one key, costs 1..5", ["mix:limit:v1:costs"], 5),
+                             ("20 keys, costs 1..3", ["mix:limit:v1:k%d" % i for i in range(20)], 3)):
+    out = []
+    ths = [threading.Thread(target=racer, args=(e, keys, 400 if len(keys) == 1 else 1600, cost_max, i, out))
+           for i, e in enumerate(["script", "module", "script", "module"])]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(60)
+    units = {k: sum(int(m.split(":")[1], 16) for m in r.call("ZRANGE", k, 0, -1)) for k in keys}
+    admitted = sum(g for _, g in out)
+    h.eq("mixed engines, %s: units recorded == units admitted (%s)" % (what, ", ".join(
+        "%s %d" % (e, g) for e, g in out)), admitted, sum(units.values()))
+    h.check("mixed engines, %s: no key over its limit of 100" % what, max(units.values()) <= 100, units)
+    if cost_max == 1:
+        h.eq("mixed engines, %s: exactly the limit admitted" % what, 100 * len(keys), admitted)
+    if len(keys) > 1:
+        h.check("mixed engines, %s: both engines admitted some" % what,
+                all(sum(g for e2, g in out if e2 == e) > 0 for e in ("script", "module")), out)
+
 # --- the documented ACL ----------------------------------------------------------------
 acls = [line.split()[2:] for line in open(os.path.join(ROOT, "docs", "deployment.md"))
         if line.startswith("ACL SETUSER ratelimit ")]
