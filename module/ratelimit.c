@@ -840,11 +840,21 @@ RL_EXPORT int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, 
 	return REDISMODULE_OK;
 }
 
-/* Unload: the scratch arrays. */
+/* Unload: the scratch arrays. Refused on Redis >= 8.0: it keeps each
+ * client's last command and reuses it without a lookup (server.c,
+ * isCommandReusable), and MODULE UNLOAD frees the command under every
+ * client that last called it: its next command reads freed memory (found
+ * by make valgrind-module; it can crash Redis). There, remove the module
+ * with a restart without loadmodule. */
 RL_EXPORT int RedisModule_OnUnload(RedisModuleCtx *ctx);
 RL_EXPORT int RedisModule_OnUnload(RedisModuleCtx *ctx)
 {
-	(void)ctx;
+	if (RedisModule_GetServerVersion && RedisModule_GetServerVersion() >= 0x00080000) {
+		RedisModule_Log(ctx, "warning",
+		                "ratelimit: MODULE UNLOAD refused on Redis >= 8.0 (Redis reuses a "
+		                "client's last command after it is freed): restart without loadmodule");
+		return REDISMODULE_ERR;
+	}
 	RedisModule_Free(scratch.b);
 	RedisModule_Free(scratch.dead);
 	RedisModule_Free(scratch.trim);

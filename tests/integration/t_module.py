@@ -254,6 +254,8 @@ def snapshot(c, pattern="rp:*"):
     out = {}
     for k in sorted(c.call("KEYS", pattern)):
         t = c.call("TYPE", k)
+        if t == "none":         # expired between KEYS and TYPE
+            continue
         data = c.call("ZRANGE", k, 0, -1, "WITHSCORES") if t == "zset" else sorted(c.call("HGETALL", k))
         out[k] = (t, data, c.call("PEXPIRETIME", k))
     return out
@@ -344,24 +346,39 @@ def hammer():
     c.close()
 
 
+info = r.call("INFO", "server")
+redis8 = "server_name:valkey" not in info and int(info.split("redis_version:")[1].split(".")[0]) >= 8
 th = threading.Thread(target=hammer)
 th.start()
 wait_for(lambda: seen["allow"] >= 100, 30)
 x = r.call("MODULE", "UNLOAD", "ratelimit")
-wait_for(lambda: seen["err"] >= 100, 30)
-stop.set()
-th.join(10)
-h.eq("MODULE UNLOAD under load: OK", "OK", x)
-h.check("after the unload: unknown command errors (%d), decisions before it (%d)" % (seen["err"], seen["allow"]),
-        seen["err"] > 0 and seen["allow"] > 0)
-h.eq("every allow was recorded: units in the window == allows", seen["allow"],
-     sum(int(m.split(":")[1], 16) for m in r.call("ZRANGE", "ul:k", 0, -1)))
-h.eq("no reply but a decision or an error", 0, seen["other"])
-x = r.call(D, 1, "ul:k", 1, LIM, 3600000)
-h.check("unloaded: the command is an error", is_err(x, "ERR"), x)
-h.eq("and MODULE LOAD brings it back", "OK", r.call("MODULE", "LOAD", MODULE_SO))
-x = r.call(D, 1, "ul:k", 1, LIM, 3600000)
-h.check("loaded again: the window goes on", isinstance(x, list) and x[2] == LIM - seen["allow"] - 1, x)
+if redis8:
+    # Redis 8 reuses a client's last command without a lookup, even after
+    # MODULE UNLOAD freed it (a use-after-free that make valgrind-module
+    # found): the module refuses to be unloaded there.
+    n0 = seen["allow"]
+    wait_for(lambda: seen["allow"] >= n0 + 100, 30)
+    stop.set()
+    th.join(10)
+    h.check("Redis >= 8: MODULE UNLOAD refused (%s); the decisions go on" % x,
+            isinstance(x, resp.Err) and seen["allow"] >= n0 + 100 and seen["err"] == 0)
+    h.eq("every allow was recorded: units in the window == allows", seen["allow"],
+         sum(int(m.split(":")[1], 16) for m in r.call("ZRANGE", "ul:k", 0, -1)))
+else:
+    wait_for(lambda: seen["err"] >= 100, 30)
+    stop.set()
+    th.join(10)
+    h.eq("MODULE UNLOAD under load: OK", "OK", x)
+    h.check("after the unload: unknown command errors (%d), decisions before it (%d)"
+            % (seen["err"], seen["allow"]), seen["err"] > 0 and seen["allow"] > 0)
+    h.eq("every allow was recorded: units in the window == allows", seen["allow"],
+         sum(int(m.split(":")[1], 16) for m in r.call("ZRANGE", "ul:k", 0, -1)))
+    h.eq("no reply but a decision or an error", 0, seen["other"])
+    x = r.call(D, 1, "ul:k", 1, LIM, 3600000)
+    h.check("unloaded: the command is an error", is_err(x, "ERR"), x)
+    h.eq("and MODULE LOAD brings it back", "OK", r.call("MODULE", "LOAD", MODULE_SO))
+    x = r.call(D, 1, "ul:k", 1, LIM, 3600000)
+    h.check("loaded again: the window goes on", isinstance(x, list) and x[2] == LIM - seen["allow"] - 1, x)
 
 # --- a mixed fleet: the script and the module racing on the same keys ------------------
 # (what a rolling upgrade looks like to Redis: some agents on each engine)
