@@ -270,7 +270,8 @@ valgrind-module: module $(AGENT) $(BENCH)
 		AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) TESTS="$(MODULE_TESTS)" tests/run.sh integration; \
 	n=$$(ls $(VALGRIND_MODULE_LOGS)/vg.* | wc -l); \
 	bad=$$(grep -L 'ERROR SUMMARY: 0 errors' $(VALGRIND_MODULE_LOGS)/vg.* || true); \
-	lost=$$(grep -l 'definitely lost' $(VALGRIND_MODULE_LOGS)/vg.* | xargs -r grep -l 'ratelimit' || true); \
+	lost=$$(grep -lE 'definitely lost: [1-9]' $(VALGRIND_MODULE_LOGS)/vg.* | \
+		xargs -r grep -lE '(ratelimit|rl_args)\.c:' || true); \
 	echo "valgrind-module: $$n redis-server processes, errors in: $${bad:-none}, module leaks in: $${lost:-none}"; \
 	[ -z "$$bad" ] && [ -z "$$lost" ]
 
