@@ -139,7 +139,7 @@ ifeq ($(WITH_TLS),1)
 DEB_PKGS  += $(TLS_PKGS)
 endif
 
-.PHONY: check-tls integration-tls module check-module check-module-servers valgrind-module
+.PHONY: check-tls integration-tls module check-module check-module-servers valgrind-module integration-module
 .PHONY: all test check integration e2e e2e-3.2 haproxy32 chaos sanitize tsan valgrind lint bench fuzz install \
         uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help
 
@@ -243,6 +243,12 @@ e2e-3.2: $(AGENT)
 	$(Q)hap=$$(tools/haproxy-build.sh) && \
 	echo "e2e on $$($$hap -v | head -1): $$(head -1 $$(dirname $$hap)/FROM 2>/dev/null)" && \
 	HAPROXY=$$hap AGENT=$(CURDIR)/$(AGENT) tests/run.sh e2e
+
+# The whole integration suite with every agent on redis-engine module and
+# the module in every redis-server the harness starts (needs an agent with
+# the redis-engine directive).
+integration-module: $(AGENT) $(BENCH) $(MODULE_SO) $(MODULE_TEST_SO)
+	$(Q)SPOA_TEST_REDIS_ENGINE=module AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) tests/run.sh integration
 
 # The module's tests alone (they run in make integration too).
 check-module: module $(AGENT) $(BENCH)

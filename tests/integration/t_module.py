@@ -19,6 +19,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from harness import (Harness, MODULE_SO, MODULE_TEST_SO, REDIS_SERVER, REDIS_START_SECS, ROOT,  # noqa: E402
                      free_port, wait_for)
 import resp  # noqa: E402
+import harness  # noqa: E402
+
+# (these tests choose where the module is loaded: not SPOA_TEST_REDIS_ENGINE)
+harness.FORCED_ENGINE = ""
 
 h = Harness()
 if not os.path.exists(MODULE_SO):

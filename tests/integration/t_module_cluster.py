@@ -15,6 +15,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from harness import Harness, MODULE_SO, REDIS_SERVER, REDIS_START_SECS, wait_for, wait_port  # noqa: E402
 import resp  # noqa: E402
+import harness  # noqa: E402
+
+# (these tests choose where the module is loaded: not SPOA_TEST_REDIS_ENGINE)
+harness.FORCED_ENGINE = ""
 
 D = "RATELIMIT.DECIDE"
 
