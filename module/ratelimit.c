@@ -846,10 +846,32 @@ RL_EXPORT int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, 
  * client that last called it: its next command reads freed memory (found
  * by make valgrind-module; it can crash Redis). There, remove the module
  * with a restart without loadmodule. */
+/* Is the server Redis >= 8.0 (not Valkey, which numbers its versions on
+ * and has no such reuse)? */
+static int server_reuses_commands(RedisModuleCtx *ctx)
+{
+	RedisModuleServerInfoData *info;
+	const char *name;
+	int valkey = 0;
+
+	if (!RedisModule_GetServerVersion || RedisModule_GetServerVersion() < 0x00080000)
+		return 0;
+	if (RedisModule_GetServerInfo && RedisModule_ServerInfoGetFieldC &&
+	    RedisModule_FreeServerInfo) {
+		info = RedisModule_GetServerInfo(ctx, "server");
+		if (info) {
+			name = RedisModule_ServerInfoGetFieldC(info, "server_name");
+			valkey = name && strcasecmp(name, "valkey") == 0;
+			RedisModule_FreeServerInfo(ctx, info);
+		}
+	}
+	return !valkey;
+}
+
 RL_EXPORT int RedisModule_OnUnload(RedisModuleCtx *ctx);
 RL_EXPORT int RedisModule_OnUnload(RedisModuleCtx *ctx)
 {
-	if (RedisModule_GetServerVersion && RedisModule_GetServerVersion() >= 0x00080000) {
+	if (server_reuses_commands(ctx)) {
 		RedisModule_Log(ctx, "warning",
 		                "ratelimit: MODULE UNLOAD refused on Redis >= 8.0 (Redis reuses a "
 		                "client's last command after it is freed): restart without loadmodule");
