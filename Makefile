@@ -163,7 +163,7 @@ DEBBUILD_PKGS := build-essential pkg-config libev-dev libhiredis-dev libcmocka-d
                  debhelper dpkg-dev help2man
 DEBTEST_PKGS  := lintian redis-server redis-tools haproxy curl openssl python3 jq systemd
 
-.PHONY: check-tls integration-tls module check-module check-module-servers valgrind-module
+.PHONY: check-tls integration-tls module check-module check-module-servers valgrind-module integration-module
 .PHONY: all test check integration e2e e2e-3.2 haproxy32 chaos sanitize tsan valgrind lint bench fuzz install \
         uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help deb deb-test
 
@@ -217,7 +217,7 @@ MODULE_SRCS   := module/ratelimit.c module/rl_args.c
 MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidden \
                  -isystem build/redismodule -Imodule
 MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py \
-                 tests/integration/t_module_cluster.py
+                 tests/integration/t_module_cluster.py tests/integration/t_module_agents.py
 
 module: $(MODULE_SO) $(MODULE_TEST_SO)
 
@@ -268,6 +268,12 @@ e2e-3.2: $(AGENT)
 	echo "e2e on $$($$hap -v | head -1): $$(head -1 $$(dirname $$hap)/FROM 2>/dev/null)" && \
 	HAPROXY=$$hap AGENT=$(CURDIR)/$(AGENT) tests/run.sh e2e
 
+# The whole integration suite with every agent on redis-engine module and
+# the module in every redis-server the harness starts (needs an agent with
+# the redis-engine directive).
+integration-module: $(AGENT) $(BENCH) $(MODULE_SO) $(MODULE_TEST_SO)
+	$(Q)SPOA_TEST_REDIS_ENGINE=module AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) tests/run.sh integration
+
 # The module's tests alone (they run in make integration too).
 check-module: module $(AGENT) $(BENCH)
 	$(Q)AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) TESTS="$(MODULE_TESTS)" tests/run.sh integration
@@ -290,11 +296,12 @@ valgrind-module: module $(AGENT) $(BENCH)
 	$(Q)rm -rf $(VALGRIND_MODULE_LOGS); set -e; \
 	r8=$$(MALLOC=libc tools/redis-server-build.sh redis 8. build/redis-8); \
 	VALGRIND_REDIS_SERVER=$$r8 VALGRIND_LOG_DIR=$(CURDIR)/$(VALGRIND_MODULE_LOGS) \
-		REDIS_SERVER=$(CURDIR)/tools/valgrind-redis.sh DIFF_OPS=1500 TEST_TIMEOUT=1200 \
+		REDIS_SERVER=$(CURDIR)/tools/valgrind-redis.sh REDIS_START_SECS=60 DIFF_OPS=1500 TEST_TIMEOUT=1200 \
 		AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) TESTS="$(MODULE_TESTS)" tests/run.sh integration; \
 	n=$$(ls $(VALGRIND_MODULE_LOGS)/vg.* | wc -l); \
 	bad=$$(grep -L 'ERROR SUMMARY: 0 errors' $(VALGRIND_MODULE_LOGS)/vg.* || true); \
-	lost=$$(grep -l 'definitely lost' $(VALGRIND_MODULE_LOGS)/vg.* | xargs -r grep -l 'ratelimit' || true); \
+	lost=$$(grep -lE 'definitely lost: [1-9]' $(VALGRIND_MODULE_LOGS)/vg.* | \
+		xargs -r grep -lE '(ratelimit|rl_args)\.c:' || true); \
 	echo "valgrind-module: $$n redis-server processes, errors in: $${bad:-none}, module leaks in: $${lost:-none}"; \
 	[ -z "$$bad" ] && [ -z "$$lost" ]
 
@@ -347,10 +354,13 @@ valgrind: $(UNIT_TESTS)
 # After the static analysers, the call graph from the built objects
 # (tools/check-calls.py): no circle among the agent's files, and the module
 # map of docs/architecture.md names exactly what each file calls.
-lint: $(AGENT)
+lint: $(AGENT) $(MODULE_H)
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c bench/spoa-bench.c
 	clang-tidy --quiet spoa/*.c bench/spoa-bench.c -- $(CFLAGS_BASE) -Ispoa
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+		--inline-suppr --std=c11 -D_GNU_SOURCE -Imodule module/*.c
+	clang-tidy --quiet module/*.c -- $(MODULE_CFLAGS)
 	tools/check-calls.py --self-test
 	tools/check-calls.py --doc docs/architecture.md $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o
 
@@ -371,7 +381,7 @@ deb-test:
 	$(Q)tools/deps.sh deb $(DEBBUILD_PKGS) $(DEBTEST_PKGS)
 	$(Q)tools/deb-test.sh
 
-bench: all $(MCOUNT)
+bench: all $(MCOUNT) $(MODULE_SO) $(MODULE_TEST_SO)
 	$(Q)MCOUNT=$(CURDIR)/$(MCOUNT) tools/bench.sh
 
 fuzz:

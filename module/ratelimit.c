@@ -71,7 +71,7 @@ struct rl_state {
 	int64_t cut;                   /* us: an entry at or before it is out */
 	int64_t count;                 /* units in the window */
 	int64_t cum;                   /* cum of the newest entry (log) */
-	int64_t top;                   /* score of the newest entry (log) */
+	int64_t top;                   /* newest entry's score / counted bucket end */
 	int64_t oldest;                /* oldest in-window entry / counted bucket end */
 	int64_t first;                 /* cost of the oldest in-window entry (log) */
 	int64_t score;                 /* this admission's score / bucket end, us */
@@ -291,6 +291,10 @@ static void scan_bucket(RedisModuleKey *key, RedisModuleString *field, RedisModu
 			s->oldest = e * 1000;
 			s->has_oldest = 1;
 		}
+		if (!s->has_top || e * 1000 > s->top) {
+			s->top = e * 1000;
+			s->has_top = 1;
+		}
 		return;
 	}
 	if (scratch_reserve((void **)&scratch.dead, &scratch.cap_dead, scratch.ndead + 1,
@@ -344,13 +348,20 @@ out:
 	return err;
 }
 
-/* The TTL (ms) of window <s>'s key after this admission: until its newest
- * entry or bucket leaves (the script's PEXPIRE argument). */
+/* The TTL (ms) of window <s>'s key after this admission (the script's
+ * PEXPIRE argument): until its newest entry or bucket leaves, i.e. its
+ * score (or, after a clock step back, a later bucket's end) plus one
+ * window, rounded up to a ms, plus 1 ms. (The script's margin covers
+ * PEXPIRE counting from the command's time snapshot; the module counts
+ * from <now> itself and keeps the same TTL, so that both engines leave
+ * the same expiry.) */
 static int64_t rl_ttl_ms(const struct rl_state *s, int64_t now)
 {
-	if (s->score == now)
-		return s->w->win_ms;
-	return s->w->win_ms + ceil_div_pos(s->score - now, 1000);
+	int64_t last = s->score;
+
+	if (s->has_top && s->top > last)
+		last = s->top;
+	return s->w->win_ms + 1 + ceil_div_pos(last - now, 1000);
 }
 
 /* Writes member <buf> at <score> into log window <s> (an admission). */
@@ -550,6 +561,11 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 	int allowed = 1;
 	int64_t best_rem = 0, best_reset = 0, best_retry = 0;
 
+	/* (the parser gives 1..RL_MAX_WINDOWS; said again for the reader) */
+	if (d->nwin < 1 || d->nwin > RL_MAX_WINDOWS) {
+		RedisModule_ReplyWithError(ctx, RL_ERR_ARGS_TEXT);
+		return;
+	}
 	scratch.nb = 0;
 	scratch.ndead = 0;
 	for (i = 0; i < d->nwin; i++) {
@@ -824,11 +840,43 @@ RL_EXPORT int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, 
 	return REDISMODULE_OK;
 }
 
-/* Unload: the scratch arrays. */
+/* Unload: the scratch arrays. Refused on Redis >= 8.0: it keeps each
+ * client's last command and reuses it without a lookup (server.c,
+ * isCommandReusable), and MODULE UNLOAD frees the command under every
+ * client that last called it: its next command reads freed memory (found
+ * by make valgrind-module; it can crash Redis). There, remove the module
+ * with a restart without loadmodule. */
+/* Is the server Redis >= 8.0 (not Valkey, which numbers its versions on
+ * and has no such reuse)? */
+static int server_reuses_commands(RedisModuleCtx *ctx)
+{
+	RedisModuleServerInfoData *info;
+	const char *name;
+	int valkey = 0;
+
+	if (!RedisModule_GetServerVersion || RedisModule_GetServerVersion() < 0x00080000)
+		return 0;
+	if (RedisModule_GetServerInfo && RedisModule_ServerInfoGetFieldC &&
+	    RedisModule_FreeServerInfo) {
+		info = RedisModule_GetServerInfo(ctx, "server");
+		if (info) {
+			name = RedisModule_ServerInfoGetFieldC(info, "server_name");
+			valkey = name && strcasecmp(name, "valkey") == 0;
+			RedisModule_FreeServerInfo(ctx, info);
+		}
+	}
+	return !valkey;
+}
+
 RL_EXPORT int RedisModule_OnUnload(RedisModuleCtx *ctx);
 RL_EXPORT int RedisModule_OnUnload(RedisModuleCtx *ctx)
 {
-	(void)ctx;
+	if (server_reuses_commands(ctx)) {
+		RedisModule_Log(ctx, "warning",
+		                "ratelimit: MODULE UNLOAD refused on Redis >= 8.0 (Redis reuses a "
+		                "client's last command after it is freed): restart without loadmodule");
+		return REDISMODULE_ERR;
+	}
 	RedisModule_Free(scratch.b);
 	RedisModule_Free(scratch.dead);
 	RedisModule_Free(scratch.trim);

@@ -49,6 +49,13 @@ REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 MODULE_SO = os.environ.get("RATELIMIT_MODULE", os.path.join(ROOT, "module", "ratelimit.so"))
 MODULE_TEST_SO = os.environ.get("RATELIMIT_MODULE_TEST",
                                 os.path.join(ROOT, "module", "ratelimit-test.so"))
+# How long a redis-server may take to listen (make valgrind-module: longer).
+REDIS_START_SECS = float(os.environ.get("REDIS_START_SECS", "10"))
+# The whole suite on one engine: SPOA_TEST_REDIS_ENGINE=module (or script,
+# auto) adds "redis-engine <it>" to every agent config the harness writes
+# and, for module and auto, loads the module into every redis-server it
+# starts (make integration-module).
+FORCED_ENGINE = os.environ.get("SPOA_TEST_REDIS_ENGINE", "")
 # `make tsan` runs every agent with this many worker threads (see threads()).
 FORCED_THREADS = os.environ.get("SPOA_TEST_THREADS")
 # The exit status a ThreadSanitizer report gives the agent (make tsan).
@@ -61,11 +68,24 @@ def threads(n):
 
 
 def force_threads(text):
-    """<text> (a config) with its threads line set to SPOA_TEST_THREADS."""
+    """<text> (a config) with its threads line set to SPOA_TEST_THREADS, and
+    a redis-engine line from SPOA_TEST_REDIS_ENGINE (see FORCED_ENGINE)
+    where the test did not choose one."""
+    if FORCED_ENGINE and not re.search(r"(?m)^redis-engine ", text):
+        text = text.rstrip("\n") + "\nredis-engine %s\n" % FORCED_ENGINE
     if not FORCED_THREADS:
         return text
     text = re.sub(r"(?m)^threads \d+\n?", "", text)
     return text.rstrip("\n") + "\nthreads %s\n" % FORCED_THREADS
+
+
+def module_args(extra=()):
+    """--loadmodule for the servers the harness starts when the suite runs
+    on the module (SPOA_TEST_REDIS_ENGINE=module or auto), unless <extra>
+    loads one already."""
+    if FORCED_ENGINE in ("module", "auto") and "--loadmodule" not in extra:
+        return ["--loadmodule", MODULE_SO]
+    return []
 
 
 def free_port():
@@ -234,9 +254,9 @@ class Harness:
             ["--port", str(self.redis_port)]
         self.redis = self.spawn(
             [REDIS_SERVER] + listen + ["--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", self.tmp] + list(extra),
+             "--save", "", "--appendonly", "no", "--dir", self.tmp] + list(extra) + module_args(extra),
             os.path.join(self.tmp, "redis.log"))
-        if not wait_port(self.redis_port):
+        if not wait_port(self.redis_port, REDIS_START_SECS):
             raise RuntimeError("redis did not start")
         return self.redis
 
@@ -249,8 +269,8 @@ class Harness:
                                             "--dir", self.tmp, "--dbfilename", "dump-%d.rdb" % port]
         if replicaof:
             argv += ["--replicaof", "127.0.0.1", str(replicaof)]
-        p = self.spawn(argv + list(extra), os.path.join(self.tmp, "redis-%d.log" % port))
-        if not wait_port(port):
+        p = self.spawn(argv + list(extra) + module_args(extra), os.path.join(self.tmp, "redis-%d.log" % port))
+        if not wait_port(port, REDIS_START_SECS):
             raise RuntimeError("redis %d did not start" % port)
         return p
 

@@ -136,6 +136,15 @@ for n in (c1, str(int(c16) * 16) if c16 else None):
 ii = [(b, n0(num(f'ir_b{b}')), '-' if num(f'ir_b{b}') is None or not num('ir_b1') else
        f"{num(f'ir_b{b}') / num('ir_b1'):.2f}x") for b in ('32', '3', '1') if f'ir_b{b}' in R]
 i_ratio = None if num('ir_b32') is None or not num('ir_b1') else num('ir_b32') / num('ir_b1')
+# the module (RATELIMIT.DECIDE) beside the script, when tools/bench-redis-ir.sh measured it
+def vs(a, b):
+    return '-' if num(a) is None or not num(b) else f"{num(a) / num(b):.2f}x"
+im = [(b, n0(num(f'ir_b{b}')), n0(num(f'ir_mod_b{b}')), vs(f'ir_mod_b{b}', f'ir_b{b}'))
+      for b in ('32', '3', '1') if f'ir_mod_b{b}' in R]
+cm = [(b, R.get(f'cpu_us_script_b{b}', '-'), R.get(f'cpu_us_module_b{b}', '-'),
+       vs(f'cpu_us_module_b{b}', f'cpu_us_script_b{b}'))
+      for b in ('32', '1') if f'cpu_us_module_b{b}' in R]
+m_ratio = None if num('ir_mod_b32') is None or not num('ir_b32') else num('ir_mod_b32') / num('ir_b32')
 
 # --- targets -------------------------------------------------------------------
 def verdict(ok):
@@ -167,6 +176,10 @@ targets = [
      '-' if i_ratio is None else f"{i_ratio:.2f}x ({R['ir_b32']} vs {R['ir_b1']} per decision)",
      verdict(None if i_ratio is None else i_ratio <= 0.5),
      '' if i_ratio is None else f'{i_ratio - 0.5:+.2f}x'),
+    ('Redis module: instructions per decision at redis-batch 32 <= 0.35x the script (i)',
+     '-' if m_ratio is None else f"{m_ratio:.2f}x ({R['ir_mod_b32']} vs {R['ir_b32']} per decision)",
+     verdict(None if m_ratio is None else m_ratio <= 0.35),
+     '' if m_ratio is None else f'{m_ratio - 0.35:+.2f}x'),
     ('end-to-end uniform without JWT >= 50% of HAProxy alone (no JWT)',
      rtxt('wrk_full_nojwt', 'wrk_alone_nojwt') + (
          f" (CPU per request: HAProxy {R.get('wrk_alone_nojwt_cpu_us', '-')} alone / "
@@ -326,6 +339,18 @@ if ii:
              "the box's load the way CPU time does, so this is the figure to compare between runs. "
              "redis-batch 3 is about what 16 in flight gives the agent.\n")
     g.append(md(('redis-batch', 'instructions / decision', 'vs redis-batch 1'), ii, ('---:', '---:', '---:')))
+if im:
+    g.append('### (i) The module against the script\n')
+    g.append("The same feed as `RATELIMIT.DECIDE` calls (same keys and arguments) into a redis-server "
+             "with `module/ratelimit-test.so` loaded (its test clock reads the same hash as the "
+             "script's copy), by `tools/bench-redis-ir.sh`; and redis-server's own CPU per decision "
+             "(user + system over a `redis-cli --pipe` feed of 200,000 decisions on 10,000 accounts, "
+             "the engines alternated, median of the rounds) by `tools/bench-module-cpu.sh`.\n")
+    g.append(md(('redis-batch', 'script: instructions / decision', 'module', 'module vs script'), im,
+                ('---:', '---:', '---:', '---:')))
+    if cm:
+        g.append(md(('redis-batch', 'script: Redis CPU µs / decision', 'module', 'module vs script'), cm,
+                    ('---:', '---:', '---:', '---:')))
 g.append('### (d) Memory\n')
 g.append(f"Agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB with "
          f"1,000 idle SPOP connections (the agent's own gauge: {R.get('idle_conns', '-')} open). "

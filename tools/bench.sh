@@ -645,11 +645,19 @@ if want e && [ "$PERF" = 1 ] && command -v perf >/dev/null; then
 fi
 
 if want i; then
-	say "== (i) Redis instructions per decision, redis-batch 32 / 3 / 1 (tools/bench-redis-ir.sh)"
+	say "== (i) Redis instructions per decision, redis-batch 32 / 3 / 1, script and module (tools/bench-redis-ir.sh)"
 	if BENCH_IR_TSV="$T/ir.tsv" tools/bench-redis-ir.sh >&2; then
 		while IFS=$'\t' read -r k v; do R[$k]=$v; done <"$T/ir.tsv"
 	else
 		note_error "bench-redis-ir.sh failed"
+	fi
+	# the module's Redis CPU per decision beside the script's (make module)
+	if [ -e module/ratelimit.so ]; then
+		if BENCH_CPU_TSV="$T/cpu.tsv" tools/bench-module-cpu.sh >&2; then
+			while IFS=$'\t' read -r k v; do R[$k]=$v; done <"$T/cpu.tsv"
+		else
+			note_error "bench-module-cpu.sh failed"
+		fi
 	fi
 fi
 

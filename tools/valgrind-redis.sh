@@ -15,5 +15,6 @@ set -euo pipefail
 : "${VALGRIND_LOG_DIR:?where the logs go}"
 mkdir -p "$VALGRIND_LOG_DIR"
 exec valgrind --tool=memcheck --error-exitcode=99 --leak-check=full --show-leak-kinds=definite \
+	--suppressions="$(dirname "$0")/../tests/valgrind-redis.supp" \
 	--errors-for-leak-kinds=none --num-callers=30 --log-file="$VALGRIND_LOG_DIR/vg.%p" \
 	"$VALGRIND_REDIS_SERVER" "$@"

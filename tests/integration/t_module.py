@@ -16,8 +16,13 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness, MODULE_SO, MODULE_TEST_SO, REDIS_SERVER, ROOT, free_port, wait_for  # noqa: E402
+from harness import (Harness, MODULE_SO, MODULE_TEST_SO, REDIS_SERVER, REDIS_START_SECS, ROOT,  # noqa: E402
+                     free_port, wait_for)
 import resp  # noqa: E402
+import harness  # noqa: E402
+
+# (these tests choose where the module is loaded: not SPOA_TEST_REDIS_ENGINE)
+harness.FORCED_ENGINE = ""
 
 h = Harness()
 if not os.path.exists(MODULE_SO):
@@ -50,7 +55,7 @@ x = r.call(D, 1, K, 1, 3, 10000)
 h.check("4th denied with a retry", x[0] == 0 and x[2] == 0 and 0 < x[4] <= 10000000, x)
 h.eq("members as the script writes them", ["1:1", "2:1", "3:1"], r.call("ZRANGE", K, 0, -1))
 pttl = r.call("PTTL", K)
-h.check("a TTL of at most the window", 0 < pttl <= 10000, pttl)
+h.check("a TTL of at most the window + 1 ms", 0 < pttl <= 10001, pttl)
 
 # --- bad input: an error reply, nothing written, no crash -------------------------
 r.call("FLUSHALL")
@@ -253,6 +258,8 @@ def snapshot(c, pattern="rp:*"):
     out = {}
     for k in sorted(c.call("KEYS", pattern)):
         t = c.call("TYPE", k)
+        if t == "none":         # expired between KEYS and TYPE
+            continue
         data = c.call("ZRANGE", k, 0, -1, "WITHSCORES") if t == "zset" else sorted(c.call("HGETALL", k))
         out[k] = (t, data, c.call("PEXPIRETIME", k))
     return out
@@ -268,8 +275,18 @@ h.check("decisions ran on the primary (%d allowed)" % n_ok, n_ok > 100)
 h.eq("WAIT: the replica acknowledged", 1, r.call("WAIT", 1, 5000))
 prim, repl = snapshot(r), snapshot(rr)
 h.check("the primary holds windows (%d keys)" % len(prim), len(prim) >= 40)
+# (a replica hides a key once its expiry passed, the primary deletes it
+# when it looks: the 1 s windows may differ by the time between the two
+# snapshots, so compared are the keys that outlive the comparison)
+t = r.call("TIME")
+now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
+gone = [k for k in prim if k not in repl]
+h.check("a key the replica lacks has expired (%d of %d)" % (len(gone), len(prim)),
+        all(prim[k][2] <= now_ms for k in gone), [(k, prim[k][2], now_ms) for k in gone][:3])
+h.check("the trimmed 1 s windows are compared too",
+        sum(1 for k in prim if k.endswith(":1s") and k in repl) >= 10)
 same("the replica without the module holds exactly the primary's windows (members, scores, "
-     "bucket fields, absolute expiry)", prim, repl)
+     "bucket fields, absolute expiry)", {k: v for k, v in prim.items() if k in repl}, repl)
 rr.close()
 
 # AOF: appendonly on, decisions, a rewrite, more decisions, then restart the
@@ -285,7 +302,7 @@ stream(r, 200, 9)
 before = snapshot(r)
 try:
     r.call("SHUTDOWN", "NOSAVE")
-except ConnectionError:
+except OSError:     # the server closes the connection (or, under valgrind, takes its time)
     pass
 r.close()
 h.redis.wait(120)
@@ -294,16 +311,18 @@ h.redis = h.spawn([REDIS_SERVER, "--port", str(h.redis_port), "--bind", "127.0.0
                   os.path.join(h.tmp, "redis-aof.log"))
 h.check("restarted on the AOF without the module",
         wait_for(lambda: subprocess.run(["redis-cli", "-p", str(h.redis_port), "PING"],
-                                        capture_output=True, text=True).stdout.strip() == "PONG", 20))
+                                        capture_output=True, text=True).stdout.strip() == "PONG",
+                 max(20, REDIS_START_SECS)))
 r = resp.Redis(h.redis_port)
-h.check("the AOF replay finished", wait_for(lambda: "loading:0" in r.call("INFO", "persistence"), 20))
+h.check("the AOF replay finished", wait_for(lambda: "loading:0" in r.call("INFO", "persistence"),
+                                           max(20, REDIS_START_SECS)))
 h.check("no module after the restart", "ratelimit" not in str(r.call("MODULE", "LIST")))
 # (the 1 s windows may have expired during the restart: compared are the
 # keys whose expiry is still ahead)
 t = r.call("TIME")
 now_ms = int(t[0]) * 1000 + int(t[1]) // 1000 + 2000
 kept = {k: v for k, v in before.items() if v[2] > now_ms}
-h.check("AOF: most windows outlive the restart (%d of %d)" % (len(kept), len(before)), len(kept) >= 40)
+h.check("AOF: the long windows outlive the restart (%d of %d)" % (len(kept), len(before)), len(kept) >= 20)
 same("the AOF replay holds exactly the windows before the restart", kept,
      {k: v for k, v in snapshot(r).items() if k in kept})
 r.call("CONFIG", "SET", "appendonly", "no")
@@ -331,24 +350,83 @@ def hammer():
     c.close()
 
 
+info = r.call("INFO", "server")
+redis8 = "server_name:valkey" not in info and int(info.split("redis_version:")[1].split(".")[0]) >= 8
 th = threading.Thread(target=hammer)
 th.start()
-time.sleep(0.3)
+wait_for(lambda: seen["allow"] >= 100, 30)
 x = r.call("MODULE", "UNLOAD", "ratelimit")
-time.sleep(0.3)
-stop.set()
-th.join(10)
-h.eq("MODULE UNLOAD under load: OK", "OK", x)
-h.check("after the unload: unknown command errors (%d), decisions before it (%d)" % (seen["err"], seen["allow"]),
-        seen["err"] > 0 and seen["allow"] > 0)
-h.eq("every allow was recorded: units in the window == allows", seen["allow"],
-     sum(int(m.split(":")[1], 16) for m in r.call("ZRANGE", "ul:k", 0, -1)))
-h.eq("no reply but a decision or an error", 0, seen["other"])
-x = r.call(D, 1, "ul:k", 1, LIM, 3600000)
-h.check("unloaded: the command is an error", is_err(x, "ERR"), x)
-h.eq("and MODULE LOAD brings it back", "OK", r.call("MODULE", "LOAD", MODULE_SO))
-x = r.call(D, 1, "ul:k", 1, LIM, 3600000)
-h.check("loaded again: the window goes on", isinstance(x, list) and x[2] == LIM - seen["allow"] - 1, x)
+if redis8:
+    # Redis 8 reuses a client's last command without a lookup, even after
+    # MODULE UNLOAD freed it (a use-after-free that make valgrind-module
+    # found): the module refuses to be unloaded there.
+    n0 = seen["allow"]
+    wait_for(lambda: seen["allow"] >= n0 + 100, 30)
+    stop.set()
+    th.join(10)
+    h.check("Redis >= 8: MODULE UNLOAD refused (%s); the decisions go on" % x,
+            isinstance(x, resp.Err) and seen["allow"] >= n0 + 100 and seen["err"] == 0)
+    h.eq("every allow was recorded: units in the window == allows", seen["allow"],
+         sum(int(m.split(":")[1], 16) for m in r.call("ZRANGE", "ul:k", 0, -1)))
+else:
+    wait_for(lambda: seen["err"] >= 100, 30)
+    stop.set()
+    th.join(10)
+    h.eq("MODULE UNLOAD under load: OK", "OK", x)
+    h.check("after the unload: unknown command errors (%d), decisions before it (%d)"
+            % (seen["err"], seen["allow"]), seen["err"] > 0 and seen["allow"] > 0)
+    h.eq("every allow was recorded: units in the window == allows", seen["allow"],
+         sum(int(m.split(":")[1], 16) for m in r.call("ZRANGE", "ul:k", 0, -1)))
+    h.eq("no reply but a decision or an error", 0, seen["other"])
+    x = r.call(D, 1, "ul:k", 1, LIM, 3600000)
+    h.check("unloaded: the command is an error", is_err(x, "ERR"), x)
+    h.eq("and MODULE LOAD brings it back", "OK", r.call("MODULE", "LOAD", MODULE_SO))
+    x = r.call(D, 1, "ul:k", 1, LIM, 3600000)
+    h.check("loaded again: the window goes on", isinstance(x, list) and x[2] == LIM - seen["allow"] - 1, x)
+
+# --- a mixed fleet: the script and the module racing on the same keys ------------------
+# (what a rolling upgrade looks like to Redis: some agents on each engine)
+sha = r.call("SCRIPT", "LOAD", open(os.path.join(ROOT, "lua", "sliding_window.lua")).read())
+r.call("FLUSHALL")
+
+
+def racer(engine, keys, n, cost_max, seed, out):
+    rnd = random.Random(seed)
+    c = resp.Redis(h.redis_port)
+    got = 0
+    for _ in range(n // 10):
+        cmds = []
+        for _ in range(10):
+            k, cost = rnd.choice(keys), rnd.randint(1, cost_max)
+            args = [1, k, cost, 100, 3600000]
+            cmds.append([D] + args if engine == "module" else ["EVALSHA", sha] + args)
+        for x, cmd in zip(c.pipeline(cmds), cmds):
+            if isinstance(x, list) and x[0] == 1:
+                got += cmd[-3]
+    out.append((engine, got))
+    c.close()
+
+
+for what, keys, cost_max in (("one key, cost 1", ["mix:limit:v1:one"], 1),
+                             ("one key, costs 1..5", ["mix:limit:v1:costs"], 5),
+                             ("20 keys, costs 1..3", ["mix:limit:v1:k%d" % i for i in range(20)], 3)):
+    out = []
+    ths = [threading.Thread(target=racer, args=(e, keys, 400 if len(keys) == 1 else 1600, cost_max, i, out))
+           for i, e in enumerate(["script", "module", "script", "module"])]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(60)
+    units = {k: sum(int(m.split(":")[1], 16) for m in r.call("ZRANGE", k, 0, -1)) for k in keys}
+    admitted = sum(g for _, g in out)
+    h.eq("mixed engines, %s: units recorded == units admitted (%s)" % (what, ", ".join(
+        "%s %d" % (e, g) for e, g in out)), admitted, sum(units.values()))
+    h.check("mixed engines, %s: no key over its limit of 100" % what, max(units.values()) <= 100, units)
+    if cost_max == 1:
+        h.eq("mixed engines, %s: exactly the limit admitted" % what, 100 * len(keys), admitted)
+    if len(keys) > 1:
+        h.check("mixed engines, %s: both engines admitted some" % what,
+                all(sum(g for e2, g in out if e2 == e) > 0 for e in ("script", "module")), out)
 
 # --- the documented ACL ----------------------------------------------------------------
 acls = [line.split()[2:] for line in open(os.path.join(ROOT, "docs", "deployment.md"))

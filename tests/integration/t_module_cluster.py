@@ -13,8 +13,12 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness, MODULE_SO, REDIS_SERVER, wait_for, wait_port  # noqa: E402
+from harness import Harness, MODULE_SO, REDIS_SERVER, REDIS_START_SECS, wait_for, wait_port  # noqa: E402
 import resp  # noqa: E402
+import harness  # noqa: E402
+
+# (these tests choose where the module is loaded: not SPOA_TEST_REDIS_ENGINE)
+harness.FORCED_ENGINE = ""
 
 D = "RATELIMIT.DECIDE"
 
@@ -71,7 +75,7 @@ for name in ("a", "b"):
                         "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
                         "--save", "", "--appendonly", "no", "--dir", d, "--loadmodule", MODULE_SO],
                        os.path.join(h.tmp, "redis-%s.log" % name))
-        if wait_port(p, 15) and proc.poll() is None:
+        if wait_port(p, max(15, REDIS_START_SECS)) and proc.poll() is None:
             ports.append(p)
             break
     else:

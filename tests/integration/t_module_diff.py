@@ -28,6 +28,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from harness import Harness, MODULE_TEST_SO, ROOT  # noqa: E402
 import resp  # noqa: E402
+import harness  # noqa: E402
+
+# (these tests choose where the module is loaded: not SPOA_TEST_REDIS_ENGINE)
+harness.FORCED_ENGINE = ""
 
 OPS = int(os.environ.get("DIFF_OPS", "6000"))
 SEED = int(os.environ.get("DIFF_SEED", "1"))

@@ -1,0 +1,224 @@
+/*
+ * test_module_args - the Redis module's pure half (module/rl_args.c):
+ * RATELIMIT.DECIDE's argument layout, numbers and their bounds, stored
+ * members, bucket ends. Compiled in (the module is not an agent object).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../module/rl_args.c"
+
+#define MAXA 64
+
+/* Splits <s> at spaces into <a> (borrowing <s>); the count. */
+static size_t args_of(const char *s, struct rl_arg *a)
+{
+	size_t n = 0;
+	const char *p = s;
+
+	while (*p && n < MAXA) {
+		const char *e = strchr(p, ' ');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+
+		a[n].p = p;
+		a[n].len = len;
+		n++;
+		if (!e)
+			break;
+		p = e + 1;
+	}
+	return n;
+}
+
+static int parse_int(const char *s, int64_t *v)
+{
+	return rl_args_parse_int(s, strlen(s), v);
+}
+
+static void test_int(void **state)
+{
+	int64_t v = 0;
+
+	(void)state;
+	assert_int_equal(parse_int("0", &v), 0);
+	assert_int_equal(v, 0);
+	assert_int_equal(parse_int("007", &v), 0);
+	assert_int_equal(v, 7);
+	assert_int_equal(parse_int("-12", &v), 0);
+	assert_int_equal(v, -12);
+	assert_int_equal(parse_int("999999999999999999", &v), 0);
+	assert_true(v == 999999999999999999LL);
+	assert_int_equal(parse_int("1000000000000000000", &v), -1);   /* 19 digits */
+	assert_int_equal(parse_int("", &v), -1);
+	assert_int_equal(parse_int("-", &v), -1);
+	assert_int_equal(parse_int("+1", &v), -1);
+	assert_int_equal(parse_int(" 1", &v), -1);
+	assert_int_equal(parse_int("1 ", &v), -1);
+	assert_int_equal(parse_int("1.5", &v), -1);
+	assert_int_equal(parse_int("1e3", &v), -1);
+	assert_int_equal(parse_int("nan", &v), -1);
+	assert_int_equal(parse_int("0x10", &v), -1);
+}
+
+static enum rl_err single(const char *s, size_t nkeys, struct rl_decision *d)
+{
+	struct rl_arg a[MAXA];
+	size_t n = args_of(s, a);
+
+	return rl_args_parse_single(a, n, nkeys, d);
+}
+
+static void test_single(void **state)
+{
+	struct rl_decision d;
+
+	(void)state;
+	assert_int_equal(single("2 3 1000", 1, &d), RL_OK);
+	assert_int_equal(d.nwin, 1);
+	assert_true(d.cost == 2 && d.w[0].limit == 3 && d.w[0].win_ms == 1000 && d.w[0].prec_ms == 0);
+	assert_int_equal(single("1 10 10000 5 3600000:60000", 2, &d), RL_OK);
+	assert_true(d.w[1].limit == 5 && d.w[1].win_ms == 3600000 && d.w[1].prec_ms == 60000);
+	/* arity */
+	assert_int_equal(single("1 3", 1, &d), RL_ERR_ARGS);
+	assert_int_equal(single("1 3 1000 4", 1, &d), RL_ERR_ARGS);
+	assert_int_equal(single("1 3 1000", 2, &d), RL_ERR_ARGS);
+	assert_int_equal(single("1 3 1000", 0, &d), RL_ERR_ARGS);
+	/* cost */
+	assert_int_equal(single("0 3 1000", 1, &d), RL_ERR_ARGS);
+	assert_int_equal(single("-1 3 1000", 1, &d), RL_ERR_ARGS);
+	assert_int_equal(single("x 3 1000", 1, &d), RL_ERR_ARGS);
+	assert_int_equal(single("1000000000000000 1000000000000000 1000", 1, &d), RL_OK);
+	assert_int_equal(single("1000000000000001 1000000000000000 1000", 1, &d), RL_ERR_ARGS);
+	/* limits and windows */
+	assert_int_equal(single("1 0 1000", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 1000000000000001 1000", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 0", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 1000000000000", 1, &d), RL_OK);
+	assert_int_equal(single("1 3 1000000000001", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 1000:0", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 1000:", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 :100", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 1000:-1", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 -1000:1", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 1000:10:1", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 1000 0 5", 2, &d), RL_ERR_WINDOW);
+}
+
+static enum rl_err batch(const char *s, size_t nkeys, size_t *n)
+{
+	struct rl_arg a[MAXA];
+	size_t na = args_of(s, a);
+
+	assert_true(rl_args_is_batch(a, na));
+	return rl_args_batch_check(a, na, nkeys, n);
+}
+
+static void test_batch(void **state)
+{
+	struct rl_arg a[MAXA];
+	struct rl_decision d;
+	struct rl_batch_iter it = { 0, 2 };
+	size_t n = 0, na;
+
+	(void)state;
+	assert_int_equal(batch("batch 2 2 1 3 1000 5 3600000:60000 1 2 10 1000", 3, &n), RL_OK);
+	assert_int_equal(n, 2);
+	assert_int_equal(batch("batch 1 1 1 3 1000", 1, &n), RL_OK);
+	assert_int_equal(batch("batch 0 1 1 3 1000", 1, &n), RL_ERR_BATCH);
+	assert_int_equal(batch("batch 2 1 1 3 1000", 1, &n), RL_ERR_BATCH);           /* count above */
+	assert_int_equal(batch("batch 1 1 1 3 1000 1 1 3 1000", 2, &n), RL_ERR_BATCH); /* below */
+	assert_int_equal(batch("batch 1 2 1 3 1000 3 1000", 1, &n), RL_ERR_BATCH);     /* keys */
+	assert_int_equal(batch("batch 1 1 1 3 1000", 2, &n), RL_ERR_BATCH);            /* keys left */
+	assert_int_equal(batch("batch 1 1 1 3", 1, &n), RL_ERR_BATCH);                 /* cut short */
+	assert_int_equal(batch("batch 1 0 1", 1, &n), RL_ERR_BATCH);
+	assert_int_equal(batch("batch x 1 1 3 1000", 1, &n), RL_ERR_BATCH);
+	assert_int_equal(batch("batch", 1, &n), RL_ERR_BATCH);
+	assert_int_equal(batch("batch 99999999999999999 1 1 3 1000", 1, &n), RL_ERR_BATCH);
+
+	/* a bad decision is its own error; the walk goes on */
+	na = args_of("batch 3 1 1 3 1000 1 0 3 1000 2 1 3 1000 4 1000:100", a);
+	assert_int_equal(rl_args_batch_check(a, na, 4, &n), RL_OK);
+	assert_int_equal(rl_args_batch_next(a, &it, &d), RL_OK);
+	assert_int_equal(d.key0, 0);
+	assert_int_equal(rl_args_batch_next(a, &it, &d), RL_ERR_ARGS);
+	assert_int_equal(rl_args_batch_next(a, &it, &d), RL_OK);
+	assert_int_equal(d.key0, 2);
+	assert_int_equal(d.nwin, 2);
+	assert_true(d.w[1].prec_ms == 100);
+	assert_int_equal(it.ki, 4);
+	assert_int_equal(it.ai, na);
+	/* "batch" is the batch form only spelled so */
+	na = args_of("BATCH 1 1 1 3 1000", a);
+	assert_false(rl_args_is_batch(a, na));
+}
+
+static int member(const char *s, int64_t *cum, int64_t *cost)
+{
+	return rl_args_parse_member(s, strlen(s), cum, cost);
+}
+
+static void test_member(void **state)
+{
+	int64_t cum = 0, cost = 0;
+	char buf[48];
+
+	(void)state;
+	assert_int_equal(member("f4240:f4240", &cum, &cost), 0);
+	assert_true(cum == 1000000 && cost == 1000000);
+	assert_int_equal(member("A:b", &cum, &cost), 0);
+	assert_true(cum == 10 && cost == 11);
+	assert_int_equal(member("00001:1", &cum, &cost), 0);
+	assert_int_equal(member("20000000000000:1", &cum, &cost), 0);      /* 2^53 */
+	assert_int_equal(member("20000000000001:1", &cum, &cost), -1);     /* above */
+	assert_int_equal(member("0123456789abcdef-0-1:1", &cum, &cost), -1);
+	assert_int_equal(member("1:1:5f5e100", &cum, &cost), -1);
+	assert_int_equal(member("1:", &cum, &cost), -1);
+	assert_int_equal(member(":1", &cum, &cost), -1);
+	assert_int_equal(member("11", &cum, &cost), -1);
+	assert_int_equal(member("", &cum, &cost), -1);
+	assert_int_equal(member("g:1", &cum, &cost), -1);
+	assert_int_equal(rl_args_format_member(buf, sizeof(buf), 255, 16), 5);
+	assert_string_equal(buf, "ff:10");
+	assert_int_equal(rl_args_format_member(buf, sizeof(buf), 0, 0), 3);
+	assert_string_equal(buf, "0:0");
+	assert_int_equal(rl_args_format_member(buf, 3, 255, 16), 0);       /* too small */
+}
+
+static void test_bucket_end(void **state)
+{
+	(void)state;
+	/* (floor(floor(now / 1000) / p) + 1) * p */
+	assert_true(rl_args_bucket_end(3600000000LL, 60000) == 3660000);
+	assert_true(rl_args_bucket_end(3659999999LL, 60000) == 3660000);
+	assert_true(rl_args_bucket_end(3660000000LL, 60000) == 3720000);
+	assert_true(rl_args_bucket_end(999, 1) == 1);
+	assert_true(rl_args_bucket_end(0, 100) == 100);
+	assert_true(rl_args_bucket_end(-1, 100) == 0);
+	assert_true(rl_args_bucket_end(-100001, 100) == -100);
+}
+
+static void test_err_text(void **state)
+{
+	(void)state;
+	assert_null(rl_args_err_text(RL_OK));
+	assert_string_equal(rl_args_err_text(RL_ERR_ARGS), "ERR sliding_window: bad arguments");
+	assert_string_equal(rl_args_err_text(RL_ERR_WINDOW), "ERR sliding_window: bad limit or window");
+	assert_string_equal(rl_args_err_text(RL_ERR_BATCH), "ERR sliding_window: bad batch");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_int),        cmocka_unit_test(test_single),
+		cmocka_unit_test(test_batch),      cmocka_unit_test(test_member),
+		cmocka_unit_test(test_bucket_end), cmocka_unit_test(test_err_text),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
