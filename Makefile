@@ -39,6 +39,7 @@
 #   make check-module-servers  the same on Redis 8.0 and Valkey 9 built from Debian sid's
 #                   source packages (cached under build/; ~4 min each the first time)
 #   make valgrind-module  the module's tests with redis-server under valgrind
+#   make integration-module  the integration suite with every agent on redis-engine module
 #   make clean
 #   make help       this text
 #   make WITH_TLS=1 the same agent with TLS to Redis (rediss://): needs hiredis
