@@ -94,22 +94,21 @@ static struct {
 	size_t ntrim, cap_trim;
 } scratch;
 
-/* Grows <*arr> (owned by scratch) to hold <need> elements of <size>. */
-static int scratch_reserve(void **arr, size_t *cap, size_t need, size_t size)
+/* <arr> (owned by scratch, <*cap> elements of <size>) grown to hold
+ * <need>: the array to keep (perhaps moved), or NULL (then <arr> stands). */
+static void *scratch_grow(void *arr, size_t *cap, size_t need, size_t size)
 {
 	size_t n = *cap ? *cap : 16;
 	void *p;
 
 	if (need <= *cap)
-		return 0;
+		return arr;
 	while (n < need)
 		n *= 2;
-	p = RedisModule_Realloc(*arr, n * size);
-	if (!p)
-		return -1;
-	*arr = p;
-	*cap = n;
-	return 0;
+	p = RedisModule_Realloc(arr, n * size);
+	if (p)
+		*cap = n;
+	return p;
 }
 
 /* Frees the dead fields the scratch holds (strings retained by the scan). */
@@ -123,6 +122,7 @@ static void scratch_release_dead(void)
 	scratch.nb = 0;
 }
 
+/* a / b rounded down (C rounds toward zero; a fake clock may be < 0). */
 static int64_t floor_div(int64_t a, int64_t b)
 {
 	int64_t q = a / b;
@@ -130,6 +130,7 @@ static int64_t floor_div(int64_t a, int64_t b)
 	return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
 }
 
+/* a / b rounded up, for b > 0 (the script's math.ceil). */
 static int64_t ceil_div_pos(int64_t a, int64_t b)
 {
 	return a <= 0 ? -floor_div(-a, b) : (a + b - 1) / b;
@@ -257,6 +258,7 @@ static void scan_bucket(RedisModuleKey *key, RedisModuleString *field, RedisModu
 {
 	struct scan_ctx *sc = privdata;
 	struct rl_state *s = sc->s;
+	RedisModuleString **dead;
 	const char *fp, *vp;
 	size_t fl, vl;
 	int64_t e, v;
@@ -276,11 +278,14 @@ static void scan_bucket(RedisModuleKey *key, RedisModuleString *field, RedisModu
 			s->bucket_units = v;
 	}
 	if (ok && e > sc->cut_ms) {
-		if (scratch_reserve((void **)&scratch.b, &scratch.cap_b, scratch.nb + 1,
-		                    sizeof(*scratch.b)) == -1) {
+		struct rl_bucket *b = scratch_grow(scratch.b, &scratch.cap_b, scratch.nb + 1,
+		                                   sizeof(*scratch.b));
+
+		if (!b) {
 			sc->failed = 1;
 			return;
 		}
+		scratch.b = b;
 		scratch.b[scratch.nb].end_us = e * 1000;
 		scratch.b[scratch.nb].units = v;
 		scratch.nb++;
@@ -297,11 +302,13 @@ static void scan_bucket(RedisModuleKey *key, RedisModuleString *field, RedisModu
 		}
 		return;
 	}
-	if (scratch_reserve((void **)&scratch.dead, &scratch.cap_dead, scratch.ndead + 1,
-	                    sizeof(*scratch.dead)) == -1) {
+	dead = scratch_grow(scratch.dead, &scratch.cap_dead, scratch.ndead + 1,
+	                    sizeof(*scratch.dead));
+	if (!dead) {
 		sc->failed = 1;
 		return;
 	}
+	scratch.dead = dead;
 	RedisModule_RetainString(NULL, field);
 	scratch.dead[scratch.ndead++] = field;
 	s->nd++;
@@ -414,11 +421,14 @@ static void trim_window(RedisModuleCtx *ctx, RedisModuleKey *k, struct rl_state 
 
 				if (!m)
 					break;
-				if (scratch_reserve((void **)&scratch.trim, &scratch.cap_trim,
-				                    scratch.ntrim + 1, sizeof(*scratch.trim)) == -1) {
+				RedisModuleString **t = scratch_grow(scratch.trim, &scratch.cap_trim,
+				                                     scratch.ntrim + 1, sizeof(*scratch.trim));
+
+				if (!t) {
 					RedisModule_FreeString(ctx, m);
 					break;
 				}
+				scratch.trim = t;
 				scratch.trim[scratch.ntrim++] = m;
 				if (!RedisModule_ZsetRangeNext(k))
 					break;
