@@ -354,16 +354,17 @@ valgrind: $(UNIT_TESTS)
 
 # After the static analysers, the call graph from the built objects
 # (tools/check-calls.py): no circle among the agent's files, and the module
-# map of docs/architecture.md names exactly what each file calls.
+# map of docs/architecture.md names exactly what each file calls. Then the
+# Redis module (module/: its own header from build/redismodule).
 lint: $(AGENT) $(MODULE_H)
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c bench/spoa-bench.c
 	clang-tidy --quiet spoa/*.c bench/spoa-bench.c -- $(CFLAGS_BASE) -Ispoa
+	tools/check-calls.py --self-test
+	tools/check-calls.py --doc docs/architecture.md $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 		--inline-suppr --std=c11 -D_GNU_SOURCE -Imodule module/*.c
 	clang-tidy --quiet module/*.c -- $(MODULE_CFLAGS)
-	tools/check-calls.py --self-test
-	tools/check-calls.py --doc docs/architecture.md $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o
 
 # Debian packages into build/deb/ (tools/deb-build.sh: out of tree, version
 # from VERSION; DEB_VERSION= and DEB_OUT= for another build, e.g. the

@@ -94,22 +94,21 @@ static struct {
 	size_t ntrim, cap_trim;
 } scratch;
 
-/* Grows <*arr> (owned by scratch) to hold <need> elements of <size>. */
-static int scratch_reserve(void **arr, size_t *cap, size_t need, size_t size)
+/* <arr> (owned by scratch, <*cap> elements of <size>) grown to hold
+ * <need>: the array to keep (perhaps moved), or NULL (then <arr> stands). */
+static void *scratch_grow(void *arr, size_t *cap, size_t need, size_t size)
 {
 	size_t n = *cap ? *cap : 16;
 	void *p;
 
 	if (need <= *cap)
-		return 0;
+		return arr;
 	while (n < need)
 		n *= 2;
-	p = RedisModule_Realloc(*arr, n * size);
-	if (!p)
-		return -1;
-	*arr = p;
-	*cap = n;
-	return 0;
+	p = RedisModule_Realloc(arr, n * size);
+	if (p)
+		*cap = n;
+	return p;
 }
 
 /* Frees the dead fields the scratch holds (strings retained by the scan). */
@@ -123,6 +122,7 @@ static void scratch_release_dead(void)
 	scratch.nb = 0;
 }
 
+/* a / b rounded down (C rounds toward zero; a fake clock may be < 0). */
 static int64_t floor_div(int64_t a, int64_t b)
 {
 	int64_t q = a / b;
@@ -130,6 +130,7 @@ static int64_t floor_div(int64_t a, int64_t b)
 	return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
 }
 
+/* a / b rounded up, for b > 0 (the script's math.ceil). */
 static int64_t ceil_div_pos(int64_t a, int64_t b)
 {
 	return a <= 0 ? -floor_div(-a, b) : (a + b - 1) / b;
@@ -257,6 +258,7 @@ static void scan_bucket(RedisModuleKey *key, RedisModuleString *field, RedisModu
 {
 	struct scan_ctx *sc = privdata;
 	struct rl_state *s = sc->s;
+	RedisModuleString **dead;
 	const char *fp, *vp;
 	size_t fl, vl;
 	int64_t e, v;
@@ -276,11 +278,14 @@ static void scan_bucket(RedisModuleKey *key, RedisModuleString *field, RedisModu
 			s->bucket_units = v;
 	}
 	if (ok && e > sc->cut_ms) {
-		if (scratch_reserve((void **)&scratch.b, &scratch.cap_b, scratch.nb + 1,
-		                    sizeof(*scratch.b)) == -1) {
+		struct rl_bucket *b = scratch_grow(scratch.b, &scratch.cap_b, scratch.nb + 1,
+		                                   sizeof(*scratch.b));
+
+		if (!b) {
 			sc->failed = 1;
 			return;
 		}
+		scratch.b = b;
 		scratch.b[scratch.nb].end_us = e * 1000;
 		scratch.b[scratch.nb].units = v;
 		scratch.nb++;
@@ -297,11 +302,13 @@ static void scan_bucket(RedisModuleKey *key, RedisModuleString *field, RedisModu
 		}
 		return;
 	}
-	if (scratch_reserve((void **)&scratch.dead, &scratch.cap_dead, scratch.ndead + 1,
-	                    sizeof(*scratch.dead)) == -1) {
+	dead = scratch_grow(scratch.dead, &scratch.cap_dead, scratch.ndead + 1,
+	                    sizeof(*scratch.dead));
+	if (!dead) {
 		sc->failed = 1;
 		return;
 	}
+	scratch.dead = dead;
 	RedisModule_RetainString(NULL, field);
 	scratch.dead[scratch.ndead++] = field;
 	s->nd++;
@@ -364,10 +371,10 @@ static int64_t rl_ttl_ms(const struct rl_state *s, int64_t now)
 	return s->w->win_ms + 1 + ceil_div_pos(last - now, 1000);
 }
 
-/* Writes member <buf> at <score> into log window <s> (an admission). */
-static void add_log(RedisModuleCtx *ctx, struct rl_state *s, int64_t now, int64_t cost)
+/* Writes this admission's entry into log window <s>, open as <k>. */
+static void add_log(RedisModuleCtx *ctx, RedisModuleKey *k, struct rl_state *s, int64_t now,
+                    int64_t cost)
 {
-	RedisModuleKey *k = RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ | REDISMODULE_WRITE);
 	RedisModuleString *m;
 	char buf[48];
 	size_t len;
@@ -379,33 +386,30 @@ static void add_log(RedisModuleCtx *ctx, struct rl_state *s, int64_t now, int64_
 	len = rl_args_format_member(buf, sizeof(buf), s->cum + cost, cost);
 	m = RedisModule_CreateString(ctx, buf, len);
 	RedisModule_ZsetAdd(k, (double)s->score, m, &flags);
-	RedisModule_CloseKey(k);
 	RedisModule_Replicate(ctx, "ZADD", "sls", s->name, (long long)s->score, m);
 	RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zadd", s->name);
 	RedisModule_FreeString(ctx, m);
 }
 
-/* Adds <cost> to the bucket of <now> in bucketed window <s>. */
-static void add_bucket(RedisModuleCtx *ctx, struct rl_state *s, int64_t cost)
+/* Adds <cost> to the bucket of <now> in bucketed window <s>, open as <k>. */
+static void add_bucket(RedisModuleCtx *ctx, RedisModuleKey *k, struct rl_state *s, int64_t cost)
 {
-	RedisModuleKey *k = RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ | REDISMODULE_WRITE);
 	RedisModuleString *f = RedisModule_CreateStringFromLongLong(ctx, s->bucket_ms);
 	RedisModuleString *v = RedisModule_CreateStringFromLongLong(ctx, s->bucket_units + cost);
 
 	s->score = s->bucket_ms * 1000;
 	RedisModule_HashSet(k, REDISMODULE_HASH_NONE, f, v, NULL);
-	RedisModule_CloseKey(k);
 	RedisModule_Replicate(ctx, "HSET", "sss", s->name, f, v);
 	RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_HASH, "hincrby", s->name);
 	RedisModule_FreeString(ctx, f);
 	RedisModule_FreeString(ctx, v);
 }
 
-/* Drops the expired entries (log) or dead fields (bucketed) of <s>, and
- * with <ttl_ms> >= 0 sets the key's expiry to now + ttl_ms. */
-static void trim_window(RedisModuleCtx *ctx, struct rl_state *s, int64_t now, int64_t ttl_ms)
+/* Drops the expired entries (log) or dead fields (bucketed) of <s>, open
+ * as <k>, and with <ttl_ms> >= 0 sets the key's expiry to now + ttl_ms. */
+static void trim_window(RedisModuleCtx *ctx, RedisModuleKey *k, struct rl_state *s, int64_t now,
+                        int64_t ttl_ms)
 {
-	RedisModuleKey *k = RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ | REDISMODULE_WRITE);
 	size_t i, n = 0;
 
 	if (s->w->prec_ms == 0 && RedisModule_KeyType(k) == REDISMODULE_KEYTYPE_ZSET) {
@@ -417,11 +421,14 @@ static void trim_window(RedisModuleCtx *ctx, struct rl_state *s, int64_t now, in
 
 				if (!m)
 					break;
-				if (scratch_reserve((void **)&scratch.trim, &scratch.cap_trim,
-				                    scratch.ntrim + 1, sizeof(*scratch.trim)) == -1) {
+				RedisModuleString **t = scratch_grow(scratch.trim, &scratch.cap_trim,
+				                                     scratch.ntrim + 1, sizeof(*scratch.trim));
+
+				if (!t) {
 					RedisModule_FreeString(ctx, m);
 					break;
 				}
+				scratch.trim = t;
 				scratch.trim[scratch.ntrim++] = m;
 				if (!RedisModule_ZsetRangeNext(k))
 					break;
@@ -460,7 +467,29 @@ static void trim_window(RedisModuleCtx *ctx, struct rl_state *s, int64_t now, in
 		RedisModule_Replicate(ctx, "PEXPIREAT", "sl", s->name, at);
 		RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", s->name);
 	}
+}
+
+/* Has window <s> anything to trim? (A denial opens a key for writing only
+ * then: a write handle marks the key modified for WATCH and client
+ * tracking, as the script's trim does only when it removes something.) */
+static int has_expired(RedisModuleCtx *ctx, const struct rl_state *s)
+{
+	RedisModuleKey *k;
+	int yes = 0;
+
+	if (s->w->prec_ms)
+		return s->nd > 0;
+	/* (NULL for a key that does not exist: KeyType and CloseKey take it,
+	 * the range calls do not) */
+	k = RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ);
+	if (RedisModule_KeyType(k) == REDISMODULE_KEYTYPE_ZSET) {
+		if (RedisModule_ZsetFirstInScoreRange(k, REDISMODULE_NEGATIVE_INFINITE, (double)s->cut,
+		                                      0, 0) == REDISMODULE_OK)
+			yes = !RedisModule_ZsetRangeEndReached(k);
+		RedisModule_ZsetRangeStop(k);
+	}
 	RedisModule_CloseKey(k);
+	return yes;
 }
 
 /* Score of the first entry with a score in [lo, hi] of <k> into <score>,
@@ -591,17 +620,21 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 			err = RL_ERR_OOM_TEXT;
 			goto fail;
 		}
-		for (i = 0; i < d->nwin; i++) {
-			if (st[i].w->prec_ms)
-				add_bucket(ctx, &st[i], d->cost);
-			else
-				add_log(ctx, &st[i], now, d->cost);
-		}
+		/* Window by window: its write, its trim, its expiry, through one
+		 * handle. (The script writes every window before it trims any;
+		 * the order within a key is the same, so are the data.) */
 		for (i = 0; i < d->nwin; i++) {
 			struct rl_state *s = &st[i];
 			int64_t rem = s->w->limit - s->count - d->cost;
+			RedisModuleKey *k =
+				RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ | REDISMODULE_WRITE);
 
-			trim_window(ctx, s, now, rl_ttl_ms(s, now));
+			if (s->w->prec_ms)
+				add_bucket(ctx, k, s, d->cost);
+			else
+				add_log(ctx, k, s, now, d->cost);
+			trim_window(ctx, k, s, now, rl_ttl_ms(s, now));
+			RedisModule_CloseKey(k);
 			if (i == 0 || rem < best_rem) {
 				best = i;
 				best_rem = rem;
@@ -615,8 +648,15 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 	} else {
 		int have = 0;
 
-		for (i = 0; i < d->nwin; i++)
-			trim_window(ctx, &st[i], now, -1);
+		for (i = 0; i < d->nwin; i++) {
+			RedisModuleKey *k;
+
+			if (!has_expired(ctx, &st[i]))
+				continue;
+			k = RedisModule_OpenKey(ctx, st[i].name, REDISMODULE_READ | REDISMODULE_WRITE);
+			trim_window(ctx, k, &st[i], now, -1);
+			RedisModule_CloseKey(k);
+		}
 		for (i = 0; i < d->nwin; i++) {
 			struct rl_state *s = &st[i];
 			int64_t need = s->count + d->cost - s->w->limit, retry;

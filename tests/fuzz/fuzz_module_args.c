@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rl_args.h"
+#include "../../module/rl_args.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

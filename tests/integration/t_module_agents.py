@@ -27,7 +27,7 @@ if not os.path.exists(MODULE_SO):
 h.start_redis(extra=["--loadmodule", MODULE_SO])
 
 POLICIES = """policy one 50/1h
-policy multi 5/1h 8/1d
+policy multi 5/1h 8/24h
 policy costs 40/1h
 """
 
@@ -115,7 +115,7 @@ h.eq("one key: 50 units recorded", [50], list(units("one:*").values()))
 keys = ["ACC-M%d" % i for i in range(20)]
 out = race("multi", keys, 60, 1)
 allowed = {k: sum(1 for s, kk, _ in out if kk == k and s == "allow") for k in keys}
-h.eq("20 keys, two windows (5/1h 8/1d), both engines: exactly 5 allowed on each", {k: 5 for k in keys}, allowed)
+h.eq("20 keys, two windows (5/1h 8/24h), both engines: exactly 5 allowed on each", {k: 5 for k in keys}, allowed)
 h.eq("20 keys: no error", 0, sum(1 for s, _, _ in out if s not in ("allow", "deny")))
 
 keys = ["ACC-C%d" % i for i in range(5)]

@@ -39,6 +39,11 @@
 #define LLVMFuzzerTestOneInput regress_fuzz_config
 #include "../fuzz/fuzz_config.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput regress_fuzz_module_args
+#include "../fuzz/fuzz_module_args.c"
+#undef LLVMFuzzerTestOneInput
+/* (the Redis module's parser is not an agent object: compiled in) */
+#include "../../module/rl_args.c"
 
 #include "harness.h"
 
@@ -68,6 +73,8 @@ static regress_fn regress_harness(const char *name)
 		return regress_fuzz_conn;
 	if (strcmp(name, "fuzz_config") == 0)
 		return regress_fuzz_config;
+	if (strcmp(name, "fuzz_module_args") == 0)
+		return regress_fuzz_module_args;
 	return NULL;
 }
 
@@ -168,6 +175,12 @@ static void test_corpus_config(void **state)
 {
 	(void)state;
 	regress_replay_corpus("fuzz_config");
+}
+
+static void test_corpus_module_args(void **state)
+{
+	(void)state;
+	regress_replay_corpus("fuzz_module_args");
 }
 
 /* ------------------------------------------------- a peer that never reads */
@@ -385,6 +398,7 @@ int main(void)
 		cmocka_unit_test(test_corpus_spop),
 		cmocka_unit_test(test_corpus_conn),
 		cmocka_unit_test(test_corpus_config),
+		cmocka_unit_test(test_corpus_module_args),
 		cmocka_unit_test(test_unread_acks_push_back),
 		cmocka_unit_test(test_busy_peer_keeps_its_connection),
 	};
