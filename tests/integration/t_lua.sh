@@ -219,14 +219,16 @@ eq "redis still answers" PONG "$(rcli PING)"
 # Same script, TIME replaced by a hash read (test copy only).
 # It also records each PEXPIRE's argument in test:ttl (field = key: the
 # fake clock does not reach PEXPIRE, so PTTL cannot show it), and counts the
-# sorts it makes in test:sorts.
+# sorts it makes in test:sorts, and lists the commands it calls in test:cmds.
 sed -e "s/local t = redis.call('TIME')/local t = redis.call('HMGET', 'test:clock', 's', 'us')/" \
-	-e "s/call('PEXPIRE', s.key, ttl)/&; call('HSET', 'test:ttl', s.key, ttl)/" \
-	-e "s/table\.sort(/call('HINCRBY', 'test:sorts', 'n', 1); &/" \
+	-e "s/call('PEXPIRE', s.key, ttl)/&; redis.call('HSET', 'test:ttl', s.key, ttl)/" \
+	-e "s/table\.sort(/redis.call('HINCRBY', 'test:sorts', 'n', 1); &/" \
+	-e "s/^local call, format, match = redis.call,/local call, format, match = function(...) redis.call('RPUSH', 'test:cmds', (...)) return redis.call(...) end,/" \
 	"$SCRIPT" > "$T/clocked.lua"
 check "test copy reads the fake clock" grep -q "test:clock" "$T/clocked.lua"
 check "test copy records the TTLs" grep -q "test:ttl" "$T/clocked.lua"
 check "test copy counts the sorts" grep -q "test:sorts" "$T/clocked.lua"
+check "test copy lists the commands" grep -q "test:cmds" "$T/clocked.lua"
 ttl_of() { rcli HGET test:ttl "$1"; }
 CSHA=$(rcli SCRIPT LOAD "$(cat "$T/clocked.lua")")
 # clock S US: set the fake clock to S seconds + US microseconds
@@ -252,6 +254,18 @@ cev $K 1 2 1000
 eq "clock: 1 us later the edge entry left: admitted" "1 0" "${R[0]} ${R[2]}"
 eq "clock: the new entry is scored at Redis time" 1000000001 "$(rcli ZRANGE $K -1 -1 WITHSCORES | tail -n 1)"
 eq "clock: reset counts from the oldest kept entry" 999999 "${R[3]}"
+
+# The order of an admission's commands, and what docs/architecture.md's
+# step 4 says of it: count, add, trim, TTL (a denial: count, trim).
+rcli DEL test:cmds >/dev/null
+cev $K 1 5 1000
+eq "order: an admission counts, adds, trims, sets the TTL" \
+	"ZRANGEBYSCORE ZRANGE ZADD ZREMRANGEBYSCORE PEXPIRE" "$(rcli LRANGE test:cmds 0 -1 | xargs)"
+check "docs/architecture.md step 4 says the same order" \
+	grep -q "counts the window (two reads, whatever the count), adds the request only if it fits," \
+	"$ROOT/docs/architecture.md"
+check "docs/architecture.md: then trims, then PEXPIRE" \
+	grep -q "then trims the entries that left the window, sets .PEXPIRE." "$ROOT/docs/architecture.md"
 
 # The TTL covers the newest entry with 1 ms to spare: PEXPIRE counts from
 # Redis's time snapshot of the command (whole ms, before TIME): the key
