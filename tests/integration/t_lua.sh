@@ -262,10 +262,10 @@ cev $K 1 5 1000
 eq "order: an admission counts, adds, trims, sets the TTL" \
 	"ZRANGEBYSCORE ZRANGE ZADD ZREMRANGEBYSCORE PEXPIRE" "$(rcli LRANGE test:cmds 0 -1 | xargs)"
 check "docs/architecture.md step 4 says the same order" \
-	grep -q "counts the window (two reads, whatever the count), adds the request only if it fits," \
+	grep -q "adds the request only if it fits, then trims the entries that left the window" \
 	"$ROOT/docs/architecture.md"
-check "docs/architecture.md: then trims, then PEXPIRE" \
-	grep -q "then trims the entries that left the window, sets .PEXPIRE." "$ROOT/docs/architecture.md"
+check "docs/architecture.md: the sequence diagram too" \
+	grep -q "EVALSHA (TIME, count 0, ZADD, trim, PEXPIRE)" "$ROOT/docs/architecture.md"
 
 # The TTL covers the newest entry with 1 ms to spare: PEXPIRE counts from
 # Redis's time snapshot of the command (whole ms, before TIME): the key
