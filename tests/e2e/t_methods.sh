@@ -81,7 +81,7 @@ while read -r key policy id _; do
 		probe "$m" "$base$path" "${cred[@]}"
 		check "$what with credentials: not refused for identity ($RSP_STATUS)" test "$RSP_STATUS" != 401
 		check "$what with credentials: the route's policy decided ($(rsp_hdr RateLimit-Policy))" \
-			grep -q "^\"$policy[\"-]" <<<"$(rsp_hdr RateLimit-Policy)"
+			grep -q "^\"${policy}[\"-]" <<<"$(rsp_hdr RateLimit-Policy)"
 		check "$what with credentials: counted in Redis for $id:$acct" \
 			test -n "$(rcli --scan --pattern "$policy:*$id:$acct*")"
 		if [ "$m" = HEAD ] && [ "${key%%/*}" = GET ]; then
