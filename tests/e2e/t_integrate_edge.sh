@@ -30,7 +30,7 @@ snippet() {
 		f && /^```/ { if (inb) exit; inb = 1; next }
 		f && inb { print }' "$DOC"
 }
-for s in files log-httplog log-httplog-3 log-json-2.6 log-json-3; do
+for s in files canonical-path log-httplog log-httplog-3 log-json-2.6 log-json-3; do
 	check "the guide has its \"$s\" block" test -n "$(snippet "$s")"
 done
 
@@ -166,9 +166,10 @@ printf 'pk-live-1 PARTNER-1\npk-live-2 PARTNER-2\n' > "$D/apikeys.map"
 if [ "$vmaj" -ge 3 ]; then httplog=log-httplog-3 json=log-json-3; else httplog=log-httplog json=log-json-2.6; fi
 snippet "$httplog" > "$T/log-httplog.txt"
 snippet "$json" > "$T/log-json.txt"
+snippet canonical-path > "$T/canonical-path.txt"
 merge() {   # merge FILTERS(1|0) < existing > merged
 	awk -v blk="$SRC/ratelimit-block.cfg" -v filters="$1" \
-		-v httplog="$T/log-httplog.txt" -v json="$T/log-json.txt" '
+		-v httplog="$T/log-httplog.txt" -v json="$T/log-json.txt" -v canon="$T/canonical-path.txt" '
 	function flush(   i, last, c, caches, comp) {
 		if (!n) return
 		if (name == "www" || name == "partners") {
@@ -184,6 +185,7 @@ merge() {   # merge FILTERS(1|0) < existing > merged
 				print L[i]
 				if (i == last) {
 					if (name == "www") { getline l < httplog; close(httplog); print l }
+					getline l < canon; close(canon); print l
 					while ((getline l < blk) > 0) print l; close(blk)
 					if (filters) {
 						split(caches, c, " "); for (j in c) print "    filter cache " c[j]
@@ -264,6 +266,16 @@ done
 get "http://127.0.0.1:$HTTP_B/api/accounts/1"
 eq ":80, GET on a limited route without a token: 301, not 401" 301 "$RSP_STATUS"
 eq ":80: nothing counted in Redis" 0 "$(rcli dbsize)"
+
+# --- Paths a backend could read as a limited one: refused before the block ---
+for p in /%61pi/accounts/1 //api/accounts/1 /api/x/../accounts/1 /api/./accounts/1 /api/%2561ccounts/1x; do
+	get "https://127.0.0.1:$HTTPS_A$p" --path-as-is
+	case $p in *%25*) want=200 ;; *) want=400 ;; esac   # %25 is "%": decoded once, no route
+	eq "path $p: $want" "$want" "$RSP_STATUS"
+done
+get "https://127.0.0.1:$HTTPS_A/api/accounts/a%20b" --path-as-is
+eq "a path with a needed escape (%20) goes on to the limiter: 401 without a token" 401 "$RSP_STATUS"
+eq "non-canonical paths: nothing counted in Redis" 0 "$(rcli dbsize)"
 
 # --- Over TLS: one window for both instances --------------------------------
 statuses=
