@@ -30,7 +30,7 @@ snippet() {
 		f && /^```/ { if (inb) exit; inb = 1; next }
 		f && inb { print }' "$DOC"
 }
-for s in files canonical-path log-httplog log-httplog-3 log-json-2.6 log-json-3; do
+for s in files canonical-path cors-preflight log-httplog log-httplog-3 log-json-2.6 log-json-3; do
 	check "the guide has its \"$s\" block" test -n "$(snippet "$s")"
 done
 
@@ -167,9 +167,10 @@ if [ "$vmaj" -ge 3 ]; then httplog=log-httplog-3 json=log-json-3; else httplog=l
 snippet "$httplog" > "$T/log-httplog.txt"
 snippet "$json" > "$T/log-json.txt"
 snippet canonical-path > "$T/canonical-path.txt"
+snippet cors-preflight > "$T/cors-preflight.txt"
 merge() {   # merge FILTERS(1|0) < existing > merged
 	awk -v blk="$SRC/ratelimit-block.cfg" -v filters="$1" \
-		-v httplog="$T/log-httplog.txt" -v json="$T/log-json.txt" -v canon="$T/canonical-path.txt" '
+		-v httplog="$T/log-httplog.txt" -v json="$T/log-json.txt" -v canon="$T/canonical-path.txt" -v cors="$T/cors-preflight.txt" '
 	function flush(   i, last, c, caches, comp) {
 		if (!n) return
 		if (name == "www" || name == "partners") {
@@ -186,6 +187,7 @@ merge() {   # merge FILTERS(1|0) < existing > merged
 				if (i == last) {
 					if (name == "www") { getline l < httplog; close(httplog); print l }
 					getline l < canon; close(canon); print l
+					if (name == "www") { getline l < cors; close(cors); print l }
 					while ((getline l < blk) > 0) print l; close(blk)
 					if (filters) {
 						split(caches, c, " "); for (j in c) print "    filter cache " c[j]
@@ -276,6 +278,13 @@ done
 get "https://127.0.0.1:$HTTPS_A/api/accounts/a%20b" --path-as-is
 eq "a path with a needed escape (%20) goes on to the limiter: 401 without a token" 401 "$RSP_STATUS"
 eq "non-canonical paths: nothing counted in Redis" 0 "$(rcli dbsize)"
+get "https://127.0.0.1:$HTTPS_A/api/orders" -X OPTIONS -H "Origin: https://app.example.com" \
+	-H "Access-Control-Request-Method: POST" -H "Access-Control-Request-Headers: authorization"
+eq "CORS preflight on a limited path: 204 before the block" 204 "$RSP_STATUS"
+eq "CORS preflight: Access-Control-Allow-Origin" "https://app.example.com" "$(rsp_hdr Access-Control-Allow-Origin)"
+get "https://127.0.0.1:$HTTPS_A/api/orders" -X OPTIONS -H "Origin: https://app.example.com"
+eq "OPTIONS that is no preflight, on a limited path: 401" 401 "$RSP_STATUS"
+eq "OPTIONS: nothing counted in Redis" 0 "$(rcli dbsize)"
 
 # --- Over TLS: one window for both instances --------------------------------
 statuses=

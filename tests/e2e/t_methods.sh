@@ -8,6 +8,8 @@
 #   and HEAD on a GET route reaches the backend as GET does.
 # The identity is the one the line names: a JWT, an API key (a map made
 # here) or a client certificate over the mutual-TLS listener.
+# Then the same paths spelled as a backend may read them ("//", "..",
+# "%61"): the demo edge refuses them before the block.
 . "$(dirname "$0")/../lib.sh"
 t_setup
 
@@ -89,6 +91,18 @@ while read -r key policy id _; do
 		fi
 	done
 done <<<"$routes"
+# The same paths under another spelling a backend may read as them: the demo
+# edge refuses them before the block (the rule docs/integrate.md gives).
+for p in //accounts/x /%61ccounts/x /x/../accounts/x /./accounts/x /accounts%2fx /%2561ccounts/x; do
+	keys=$(rcli dbsize)
+	RSP_STATUS=$(curl -s -m 10 --path-as-is -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HAP_PORT_A$p?nocred-$p")
+	case $p in *%25*) want=404 ;; *) want=400 ;; esac   # %25 is "%": no route, the demo's 404
+	eq "GET $p: $want" "$want" "$RSP_STATUS"
+	check "GET $p: nothing in Redis" test "$(rcli dbsize)" -le "$keys"
+done
+rule=$(grep -h "deny_status 400 if { path -m reg" "$ROOT/docs/integrate.md" | head -1 | sed 's/^ *//')
+check "the demo edge carries docs/integrate.md's canonical-path rule" grep -qF "$rule" "$ROOT/haproxy/haproxy.cfg"
+
 # The backend logs each request it answers, query string included.
 eq "no request without credentials reached a backend" "" "$(grep -o 'nocred-[0-9]*' "$T/backend.log" | xargs)"
 t_done
