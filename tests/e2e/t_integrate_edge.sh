@@ -4,9 +4,10 @@
 # HTTPS, a TLS listener (certificate made here with openssl), HSTS set in
 # http-after-response, compression, a cache, a stats frontend, zero-warning,
 # four checked servers with cookie stickiness, and a second (TLS) frontend
-# logging JSON. The guide's file commands and log formats are taken from the
-# page itself (the "<!-- t_integrate: NAME -->" blocks); the block, the
-# filter lines and the agent backend file are placed by the page's rules.
+# logging JSON. The guide's file commands, the rules before the block, the
+# systemd drop-in (its settings, EXTRAOPTS and ExecStartPre) and the log
+# formats are taken from the page itself (the "<!-- t_integrate: NAME -->"
+# blocks); the block and the filter lines are placed by the page's rules.
 # Then, with two instances of the result on one agent and one Redis:
 #   haproxy -c -dW clean (and the block without the filter lines refused);
 #   301 on :80 for a limited route, nothing counted;
@@ -30,7 +31,7 @@ snippet() {
 		f && /^```/ { if (inb) exit; inb = 1; next }
 		f && inb { print }' "$DOC"
 }
-for s in files canonical-path cors-preflight log-httplog log-httplog-3 log-json-2.6 log-json-3; do
+for s in files canonical-path cors-preflight drop-in log-httplog log-httplog-3 log-json-2.6 log-json-3; do
 	check "the guide has its \"$s\" block" test -n "$(snippet "$s")"
 done
 
@@ -218,18 +219,32 @@ start_agent "$E2E_REDIS_TIMEOUT
 policy orders 3/1m
 policy reads 100/1m
 policy partner 2/1m"
-out=$("$AGENT" -c -f "$T/agent.conf" --routes "$D/routes.map" 2>&1)
-eq "the agent's check accepts the site's routes ($out)" 0 "$?"
+# The drop-in of step 4, its paths moved into $T: its Environment= lines
+# (the agent's address and a loaded machine's decision budget are the
+# test's own), the agent file its EXTRAOPTS loads, its ExecStartPre check.
+snippet drop-in | sed -e "s|/etc/haproxy/ratelimit|$D|g" -e "s|/usr/local/sbin/ratelimit-spoa|$AGENT|g" \
+	-e "s|/etc/ratelimit-spoa/ratelimit-spoa.conf|$T/agent.conf|g" > "$T/override.conf"
+sed -n 's/^Environment=/export /p' "$T/override.conf" > "$T/dropin.env"
+out=$(bash -c "$(sed -n 's/^ExecStartPre=//p' "$T/override.conf")" 2>&1)
+eq "the drop-in's ExecStartPre (ratelimit-spoa -c --routes) passes ($out)" 0 "$?"
+# shellcheck disable=SC1091
+. "$T/dropin.env"
+AGENT_CFG=$(sed -n 's/.* -f \([^ ]*\).*/\1/p' <<<"$EXTRAOPTS")
+eq "EXTRAOPTS loads the agent file step 1 copied" "$D/ratelimit-agent.cfg" "$AGENT_CFG"
+# The identity provider: its key where the drop-in names it, tokens with
+# its kid, issuer and audience.
 jwt_setup
-site_env() {   # the drop-in's Environment= lines, and the site's own
-	export RL_HAPROXY_DIR=$D RL_JWT_PUBKEY=$T/jwt/jwt-public.pem RL_APIKEYS_MAP=$D/apikeys.map
+mkdir -p "$(dirname "$RL_JWT_KEY1")" && cp "$T/jwt/jwt-public.pem" "$RL_JWT_KEY1"
+mint() { mint_token "$1" --kid "$RL_JWT_KID1" --iss "$RL_JWT_ISSUER" --aud "$RL_JWT_AUDIENCE" "${@:2}"; }
+site_env() {   # the drop-in's settings, and the site's own
+	. "$T/dropin.env"
 	export RL_AGENT_ADDR=127.0.0.1:$AGENT_PORT RL_SPOE_TIMEOUT=2s SITE_CERT=$T/pki/site.bundle
 	local i v; for i in 1 2 3 4; do v=APP${i}_PORT; export "APP${i}_ADDR=127.0.0.1:${!v}"; done
 	export STATIC_ADDR=127.0.0.1:$STATIC_PORT PARTNER_ADDR=127.0.0.1:$PARTNER_PORT
 }
 hcheck() {   # hcheck CFG: haproxy -c -dW with the agent file as EXTRAOPTS loads it
 	( site_env; SITE_SOCK=$T/check.sock STATS_PORT=1 HTTP_PORT=2 HTTPS_PORT=3 PARTNERS_PORT=4 \
-		"$HAPROXY" -c -dW -f "$1" -f "$D/ratelimit-agent.cfg" 2>&1 )
+		"$HAPROXY" -c -dW -f "$1" -f "$AGENT_CFG" 2>&1 )
 }
 out=$(hcheck "$T/existing.cfg")
 eq "the edge as it was passes haproxy -c -dW ($out)" 0 "$?"
@@ -244,7 +259,7 @@ for n in A B; do
 	s=STATS_$n h=HTTP_$n t=HTTPS_$n p=PARTNERS_$n
 	( site_env; export SITE_SOCK=$T/site-$n.sock STATS_PORT=${!s} HTTP_PORT=${!h} HTTPS_PORT=${!t} PARTNERS_PORT=${!p}
 	  [ "$n" = B ] && export RL_FORWARD_API_KEY=yes
-	  exec "$HAPROXY" -db -f "$T/haproxy.cfg" -f "$D/ratelimit-agent.cfg" ) >>"$T/haproxy-$n.log" 2>&1 &
+	  exec "$HAPROXY" -db -f "$T/haproxy.cfg" -f "$AGENT_CFG" ) >>"$T/haproxy-$n.log" 2>&1 &
 	t_track $!
 	wait_port "${!h}" && wait_port "${!t}" && wait_port "${!p}" || fail "merged haproxy $n did not start"
 done
@@ -255,7 +270,7 @@ get() {   # get URL [curl args]: RSP_STATUS, $T/rsp.hdr, $T/rsp.body
 backend_saw() {   # backend_saw NAME-REGEX: the header lines the backend echoed, names in lower case
 	jq -r .headers "$T/rsp.body" | tr -d '\r' | sed -E 's/^([^:]*):/\L\1:/' | grep -E "^$1:" | paste -sd'|'
 }
-tok=$(mint_token ACC-7)
+tok=$(mint ACC-7)
 
 # --- :80 redirects before anything is limited -------------------------------
 for with in no yes; do
@@ -301,12 +316,15 @@ check "429: RateLimit ($(rsp_hdr RateLimit))" grep -Eq '^"orders";r=0;t=[0-9]+$'
 eq "429: a problem document" application/problem+json "$(rsp_hdr Content-Type)"
 get "https://127.0.0.1:$HTTPS_B/api/orders" -X POST
 eq "TLS, no identity: 401" 401 "$RSP_STATUS"
+get "https://127.0.0.1:$HTTPS_B/api/orders" -X POST -H "Authorization: Bearer $(mint ACC-7 --aud https://other-api.example.com)"
+eq "a token the provider minted for another API: 401" 401 "$RSP_STATUS"
+eq "another API's token: why" invalid-audience "$(jq -r .detail "$T/rsp.body")"
 eq "401: HSTS" "max-age=63072000" "$(rsp_hdr Strict-Transport-Security)"
 
 # --- The site's own features, still working ---------------------------------
 get "https://127.0.0.1:$HTTPS_A/admin/x" -H "Authorization: Bearer $tok"
 eq "the site's deny still answers first: 403" 403 "$RSP_STATUS"
-get "https://127.0.0.1:$HTTPS_A/api/accounts/1" -H "Authorization: Bearer $(mint_token ACC-8)" --compressed \
+get "https://127.0.0.1:$HTTPS_A/api/accounts/1" -H "Authorization: Bearer $(mint ACC-8)" --compressed \
 	-H "X-API-Key: pk-live-1" -H "X-Account: VICTIM"
 eq "limited GET over TLS: 200" 200 "$RSP_STATUS"
 eq "limited GET: compressed" gzip "$(rsp_hdr Content-Encoding)"
@@ -315,7 +333,7 @@ eq "limited GET: the backend sees the verified account only" "x-account: ACC-8" 
 eq "limited GET: the backend sees no X-API-Key" "" "$(backend_saw x-api-key)"
 cookie=$(rsp_hdr Set-Cookie)
 check "cookie stickiness: the app backend set SRV ($cookie)" grep -q '^SRV=a[1-4]' <<<"$cookie"
-get "https://127.0.0.1:$HTTPS_B/api/accounts/1" -H "Authorization: Bearer $(mint_token ACC-8)" -H "Cookie: SRV=a3"
+get "https://127.0.0.1:$HTTPS_B/api/accounts/1" -H "Authorization: Bearer $(mint ACC-8)" -H "Cookie: SRV=a3"
 eq "cookie stickiness: SRV=a3 goes to app3" app3 "$(jq -r .app "$T/rsp.body")"
 
 ids=
@@ -351,7 +369,7 @@ eq "partners: the third request in the minute is 429" 429 "$RSP_STATUS"
 
 # --- The limiter 503: the agent stopped -------------------------------------
 stop_agent
-get "https://127.0.0.1:$HTTPS_A/api/orders" -X POST -H "Authorization: Bearer $(mint_token ACC-9)"
+get "https://127.0.0.1:$HTTPS_A/api/orders" -X POST -H "Authorization: Bearer $(mint ACC-9)"
 eq "agent stopped: 503" 503 "$RSP_STATUS"
 eq "agent stopped: the problem's reason" no-decision "$(jq -r .reason "$T/rsp.body")"
 
