@@ -484,7 +484,7 @@ print-deb-pkgs:
 	@echo $(DEB_PKGS)
 
 clean:
-	rm -rf build $(AGENT) $(BENCH) spoa/ratelimit-spoa bench/spoa-bench
+	rm -rf build $(AGENT) $(BENCH) spoa/ratelimit-spoa bench/spoa-bench $(MODULE_SO) $(MODULE_TEST_SO)
 
 # (not the HAProxy 3.2 tree nor its apt state that tools/haproxy-build.sh keeps there)
 -include $(shell find build -name '*.d' -type f -not -path 'build/haproxy-*' -not -path 'build/apt-*' 2>/dev/null)

@@ -153,7 +153,9 @@ static int rl_now(RedisModuleCtx *ctx, int64_t *now)
 		    RedisModule_HashGet(k, REDISMODULE_HASH_CFIELDS, "s", &s, "us", &us, NULL) ==
 		        REDISMODULE_OK &&
 		    s && us && RedisModule_StringToLongLong(s, &vs) == REDISMODULE_OK &&
-		    RedisModule_StringToLongLong(us, &vus) == REDISMODULE_OK) {
+		    RedisModule_StringToLongLong(us, &vus) == REDISMODULE_OK &&
+		    vs > -9000000000LL && vs < 9000000000LL && vus > -1000000000LL &&
+		    vus < 1000000000LL) {
 			*now = vs * 1000000 + vus;
 			rc = 0;
 		}

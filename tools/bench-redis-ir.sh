@@ -66,7 +66,7 @@ fi
 
 # A script from before 1.0 (commit c4a00a6) takes a request id after the
 # cost (its header says so): the feed then sends one, for comparisons with
-# older scripts (BENCH_IR_SCRIPT).
+# older scripts (BENCH_IR_SCRIPT). Never to the module.
 REQID=0
 grep -q '^-- ARGV\[2\] *\(request id\|member prefix\)' "$SCRIPT" && REQID=1
 
@@ -76,7 +76,7 @@ feed() {
 	python3 - "$@" "$REQID" <<'EOF'
 import sys
 sha, batch, count, t, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-reqid = sys.argv[6] == '1'
+reqid = sys.argv[6] == '1' and sha != 'module'
 ACCOUNTS, LIMIT, WINDOW_MS, RATE, CLOCK_EVERY = 10000, '20', '1000', 20000, 32
 out = sys.stdout.buffer
 def cmd(*a):
