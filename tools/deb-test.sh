@@ -16,7 +16,8 @@
 #      config (only listen and redis given on the command line) against a
 #      redis-server on an ephemeral loopback port: SPOP decisions, then the
 #      acceptance story (tests/e2e/t_story.sh) through the installed HAProxy
-#      files (/usr/share/ratelimit-spoa/haproxy);
+#      files (/usr/share/ratelimit-spoa/haproxy), and docs/integrate.md's
+#      steps on them (tests/e2e/t_integrate.sh);
 #   6. the Redis module package: installed where Debian's Redis loads
 #      modules, not enabled in /etc/redis/redis.conf, loads into a
 #      redis-server;
@@ -195,6 +196,13 @@ stop_agent; stop_redis
 out=$(AGENT=$T/installed-agent HAPROXY_FILES=$SHARE/haproxy timeout 300 bash tests/e2e/t_story.sh 2>&1); rc=$?
 echo "$out" | grep -E '^(not ok|# t_story)' | sed 's/^/#   /'
 eq "the story, with the installed agent, config and HAProxy files (t_story.sh: $(echo "$out" | grep -c '^ok') checks)" \
+	0 "$rc"
+[ $rc = 0 ] || echo "$out" | tail -n 40 | sed 's/^/#   /'
+# docs/integrate.md's steps (tests/e2e/t_integrate.sh) with the installed
+# block, agent backend, SPOE file and errors, and the installed agent.
+out=$(AGENT=/usr/sbin/ratelimit-spoa HAPROXY_FILES=$SHARE/haproxy timeout 300 bash tests/e2e/t_integrate.sh 2>&1); rc=$?
+echo "$out" | grep -E '^(not ok|# t_integrate)' | sed 's/^/#   /'
+eq "integrate.md's steps with the installed HAProxy files and agent (t_integrate.sh: $(echo "$out" | grep -c '^ok') checks)" \
 	0 "$rc"
 [ $rc = 0 ] || echo "$out" | tail -n 40 | sed 's/^/#   /'
 
