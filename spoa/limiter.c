@@ -904,9 +904,7 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 		return limiter_defer(l, cb, arg, &d);
 	}
 	if (k->evicts && !l->allow_eviction) {
-		/* ask again now and then: an operator may fix it with CONFIG SET */
-		if (!k->evict_asking && now - k->evict_asked_us >= LIMITER_EVICT_RECHECK_MS * 1000)
-			limiter_link_ask_eviction(k);
+		/* the link's eviction poll sees it fixed (limiter_link.c) */
 		window_decide_error(p, WINDOW_REASON_REDIS_EVICTS, &d);
 		return limiter_defer(l, cb, arg, &d);
 	}

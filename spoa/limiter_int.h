@@ -52,7 +52,10 @@
 #define LIMITER_TOPO_TICK_MS    250     /* cluster map check cadence */
 #define LIMITER_TOPO_MIN_MS     100     /* no two CLUSTER SLOTS closer than this */
 #define LIMITER_TOPO_IDLE_MS    5000    /* refresh at least this often */
-#define LIMITER_EVICT_RECHECK_MS 1000   /* ask an evicting Redis again at most this often */
+#define LIMITER_EVICT_POLL_MS   500     /* a ready link asks the eviction policy and
+                                         * evicted_keys this often (the bound of
+                                         * docs/security.md: seen within 1 s) */
+#define LIMITER_EVICT_HOLD_MS   10000   /* evicted_keys growth refuses this long */
 
 enum limiter_state {
 	LIMITER_ST_IDLE = 0,    /* not connected; the retry timer may run */
@@ -81,9 +84,18 @@ struct limiter_link {
 	unsigned failures;              /* failed attempts since last ready */
 	unsigned held;                  /* calls hiredis holds on this link */
 	int64_t quiet_since_us;         /* last reply, or when <held> left 0 */
-	bool evicts;                    /* maxmemory-policy is not noeviction */
+	/* Eviction (limiter_link.c): <evicts> is what decisions see, true
+	 * while the policy evicts or evicted_keys grew within the hold time. */
+	bool evicts;
+	bool policy_evicts;             /* CONFIG GET: maxmemory-policy is not noeviction */
 	bool evict_asking;              /* a CONFIG GET maxmemory-policy is in flight */
-	int64_t evict_asked_us;         /* when the last one was sent */
+	bool config_refused;            /* this connection may not CONFIG GET */
+	bool info_asking;               /* an INFO stats is in flight */
+	bool info_refused;              /* this connection may not INFO */
+	bool info_warned;               /* said so once for this link */
+	long long evicted_base;         /* evicted_keys last seen, -1: none yet */
+	int64_t evicted_seen_us;        /* when it last grew, 0: never */
+	ev_timer evict_poll;            /* READY: LIMITER_EVICT_POLL_MS, repeating */
 	/* A name is resolved before every attempt (a managed endpoint moves
 	 * on failover) and each of its addresses tried in turn. */
 	struct resolve_req *resolving;  /* lookup in flight, or NULL */

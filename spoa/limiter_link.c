@@ -2,6 +2,7 @@
  * limiter_link - one connection to one Redis server: connect, the setup
  * sequence, backoff, stall limit, retire. See limiter_link.h.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,7 @@ void limiter_update_eviction(struct limiter *l)
 
 static void limiter_link_on_retry(struct ev_loop *loop, ev_timer *w, int revents);
 static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents);
+static void limiter_link_on_evict_poll(struct ev_loop *loop, ev_timer *w, int revents);
 static void limiter_link_connect_next(struct limiter_link *k);
 static void limiter_link_stop_resolving(struct limiter_link *k);
 
@@ -136,6 +138,9 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 		spare->retry.data = spare;
 		ev_timer_init(&spare->connect_timer, limiter_link_on_connect_timeout, 1., 0.);
 		spare->connect_timer.data = spare;
+		ev_init(&spare->evict_poll, limiter_link_on_evict_poll);
+		spare->evict_poll.repeat = LIMITER_EVICT_POLL_MS / 1000.0;
+		spare->evict_poll.data = spare;
 		l->links[l->nlinks++] = spare;
 	}
 	k = spare;
@@ -146,7 +151,12 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 	k->attempted = false;
 	k->failures = 0;
 	k->evicts = false;
+	k->policy_evicts = false;
 	k->evict_asking = false;
+	k->info_asking = false;
+	k->info_warned = false;
+	k->evicted_base = -1;
+	k->evicted_seen_us = 0;
 	limiter_link_set_target(k, host, port, is_unix);
 	return k;
 }
@@ -185,7 +195,9 @@ void limiter_link_lost(struct limiter_link *k)
 	k->state = LIMITER_ST_IDLE;
 	k->script_loading = false;
 	k->evict_asking = false;
+	k->info_asking = false;
 	ev_timer_stop(l->loop, &k->connect_timer);
+	ev_timer_stop(l->loop, &k->evict_poll);
 	/* Whoever the primary is now, a sentinel says so on the next attempt. */
 	if (l->sentinel && k == l->main_link)
 		l->sentinel->master_known = false;
@@ -224,6 +236,7 @@ void limiter_link_retire(struct limiter_link *k, const char *why)
 	limiter_update_eviction(k->l);
 	ev_timer_stop(k->l->loop, &k->retry);
 	ev_timer_stop(k->l->loop, &k->connect_timer);
+	ev_timer_stop(k->l->loop, &k->evict_poll);
 }
 
 /* One failed connect attempt, at warn (traffic is refused meanwhile);
@@ -338,24 +351,63 @@ static void limiter_link_on_role(redisAsyncContext *ac, void *r, void *privdata)
 }
 
 /*
- * CONFIG GET maxmemory-policy answered on <ac>: with any policy but
- * noeviction Redis may drop the windows (the only keys with a TTL go
- * first under volatile-*), and the limiter would admit everything. Such a
- * link refuses decisions (redis-evicts-keys) unless redis-allow-eviction
- * is set. Logged at error once per connection, and when it changes; a
- * refused CONFIG (ACL, managed Redis) is a warning and the link goes on.
+ * Eviction. Redis may drop the windows under any maxmemory-policy but
+ * noeviction (the only keys with a TTL go first under volatile-*), and the
+ * limiter would then admit everything. Two signals, each refusing
+ * decisions (redis-evicts-keys) unless redis-allow-eviction is set:
+ *   - CONFIG GET maxmemory-policy is not noeviction (at setup, then every
+ *     LIMITER_EVICT_POLL_MS: a managed service changes it live);
+ *   - INFO stats's evicted_keys grew (Redis's own count of the keys it
+ *     evicted: also seen where CONFIG is refused, or where the policy was
+ *     switched and back between two polls); it refuses for
+ *     LIMITER_EVICT_HOLD_MS after the last growth.
+ * One CONFIG GET and one INFO stats per ready link per poll, pipelined,
+ * never a second while one waits: a cost per link, not per decision.
+ * Logged at error when the link starts refusing (and at each setup that
+ * finds it so), at info when it stops. A refused CONFIG or INFO (an ACL,
+ * a managed Redis) is a warning and the other signal goes on alone.
  */
+
+/* Recompute <k>'s verdict at <now>: its policy evicts, or evicted_keys grew
+ * less than the hold time ago. <why> names the signal when it turns on;
+ * <setup>: log a refusal even if the link refused already. */
+static void limiter_link_judge_eviction(struct limiter_link *k, int64_t now, bool setup,
+                                        const char *why)
+{
+	struct limiter *l = k->l;
+	bool grew = k->evicted_seen_us &&
+	            now - k->evicted_seen_us < (int64_t)LIMITER_EVICT_HOLD_MS * 1000;
+	bool evicts = k->policy_evicts || grew;
+
+	if (evicts)
+		limiter_note_error(l, k->addr, k->policy_evicts ? "maxmemory-policy is not noeviction" :
+		                   "Redis evicted keys (evicted_keys grew)");
+	if (evicts && (setup || !k->evicts)) {
+		log_error("redis_unsafe_eviction", "addr=%s %s action=\"%s\"", k->addr, why,
+		          l->allow_eviction ? "deciding anyway (redis-allow-eviction yes)" :
+		          "refusing decisions (reason=redis-evicts-keys)");
+	} else if (!evicts && k->evicts) {
+		log_info("redis_eviction_safe", "addr=%s policy=noeviction", k->addr);
+	}
+	if (evicts != k->evicts) {
+		k->evicts = evicts;
+		limiter_update_eviction(l);
+	}
+}
+
+/* CONFIG GET maxmemory-policy answered on <ac>. */
 static void limiter_link_on_eviction(redisAsyncContext *ac, void *r, void *privdata)
 {
 	struct limiter_link *k = ac->data;
-	struct limiter *l = k->l;
 	const redisReply *reply = r, *v;
-	bool setup = k->state == LIMITER_ST_CONNECTING, evicts;
+	bool setup = k->state == LIMITER_ST_CONNECTING;
+	int64_t now = limiter_now_us();
+	char why[96];
 
 	(void)privdata;
 	if (ac != k->ac || !reply)
 		return;
-	k->quiet_since_us = limiter_now_us();
+	k->quiet_since_us = now;
 	k->evict_asking = false;
 	v = reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 && reply->element &&
 	    reply->element[1]->type == REDIS_REPLY_STRING ? reply->element[1] : NULL;
@@ -365,21 +417,13 @@ static void limiter_link_on_eviction(redisAsyncContext *ac, void *r, void *privd
 			         "without knowing maxmemory-policy (give the user +config|get)\"", k->addr,
 			         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
 			         reply->type == REDIS_REPLY_ERROR ? reply->str : "");
-		evicts = false;
+		k->config_refused = true;
+		k->policy_evicts = false;
 	} else {
-		evicts = !(v->len == 10 && memcmp(v->str, "noeviction", 10) == 0);
-		if (evicts)
-			limiter_note_error(l, k->addr, "maxmemory-policy is not noeviction");
-		if (evicts && (setup || !k->evicts))
-			log_error("redis_unsafe_eviction", "addr=%s policy=%.*s action=\"%s\"", k->addr,
-			          (int)v->len, v->str, l->allow_eviction ?
-			          "deciding anyway (redis-allow-eviction yes)" :
-			          "refusing decisions (reason=redis-evicts-keys)");
-		else if (!evicts && k->evicts)
-			log_info("redis_eviction_safe", "addr=%s policy=noeviction", k->addr);
+		k->policy_evicts = !(v->len == 10 && memcmp(v->str, "noeviction", 10) == 0);
 	}
-	k->evicts = evicts;
-	limiter_update_eviction(l);
+	snprintf(why, sizeof(why), "policy=%.*s", v ? (int)v->len : 0, v ? v->str : "");
+	limiter_link_judge_eviction(k, now, setup && k->policy_evicts, why);
 }
 
 /* Queue CONFIG GET maxmemory-policy on <k>'s connection. */
@@ -389,7 +433,91 @@ void limiter_link_ask_eviction(struct limiter_link *k)
 	                      "CONFIG GET maxmemory-policy") != REDIS_OK)
 		return;
 	k->evict_asking = true;
-	k->evict_asked_us = limiter_now_us();
+}
+
+/* The value of field "evicted_keys:" in INFO text <s>/<len>, or -1. */
+static long long limiter_info_evicted_keys(const char *s, size_t len)
+{
+	static const char name[] = "evicted_keys:";
+	const size_t nlen = sizeof(name) - 1;
+	long long v = 0;
+	size_t i;
+
+	for (i = 0; i + nlen < len; i++) {
+		if ((i > 0 && s[i - 1] != '\n') || memcmp(s + i, name, nlen) != 0)
+			continue;
+		for (i += nlen; i < len && s[i] >= '0' && s[i] <= '9'; i++)
+			if (v < (LLONG_MAX - 9) / 10)
+				v = v * 10 + (s[i] - '0');
+		return v;
+	}
+	return -1;
+}
+
+/* INFO stats answered on <ac>: evicted_keys against the last value seen on
+ * this connection (the first one is only a baseline; a smaller one, after
+ * CONFIG RESETSTAT, a new baseline). */
+static void limiter_link_on_info(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_link *k = ac->data;
+	const redisReply *reply = r;
+	int64_t now = limiter_now_us();
+	long long v;
+	char why[96];
+
+	(void)privdata;
+	if (ac != k->ac || !reply)
+		return;
+	k->quiet_since_us = now;
+	k->info_asking = false;
+	v = reply->type == REDIS_REPLY_STRING || reply->type == REDIS_REPLY_STATUS ?
+	    limiter_info_evicted_keys(reply->str, reply->len) : -1;
+	if (v < 0) {
+		if (!k->info_warned)
+			log_warn("redis_eviction_evidence_unknown", "addr=%s reply=\"%.*s\" "
+			         "action=\"not watching evicted_keys (give the user +info); the "
+			         "maxmemory-policy check goes on\"", k->addr,
+			         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
+			         reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+		k->info_warned = true;
+		k->info_refused = true;
+		return;
+	}
+	if (k->evicted_base >= 0 && v > k->evicted_base) {
+		snprintf(why, sizeof(why), "evicted_keys=%lld grew_by=%lld", v, v - k->evicted_base);
+		k->evicted_seen_us = now;
+		k->evicted_base = v;
+		limiter_link_judge_eviction(k, now, false, why);
+		return;
+	}
+	k->evicted_base = v;
+	limiter_link_judge_eviction(k, now, false, "");
+}
+
+/* Queue INFO stats on <k>'s connection, unless refused or one waits. */
+static void limiter_link_ask_info(struct limiter_link *k)
+{
+	if (k->info_refused || k->info_asking)
+		return;
+	if (redisAsyncCommand(k->ac, limiter_link_on_info, NULL, "INFO stats") == REDIS_OK)
+		k->info_asking = true;
+}
+
+/* Every LIMITER_EVICT_POLL_MS on a ready link: ask both signals again (one
+ * of each in flight at most), and let an old evicted_keys growth expire. */
+static void limiter_link_on_evict_poll(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct limiter_link *k = w->data;
+
+	(void)revents;
+	if (k->state != LIMITER_ST_READY || !k->ac) {
+		ev_timer_stop(loop, w);
+		return;
+	}
+	if (!k->evict_asking && !k->config_refused)
+		limiter_link_ask_eviction(k);
+	limiter_link_ask_info(k);
+	limiter_link_judge_eviction(k, limiter_now_us(), false, "");
 }
 
 /* SCRIPT LOAD answered: at setup this makes the link ready; later (after a
@@ -427,6 +555,7 @@ static void limiter_link_on_script_load(redisAsyncContext *ac, void *r, void *pr
 	log_info("redis_connected", "addr=%s attempts=%u script=%s", k->addr,
 	         k->failures + 1, l->sha);
 	k->failures = 0;
+	ev_timer_again(l->loop, &k->evict_poll);
 	limiter_update_connected(l);
 	if (l->cluster && (!l->cluster->have_map || l->cluster->topo_dirty))
 		limiter_topo_refresh(l, "connected");
@@ -532,7 +661,12 @@ static void limiter_link_send_setup(struct limiter_link *k)
 	/* a cluster's seeds may be replicas: CLUSTER SLOTS names the primaries */
 	if (!l->cluster)
 		redisAsyncCommand(ac, limiter_link_on_role, NULL, "ROLE");
+	k->config_refused = false;
+	k->info_refused = false;
+	k->info_asking = false;
+	k->evicted_base = -1;
 	limiter_link_ask_eviction(k);
+	limiter_link_ask_info(k);
 	limiter_link_send_script_load(k);
 }
 

@@ -336,6 +336,49 @@ static void test_eviction_policy(void **state)
 	one_stop();
 }
 
+/* A ready link whose Redis is switched to an evicting policy live: the
+ * link's own poll sees it (no request needed to trigger it), decisions are
+ * refused, the gauge says 1; back to noeviction, they come back. */
+static void test_eviction_live_switch(void **state)
+{
+	char why[160] = "";
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "EVALSHA", REPLY_ALLOW);
+	one_connect(1000, true);
+	assert_int_equal(ask(l, "erin").status, WINDOW_ALLOW);
+	fake_rule(&f, "CONFIG GET maxmemory-policy",
+	          "*2\r\n$16\r\nmaxmemory-policy\r\n$14\r\nallkeys-random\r\n");
+	WAIT(atomic_load(&metrics.redis_unsafe_eviction) == 1);
+	assert_false(limiter_ready(l, why, sizeof(why)));
+	ask_until(l, "erin", WINDOW_ERROR, WINDOW_REASON_REDIS_EVICTS);
+	fake_rule(&f, "CONFIG GET maxmemory-policy",
+	          "*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n");
+	WAIT(atomic_load(&metrics.redis_unsafe_eviction) == 0);
+	ask_until(l, "erin", WINDOW_ALLOW, WINDOW_REASON_NONE);
+	one_stop();
+}
+
+/* Redis's own evidence: evicted_keys grew while the policy still reads
+ * noeviction (switched and back between two polls, or CONFIG refused):
+ * refused the same way. The first value seen is only a baseline. */
+static void test_eviction_evidence(void **state)
+{
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "INFO stats", FAKE_INFO(3));
+	fake_rule(&f, "EVALSHA", REPLY_ALLOW);
+	one_connect(1000, true);
+	assert_int_equal(ask(l, "fred").status, WINDOW_ALLOW);
+	WAIT(fake_hits(&f, "INFO stats") >= 2);
+	assert_int_equal(ask(l, "fred").status, WINDOW_ALLOW);
+	fake_rule(&f, "INFO stats", FAKE_INFO(5));
+	WAIT(atomic_load(&metrics.redis_unsafe_eviction) == 1);
+	ask_until(l, "fred", WINDOW_ERROR, WINDOW_REASON_REDIS_EVICTS);
+	one_stop();
+}
+
 /* ROLE says replica: the link never becomes ready, and is retried. */
 static void test_role_replica(void **state)
 {
@@ -794,6 +837,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_deny_cached, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_noscript, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction_policy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_eviction_live_switch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_eviction_evidence, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_role_replica, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_half_reply_then_close, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_half_reply_then_timeout, setup, teardown),
