@@ -471,6 +471,11 @@ static void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 	k->held--;
 	l->held--;
 	if (!reply) {
+		/* Sent, and the connection is lost before the reply: Redis may
+		 * have run it. Counted whether it is answered now (unavailable)
+		 * or was already (timeout). */
+		if (l->metrics)
+			metrics_add(&l->metrics->unknown_outcome, 1);
 		/* The connection is going. A callback below may call
 		 * limiter_check(): hiredis refuses new commands on a dying context,
 		 * so those are answered "unavailable" too. */
@@ -732,8 +737,12 @@ static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdat
 
 	k->held -= b->n;
 	l->held -= b->n;
-	if (!reply)
+	if (!reply) {
+		/* as for one call: each may or may not have been recorded */
+		if (l->metrics)
+			metrics_add(&l->metrics->unknown_outcome, b->n);
 		goto unavailable;
+	}
 	k->quiet_since_us = now;
 	limiter_reply_view(reply, &view);
 	if (reply->type == REDIS_REPLY_ERROR) {
@@ -1008,11 +1017,13 @@ static void limiter_backend_stop(struct limiter *l, const char *why)
 {
 	unsigned i;
 
+	l->stopping = true;
 	limiter_sentinel_stop(l);
 	l->main_link = NULL;
 	for (i = 0; i < l->nlinks; i++)
 		if (l->links[i]->in_use)
 			limiter_link_retire(l->links[i], why);
+	l->stopping = false;
 	limiter_cluster_stop(l);
 	free(l->sentinel); l->sentinel = NULL;
 	redis_tls_free(l->tls); l->tls = NULL;

@@ -219,8 +219,14 @@ void limiter_link_drop(struct limiter_link *k, const char *why)
 
 	if (!ac)
 		return;
-	log_limited(CONFIG_LOG_WARN, "redis_disconnected", "redis_disconnected",
-	            "addr=%s state=%s reason=\"%s\"", k->addr, limiter_state_str(k->state), why);
+	/* a planned stop is no outage: log-based alerts must not see one */
+	if (k->l->stopping)
+		log_info("redis_closed", "addr=%s state=%s reason=\"%s\"", k->addr,
+		         limiter_state_str(k->state), why);
+	else
+		log_limited(CONFIG_LOG_WARN, "redis_disconnected", "redis_disconnected",
+		            "addr=%s state=%s reason=\"%s\"", k->addr, limiter_state_str(k->state),
+		            why);
 	limiter_link_lost(k);
 	redisAsyncFree(ac);
 }

@@ -254,6 +254,7 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 	acc(&t->redis_connected, &m->redis_connected);
 	acc(&t->redis_unsafe_eviction, &m->redis_unsafe_eviction);
 	acc(&t->late_admissions, &m->late_admissions);
+	acc(&t->unknown_outcome, &m->unknown_outcome);
 	acc(&t->conn_accepted, &m->conn_accepted);
 	acc(&t->conn_open, &m->conn_open);
 	acc(&t->conn_rejected, &m->conn_rejected);
@@ -394,6 +395,9 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 	scalar(&r, "late_admissions_total", "counter",
 	       "Requests Redis admitted (and recorded) after the agent had answered "
 	       "redis-timeout: size redis-timeout with it.", val(&t.late_admissions));
+	scalar(&r, "decisions_unknown_outcome_total", "counter",
+	       "Decisions sent to Redis on a connection lost before their reply: Redis may or "
+	       "may not have recorded them.", val(&t.unknown_outcome));
 	scalar(&r, "connections_accepted_total", "counter", "Connections accepted from HAProxy.",
 	       val(&t.conn_accepted));
 	scalar(&r, "connections_open", "gauge", "Connections from HAProxy open now.",

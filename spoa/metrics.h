@@ -76,6 +76,7 @@ struct metrics {
 	_Atomic uint64_t redis_connected;          /* gauge 0/1 */
 	_Atomic uint64_t redis_unsafe_eviction;    /* gauge 0/1: a link evicts keys */
 	_Atomic uint64_t late_admissions;          /* admitted by Redis after the deadline */
+	_Atomic uint64_t unknown_outcome;          /* in flight on a link that dropped */
 	_Atomic uint64_t conn_accepted;
 	_Atomic uint64_t conn_open;                /* gauge */
 	_Atomic uint64_t conn_rejected;            /* over max-connections */
