@@ -147,6 +147,9 @@ $(BUILD)/%.o: %.c | $(HIREDIS_DEP)
 	$(if $(Q),@echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -Ispoa -c $< -o $@
 
+# SPOA_VERSION comes from VERSION: a new number rebuilds what prints it.
+$(MAIN_OBJ) $(BENCH_OBJ): VERSION
+
 # The agent carries its Lua script: no file to lose at install time.
 $(BUILD)/spoa/script.c: lua/sliding_window.lua tools/embed.sh
 	@mkdir -p $(dir $@)

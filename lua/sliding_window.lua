@@ -2,12 +2,11 @@
 --
 -- KEYS[i]      one sorted set per window of the policy (score = Redis time, us)
 -- ARGV[1]      cost: units this request consumes (>= 1)
--- ARGV[2]      request id (kept in the argument layout; not stored)
--- ARGV[1+2i]   limit of window i        ARGV[2+2i]  length of window i, ms
+-- ARGV[2i]     limit of window i        ARGV[2i+1]  length of window i, ms
 --              or "<ms>:<precision ms>" for a bucketed window (KEYS[i] a hash)
 --
 -- A batch (redis-batch): ARGV[1] = "batch", ARGV[2] = number of decisions,
--- then per decision its key count, cost, request id and limit/window pairs;
+-- then per decision its key count, cost and limit/window pairs;
 -- KEYS are the decisions' keys one after the other. Each is decided as if
 -- alone, in order, at one Redis time; the reply is an array of per-decision
 -- replies (an error element for a decision that failed: the others stand).
@@ -19,7 +18,10 @@
 -- Rules: time is Redis's own (every agent shares one clock); an entry exactly
 -- one window old is out; admission is all-or-nothing over the windows; a
 -- denial writes nothing but the trims (a refused request does not count and
--- does not extend the TTL).
+-- does not extend the TTL). An admission sets each key's TTL to cover its
+-- newest entry or bucket end (whichever is later) plus the window, in ms
+-- rounded up, plus 1 ms. Cost, limits, window lengths, precisions and a
+-- batch's counts are whole numbers >= 1 (nan, inf, fractions: an error).
 --
 -- One entry per admitted request, whatever its cost, so neither Redis time
 -- nor memory grows with cost. Its member "<cum>:<cost>" (hex) holds:
@@ -31,14 +33,8 @@
 -- stepped back), so rank order is cum order. The window's count is then
 -- cum(newest) - cum(oldest) + cost(oldest): two O(log n) reads, no walk, no
 -- companion key. The members are unique (cum grows strictly within a key).
---
--- Entries of the old form (one member per unit "<agent>-<thread>-<n>:<i>",
--- written by agents up to 0.1.0) count one unit each, by a walk of the
--- window. An old-form entry is always written as the newest, so the next
--- decision here sees it at an end and walks; the entry it adds carries a
--- third field, the score of the newest old-form entry seen, and so do the
--- entries after it while that score is in the window: a window whose
--- newest entry lacks it holds no old-form entry in the middle.
+-- A key holding another kind of member is not ours: its decision is an
+-- error ('bad entry'), it writes nothing.
 --
 -- Bucketed windows (precision=): KEYS[i] is a hash, field = end of a
 -- bucket of <precision> ms of Redis time (epoch-aligned, decimal ms), value
@@ -58,11 +54,13 @@
 -- would let the ZADD through.) No "#!lua" shebang: Redis 6 cannot load one.
 --
 -- Redis pays for every decision once per fleet, so the code below avoids
--- what Lua makes expensive here: a decision on sliding logs makes no table
--- but its reply (window state lives in one table per window index, reused
--- by every decision of the call); ARGV's numbers are converted once per
--- call (tonumber() of a string is two strtod()s, and a batch's decisions
--- mostly share a policy) and each score once ('+ 0'); numbers reach Redis
+-- what Lua makes expensive here: a decision makes no table but its reply
+-- (window state lives in one table per window index, reused by every
+-- decision of the call; a bucketed window adds one for its expired fields
+-- when it has some, and two to order its buckets when it denies); ARGV's
+-- numbers are converted once per call (tonumber() of a string is two
+-- strtod()s, and a batch's decisions mostly share a policy) and each score
+-- once ('+ 0'); numbers reach Redis
 -- as strings the script formats itself (Lua's own conversion is a %.14g
 -- printf that would round a microsecond timestamp); and a batch is decided
 -- in place (each decision reads its slice of KEYS and ARGV by offset).
@@ -78,9 +76,11 @@ local function int(x)
 end
 local nows = int(now)
 
--- ARGV's numbers, memoized for the call (false: not a number).
+-- ARGV's numbers, memoized for the call (false: not a number, or no such
+-- argument).
 local NUM = {}
 local function num(s)
+	if s == nil then return false end
 	local v = NUM[s]
 	if v == nil then
 		v = tonumber(s) or false
@@ -89,17 +89,18 @@ local function num(s)
 	return v
 end
 
--- cum, cost and old-form mark (or nil) of member <m>; nil for an entry of
--- the old form (never two or three hex fields).
+-- Is <x> (a num()) a count: a whole number >= 1? Written so that false,
+-- nan, inf and fractions all fail ('x < 1' would let nan through).
+local function whole(x)
+	return x and x >= 1 and x % 1 == 0
+end
+
+-- cum and cost of member <m>; nil for a member this script never writes.
 local function parse(m)
 	local c, k = match(m, '^(%x+):(%x+)$')
 	if c then return tonumber(c, 16), tonumber(k, 16) end
-	local c3, k3, l3 = match(m, '^(%x+):(%x+):(%x+)$')
-	if c3 then return tonumber(c3, 16), tonumber(k3, 16), tonumber(l3, 16) end
 	return nil
 end
-
-local PAGE = 512
 
 -- The decision being made: slot[i] is window i's state, overwritten by
 -- the next decision of the call (a table per window index, not per
@@ -108,43 +109,57 @@ local PAGE = 512
 --   or before it is out), cuts (cut as a string), key
 --   count   units in the window
 --   cum     cum of the newest entry (log; 0 when the window is empty)
---   top     score of the newest entry (log), or false
+--   top     score of the newest entry (log), end of the newest counted
+--           bucket (bucketed), or false
 --   oldest  score of the oldest in-window entry, or end of the oldest
 --           counted bucket; false when the window is empty
---   first   cost of the oldest in-window entry (log, fast form)
---   old     score of the newest old-form entry that may be in the window
---           (log), false in the fast form
---   b       counted buckets as { end us, units } oldest first (bucketed)
---   dead    fields to trim (bucketed)
+--   first   cost of the oldest in-window entry (log)
+--   h       the hash as HGETALL gave it (bucketed)
+--   dead    fields to trim (bucketed), or false
 --   score   score (log) or bucket end (bucketed) of this admission, us
 local slot = {}
 
 -- Bucketed window <s>, read only: the buckets that end after the cut
--- count; the others (ended, or not ours) are dead.
+-- count; the others (ended, or not ours) are dead. Only the sum and the
+-- oldest and newest ends: the order of the buckets is a denial's concern
+-- (retry_buckets), so an admission builds no table per bucket.
 local function read_buckets(s)
 	local h = call('HGETALL', s.key)
-	local n, b, d = 0, {}, {}
+	local n, lo, hi, d = 0, false, false, false
 	for j = 1, #h, 2 do
 		local e, v = tonumber(h[j]), tonumber(h[j + 1])
 		if e and v and e * 1000 > s.cut then
+			e = e * 1000
 			n = n + v
-			b[#b + 1] = { e * 1000, v }
+			if not lo or e < lo then lo = e end
+			if not hi or e > hi then hi = e end
 		else
+			if not d then d = {} end
 			d[#d + 1] = h[j]
 		end
 	end
-	table.sort(b, function(x, y) return x[1] < y[1] end)
-	s.count, s.b, s.dead = n, b, d
-	s.oldest = b[1] and b[1][1] or false
+	s.count, s.h, s.dead, s.oldest, s.top = n, h, d, lo, hi
 end
 
 -- Time until <need> units have left bucketed window <s>: a bucket leaves
 -- when the cut reaches its end, one window after it. Never early.
 local function retry_buckets(s, need, win_us)
-	local acc, b = 0, s.b
-	for j = 1, #b do
-		acc = acc + b[j][2]
-		if acc >= need then return b[j][1] + win_us - now end
+	local h, ends, units = s.h, {}, {}
+	for j = 1, #h, 2 do
+		local e, v = tonumber(h[j]), tonumber(h[j + 1])
+		if e and v and e * 1000 > s.cut then
+			if units[e] then
+				units[e] = units[e] + v
+			else
+				ends[#ends + 1], units[e] = e, v
+			end
+		end
+	end
+	table.sort(ends)
+	local acc = 0
+	for j = 1, #ends do
+		acc = acc + units[ends[j]]
+		if acc >= need then return ends[j] * 1000 + win_us - now end
 	end
 	return win_us
 end
@@ -164,42 +179,26 @@ local function trim(key, what)
 		held[#held + 1] = what
 	elseif type(what) == 'string' then
 		call('ZREMRANGEBYSCORE', key, '-inf', what)
-	elseif what[1] then
+	else
 		call('HDEL', key, unpack(what))
 	end
 end
 
--- Log window <s>, read only (see slot above).
+-- Log window <s>, read only (see slot above). False when an end of the
+-- window holds a member that is not ours.
 local function read_window(s)
-	local key, lo = s.key, '(' .. s.cuts
-	s.count, s.cum, s.top, s.oldest, s.first, s.old = 0, 0, false, false, false, false
-	local a = call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
-	if not a[1] then return end
+	local key = s.key
+	s.count, s.cum, s.top, s.oldest, s.first = 0, 0, false, false, false
+	local a = call('ZRANGEBYSCORE', key, '(' .. s.cuts, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+	if not a[1] then return true end
 	local b = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+	local c1, k1 = parse(a[1])
+	local c2 = parse(b[1])
+	if not (c1 and c2) then return false end
 	-- (scores are numeric strings: '+ 0' converts once, tonumber() twice)
 	s.oldest, s.top = a[2] + 0, b[2] + 0
-	local c1, k1 = parse(a[1])
-	local c2, _, l2 = parse(b[1])
-	if c1 and c2 and not (l2 and l2 > s.cut) then
-		s.count, s.cum, s.first = c2 - c1 + k1, c2, k1
-		return
-	end
-	-- Old-form entries in the window: walk it (only until they are gone).
-	local n, o, off = 0, 0, 0
-	if l2 and l2 > s.cut then o = l2 end
-	repeat
-		local r = call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', int(off), int(PAGE))
-		for j = 1, #r, 2 do
-			local c, k = parse(r[j])
-			if c then
-				n, s.cum = n + k, c
-			else
-				n, o = n + 1, r[j + 1] + 0
-			end
-		end
-		off = off + PAGE
-	until #r < 2 * PAGE
-	s.count, s.old = n, o
+	s.count, s.cum, s.first = c2 - c1 + k1, c2, k1
+	return true
 end
 
 -- Member and score of rank <r> of <key>.
@@ -211,72 +210,66 @@ end
 
 -- Time until <need> units have left log window <s> (after its trim, so
 -- rank 0 is the oldest in-window entry; in a batch, after the expired
--- ones): when the entry whose leaving frees the <need>th unit leaves.
--- Binary search on cum in the fast form, a walk otherwise. Never early: an
--- entry leaves exactly one window after its score.
+-- ones): when the entry whose leaving frees the <need>th unit leaves, by
+-- a binary search on cum. Never early: an entry leaves exactly one window
+-- after its score.
 local function retry_for(s, need, win_us)
 	-- the usual case (cost 1 on a full window): the oldest is enough
-	if not s.old and s.first >= need then return s.oldest + win_us - now end
+	if s.first >= need then return s.oldest + win_us - now end
 	-- In a batch the trim is held back: rank <skip> is the oldest in-window.
 	-- (Counted with ZRANGEBYSCORE, not ZCOUNT, to stay within the command set
 	-- of the documented ACL: the entries that left since this key's last
 	-- decision, few on a key busy enough to be denied.)
 	local key, skip = s.key, 0
 	if held then skip = #call('ZRANGEBYSCORE', key, '-inf', s.cuts) end
-	if not s.old then
-		local base = s.count - s.cum   -- cum of the entry before the oldest, negated
-		local lo, hi = skip, call('ZCARD', key) - 1
-		while lo < hi do
-			local mid = math.floor((lo + hi) / 2)
-			local c = parse((at(key, mid)))
-			if c + base >= need then hi = mid else lo = mid + 1 end
-		end
-		local _, sc = at(key, lo)
-		return sc + win_us - now
+	local base = s.count - s.cum   -- cum of the entry before the oldest, negated
+	local lo, hi = skip, call('ZCARD', key) - 1
+	while lo < hi do
+		local mid = math.floor((lo + hi) / 2)
+		-- (a member not ours in the middle reads as cum 0: the search goes
+		-- past it, later, never early)
+		local c = parse((at(key, mid))) or 0
+		if c + base >= need then hi = mid else lo = mid + 1 end
 	end
-	local acc, off = 0, skip
-	repeat
-		local r = call('ZRANGE', key, int(off), int(off + PAGE - 1), 'WITHSCORES')
-		for j = 1, #r, 2 do
-			local _, k = parse(r[j])
-			acc = acc + (k or 1)
-			if acc >= need then return r[j + 1] + win_us - now end
-		end
-		off = off + PAGE
-	until #r < 2 * PAGE
-	return win_us
+	local _, sc = at(key, lo)
+	return sc + win_us - now
 end
 
 local BAD_ARGS = 'ERR sliding_window: bad arguments'
 local BAD_WINDOW = 'ERR sliding_window: bad limit or window'
 local BAD_BATCH = 'ERR sliding_window: bad batch'
+local BAD_ENTRY = 'ERR sliding_window: bad entry'
 
 -- One decision over the <n> windows KEYS[k0 + i]: its cost is ARGV[a0 + 1],
--- window i's limit and length ARGV[a0 + 1 + 2i] and ARGV[a0 + 2 + 2i] (the
+-- window i's limit and length ARGV[a0 + 2i] and ARGV[a0 + 1 + 2i] (the
 -- script's own arguments: k0 = a0 = 0; or its slice of a batch).
 local function decide(k0, a0, n)
 	local cost = num(ARGV[a0 + 1])
-	if not cost or cost < 1 then return redis.error_reply(BAD_ARGS) end
+	if not whole(cost) then return redis.error_reply(BAD_ARGS) end
 	local allowed = true
 	for i = 1, n do
 		local s = slot[i]
 		if not s then s = {}; slot[i] = s end
-		local ws = ARGV[a0 + 2 + 2 * i]
-		local l, w, p = num(ARGV[a0 + 1 + 2 * i]), num(ws), false
+		local ws = ARGV[a0 + 1 + 2 * i]
+		local l, w, p = num(ARGV[a0 + 2 * i]), num(ws), false
 		if not w then
 			local wm, pm = match(ws, '^(%d+):(%d+)$')
 			w, p = tonumber(wm), tonumber(pm)
-			if not p or p < 1 then w = nil end
+			if not whole(p) then w = false end
 		end
-		if not l or l < 1 or not w or w < 1 then
+		if not (whole(l) and whole(w)) then
 			return redis.error_reply(BAD_WINDOW)
 		end
 		-- Inclusive bound: score <= now - window is out, so an entry exactly
 		-- one window old does not count.
-		s.key, s.limit, s.win, s.prec, s.ttl = KEYS[k0 + i], l, w, p, ws
+		s.key, s.limit, s.win, s.prec = KEYS[k0 + i], l, w, p
 		s.cut = now - w * 1000
 		s.cuts = int(s.cut)
-		if p then read_buckets(s) else read_window(s) end
+		if p then
+			read_buckets(s)
+		elseif not read_window(s) then
+			return redis.error_reply(BAD_ENTRY)
+		end
 		if s.count + cost > l then allowed = false end
 	end
 
@@ -295,17 +288,20 @@ local function decide(k0, a0, n)
 				local sc = now
 				if s.top and s.top >= now then sc = s.top + 1 end
 				s.score = sc
-				local m = format('%x:%x', s.cum + cost, cost)
-				if s.old and s.old > s.cut then m = m .. format(':%x', s.old) end
-				call('ZADD', s.key, sc == now and nows or int(sc), m)
+				call('ZADD', s.key, sc == now and nows or int(sc), format('%x:%x', s.cum + cost, cost))
 			end
 		end
 		for i = 1, n do
 			local s = slot[i]
-			trim(s.key, s.prec and s.dead or s.cuts)
-			-- (a bucket's score, its end, is always after now)
-			local ttl = s.ttl
-			if s.score ~= now then ttl = int(s.win + math.ceil((s.score - now) / 1000)) end
+			if not s.prec then trim(s.key, s.cuts) elseif s.dead then trim(s.key, s.dead) end
+			-- The key lives until its newest entry or bucket leaves: its score
+			-- (or, after a clock step back, a later bucket's end) plus one
+			-- window, rounded up to a ms, plus 1 ms: PEXPIRE counts from
+			-- Redis's time snapshot of the command, in whole ms and taken
+			-- before TIME gave <now>, so up to 1 ms behind it.
+			local last = s.score
+			if s.top and s.top > last then last = s.top end
+			local ttl = int(s.win + 1 + math.ceil((last - now) / 1000))
 			call('PEXPIRE', s.key, ttl)
 			local rem = s.limit - s.count - cost
 			if not best or rem < best_rem then
@@ -320,7 +316,7 @@ local function decide(k0, a0, n)
 	else
 		for i = 1, n do
 			local s = slot[i]
-			trim(s.key, s.prec and s.dead or s.cuts)
+			if not s.prec then trim(s.key, s.cuts) elseif s.dead then trim(s.key, s.dead) end
 		end
 		for i = 1, n do
 			local s = slot[i]
@@ -351,24 +347,24 @@ end
 
 if ARGV[1] ~= 'batch' then
 	local n = #KEYS
-	if n < 1 or not ARGV[2] or #ARGV ~= 2 + 2 * n then
+	if n < 1 or #ARGV ~= 1 + 2 * n then
 		return redis.error_reply(BAD_ARGS)
 	end
 	return decide(0, 0, n)
 end
 
-local nb = tonumber(ARGV[2])
-if not nb or nb < 1 then return redis.error_reply(BAD_BATCH) end
+local nb = num(ARGV[2])
+if not whole(nb) then return redis.error_reply(BAD_BATCH) end
 -- Check the whole layout before deciding anything: a malformed batch
--- writes nothing. Decision d: its key count at ARGV[ai + 1], then its cost,
--- request id and limit/window pairs.
+-- writes nothing. Decision d: its key count at ARGV[ai + 1], then its cost
+-- and limit/window pairs.
 local ki, ai = 0, 2
 for d = 1, nb do
 	local nk = num(ARGV[ai + 1])
-	if not nk or nk < 1 or ki + nk > #KEYS or ai + 3 + 2 * nk > #ARGV then
+	if not whole(nk) or ki + nk > #KEYS or ai + 2 + 2 * nk > #ARGV then
 		return redis.error_reply(BAD_BATCH)
 	end
-	ki, ai = ki + nk, ai + 3 + 2 * nk
+	ki, ai = ki + nk, ai + 2 + 2 * nk
 end
 if ki ~= #KEYS or ai ~= #ARGV then return redis.error_reply(BAD_BATCH) end
 local out = {}
@@ -383,7 +379,7 @@ for d = 1, nb do
 		if type(r) == 'table' and r.err then r = { err = r.err } else r = { err = 'ERR ' .. tostring(r) } end
 	end
 	out[d] = r
-	ki, ai = ki + nk, ai + 3 + 2 * nk
+	ki, ai = ki + nk, ai + 2 + 2 * nk
 end
 -- Expired entries are out of every count already (counts are by score):
 -- dropping them last changes no answer.

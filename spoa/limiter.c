@@ -275,8 +275,8 @@ int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_
 	struct window_args a;
 	enum window_reason why;
 
-	if (window_build_args(&c->policy, l->sha, c->key, c->key_len, c->cost, c->member,
-	                      &a, &why) == -1)
+	if (window_build_args(&c->policy, l->sha, c->key, c->key_len, c->cost, &a,
+	                      &why) == -1)
 		return -1;
 	if (!k)
 		k = limiter_route(l, a.argv[3], a.argvlen[3]);
@@ -319,8 +319,8 @@ static int limiter_call_retry_eval(struct limiter *l, struct limiter_link *k,
 
 	if (ac != k->ac)
 		return -1;
-	if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, c->member,
-	                      &a, &why) == -1)
+	if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, &a,
+	                      &why) == -1)
 		return -1;
 	a.argv[0] = "EVAL";
 	a.argvlen[0] = 4;
@@ -651,7 +651,7 @@ static int limiter_batch_send(struct limiter *l, struct limiter_batch *b, bool e
 	for (i = 0; i < b->n; i++) {
 		struct limiter_call *c = b->calls[i];
 
-		if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, c->member,
+		if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost,
 		                      &l->bargs[i], &why) == -1)
 			return -1;
 	}
@@ -832,35 +832,6 @@ static void limiter_call_arm(struct limiter *l, struct limiter_call *c)
 	ev_timer_start(l->loop, &c->deadline);
 }
 
-/* Member prefix of the next request into <dst>/<cap>: unique per limiter
- * instance (random), thread and request; at most 38 bytes and the NUL. The
- * random part is drawn per limiter, not once per process: a limiter
- * re-created for the same thread restarts its counter, and would otherwise
- * repeat members still in a window (ZADD would then move, not add, them). */
-static void limiter_next_member(struct limiter *l, char *dst, size_t cap)
-{
-	static const char hex[] = "0123456789abcdef";
-	uint64_t parts[3] = { l->instance, l->thread_id & 0xffffu, l->counter++ };
-	char tmp[LIMITER_MEMBER_MAX];
-	size_t n = 0;
-	int i, shift;
-
-	/* "%016llx-%x-%llx" by hand: this runs once per decision */
-	for (shift = 60; shift >= 0; shift -= 4)
-		tmp[n++] = hex[(parts[0] >> shift) & 0xf];
-	for (i = 1; i < 3; i++) {
-		tmp[n++] = '-';
-		for (shift = 60; shift > 0 && !((parts[i] >> shift) & 0xf); shift -= 4)
-			;
-		for (; shift >= 0; shift -= 4)
-			tmp[n++] = hex[(parts[i] >> shift) & 0xf];
-	}
-	if (n >= cap)
-		n = cap - 1;
-	memcpy(dst, tmp, n);
-	dst[n] = '\0';
-}
-
 /* Borrows <p> and <key> for the call only: a call sent to Redis keeps its
  * own copies (in a pool call owned by <l>). Contract in limiter.h. */
 int limiter_check(struct limiter *l, const struct window_policy *p,
@@ -872,7 +843,6 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 	struct limiter_call *c;
 	struct limiter_link *k;
 	enum window_reason why;
-	char member[LIMITER_MEMBER_MAX];
 	const struct window_limit *lim;
 	unsigned nwin;
 	int64_t now;
@@ -881,8 +851,8 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 		return -1;
 
 	/* Step 1: the request itself must be valid (never fails open). */
-	limiter_next_member(l, member, sizeof(member));
-	if (window_build_args(p, l->sha, key, key_len, cost, member, &a, &why) == -1) {
+	l->counter++;
+	if (window_build_args(p, l->sha, key, key_len, cost, &a, &why) == -1) {
 		window_decide_error(p, why, &d);
 		if (why == WINDOW_REASON_BAD_KEY || why == WINDOW_REASON_BAD_COST)
 			d.status = WINDOW_ERROR;
@@ -940,7 +910,6 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 	c->policy.noverrides = 0;
 	memcpy(c->key, key, key_len);
 	c->key_len = key_len;
-	memcpy(c->member, member, sizeof(member));
 	if (l->batch > 1 && !l->cluster) {
 		/* batched: sent by limiter_flush() before the loop next waits
 		 * (or now, when the batch is full); its deadline runs from now */
@@ -1074,7 +1043,6 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	l->script = s->script;
 	l->script_len = s->script_len;
 	l->metrics = s->metrics;
-	l->thread_id = s->thread_id;
 	l->instance = limiter_random64((uint64_t)(uintptr_t)l);
 	l->rng = limiter_random64(l->instance ^ 0x5bd1e995u);
 	deny_cache_init(&l->cache, limiter_random64(l->rng));

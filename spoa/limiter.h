@@ -33,7 +33,6 @@ struct limiter_settings {
 	                                 * never on cluster://) */
 	const char *script;             /* Lua source, borrowed until limiter_free() */
 	size_t script_len;
-	unsigned thread_id;             /* for the unique member prefix */
 	struct metrics *metrics;        /* this thread's counters, may be NULL; set once by
 	                                 * limiter_new() (a reconfigure keeps them) */
 	bool allow_eviction;            /* decide even when Redis may evict keys */

@@ -41,7 +41,6 @@
 #define LIMITER_POOL_KEEP       1u      /* idle chunks kept after a burst */
 #define LIMITER_ANSWERS_KEEP    64u     /* queued-answer slots kept */
 #define LIMITER_BATCH_KEEP      4u      /* idle batches kept after a burst */
-#define LIMITER_MEMBER_MAX      40      /* "<16 hex>-<4 hex>-<16 hex>" + NUL */
 #define LIMITER_BACKOFF_MIN_MS  100
 #define LIMITER_BACKOFF_MAX_MS  2000
 #define LIMITER_STALL_MIN_MS    1000    /* floor of connect and stall limits */
@@ -125,7 +124,6 @@ struct limiter_call {
 	struct window_policy policy;
 	size_t key_len;
 	char key[WINDOW_KEY_MAX];
-	char member[LIMITER_MEMBER_MAX];
 };
 
 /* Calls sent together as one script call (redis-batch): hiredis holds the
@@ -229,10 +227,8 @@ struct limiter {
 	bool evicting;                  /* a link in use evicts keys */
 	char last_error[160];           /* why the last attempt failed, for a reload's verdict */
 
-	/* member prefix: random per limiter, thread id, counter */
-	uint64_t instance;
-	unsigned thread_id;
-	uint64_t counter;
+	uint64_t instance;              /* random per limiter: seeds rng */
+	uint64_t counter;               /* decisions asked: rotates the topology refresh's node */
 	uint64_t rng;                   /* xorshift state for jitter */
 
 	/* calls */

@@ -259,10 +259,10 @@ static void args_add_u64(struct args_writer *w, uint64_t v, uint64_t v2)
 }
 
 /*
- * Build "EVALSHA <sha> <nkeys> KEYS... <cost> <member> (<limit> <ms>)..." for
+ * Build "EVALSHA <sha> <nkeys> KEYS... <cost> (<limit> <ms>)..." for
  * <key> under <p> into <a> (argv borrows a->buf). Rejects a bad key
  * (BAD_KEY) and a cost of 0, above the policy's max-cost or above the
- * smallest limit that applies (BAD_COST); an argument that cannot fit (an oversized <sha> or <member>)
+ * smallest limit that applies (BAD_COST); an argument that cannot fit (an oversized <sha>)
  * is reported as REDIS_ERROR. Returns 0, or -1 with <*why>.
  */
 /* Borrows everything; see window.h. */
@@ -277,7 +277,7 @@ int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
 		return -1;
 	for (i = 0; i < n; i++) {
 		if (one[i].nkeys < 1 || one[i].nkeys > WINDOW_MAX_WINDOWS ||
-		    one[i].argc != 5 + 3 * (int)one[i].nkeys)
+		    one[i].argc != 4 + 3 * (int)one[i].nkeys)
 			return -1;
 		keys += one[i].nkeys;
 	}
@@ -313,7 +313,7 @@ int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
 
 int window_build_args(const struct window_policy *p, const char *sha,
                       const char *key, size_t key_len, uint64_t cost,
-                      const char *member, struct window_args *a,
+                      struct window_args *a,
                       enum window_reason *why)
 {
 	static const char prefix[] = ":limit:v1:", bprefix[] = ":limit:b1:";
@@ -375,7 +375,6 @@ int window_build_args(const struct window_policy *p, const char *sha,
 		args_end(&w, start, pos);
 	}
 	args_add_u64(&w, cost, 0);
-	args_add(&w, member, strlen(member));
 	for (i = 0; i < nwin; i++) {
 		args_add_u64(&w, lim[i].limit, 0);
 		args_add_u64(&w, lim[i].window_ms,

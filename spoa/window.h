@@ -8,14 +8,11 @@
  * The script contract (lua/sliding_window.lua):
  *   KEYS[1..n]  one sorted set per window of the policy
  *   ARGV[1]     cost (units this request consumes)
- *   ARGV[2]     request id, unique per request (agent id + counter); kept
- *               in the layout, not stored (the script makes its members
- *               unique: one entry per admitted request carrying its cost)
- *   ARGV[3+2i]  limit of window i      ARGV[4+2i]  window i length in ms,
+ *   ARGV[2i]    limit of window i      ARGV[2i+1]  window i length in ms,
  *               or "<ms>:<precision ms>" for a bucketed window (a hash of
  *               per-bucket counts instead of the sorted-set log)
  * or, for a batch (redis-batch): ARGV[1] "batch", ARGV[2] n, then per
- * decision its key count, cost, request id and limit/window pairs (KEYS:
+ * decision its key count, cost and limit/window pairs (KEYS:
  * the decisions' keys one after the other); returns n such results, an
  * error element for a decision that failed alone. One decision
  * returns an array of 6 integers:
@@ -36,8 +33,8 @@
 #define WINDOW_MAX_WINDOWS     4      /* "10/1s 1000/1h": windows per policy */
 /* a key's '}' and '%' take 3 bytes in a hash tag */
 #define WINDOW_REDIS_KEY_MAX   (WINDOW_NAME_MAX + 3 * WINDOW_KEY_MAX + 32)
-/* "EVALSHA" sha nkeys, one key per window, cost, member, limit+window per window */
-#define WINDOW_SCRIPT_ARGC_MAX (5 + WINDOW_MAX_WINDOWS * 3)
+/* "EVALSHA" sha nkeys, one key per window, cost, limit+window per window */
+#define WINDOW_SCRIPT_ARGC_MAX (4 + WINDOW_MAX_WINDOWS * 3)
 /* precision=<d>: bucket length bounds (a bucket per precision of window) */
 #define WINDOW_PRECISION_MIN_MS      1000
 #define WINDOW_PRECISION_MAX_BUCKETS 600
@@ -161,17 +158,16 @@ int window_check_key(const char *key, size_t key_len);
  * (precision=) is a hash under "b1" instead of "v1", so that a config
  * change never reads a sorted set as a hash or the reverse; its window
  * argument is "<ms>:<precision ms>".
- * <member> is the request's unique member prefix (NUL-terminated).
  * Returns 0, or -1 with the reason in <*why> (BAD_KEY, BAD_COST).
  */
 int window_build_args(const struct window_policy *p, const char *sha,
                       const char *key, size_t key_len, uint64_t cost,
-                      const char *member, struct window_args *a,
+                      struct window_args *a,
                       enum window_reason *why);
 
 /* A batch: per decision, what window_build_args() made (keys and ARGV)
  * joined into one call, "<cmd>" <head> <total keys> KEYS... "batch" <n>
- * then per decision <its key count> <cost> <member> <limit window>...
+ * then per decision <its key count> <cost> <limit window>...
  * (<cmd>/<head>: "EVALSHA" sha, or "EVAL" script). */
 #define WINDOW_BATCH_ARGC(n)   (5 + (size_t)(n) * (WINDOW_SCRIPT_ARGC_MAX - 2))
 #define WINDOW_BATCH_NUMS(n)   (48 + (size_t)(n) * 4)

@@ -200,7 +200,6 @@ static void worker_fill_settings(struct worker *w, const struct config *c,
 	s->tls = &c->tls;
 	s->script = w->script;
 	s->script_len = w->script_len;
-	s->thread_id = w->id;
 	s->metrics = &w->metrics;
 	s->policies = c->policies;
 	s->npolicies = c->npolicies;

@@ -39,7 +39,7 @@ fill() {
 		for (i = 0; i < n; i++) {
 			t = start + int(i * ms * 1000 / n)
 			printf "HSET bm:clock s %d us %d\n", int(t / 1000000), t % 1000000
-			printf "EVALSHA %s 1 %s 1 r %d %s\n", sha, k, n, arg
+			printf "EVALSHA %s 1 %s 1 %d %s\n", sha, k, n, arg
 		}
 	}' | rcli >"$T/fill.out"
 	printf '%s %s\n' "$(rcli MEMORY USAGE "$key" SAMPLES 0)" "$(tail -n 4 "$T/fill.out" | head -n 1)"
@@ -52,7 +52,7 @@ usec() {
 	rcli FLUSHALL >/dev/null
 	rcli CONFIG RESETSTAT >/dev/null
 	redis-benchmark -p "$REDIS_PORT" -c 16 -n "$CALLS" -r "$accounts" -q \
-		EVALSHA "$SHA" 1 "${prefix}__rand_int__" 1 r "$limit" "$arg" >/dev/null
+		EVALSHA "$SHA" 1 "${prefix}__rand_int__" 1 "$limit" "$arg" >/dev/null
 	rcli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p'
 }
 

@@ -67,12 +67,12 @@ while done < count:
         cmd('HSET', 'ir:clock', 's', t // 1000000, 'us', t % 1000000)
     n = min(batch, count - done)
     if batch == 1:
-        cmd('EVALSHA', sha, 1, 'transfer:limit:v1:{ACC-%d}' % account(), 1, 'ir-%d' % done, LIMIT, WINDOW_MS)
+        cmd('EVALSHA', sha, 1, 'transfer:limit:v1:{ACC-%d}' % account(), 1, LIMIT, WINDOW_MS)
     else:
         keys = ['transfer:limit:v1:{ACC-%d}' % account() for _ in range(n)]
         args = ['batch', n]
         for i in range(n):
-            args += [1, 1, 'ir-%d' % (done + i), LIMIT, WINDOW_MS]
+            args += [1, 1, LIMIT, WINDOW_MS]
         cmd('EVALSHA', sha, n, *keys, *args)
     done += n
     t += n * 1000000 // RATE

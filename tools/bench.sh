@@ -186,7 +186,7 @@ run_spoa_bench() {
 declare -A RB_N       # redis-benchmark -n per shape, from one calibration
 redis_ceiling() {
 	local name=$1 c=$2 p=$3 n rps line
-	local args=(EVALSHA "$SHA" 1 "transfer:limit:v1:ACC-__rand_int__" 1 "rb:__rand_int__"
+	local args=(EVALSHA "$SHA" 1 "transfer:limit:v1:ACC-__rand_int__" 1
 	            "$POLICY_LIMIT" "$POLICY_WINDOW_MS")
 	# redis-benchmark has no duration: size -n from a short calibration
 	if [ -z "${RB_N[$c-$p]:-}" ]; then

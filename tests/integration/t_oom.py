@@ -93,7 +93,7 @@ h.check("Redis memory did not grow (%d -> %d)" % (mem0, mem1), mem1 <= mem0 + 65
 with open(os.path.join(u.ROOT, "lua", "sliding_window.lua")) as f:
     script = f.read()
 out = h.rcli("EVAL", script, 2, "transfer:limit:v1:ACC-FULL", "transfer:limit:v1:ACC-BATCH",
-             "batch", 2, 1, 1, "m1", 3, 60000, 1, 1, "m2", 3, 60000)
+             "batch", 2, 1, 1, 3, 60000, 1, 1, 3, 60000)
 h.check("over maxmemory, a batch [deny, new account]: the second is refused (OOM)",
         "OOM" in out, out)
 h.eq("... and nothing recorded for it", "0", h.rcli("EXISTS", "transfer:limit:v1:ACC-BATCH"))

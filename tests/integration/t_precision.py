@@ -80,16 +80,14 @@ TIMED = r("SCRIPT", "LOAD", SCRIPT.replace(RET, "best_retry, best - 1, nows }"))
 CLOCKED = r("SCRIPT", "LOAD", SCRIPT.replace(
     "local t = redis.call('TIME')",
     "local t = redis.call('HMGET', 'test:clock', 's', 'us')")).decode()
-SEQ = [0]
 
 
 def ev(sha, keys, cost, wins):
     """One decision; <wins> = [(limit, window ms, precision ms or 0)...]."""
-    SEQ[0] += 1
     argv = []
     for lim, ms, prec in wins:
         argv += [lim, "%d:%d" % (ms, prec) if prec else ms]
-    return r("EVALSHA", sha, len(keys), *keys, cost, "req-%d" % SEQ[0], *argv)
+    return r("EVALSHA", sha, len(keys), *keys, cost, *argv)
 
 
 # -- never over-admit, on Redis's clock ---------------------------------------

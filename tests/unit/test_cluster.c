@@ -106,7 +106,7 @@ static void test_window_keys_one_slot(void **state)
 		const char *acc = accounts[i];
 		unsigned slot;
 
-		assert_int_equal(window_build_args(&p, "sha", acc, strlen(acc), 1, "m", &a, &why), 0);
+		assert_int_equal(window_build_args(&p, "sha", acc, strlen(acc), 1, &a, &why), 0);
 		assert_int_equal(a.nkeys, WINDOW_MAX_WINDOWS);
 		slot = cluster_key_slot(a.argv[3], a.argvlen[3]);
 		for (k = 1; k < a.nkeys; k++)
@@ -116,7 +116,7 @@ static void test_window_keys_one_slot(void **state)
 			assert_int_equal(slot, slot_of(acc));
 	}
 	/* the escaped form is what is hashed */
-	assert_int_equal(window_build_args(&p, "sha", "}x", 2, 1, "m", &a, &why), 0);
+	assert_int_equal(window_build_args(&p, "sha", "}x", 2, 1, &a, &why), 0);
 	assert_int_equal(cluster_key_slot(a.argv[3], a.argvlen[3]), slot_of("%7Dx"));
 }
 

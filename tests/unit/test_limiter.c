@@ -125,7 +125,7 @@ static struct limiter *new_limiter(const char *url, uint64_t timeout_ms)
 {
 	struct limiter_settings s = {
 		.redis_url = url, .timeout_ms = timeout_ms, .script = SCRIPT,
-		.script_len = strlen(SCRIPT), .thread_id = 1, .batch = batch,
+		.script_len = strlen(SCRIPT), .batch = batch,
 		.metrics = &metrics,
 	};
 	char err[256] = "";

@@ -152,18 +152,17 @@ static void test_args_single(void **state)
 	(void)state;
 	policy_make(&p, "transfer", 3, 1000);
 	assert_int_equal(window_build_args(&p, "0123456789abcdef0123456789abcdef01234567",
-	                                   "ACC-1001", 8, 1, "a1-7", &a, &why), 0);
+	                                   "ACC-1001", 8, 1, &a, &why), 0);
 	assert_int_equal(why, WINDOW_REASON_NONE);
-	assert_int_equal(a.argc, 8);
+	assert_int_equal(a.argc, 7);
 	assert_int_equal(a.nkeys, 1);
 	assert_arg(&a, 0, "EVALSHA");
 	assert_arg(&a, 1, "0123456789abcdef0123456789abcdef01234567");
 	assert_arg(&a, 2, "1");
 	assert_arg(&a, 3, "transfer:limit:v1:ACC-1001");
 	assert_arg(&a, 4, "1");
-	assert_arg(&a, 5, "a1-7");
-	assert_arg(&a, 6, "3");
-	assert_arg(&a, 7, "1000");
+	assert_arg(&a, 5, "3");
+	assert_arg(&a, 6, "1000");
 }
 
 /* A batch joins each decision's keys, then "batch" n and each decision's
@@ -184,17 +183,17 @@ static void test_args_batch(void **state)
 	p2.nwin = 2;
 	p2.win[1].limit = 100;
 	p2.win[1].window_ms = 3600000;
-	assert_int_equal(window_build_args(&p1, "", "A", 1, 1, "m1", &one[0], &why), 0);
-	assert_int_equal(window_build_args(&p2, "", "B", 1, 3, "m2", &one[1], &why), 0);
+	assert_int_equal(window_build_args(&p1, "", "A", 1, 1, &one[0], &why), 0);
+	assert_int_equal(window_build_args(&p2, "", "B", 1, 3, &one[1], &why), 0);
 	argc = window_build_batch(one, 2, "EVALSHA", "sha", 3, argv, argvlen, nums);
-	assert_int_equal(argc, 3 + 3 + 2 + 5 + 7);
+	assert_int_equal(argc, 3 + 3 + 2 + 4 + 6);
 	for (i = 0; i < (size_t)argc; i++) {
 		assert_int_equal(strlen(argv[i]) >= argvlen[i], 1);
 		len += (size_t)snprintf(joined + len, sizeof(joined) - len, "%s%.*s", i ? " " : "",
 		                        (int)argvlen[i], argv[i]);
 	}
 	assert_string_equal(joined, "EVALSHA sha 3 api:limit:v1:A exp:limit:v1:{B}:1m "
-	                    "exp:limit:v1:{B}:1h batch 2 1 1 m1 10 1000 2 3 m2 5 60000 100 3600000");
+	                    "exp:limit:v1:{B}:1h batch 2 1 1 10 1000 2 3 5 60000 100 3600000");
 	assert_int_equal(window_build_batch(one, 0, "EVALSHA", "sha", 3, argv, argvlen, nums), -1);
 	one[1].argc--;
 	assert_int_equal(window_build_batch(one, 2, "EVALSHA", "sha", 3, argv, argvlen, nums), -1);
@@ -210,21 +209,20 @@ static void test_args_multi(void **state)
 	policy_make(&p, "api", 10, 1000);
 	policy_add(&p, 1000, 3600000);
 	policy_add(&p, 50, 500);
-	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 2, "m", &a, &why), 0);
+	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 2, &a, &why), 0);
 	assert_int_equal(a.nkeys, 3);
-	assert_int_equal(a.argc, 3 + 3 + 2 + 6);
+	assert_int_equal(a.argc, 3 + 3 + 1 + 6);
 	assert_arg(&a, 2, "3");
 	assert_arg(&a, 3, "api:limit:v1:{ACC-1}:1s");
 	assert_arg(&a, 4, "api:limit:v1:{ACC-1}:1h");
 	assert_arg(&a, 5, "api:limit:v1:{ACC-1}:500ms");
 	assert_arg(&a, 6, "2");
-	assert_arg(&a, 7, "m");
-	assert_arg(&a, 8, "10");
+	assert_arg(&a, 7, "10");
+	assert_arg(&a, 8, "1000");
 	assert_arg(&a, 9, "1000");
-	assert_arg(&a, 10, "1000");
-	assert_arg(&a, 11, "3600000");
-	assert_arg(&a, 12, "50");
-	assert_arg(&a, 13, "500");
+	assert_arg(&a, 10, "3600000");
+	assert_arg(&a, 11, "50");
+	assert_arg(&a, 12, "500");
 }
 
 /* precision=: windows longer than it go to a b1 hash with "<ms>:<precision>";
@@ -240,22 +238,23 @@ static void test_args_precision(void **state)
 	policy_add(&p, 1000, 3600000);
 	policy_add(&p, 30, 60000);
 	p.precision_ms = 60000;
-	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 2, "m", &a, &why), 0);
-	assert_int_equal(a.argc, 3 + 3 + 2 + 6);
+	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 2, &a, &why), 0);
+	assert_int_equal(a.argc, 3 + 3 + 1 + 6);
 	assert_arg(&a, 3, "exports:limit:v1:{ACC-1}:1s");
 	assert_arg(&a, 4, "exports:limit:b1:{ACC-1}:1h");
 	assert_arg(&a, 5, "exports:limit:v1:{ACC-1}:1m");
-	assert_arg(&a, 9, "1000");
-	assert_arg(&a, 11, "3600000:60000");
-	assert_arg(&a, 13, "60000");
+	assert_arg(&a, 8, "1000");
+	assert_arg(&a, 10, "3600000:60000");
+	assert_arg(&a, 12, "60000");
 
 	/* single window: no tag, b1 */
 	policy_make(&p, "big", 10000, 86400000);
 	p.precision_ms = 900000;
-	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 1, "m", &a, &why), 0);
+	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 1, &a, &why), 0);
 	assert_arg(&a, 3, "big:limit:b1:ACC-1");
-	assert_arg(&a, 6, "10000");
-	assert_arg(&a, 7, "86400000:900000");
+	assert_int_equal(a.argc, 7);
+	assert_arg(&a, 5, "10000");
+	assert_arg(&a, 6, "86400000:900000");
 }
 
 /* precision= checks (config's -c): minimum, divides, bucket count; windows
@@ -286,15 +285,13 @@ static void test_args_worst_case(void **state)
 	struct window_policy p;
 	struct window_args a;
 	enum window_reason why;
-	char name[WINDOW_NAME_MAX + 1], key[WINDOW_KEY_MAX], member[65];
+	char name[WINDOW_NAME_MAX + 1], key[WINDOW_KEY_MAX];
 	unsigned i;
 
 	(void)state;
 	memset(name, 'n', WINDOW_NAME_MAX);
 	name[WINDOW_NAME_MAX] = '\0';
 	memset(key, 'k', sizeof(key));
-	memset(member, 'm', 64);
-	member[64] = '\0';
 	policy_make(&p, name, 1000000, 86399999);
 	p.nwin = WINDOW_MAX_WINDOWS;
 	for (i = 0; i < WINDOW_MAX_WINDOWS; i++) {
@@ -302,21 +299,21 @@ static void test_args_worst_case(void **state)
 		p.win[i].window_ms = 86399999 - i;
 	}
 	assert_int_equal(window_build_args(&p, "0123456789abcdef0123456789abcdef01234567",
-	                                   key, sizeof(key), 1000000, member, &a, &why), 0);
-	assert_int_equal(a.argc, 5 + 3 * WINDOW_MAX_WINDOWS);
+	                                   key, sizeof(key), 1000000, &a, &why), 0);
+	assert_int_equal(a.argc, 4 + 3 * WINDOW_MAX_WINDOWS);
 	assert_int_equal(a.argvlen[3], WINDOW_NAME_MAX + 11 + WINDOW_KEY_MAX + 2 + 10);
 	assert_memory_equal(a.argv[3] + WINDOW_NAME_MAX + 11 + WINDOW_KEY_MAX, "}:86399999ms", 12);
 	/* Every byte escaped: three times the key. */
 	memset(key, '}', sizeof(key));
 	assert_int_equal(window_build_args(&p, "0123456789abcdef0123456789abcdef01234567",
-	                                   key, sizeof(key), 1000000, member, &a, &why), 0);
+	                                   key, sizeof(key), 1000000, &a, &why), 0);
 	assert_int_equal(a.argvlen[6], WINDOW_NAME_MAX + 11 + 3 * WINDOW_KEY_MAX + 2 + 10);
 	assert_memory_equal(a.argv[6] + WINDOW_NAME_MAX + 11 + 3 * WINDOW_KEY_MAX - 3, "%7D}:86399996ms", 15);
 	/* and every window bucketed, with the longest window arguments */
 	p.precision_ms = 43199999;
 	assert_int_equal(window_build_args(&p, "0123456789abcdef0123456789abcdef01234567",
-	                                   key, sizeof(key), 1000000, member, &a, &why), 0);
-	assert_arg(&a, 5 + 3 * WINDOW_MAX_WINDOWS - 1, "86399996:43199999");
+	                                   key, sizeof(key), 1000000, &a, &why), 0);
+	assert_arg(&a, 4 + 3 * WINDOW_MAX_WINDOWS - 1, "86399996:43199999");
 }
 
 /* '}' and '%' of the account are escaped inside the hash tag, so the tag
@@ -344,32 +341,32 @@ static void test_args_tag_escape(void **state)
 	p.win[1].limit = 1000;
 	p.win[1].window_ms = 3600000;
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		assert_int_equal(window_build_args(&p, "sha", cases[i].key, strlen(cases[i].key), 1, "m",
+		assert_int_equal(window_build_args(&p, "sha", cases[i].key, strlen(cases[i].key), 1,
 		                                   &a, &why), 0);
 		assert_arg(&a, 3, cases[i].want);
 	}
 	p.nwin = 1;
-	assert_int_equal(window_build_args(&p, "sha", "}x%", 3, 1, "m", &a, &why), 0);
+	assert_int_equal(window_build_args(&p, "sha", "}x%", 3, 1, &a, &why), 0);
 	assert_arg(&a, 3, "api:limit:v1:}x%");
 }
 
-/* An oversized member prefix cannot overflow the buffer: it is refused. */
+/* An oversized script name cannot overflow the buffer: it is refused. */
 static void test_args_overflow(void **state)
 {
 	struct window_policy p;
 	struct window_args a;
 	enum window_reason why;
-	char *member = malloc(4096);
+	char *sha = malloc(sizeof(a.buf) + 1);
 
 	(void)state;
-	assert_non_null(member);
-	memset(member, 'm', 4095);
-	member[4095] = '\0';
+	assert_non_null(sha);
+	memset(sha, 's', sizeof(a.buf));
+	sha[sizeof(a.buf)] = '\0';
 	policy_make(&p, "transfer", 3, 1000);
-	assert_int_equal(window_build_args(&p, "sha", "k", 1, 1, member, &a, &why), -1);
+	assert_int_equal(window_build_args(&p, sha, "k", 1, 1, &a, &why), -1);
 	assert_int_equal(why, WINDOW_REASON_REDIS_ERROR);
 	assert_int_equal(a.argc, 0);
-	free(member);
+	free(sha);
 }
 
 static void test_args_bad_key(void **state)
@@ -386,12 +383,12 @@ static void test_args_bad_key(void **state)
 	assert_int_equal(window_check_key(NULL, 3), -1);
 	assert_int_equal(window_check_key(key, WINDOW_KEY_MAX + 1), -1);
 	assert_int_equal(window_check_key(key, WINDOW_KEY_MAX), 0);
-	assert_int_equal(window_build_args(&p, "sha", "", 0, 1, "m", &a, &why), -1);
+	assert_int_equal(window_build_args(&p, "sha", "", 0, 1, &a, &why), -1);
 	assert_int_equal(why, WINDOW_REASON_BAD_KEY);
-	assert_int_equal(window_build_args(&p, "sha", key, sizeof(key), 1, "m", &a, &why), -1);
+	assert_int_equal(window_build_args(&p, "sha", key, sizeof(key), 1, &a, &why), -1);
 	assert_int_equal(why, WINDOW_REASON_BAD_KEY);
 	/* Bytes travel length-delimited: an embedded NUL is kept, not cut. */
-	assert_int_equal(window_build_args(&p, "sha", "a\0b", 3, 1, "m", &a, &why), 0);
+	assert_int_equal(window_build_args(&p, "sha", "a\0b", 3, 1, &a, &why), 0);
 	assert_int_equal(a.argvlen[3], strlen("transfer:limit:v1:") + 3);
 	assert_memory_equal(a.argv[3], "transfer:limit:v1:a\0b", a.argvlen[3]);
 }
@@ -404,23 +401,23 @@ static void test_args_bad_cost(void **state)
 
 	(void)state;
 	policy_make(&p, "transfer", 3, 1000);
-	assert_int_equal(window_build_args(&p, "sha", "k", 1, 0, "m", &a, &why), -1);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 0, &a, &why), -1);
 	assert_int_equal(why, WINDOW_REASON_BAD_COST);
-	assert_int_equal(window_build_args(&p, "sha", "k", 1, 4, "m", &a, &why), -1);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 4, &a, &why), -1);
 	assert_int_equal(why, WINDOW_REASON_BAD_COST);
-	assert_int_equal(window_build_args(&p, "sha", "k", 1, 3, "m", &a, &why), 0);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 3, &a, &why), 0);
 	/* The smallest limit of all windows bounds the cost. */
 	p.nwin = 2;
 	p.win[1].limit = 2;
 	p.win[1].window_ms = 60000;
-	assert_int_equal(window_build_args(&p, "sha", "k", 1, 3, "m", &a, &why), -1);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 3, &a, &why), -1);
 	assert_int_equal(why, WINDOW_REASON_BAD_COST);
-	assert_int_equal(window_build_args(&p, "sha", "k", 1, 2, "m", &a, &why), 0);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 2, &a, &why), 0);
 	/* max-cost caps it below the limits. */
 	p.max_cost = 1;
-	assert_int_equal(window_build_args(&p, "sha", "k", 1, 2, "m", &a, &why), -1);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 2, &a, &why), -1);
 	assert_int_equal(why, WINDOW_REASON_BAD_COST);
-	assert_int_equal(window_build_args(&p, "sha", "k", 1, 1, "m", &a, &why), 0);
+	assert_int_equal(window_build_args(&p, "sha", "k", 1, 1, &a, &why), 0);
 }
 
 static void test_overrides(void **state)
@@ -468,15 +465,15 @@ static void test_overrides(void **state)
 	assert_ptr_equal(l, p.win);
 
 	/* The override's limits go to the script and bound the cost. */
-	assert_int_equal(window_build_args(&p, "sha", "ACC-VIP", 7, 20, "m", &a, &why), 0);
+	assert_int_equal(window_build_args(&p, "sha", "ACC-VIP", 7, 20, &a, &why), 0);
 	assert_arg(&a, 3, "transfer:limit:v1:ACC-VIP");
-	assert_arg(&a, 6, "30");
+	assert_arg(&a, 5, "30");
 	/* Two windows for that account: the hash-tagged key form. */
-	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 1, "m", &a, &why), 0);
+	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 1, &a, &why), 0);
 	assert_int_equal(a.nkeys, 2);
 	assert_arg(&a, 3, "transfer:limit:v1:{ACC-1}:1s");
 	assert_arg(&a, 4, "transfer:limit:v1:{ACC-1}:1m");
-	assert_int_equal(window_build_args(&p, "sha", "ACC-2", 5, 20, "m", &a, &why), -1);
+	assert_int_equal(window_build_args(&p, "sha", "ACC-2", 5, 20, &a, &why), -1);
 	assert_int_equal(why, WINDOW_REASON_BAD_COST);
 }
 
