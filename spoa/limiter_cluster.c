@@ -11,6 +11,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 
+#include "limiter_call.h"
 #include "limiter_cluster.h"
 #include "limiter_link.h"
 #include "log.h"

@@ -1,6 +1,8 @@
 /*
  * limiter_int - what the limiter's own files share, and nobody else:
- *   limiter.c          calls, deadlines, the call pool, lifecycle (limiter.h)
+ *   limiter.c          limiter_check() and the lifecycle (limiter.h)
+ *   limiter_call.c     calls: the pool, answers, send, reply, deadlines
+ *   limiter_batch.c    redis-batch: a loop iteration's calls as one
  *   limiter_link.c     one connection's life: connect, setup, backoff, stall, retire
  *   limiter_sentinel.c where a sentinel says the primary is, +switch-master
  *   limiter_cluster.c  Redis Cluster: the slot map's links, routing, redirects
@@ -284,11 +286,5 @@ static inline void limiter_count_error(struct limiter *l, enum metrics_redis_err
 	if (l->metrics)
 		metrics_add(&l->metrics->redis_errors[kind], 1);
 }
-
-/* limiter.c: (re-)send a call, or park it for a TRYAGAIN (limiter_cluster.c
- * uses both for redirects). */
-int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
-                      bool asking);
-void limiter_call_park(struct limiter *l, struct limiter_call *c);
 
 #endif /* SPOA_LIMITER_INT_H */
