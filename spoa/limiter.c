@@ -293,6 +293,7 @@ static void limiter_backend_stop(struct limiter *l, const char *why)
 		if (l->links[i]->in_use)
 			limiter_link_retire(l->links[i], why);
 	l->stopping = false;
+	l->topo = NULL;
 	limiter_cluster_stop(l);
 	free(l->sentinel); l->sentinel = NULL;
 	redis_tls_free(l->tls); l->tls = NULL;

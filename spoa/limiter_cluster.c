@@ -279,6 +279,46 @@ int limiter_cluster_redirect(struct limiter *l, struct limiter_call *c, const re
 	return limiter_call_send(l, c, k, rd.kind == CLUSTER_REPLY_ASK);
 }
 
+/* ------------------------------------------------------------------ */
+/* what the links call (l->topo)                                        */
+
+/* A link lost its connection: the map may be stale. */
+static void limiter_cluster_on_lost(struct limiter_link *k)
+{
+	if (k->l->cluster)
+		k->l->cluster->topo_dirty = true;
+}
+
+/* A link is ready: the first map, or a fresh one, can be asked there. */
+static void limiter_cluster_on_ready(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+
+	if (l->cluster && (!l->cluster->have_map || l->cluster->topo_dirty))
+		limiter_topo_refresh(l, "connected");
+}
+
+/* Every slot has a primary whose link is ready. */
+static bool limiter_cluster_up(const struct limiter *l)
+{
+	const struct limiter_cluster *cl = l->cluster;
+	bool up;
+	unsigned i;
+
+	if (!cl || !cl->have_map || cl->map.covered != CLUSTER_SLOTS)
+		return false;
+	for (i = 0, up = true; i < cl->map.nnodes && up; i++)
+		up = cl->route[i] && cl->route[i]->state == LIMITER_ST_READY;
+	return up;
+}
+
+static const struct limiter_topo_ops limiter_cluster_ops = {
+	.skip_role = true,              /* CLUSTER SLOTS names the primaries */
+	.on_ready = limiter_cluster_on_ready,
+	.on_lost = limiter_cluster_on_lost,
+	.up = limiter_cluster_up,
+};
+
 /* Allocates l->cluster, owned by <l>. See limiter_cluster.h. */
 int limiter_cluster_start(struct limiter *l)
 {
@@ -289,6 +329,7 @@ int limiter_cluster_start(struct limiter *l)
 	ev_timer_init(&l->cluster->topo, limiter_cluster_on_tick, LIMITER_TOPO_TICK_MS / 1000.0,
 	              LIMITER_TOPO_TICK_MS / 1000.0);
 	l->cluster->topo.data = l;
+	l->topo = &limiter_cluster_ops;
 	ev_timer_start(l->loop, &l->cluster->topo);
 	limiter_cluster_seed(l);
 	limiter_update_connected(l);

@@ -156,6 +156,30 @@ struct limiter_answer {
 };
 
 
+/*
+ * What a topology above the links (Sentinel, Cluster) does at a link's
+ * moments. A link is a leaf: it reaches the topology only through l->topo
+ * (NULL: one plain Redis, every hook's default), never by name. Every hook
+ * may be NULL.
+ */
+struct limiter_topo_ops {
+	bool skip_role;                 /* no ROLE at setup (a cluster seed may be a replica) */
+	bool role_required;             /* a refused ROLE fails the attempt (Sentinel) */
+	/* before a connect attempt of <k>: true when the topology takes it over */
+	bool (*before_connect)(struct limiter_link *k);
+	/* <k>'s connect timer fired while the topology works for it: true when
+	 * the hook dealt with it */
+	bool (*connect_timeout)(struct limiter_link *k);
+	/* stop the lookups the topology runs for <k> */
+	void (*stop_resolving)(struct limiter_link *k);
+	/* <k> is set up and may take calls */
+	void (*on_ready)(struct limiter_link *k);
+	/* <k> lost its connection */
+	void (*on_lost)(struct limiter_link *k);
+	/* can <l> decide for every key: each link it needs is ready? */
+	bool (*up)(const struct limiter *l);
+};
+
 /* Redis Cluster state: the slot map and the link of each of its nodes. */
 struct limiter_cluster {
 	struct cluster_map map;
@@ -200,6 +224,7 @@ struct limiter {
 	struct limiter_link *links[LIMITER_LINKS_MAX];
 	unsigned nlinks;                /* allocated */
 	struct limiter_link *main_link;     /* the one link, unless cluster:// */
+	const struct limiter_topo_ops *topo;    /* sentinel:// and cluster://, else NULL */
 	struct limiter_cluster *cluster;    /* cluster:// only */
 	struct limiter_sentinel *sentinel;  /* sentinel:// only */
 

@@ -12,9 +12,7 @@
 #include "hiredis_compat.h"
 #include <hiredis/async.h>
 
-#include "limiter_cluster.h"
 #include "limiter_link.h"
-#include "limiter_sentinel.h"
 #include "log.h"
 #include "redis_open.h"
 #include "redis_tls.h"
@@ -44,22 +42,16 @@ void limiter_set_connected(struct limiter *l, bool up)
 		                      memory_order_relaxed);
 }
 
-/* Recompute the redis_connected gauge: the one link is READY, or (cluster)
- * every slot has a primary whose link is READY. */
+/* Recompute the redis_connected gauge: the one link is READY, or what the
+ * topology says (cluster: every slot has a primary whose link is READY). */
 void limiter_update_connected(struct limiter *l)
 {
-	struct limiter_cluster *cl = l->cluster;
-	bool up = true;
-	unsigned i;
+	bool up;
 
-	if (!cl) {
+	if (l->topo && l->topo->up)
+		up = l->topo->up(l);
+	else
 		up = l->main_link && l->main_link->state == LIMITER_ST_READY;
-	} else if (!cl->have_map || cl->map.covered != CLUSTER_SLOTS) {
-		up = false;
-	} else {
-		for (i = 0; i < cl->map.nnodes && up; i++)
-			up = cl->route[i] && cl->route[i]->state == LIMITER_ST_READY;
-	}
 	limiter_set_connected(l, up);
 }
 
@@ -92,7 +84,6 @@ static void limiter_link_on_retry(struct ev_loop *loop, ev_timer *w, int revents
 static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents);
 static void limiter_link_on_evict_poll(struct ev_loop *loop, ev_timer *w, int revents);
 static void limiter_link_connect_next(struct limiter_link *k);
-static void limiter_link_stop_resolving(struct limiter_link *k);
 
 /* Point <k> at <host>:<port> (<is_unix>: <host> is a socket path). */
 void limiter_link_set_target(struct limiter_link *k, const char *host, int port,
@@ -198,11 +189,8 @@ void limiter_link_lost(struct limiter_link *k)
 	k->info_asking = false;
 	ev_timer_stop(l->loop, &k->connect_timer);
 	ev_timer_stop(l->loop, &k->evict_poll);
-	/* Whoever the primary is now, a sentinel says so on the next attempt. */
-	if (l->sentinel && k == l->main_link)
-		l->sentinel->master_known = false;
-	if (l->cluster)
-		l->cluster->topo_dirty = true;
+	if (l->topo && l->topo->on_lost)
+		l->topo->on_lost(k);
 	limiter_update_connected(l);
 	limiter_link_schedule_retry(k);
 }
@@ -336,7 +324,7 @@ static void limiter_link_on_role(redisAsyncContext *ac, void *r, void *privdata)
 	if (ac != k->ac || !reply)
 		return;
 	k->quiet_since_us = limiter_now_us();
-	if (reply->type == REDIS_REPLY_ERROR && !k->l->sentinel) {
+	if (reply->type == REDIS_REPLY_ERROR && !(k->l->topo && k->l->topo->role_required)) {
 		log_warn("redis_role_unknown", "addr=%s reply=\"%.*s\" action=\"assuming a primary\"",
 		         k->addr, (int)reply->len, reply->str);
 		return;
@@ -563,8 +551,8 @@ static void limiter_link_on_script_load(redisAsyncContext *ac, void *r, void *pr
 	k->failures = 0;
 	ev_timer_again(l->loop, &k->evict_poll);
 	limiter_update_connected(l);
-	if (l->cluster && (!l->cluster->have_map || l->cluster->topo_dirty))
-		limiter_topo_refresh(l, "connected");
+	if (l->topo && l->topo->on_ready)
+		l->topo->on_ready(k);
 }
 
 /* Queue SCRIPT LOAD on <k>'s connection. Returns 0 or -1. */
@@ -594,7 +582,9 @@ static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, i
 	if (k->state != LIMITER_ST_CONNECTING)
 		return;
 	limiter_count_error(l, METRICS_REDIS_ERR_TIMEOUT);
-	if (k->resolving || (l->sentinel && l->sentinel->query_resolving)) {
+	if (l->topo && l->topo->connect_timeout && l->topo->connect_timeout(k))
+		return;
+	if (k->resolving) {
 		limiter_link_stop_resolving(k);
 		limiter_link_log_failure(k, "resolve: no answer in time");
 		limiter_link_lost(k);
@@ -608,16 +598,6 @@ static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, i
 		k->ac = NULL;
 		redisAsyncFree(ac);
 		limiter_link_connect_next(k);
-		return;
-	}
-	if (!k->ac && l->sentinel && l->sentinel->query) {
-		redisAsyncContext *q = l->sentinel->query;
-
-		/* its callbacks, run by the free, see it is no longer ours */
-		l->sentinel->query = NULL;
-		redisAsyncFree(q);
-		limiter_link_log_failure(k, "sentinel did not answer in time");
-		limiter_link_lost(k);
 		return;
 	}
 	limiter_note_error(l, k->addr, "setup did not finish in time");
@@ -665,7 +645,7 @@ static void limiter_link_send_setup(struct limiter_link *k)
 	if (u->db >= 0)
 		redisAsyncCommand(ac, limiter_link_on_setup_reply, (void *)"select", "SELECT %d", u->db);
 	/* a cluster's seeds may be replicas: CLUSTER SLOTS names the primaries */
-	if (!l->cluster)
+	if (!(l->topo && l->topo->skip_role))
 		redisAsyncCommand(ac, limiter_link_on_role, NULL, "ROLE");
 	k->config_refused = false;
 	k->info_refused = false;
@@ -762,14 +742,14 @@ static void limiter_link_on_resolved(void *arg, const struct resolve_result *res
 
 /* Stop <k>'s lookup in flight, if any (its answer will not come), and the
  * sentinel lookup made for it. */
-static void limiter_link_stop_resolving(struct limiter_link *k)
+void limiter_link_stop_resolving(struct limiter_link *k)
 {
 	if (k->resolving) {
 		resolve_cancel(k->resolving);
 		k->resolving = NULL;
 	}
-	if (k->l->sentinel && k == k->l->main_link)
-		limiter_sentinel_stop_resolving(k->l->sentinel);
+	if (k->l->topo && k->l->topo->stop_resolving)
+		k->l->topo->stop_resolving(k);
 }
 
 /*
@@ -789,10 +769,8 @@ void limiter_link_connect(struct limiter_link *k)
 		metrics_add(&l->metrics->redis_reconnects, 1);
 	k->attempted = true;
 	limiter_link_stop_resolving(k);
-	if (l->sentinel && !l->sentinel->master_known) {
-		limiter_sentinel_query(k);
+	if (l->topo && l->topo->before_connect && l->topo->before_connect(k))
 		return;
-	}
 	k->state = LIMITER_ST_CONNECTING;
 	k->addrs.naddrs = 0;
 	k->addr_next = 0;

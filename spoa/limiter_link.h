@@ -35,6 +35,8 @@ void limiter_link_connect(struct limiter_link *k);
 void limiter_link_drop(struct limiter_link *k, const char *why);
 /* Stop using <k>: drop it and stop its timers; the struct stays. */
 void limiter_link_retire(struct limiter_link *k, const char *why);
+/* Stop <k>'s own lookup in flight, if any, and the topology's for it. */
+void limiter_link_stop_resolving(struct limiter_link *k);
 /* Forget <k>'s context and plan a retry. */
 void limiter_link_lost(struct limiter_link *k);
 /* Arm <k>'s retry timer (backoff with jitter). */
