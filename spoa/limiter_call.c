@@ -350,10 +350,23 @@ void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 	if (reply->type == REDIS_REPLY_ERROR) {
 		switch (cluster_classify_error(reply->str, reply->len)) {
 		case CLUSTER_REPLY_MOVED:
-		case CLUSTER_REPLY_ASK:
-			if (limiter_cluster_redirect(l, c, reply) == 0)
-				return;   /* hiredis holds it again */
+		case CLUSTER_REPLY_ASK: {
+			struct limiter_link *to;
+			bool asking;
+
+			switch (limiter_cluster_redirect(l, c, reply, &to, &asking)) {
+			case LIMITER_REDIRECT_SEND:
+				if (limiter_call_send(l, c, to, asking) == 0)
+					return;   /* hiredis holds it again */
+				break;
+			case LIMITER_REDIRECT_PARK:
+				limiter_call_park(l, c);
+				return;
+			default:
+				break;
+			}
 			break;
+		}
 		case CLUSTER_REPLY_TRYAGAIN:
 			if (c->cb && c->redirects < LIMITER_REDIRECTS_MAX) {
 				limiter_call_park(l, c);

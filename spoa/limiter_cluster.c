@@ -11,7 +11,6 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 
-#include "limiter_call.h"
 #include "limiter_cluster.h"
 #include "limiter_link.h"
 #include "log.h"
@@ -242,19 +241,24 @@ struct limiter_link *limiter_route(struct limiter *l, const char *key, size_t le
 
 /*
  * A cluster node answered <c> with the MOVED or ASK in <reply>: learn it
- * (MOVED patches the map and asks for a refresh) and re-send <c> to the
- * node named, within LIMITER_REDIRECTS_MAX hops. Returns 0 when hiredis
- * holds <c> again, -1 when the caller answers it.
+ * (MOVED patches the map and asks for a refresh) and say where <c> goes,
+ * within LIMITER_REDIRECTS_MAX hops: SEND to <*to> (after ASKING when
+ * <*asking>), PARK it a moment, or GIVE_UP (the caller answers it). Sends
+ * nothing itself: the call layer acts on the verdict.
  */
-int limiter_cluster_redirect(struct limiter *l, struct limiter_call *c, const redisReply *reply)
+enum limiter_redirect limiter_cluster_redirect(struct limiter *l, const struct limiter_call *c,
+                                               const redisReply *reply, struct limiter_link **to,
+                                               bool *asking)
 {
 	struct limiter_cluster *cl = l->cluster;
 	struct cluster_redirect rd;
 	struct limiter_link *k = NULL;
 	int idx;
 
+	*to = NULL;
+	*asking = false;
 	if (!cl || cluster_parse_redirect(reply->str, reply->len, c->link->host, &rd) == -1)
-		return -1;
+		return LIMITER_REDIRECT_GIVE_UP;
 	if (rd.kind == CLUSTER_REPLY_MOVED) {
 		idx = cluster_map_add(&cl->map, rd.to.host, rd.to.port);
 		if (idx >= 0 && cluster_map_set_slot(&cl->map, rd.slot, (unsigned)idx) == 0)
@@ -268,15 +272,15 @@ int limiter_cluster_redirect(struct limiter *l, struct limiter_call *c, const re
 	log_debug("cluster_redirect", "kind=%s slot=%u from=%s to=%s:%d",
 	          cluster_reply_kind_str(rd.kind), rd.slot, c->link->addr, rd.to.host, rd.to.port);
 	if (!c->cb || !k || c->redirects >= LIMITER_REDIRECTS_MAX)
-		return -1;
+		return LIMITER_REDIRECT_GIVE_UP;
 	/* MOVED again: two nodes disagree while a migration settles (the
 	 * source already points at the target, the target not yet at itself).
 	 * Give them a moment rather than bounce the call between them. */
-	if (rd.kind == CLUSTER_REPLY_MOVED && c->redirects >= 2) {
-		limiter_call_park(l, c);
-		return 0;
-	}
-	return limiter_call_send(l, c, k, rd.kind == CLUSTER_REPLY_ASK);
+	if (rd.kind == CLUSTER_REPLY_MOVED && c->redirects >= 2)
+		return LIMITER_REDIRECT_PARK;
+	*to = k;
+	*asking = rd.kind == CLUSTER_REPLY_ASK;
+	return LIMITER_REDIRECT_SEND;
 }
 
 /* ------------------------------------------------------------------ */
