@@ -136,10 +136,10 @@ static void limiter_copy_policy_names(struct limiter *l, const struct limiter_se
 }
 
 /* Borrows <p> and <key> for the call only: a call sent to Redis keeps its
- * own copies (in a pool call owned by <l>). Contract in limiter.h. */
-int limiter_check(struct limiter *l, const struct window_policy *p,
-                  const char *key, size_t key_len, uint64_t cost,
-                  limiter_cb cb, void *arg)
+ * own copies (in a pool call owned by <l>). Runs with l->in_check set. */
+static int limiter_check_now(struct limiter *l, const struct window_policy *p,
+                             const char *key, size_t key_len, uint64_t cost,
+                             limiter_cb cb, void *arg)
 {
 	struct window_args a;
 	struct window_decision d;
@@ -235,6 +235,24 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 	limiter_link_hold(k);
 	limiter_call_arm(l, c);
 	return 0;
+}
+
+/* limiter_check_now() with every answer it gives deferred (l->in_check):
+ * none reaches <cb> before this returns. Contract in limiter.h. */
+int limiter_check(struct limiter *l, const struct window_policy *p,
+                  const char *key, size_t key_len, uint64_t cost,
+                  limiter_cb cb, void *arg)
+{
+	bool outer;
+	int rc;
+
+	if (!l)
+		return -1;
+	outer = l->in_check;
+	l->in_check = true;
+	rc = limiter_check_now(l, p, key, key_len, cost, cb, arg);
+	l->in_check = outer;
+	return rc;
 }
 
 /* Start talking to what l->url names: one link (redis://, unix://), one

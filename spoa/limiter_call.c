@@ -108,7 +108,14 @@ void limiter_call_put(struct limiter_call *c)
 	c->chunk->nfree++;
 }
 
-/* Answer <c> with <d>, once: later answers of the same call are no-ops. */
+/*
+ * Answer <c> with <d>, once: later answers of the same call are no-ops.
+ * Inside limiter_check() (a flush there, a re-route to a link known to
+ * evict keys) the answer is queued for the next loop iteration instead, as
+ * limiter.h promises: a caller's callback never runs inside its own call
+ * (hiredis guards the same hazard with REDIS_IN_CALLBACK). Only when the
+ * queue cannot grow (out of memory) is it delivered at once.
+ */
 void limiter_call_answer(struct limiter_call *c, const struct window_decision *d)
 {
 	struct limiter *l = c->l;
@@ -119,6 +126,8 @@ void limiter_call_answer(struct limiter_call *c, const struct window_decision *d
 	c->cb = NULL;
 	ev_timer_stop(l->loop, &c->deadline);
 	l->unanswered--;
+	if (l->in_check && limiter_defer(l, cb, c->arg, d) == 0)
+		return;
 	cb(c->arg, d);
 }
 

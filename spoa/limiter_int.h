@@ -247,6 +247,7 @@ struct limiter {
 	ev_timer park;                  /* re-send calls parked by TRYAGAIN */
 	struct limiter_call *parked;
 	bool closing;                   /* inside limiter_free() */
+	bool in_check;                  /* inside limiter_check(): answers are deferred */
 	bool stopping;                  /* a planned stop (shutdown, reload): links close at info */
 	bool connected;                 /* what the metrics gauge says */
 	bool allow_eviction;            /* redis-allow-eviction yes */

@@ -24,6 +24,7 @@
 #include "cluster.h"
 #include "fake_redis.h"
 #include "limiter.h"
+#include "limiter_int.h"
 #include "log.h"
 #include "metrics.h"
 #include "window.h"
@@ -72,10 +73,15 @@ static double now_s(void)
 	assert_true(cond); \
 } while (0)
 
+/* Set while a test is inside limiter_check(): limiter.h promises that no
+ * answer is delivered there (every one comes on a later loop iteration). */
+static bool inside_check;
+
 static void on_answer(void *arg, const struct window_decision *d)
 {
 	struct answer *a = arg;
 
+	assert_false(inside_check);
 	a->n++;
 	a->d = *d;
 }
@@ -160,7 +166,9 @@ static struct answer *start(struct limiter *l, const char *key)
 
 	assert_true(nanswers < ANSWERS_MAX);
 	a = &answers[nanswers++];
+	inside_check = true;
 	assert_int_equal(limiter_check(l, &pol, key, strlen(key), 1, on_answer, a), 0);
+	inside_check = false;
 	return a;
 }
 
@@ -376,6 +384,36 @@ static void test_eviction_evidence(void **state)
 	fake_rule(&f, "INFO stats", FAKE_INFO(5));
 	WAIT(atomic_load(&metrics.redis_unsafe_eviction) == 1);
 	ask_until(l, "fred", WINDOW_ERROR, WINDOW_REASON_REDIS_EVICTS);
+	one_stop();
+}
+
+/* The re-entrancy of limiter_check() (issue 20): a batched call queued on
+ * one link, then a call for another link flushes it inside limiter_check(),
+ * and that link is known to evict keys, so the flushed call is refused at
+ * once. Its answer must still come on a later loop iteration, never inside
+ * the second limiter_check() (on_answer asserts it). White box: the second
+ * link is a copy of the first that evicts, as after a Sentinel switch. */
+static void test_no_answer_inside_check(void **state)
+{
+	struct limiter_link other;
+	struct answer *a, *b;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "EVALSHA", REPLY_ALLOW);
+	batch = 4;
+	one_connect(1000, true);
+	a = start(l, "ivan");
+	assert_int_equal(l->nqueued, 1);
+	other = *l->main_link;
+	other.evicts = true;
+	l->queue[0]->link = &other;
+	b = start(l, "judy");   /* flushes "ivan" to <other>: refused */
+	assert_int_equal(a->n, 0);
+	WAIT(a->n == 1 && b->n == 1);
+	assert_int_equal(a->d.status, WINDOW_ERROR);
+	assert_int_equal(a->d.reason, WINDOW_REASON_REDIS_EVICTS);
+	assert_int_equal(b->d.status, WINDOW_ALLOW);
 	one_stop();
 }
 
@@ -843,6 +881,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_eviction_policy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction_live_switch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction_evidence, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_answer_inside_check, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_role_replica, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_half_reply_then_close, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_half_reply_then_timeout, setup, teardown),
