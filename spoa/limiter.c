@@ -149,6 +149,7 @@ static int limiter_check_now(struct limiter *l, const struct window_policy *p,
 	const struct window_limit *lim;
 	unsigned nwin;
 	int64_t now;
+	int first;
 
 	if (l->closing || !p || !cb)
 		return -1;
@@ -226,12 +227,15 @@ static int limiter_check_now(struct limiter *l, const struct window_policy *p,
 			ev_prepare_start(l->loop, &l->flush);
 		return 0;
 	}
-	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK) {
+	first = limiter_engine_apply(k->engine, l, false, a.argv, a.argvlen);
+	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a.argc - first, a.argv + first,
+	                          a.argvlen + first) != REDIS_OK) {
 		limiter_call_put(c);
 		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
 		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
 		return limiter_defer(l, cb, arg, &d);
 	}
+	c->engine = k->engine;
 	limiter_link_hold(k);
 	limiter_call_arm(l, c);
 	return 0;

@@ -88,9 +88,10 @@ static int limiter_batch_scratch(struct limiter *l, size_t n)
 static int limiter_batch_send(struct limiter *l, struct limiter_batch *b, bool eval)
 {
 	struct limiter_link *k = b->link;
+	const struct limiter_engine *e;
 	enum window_reason why;
 	unsigned i;
-	int argc;
+	int argc, first;
 
 	if (!k->ac || limiter_batch_scratch(l, b->n) == -1)
 		return -1;
@@ -101,14 +102,15 @@ static int limiter_batch_send(struct limiter *l, struct limiter_batch *b, bool e
 		                      &l->bargs[i], &why) == -1)
 			return -1;
 	}
-	argc = eval ? window_build_batch(l->bargs, b->n, "EVAL", l->script, l->script_len,
-	                                 l->bargv, l->bargvlen, l->bnums)
-	            : window_build_batch(l->bargs, b->n, "EVALSHA", l->sha, strlen(l->sha),
-	                                 l->bargv, l->bargvlen, l->bnums);
-	if (argc == -1 ||
-	    redisAsyncCommandArgv(k->ac, limiter_on_batch_reply, b, argc, l->bargv,
-	                          l->bargvlen) != REDIS_OK)
+	argc = window_build_batch(l->bargs, b->n, "EVALSHA", "", 0, l->bargv, l->bargvlen, l->bnums);
+	if (argc == -1)
 		return -1;
+	e = eval ? &limiter_engine_script : k->engine;
+	first = limiter_engine_apply(e, l, eval, l->bargv, l->bargvlen);
+	if (redisAsyncCommandArgv(k->ac, limiter_on_batch_reply, b, argc - first, l->bargv + first,
+	                          l->bargvlen + first) != REDIS_OK)
+		return -1;
+	b->engine = e;
 	b->retried = eval;
 	for (i = 0; i < b->n; i++)
 		limiter_link_hold(k);
@@ -203,8 +205,8 @@ static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdat
 			break;
 		}
 	}
-	if (window_reply_is_noscript(&view)) {
-		/* keep the calls that still wait, re-send them as EVAL */
+	if (b->engine->missing(&view)) {
+		/* NOSCRIPT: keep the calls that still wait, re-send them as EVAL */
 		for (i = 0; i < b->n; i++) {
 			limiter_count_error(l, METRICS_REDIS_ERR_NOSCRIPT);
 			if (b->calls[i]->cb)

@@ -143,9 +143,9 @@ int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_
 {
 	struct window_args a;
 	enum window_reason why;
+	int first;
 
-	if (window_build_args(&c->policy, l->sha, c->key, c->key_len, c->cost, &a,
-	                      &why) == -1)
+	if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, &a, &why) == -1)
 		return -1;
 	if (!k)
 		k = limiter_route(l, a.argv[3], a.argvlen[3]);
@@ -162,10 +162,13 @@ int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_
 		limiter_call_answer(c, &d);
 		return -1;
 	}
+	first = limiter_engine_apply(k->engine, l, false, a.argv, a.argvlen);
 	if (asking && redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK)
 		return -1;
-	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK)
+	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a.argc - first, a.argv + first,
+	                          a.argvlen + first) != REDIS_OK)
 		return -1;
+	c->engine = k->engine;
 	c->redirects++;
 	c->asking = asking;
 	c->retried = false;
@@ -191,15 +194,13 @@ static int limiter_call_retry_eval(struct limiter *l, struct limiter_link *k,
 	if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, &a,
 	                      &why) == -1)
 		return -1;
-	a.argv[0] = "EVAL";
-	a.argvlen[0] = 4;
-	a.argv[1] = l->script;
-	a.argvlen[1] = l->script_len;
+	limiter_engine_apply(&limiter_engine_script, l, true, a.argv, a.argvlen);
 	if (c->asking && redisAsyncCommand(ac, NULL, NULL, "ASKING") != REDIS_OK)
 		return -1;
 	if (redisAsyncCommandArgv(ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK)
 		return -1;
 	c->retried = true;
+	c->engine = &limiter_engine_script;
 	limiter_link_hold(k);
 	if (!k->script_loading && k->state == LIMITER_ST_READY)
 		limiter_link_send_script_load(k);
@@ -396,7 +397,8 @@ void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 			break;
 		}
 	}
-	if (window_reply_is_noscript(&view)) {
+	if (c->engine->missing(&view)) {
+		/* NOSCRIPT: Redis lost its script cache */
 		limiter_count_error(l, METRICS_REDIS_ERR_NOSCRIPT);
 		if (!c->cb) {
 			/* answered already: nothing to retry, but reload for the others */

@@ -30,6 +30,7 @@
 
 #include "cluster.h"
 #include "deny_cache.h"
+#include "limiter_engine.h"
 #include "limiter.h"
 #include "metrics.h"
 #include "redis_tls.h"
@@ -78,6 +79,7 @@ struct limiter_link {
 	int port;
 	char addr[REDIS_URL_ADDR_MAX];
 	bool script_loading;            /* a SCRIPT LOAD is in flight */
+	const struct limiter_engine *engine;    /* what this connection's decisions use */
 	ev_timer retry;                 /* IDLE: next connect attempt */
 	ev_timer connect_timer;         /* CONNECTING: give up */
 	unsigned backoff_ms;
@@ -117,6 +119,7 @@ struct limiter_call {
 	bool cacheable;                 /* a deny may go to the deny cache */
 	unsigned redirects;             /* MOVED/ASK/TRYAGAIN hops so far */
 	struct limiter_link *link;      /* where hiredis holds it */
+	const struct limiter_engine *engine;    /* what it was last sent with */
 	struct limiter_chunk *chunk;    /* the pool chunk it lives in */
 	unsigned policy_index;          /* UINT_MAX = unknown */
 	uint64_t cost;
@@ -136,6 +139,7 @@ struct limiter_batch {
 	struct limiter *l;
 	struct limiter_batch *next;     /* pool freelist */
 	struct limiter_link *link;
+	const struct limiter_engine *engine;    /* what it was last sent with */
 	bool retried;                   /* already re-sent as EVAL */
 	unsigned n;
 	struct limiter_call *calls[LIMITER_BATCH_MAX];

@@ -138,6 +138,7 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 	k->in_use = true;
 	k->state = LIMITER_ST_IDLE;
 	k->script_loading = false;
+	k->engine = &limiter_engine_script;
 	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	k->attempted = false;
 	k->failures = 0;
