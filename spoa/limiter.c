@@ -371,6 +371,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	deny_cache_init(&l->cache, limiter_random64(l->rng));
 	l->cache_on = true;
 	l->allow_eviction = s->allow_eviction;
+	l->engine_mode = s->engine;
 	l->standby = s->standby;
 	limiter_copy_policy_names(l, s);
 	if (s->tls)
@@ -404,7 +405,7 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
                         char *err, size_t errlen)
 {
 	struct redis_url u;
-	bool script_changed;
+	bool script_changed, engine_changed;
 	unsigned i;
 	int rc = 0;
 
@@ -424,6 +425,8 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 	l->script_len = s->script_len;
 	l->timeout_ms = s->timeout_ms ? s->timeout_ms : 1;
 	l->allow_eviction = s->allow_eviction;
+	engine_changed = s->engine != l->engine_mode;
+	l->engine_mode = s->engine;
 	limiter_flush(l);   /* calls queued under the old settings go as they were */
 	limiter_set_batch(l, s->batch);
 	limiter_copy_policy_names(l, s);
@@ -439,13 +442,29 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 			l->tls_cfg = *s->tls;
 		rc = limiter_backend_start(l, err, errlen);
 	} else {
-		/* calls in flight keep the old SHA, which Redis still knows */
-		for (i = 0; i < l->nlinks && script_changed; i++) {
+		/* calls in flight keep the old SHA, which Redis still knows; a
+		 * link that ran the module only has none yet */
+		for (i = 0; i < l->nlinks && (script_changed || engine_changed); i++) {
 			struct limiter_link *k = l->links[i];
 
-			if (k->in_use && k->state == LIMITER_ST_READY)
+			if (k->in_use && k->state == LIMITER_ST_READY &&
+			    l->engine_mode != LIMITER_ENGINE_ONLY_MODULE)
 				limiter_link_send_script_load(k);
 		}
+		/* redis-engine changed: each ready link asks again (the script
+		 * alone needs no asking) */
+		for (i = 0; i < l->nlinks && engine_changed; i++) {
+			struct limiter_link *k = l->links[i];
+
+			if (!k->in_use || k->state != LIMITER_ST_READY || !k->ac)
+				continue;
+			if (l->engine_mode == LIMITER_ENGINE_ONLY_SCRIPT)
+				k->engine = &limiter_engine_script;
+			else
+				limiter_link_probe_engine(k);
+		}
+		if (engine_changed)
+			limiter_update_connected(l);
 		/* a reload is when an operator expects a fixed Redis to be seen */
 		for (i = 0; i < l->nlinks; i++) {
 			struct limiter_link *k = l->links[i];

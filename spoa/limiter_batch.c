@@ -205,8 +205,11 @@ static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdat
 			break;
 		}
 	}
-	if (b->engine->missing(&view)) {
-		/* NOSCRIPT: keep the calls that still wait, re-send them as EVAL */
+	if (b->engine->missing(&view) &&
+	    (b->engine->id != LIMITER_ENGINE_MODULE || limiter_link_engine_gone(k, ac))) {
+		/* NOSCRIPT, or the module gone (auto): keep the calls that still
+		 * wait, re-send them as EVAL; the module gone under redis-engine
+		 * module: each call is answered with the error, below */
 		for (i = 0; i < b->n; i++) {
 			limiter_count_error(l, METRICS_REDIS_ERR_NOSCRIPT);
 			if (b->calls[i]->cb)

@@ -398,8 +398,12 @@ void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 		}
 	}
 	if (c->engine->missing(&view)) {
-		/* NOSCRIPT: Redis lost its script cache */
+		/* NOSCRIPT: Redis lost its script cache; or the module's command
+		 * is gone: the script takes over (auto), or the call is answered
+		 * with the error (redis-engine module) */
 		limiter_count_error(l, METRICS_REDIS_ERR_NOSCRIPT);
+		if (c->engine->id == LIMITER_ENGINE_MODULE && !limiter_link_engine_gone(k, ac))
+			goto finish;
 		if (!c->cb) {
 			/* answered already: nothing to retry, but reload for the others */
 			if (!k->script_loading && ac == k->ac && k->state == LIMITER_ST_READY)
@@ -411,6 +415,7 @@ void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 				return;   /* hiredis holds it again */
 		}
 	}
+finish:
 	limiter_call_finish(l, k, c, &view, now);
 	goto recycle;
 

@@ -5,6 +5,8 @@
  * lays them out) and give exactly the same reply (window.c reads it):
  *   script  EVALSHA <sha> (EVAL <source> after NOSCRIPT) of
  *           lua/sliding_window.lua: limiter_engine_script.c
+ *   module  RATELIMIT.DECIDE of the Redis module (module/):
+ *           limiter_engine_module.c
  * A link's engine (k->engine) is set at every (re)connect; a call and a
  * batch remember the engine they were sent with. Leaf: the engines call
  * nothing of the limiter.
@@ -40,6 +42,7 @@ struct limiter_engine {
 };
 
 extern const struct limiter_engine limiter_engine_script;
+extern const struct limiter_engine limiter_engine_module;
 
 /* Make the request window.c laid out in <argv>/<argvlen> (one decision or
  * a batch) engine <e>'s, for <l> (<full> as in head()). The words to send

@@ -80,6 +80,7 @@ struct limiter_link {
 	char addr[REDIS_URL_ADDR_MAX];
 	bool script_loading;            /* a SCRIPT LOAD is in flight */
 	const struct limiter_engine *engine;    /* what this connection's decisions use */
+	bool probe_warned;              /* said once that COMMAND INFO is refused */
 	ev_timer retry;                 /* IDLE: next connect attempt */
 	ev_timer connect_timer;         /* CONNECTING: give up */
 	unsigned backoff_ms;
@@ -255,6 +256,7 @@ struct limiter {
 	bool stopping;                  /* a planned stop (shutdown, reload): links close at info */
 	bool connected;                 /* what the metrics gauge says */
 	bool allow_eviction;            /* redis-allow-eviction yes */
+	enum limiter_engine_mode engine_mode;   /* redis-engine */
 	bool standby;                   /* being prepared or retired: the gauges are not ours */
 	bool evicting;                  /* a link in use evicts keys */
 	char last_error[160];           /* why the last attempt failed, for a reload's verdict */

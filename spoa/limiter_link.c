@@ -48,11 +48,24 @@ void limiter_update_connected(struct limiter *l)
 {
 	bool up;
 
+	bool engines[METRICS_ENGINE_COUNT] = { false, false };
+	unsigned i;
+
 	if (l->topo && l->topo->up)
 		up = l->topo->up(l);
 	else
 		up = l->main_link && l->main_link->state == LIMITER_ST_READY;
 	limiter_set_connected(l, up);
+	for (i = 0; i < l->nlinks; i++) {
+		const struct limiter_link *k = l->links[i];
+
+		if (k->in_use && k->state == LIMITER_ST_READY)
+			engines[k->engine->id == LIMITER_ENGINE_MODULE ? METRICS_ENGINE_MODULE :
+			        METRICS_ENGINE_SCRIPT] = true;
+	}
+	for (i = 0; l->metrics && !l->standby && i < METRICS_ENGINE_COUNT; i++)
+		atomic_store_explicit(&l->metrics->redis_engine[i], engines[i] ? 1 : 0,
+		                      memory_order_relaxed);
 }
 
 /* Remember why <l>'s last attempt failed (<what> about <addr>), for a
@@ -139,6 +152,7 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 	k->state = LIMITER_ST_IDLE;
 	k->script_loading = false;
 	k->engine = &limiter_engine_script;
+	k->probe_warned = false;
 	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	k->attempted = false;
 	k->failures = 0;
@@ -515,6 +529,110 @@ static void limiter_link_on_evict_poll(struct ev_loop *loop, ev_timer *w, int re
 	limiter_link_judge_eviction(k, limiter_now_us(), false, "");
 }
 
+/* The setup of <k> is through: it takes calls, with the engine chosen. */
+static void limiter_link_ready(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+
+	ev_timer_stop(l->loop, &k->connect_timer);
+	k->state = LIMITER_ST_READY;
+	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
+	log_info("redis_connected", "addr=%s attempts=%u engine=%s script=%s", k->addr,
+	         k->failures + 1, k->engine->name, l->sha[0] ? l->sha : "-");
+	k->failures = 0;
+	ev_timer_again(l->loop, &k->evict_poll);
+	limiter_update_connected(l);
+	if (l->topo && l->topo->on_ready)
+		l->topo->on_ready(k);
+}
+
+/*
+ * COMMAND INFO ratelimit.decide answered on <ac>: does this Redis have the
+ * module's command? auto: the module if so, else the script; module: the
+ * module, and a Redis without it is refused (logged at error once a
+ * streak, the link dropped and retried with backoff: every decision is an
+ * error meanwhile, never an allow). A refused COMMAND INFO (an ACL without
+ * +command|info) cannot tell: a warning once; auto keeps the script,
+ * module assumes the command (a missing one fails every call closed).
+ * At setup with redis-engine module this makes the link ready; on a ready
+ * link (a reload that changed redis-engine) it switches the engine.
+ */
+static void limiter_link_on_probe(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_link *k = ac->data;
+	struct limiter *l = k->l;
+	const redisReply *reply = r;
+	bool only_module = l->engine_mode == LIMITER_ENGINE_ONLY_MODULE, present;
+
+	(void)privdata;
+	if (ac != k->ac || !reply)
+		return;
+	k->quiet_since_us = limiter_now_us();
+	if (reply->type == REDIS_REPLY_ERROR) {
+		if (!k->probe_warned)
+			log_warn("redis_engine_unknown", "addr=%s reply=\"%.*s\" action=\"%s (give "
+			         "the user +command|info)\"", k->addr, (int)reply->len, reply->str,
+			         only_module ? "assuming RATELIMIT.DECIDE is there" : "using the script");
+		k->probe_warned = true;
+		present = only_module;
+	} else {
+		present = reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 && reply->element &&
+		          reply->element[0] && reply->element[0]->type == REDIS_REPLY_ARRAY &&
+		          reply->element[0]->elements > 0;
+	}
+	if (only_module && !present) {
+		limiter_note_error(l, k->addr, "RATELIMIT.DECIDE not found (redis-engine module)");
+		if (k->state == LIMITER_ST_READY || k->failures++ == 0)
+			log_error("redis_engine_missing", "addr=%s engine=module action=\"refusing "
+			          "decisions until Redis has the module (loadmodule, MODULE LOAD); "
+			          "retrying with backoff\"", k->addr);
+		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+		limiter_link_drop(k, "RATELIMIT.DECIDE not found");
+		return;
+	}
+	k->engine = present ? &limiter_engine_module : &limiter_engine_script;
+	if (k->state == LIMITER_ST_CONNECTING && only_module)
+		limiter_link_ready(k);
+	else if (k->state == LIMITER_ST_READY)
+		limiter_update_connected(l);
+}
+
+/* Queue COMMAND INFO ratelimit.decide on <k>'s connection. */
+void limiter_link_probe_engine(struct limiter_link *k)
+{
+	redisAsyncCommand(k->ac, limiter_link_on_probe, NULL, "COMMAND INFO ratelimit.decide");
+}
+
+/*
+ * A call sent to <k> with the module was answered "unknown command" on
+ * <ac> (MODULE UNLOAD at runtime, or a failover to a Redis without it).
+ * auto: <k> decides with the script from now on (logged at warn) and the
+ * caller re-sends as EVAL: true. module: logged at error, <k> dropped so
+ * that its next setup asks again (and refuses until the module is back):
+ * false, the caller answers the call with the error. Never an allow.
+ */
+bool limiter_link_engine_gone(struct limiter_link *k, const redisAsyncContext *ac)
+{
+	struct limiter *l = k->l;
+
+	if (l->engine_mode != LIMITER_ENGINE_ONLY_MODULE) {
+		if (ac == k->ac && k->engine == &limiter_engine_module) {
+			log_warn("redis_engine_missing", "addr=%s engine=module action=\"RATELIMIT.DECIDE "
+			         "is gone: deciding with the script\"", k->addr);
+			k->engine = &limiter_engine_script;
+			limiter_update_connected(l);
+		}
+		return true;
+	}
+	if (ac == k->ac) {
+		limiter_note_error(l, k->addr, "RATELIMIT.DECIDE is gone (redis-engine module)");
+		log_error("redis_engine_missing", "addr=%s engine=module action=\"RATELIMIT.DECIDE is "
+		          "gone: refusing decisions until Redis has the module\"", k->addr);
+		limiter_link_drop(k, "RATELIMIT.DECIDE is gone");
+	}
+	return false;
+}
+
 /* SCRIPT LOAD answered: at setup this makes the link ready; later (after a
  * NOSCRIPT, or a reload with a new script) it refreshes the SHA. */
 static void limiter_link_on_script_load(redisAsyncContext *ac, void *r, void *privdata)
@@ -542,18 +660,8 @@ static void limiter_link_on_script_load(redisAsyncContext *ac, void *r, void *pr
 	}
 	memcpy(l->sha, reply->str, reply->len);
 	l->sha[reply->len] = '\0';
-	if (k->state != LIMITER_ST_CONNECTING)
-		return;
-	ev_timer_stop(l->loop, &k->connect_timer);
-	k->state = LIMITER_ST_READY;
-	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
-	log_info("redis_connected", "addr=%s attempts=%u script=%s", k->addr,
-	         k->failures + 1, l->sha);
-	k->failures = 0;
-	ev_timer_again(l->loop, &k->evict_poll);
-	limiter_update_connected(l);
-	if (l->topo && l->topo->on_ready)
-		l->topo->on_ready(k);
+	if (k->state == LIMITER_ST_CONNECTING)
+		limiter_link_ready(k);
 }
 
 /* Queue SCRIPT LOAD on <k>'s connection. Returns 0 or -1. */
@@ -654,7 +762,15 @@ static void limiter_link_send_setup(struct limiter_link *k)
 	k->evicted_base = -1;
 	limiter_link_ask_eviction(k);
 	limiter_link_ask_info(k);
-	limiter_link_send_script_load(k);
+	/* the engine: asked at every connection (a failover may lose the
+	 * module); redis-engine module needs no script, and is ready once
+	 * the command is found */
+	k->engine = l->engine_mode == LIMITER_ENGINE_ONLY_MODULE ? &limiter_engine_module :
+	            &limiter_engine_script;
+	if (l->engine_mode != LIMITER_ENGINE_ONLY_SCRIPT)
+		limiter_link_probe_engine(k);
+	if (l->engine_mode != LIMITER_ENGINE_ONLY_MODULE)
+		limiter_link_send_script_load(k);
 }
 
 /* (Re)arm <k>'s connect timer: the stall limit from now. */

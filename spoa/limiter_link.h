@@ -47,6 +47,12 @@ void limiter_link_log_failure(struct limiter_link *k, const char *why);
 void limiter_link_hold(struct limiter_link *k);
 /* Queue CONFIG GET maxmemory-policy on <k>. */
 void limiter_link_ask_eviction(struct limiter_link *k);
+/* Queue COMMAND INFO ratelimit.decide on <k> (redis-engine). */
+void limiter_link_probe_engine(struct limiter_link *k);
+/* <k>'s module answered "unknown command" on <ac>: true when the call may
+ * be re-sent with the script (auto), false when it is answered as it is
+ * (redis-engine module: <k> is dropped and asks again). */
+bool limiter_link_engine_gone(struct limiter_link *k, const redisAsyncContext *ac);
 /* Queue SCRIPT LOAD on <k>. Returns 0 or -1. */
 int limiter_link_send_script_load(struct limiter_link *k);
 

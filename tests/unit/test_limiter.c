@@ -55,6 +55,7 @@ struct answer {
 static struct answer answers[ANSWERS_MAX];
 static unsigned nanswers;
 static unsigned batch;          /* redis-batch of the next limiter (0: 1) */
+static enum limiter_engine_mode engine; /* redis-engine of the next limiter */
 static struct metrics metrics;  /* the limiter's counters */
 
 static double now_s(void)
@@ -105,6 +106,7 @@ static int setup(void **state)
 	memset(answers, 0, sizeof(answers));
 	nanswers = 0;
 	batch = 0;
+	engine = LIMITER_ENGINE_AUTO;
 	memset(&metrics, 0, sizeof(metrics));
 	return 0;
 }
@@ -132,7 +134,7 @@ static struct limiter *new_limiter(const char *url, uint64_t timeout_ms)
 	struct limiter_settings s = {
 		.redis_url = url, .timeout_ms = timeout_ms, .script = SCRIPT,
 		.script_len = strlen(SCRIPT), .batch = batch,
-		.metrics = &metrics,
+		.metrics = &metrics, .engine = engine,
 	};
 	char err[256] = "";
 	struct limiter *l = limiter_new(loop, &s, err, sizeof(err));
@@ -414,6 +416,102 @@ static void test_no_answer_inside_check(void **state)
 	assert_int_equal(a->d.status, WINDOW_ERROR);
 	assert_int_equal(a->d.reason, WINDOW_REASON_REDIS_EVICTS);
 	assert_int_equal(b->d.status, WINDOW_ALLOW);
+	one_stop();
+}
+
+/* redis-engine auto on a Redis with the module: RATELIMIT.DECIDE with the
+ * script's KEYS and ARGV, the gauge says module. The module unloaded at
+ * runtime ("unknown command"): the same call is re-sent as EVAL with the
+ * script (never an allow from the error) and the link decides with the
+ * script from then on. */
+static void test_engine_auto_module(void **state)
+{
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:kate 1 10 60000");
+	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:kate");
+	fake_step(&f, FAKE_SEND, "-ERR unknown command 'RATELIMIT.DECIDE', with args beginning "
+	          "with: '1' \r\n");
+	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 1 api:limit:v1:kate");
+	fake_step(&f, FAKE_SEND, REPLY_DENY);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:kate");
+	fake_step(&f, FAKE_SEND, REPLY_DENY);
+	one_connect(1000, true);
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_MODULE]), 1);
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 0);
+	assert_int_equal(ask(l, "kate").status, WINDOW_ALLOW);
+	assert_int_equal(ask(l, "kate").status, WINDOW_DENY);
+	limiter_set_deny_cache(l, false);
+	assert_int_equal(ask(l, "kate").status, WINDOW_DENY);
+	assert_true(fake_done(&f));
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_MODULE]), 0);
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 1);
+	one_stop();
+}
+
+/* redis-engine auto on a Redis without the module: the script, as ever. */
+static void test_engine_auto_script(void **state)
+{
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:liam");
+	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
+	one_connect(1000, true);
+	assert_int_equal(fake_hits(&f, "COMMAND INFO ratelimit.decide"), 1);
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 1);
+	assert_int_equal(ask(l, "liam").status, WINDOW_ALLOW);
+	assert_true(fake_done(&f));
+	one_stop();
+}
+
+/* redis-engine module on a Redis without it: never ready, every decision
+ * an error (the test policy is fail-closed), the link asks again. */
+static void test_engine_module_missing(void **state)
+{
+	char why[160] = "";
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "RATELIMIT.DECIDE", REPLY_ALLOW);
+	engine = LIMITER_ENGINE_ONLY_MODULE;
+	one_connect(1000, false);
+	WAIT(fake_hits(&f, "COMMAND INFO ratelimit.decide") >= 2);
+	assert_false(limiter_ready(l, why, sizeof(why)));
+	assert_non_null(strstr(why, "RATELIMIT.DECIDE"));
+	assert_int_equal(ask(l, "mia").status, WINDOW_ERROR);
+	assert_int_equal(fake_hits(&f, "RATELIMIT.DECIDE"), 0);
+	assert_int_equal(fake_hits(&f, "SCRIPT LOAD"), 0);
+	one_stop();
+}
+
+/* redis-engine module, and the module unloaded at runtime: the call is
+ * answered with the error (never allowed, never sent to the script), the
+ * link drops and, asking again, finds no module: not ready. */
+static void test_engine_module_gone(void **state)
+{
+	char why[160] = "";
+	struct window_decision d;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:noah");
+	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:noah");
+	fake_step(&f, FAKE_SEND, "-ERR unknown command 'RATELIMIT.DECIDE'\r\n");
+	engine = LIMITER_ENGINE_ONLY_MODULE;
+	one_connect(1000, true);
+	assert_int_equal(fake_hits(&f, "SCRIPT LOAD"), 0);
+	assert_int_equal(ask(l, "noah").status, WINDOW_ALLOW);
+	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_NO_MODULE);
+	d = ask(l, "noah");
+	assert_int_equal(d.status, WINDOW_ERROR);
+	WAIT(!limiter_ready(l, why, sizeof(why)));
+	assert_int_equal(ask(l, "noah").status, WINDOW_ERROR);
+	assert_true(fake_done(&f));
+	assert_int_equal(fake_count(&f, "EVAL"), 0);
 	one_stop();
 }
 
@@ -882,6 +980,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_eviction_live_switch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction_evidence, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_answer_inside_check, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_engine_auto_module, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_engine_auto_script, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_engine_module_missing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_engine_module_gone, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_role_replica, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_half_reply_then_close, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_half_reply_then_timeout, setup, teardown),
