@@ -1,32 +1,43 @@
 # ratelimit-spoa - a global rate limiter for HAProxy (SPOP agent, libev + hiredis + Redis)
+# Every target:
 #
-#   make            build spoa/ratelimit-spoa (the agent) and bench/spoa-bench
+#   make / make all build spoa/ratelimit-spoa (the agent) and bench/spoa-bench
 #                   (the load generator that plays HAProxy)
 #   make demo       the two-HAProxy story end to end on loopback (installs what it needs)
 #   make up / down  keep the demo stack running / stop it
 #   make check      everything: deps, build, unit tests, integration and end-to-end tests
-#   make haproxy32  HAProxy 3.2 from Debian's archive into build/ (once): built from its
-#                   source package, else sid's binary package with its own libraries
-#   make e2e-3.2    the end-to-end tests on that HAProxy 3.2 (make e2e: HAPROXY=, else 2.6)
 #   make test       unit tests only (cmocka; no network: test_limiter talks to
 #                   a scripted fake Redis on loopback inside its own process)
+#   make integration  the integration tests (tests/integration: real redis-server,
+#                   haproxy; TESTS="tests/integration/t_x.py" runs some)
+#   make e2e        the end-to-end tests (tests/e2e) on HAPROXY=, else Debian's 2.6
+#   make haproxy32  HAProxy 3.2 from Debian's archive into build/ (once): built from its
+#                   source package, else sid's binary package with its own libraries
+#   make e2e-3.2    the end-to-end tests on that HAProxy 3.2
 #   make sanitize   unit + integration tests under ASan + UBSan
 #   make tsan       integration tests (TSAN_TESTS) under ThreadSanitizer, 4 threads
 #   make valgrind   unit tests under valgrind
-#   make lint       cppcheck + clang-tidy on spoa/ and bench/
+#   make lint       cppcheck + clang-tidy on spoa/ and bench/; no circle among the
+#                   agent's files and docs/architecture.md's call lists true
+#                   (tools/check-calls.py on the built objects)
 #   make bench      load figures into docs/benchmarks.md
-#   make fuzz       libFuzzer harnesses (FUZZ_SECONDS=60 each)
+#   make fuzz       libFuzzer harnesses (FUZZ_SECONDS=60 each; the corpus grows in
+#                   build/fuzz, tools/fuzz.sh says how to merge it back)
 #   make chaos      fault injection under load (Redis/agent kill -9, SIGSTOP, reload; limits)
 #   make install    PREFIX=/usr/local DESTDIR= (binary, config, systemd unit, man page,
-#                   HAProxy examples); make uninstall removes them but the config
-#   make deps       apt-get the Debian packages that are missing (deps-demo:
-#                   only what make demo / make up need)
+#                   HAProxy examples)
+#   make uninstall  removes what install put, but the config
+#   make deps       apt-get the Debian packages that are missing
+#   make deps-demo  only what make demo / make up need
+#   make print-demo-pkgs / print-deb-pkgs  the package lists, one line each
 #   make clean
+#   make help       this text
 #   make WITH_TLS=1 the same agent with TLS to Redis (rediss://): needs hiredis
 #                   >= 1.1 with hiredis_ssl; on Debian 12 (hiredis 0.14) Debian's
 #                   own hiredis 1.x source package is built into build/hiredis
 #                   (tools/hiredis-build.sh) and linked statically
 #   make check-tls  WITH_TLS=1: build, unit tests and the TLS integration tests
+#   make integration-tls  the TLS integration tests alone (make WITH_TLS=1 integration-tls)
 #
 # Knobs: WERROR=0, SANITIZE=address,undefined, V=1, O=-O2, WITH_TLS=1
 .DEFAULT_GOAL := all
@@ -97,7 +108,7 @@ else
 Q := @
 endif
 
-SPOA_MODULES := spop spop_write window headers config config_check log metrics proc conn conn_notify worker http net \
+SPOA_MODULES := spop spop_write window headers config config_check config_lex config_routes log metrics proc conn conn_notify worker http net \
                 limiter limiter_call limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster deny_cache cluster redis_url
 SPOA_MODULES += resolve
 SPOA_MODULES += redis_tls
@@ -259,10 +270,15 @@ valgrind: $(UNIT_TESTS)
 		valgrind -q --error-exitcode=1 --leak-check=full \
 		--errors-for-leak-kinds=definite,indirect $$t; done
 
-lint:
+# After the static analysers, the call graph from the built objects
+# (tools/check-calls.py): no circle among the agent's files, and the module
+# map of docs/architecture.md names exactly what each file calls.
+lint: $(AGENT)
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c bench/spoa-bench.c
 	clang-tidy --quiet spoa/*.c bench/spoa-bench.c -- $(CFLAGS_BASE) -Ispoa
+	tools/check-calls.py --self-test
+	tools/check-calls.py --doc docs/architecture.md $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o
 
 bench: all $(MCOUNT)
 	$(Q)MCOUNT=$(CURDIR)/$(MCOUNT) tools/bench.sh

@@ -1,11 +1,9 @@
 /*
  * config - parse the agent's configuration (see config.h); the checks of
  * addresses, URLs, the whole config and a routes map are config_check.c.
- *
- * A line is split into words on blanks; a word starting with '#' starts a
- * comment, so a '#' inside a word (a password, say) is kept. Words are
- * slices of the caller's text: nothing is copied until a directive accepts
- * them. Error messages never repeat the redis URL: it may hold a password.
+ * Lines and words come from config_lex.c; nothing is copied until a
+ * directive accepts a word. Error messages never repeat the redis URL: it
+ * may hold a password.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,8 +17,53 @@
 
 #include "config.h"
 #include "config_int.h"
+#include "config_lex.h"
 #include "decimal.h"
 #include "redis_url.h"
+
+/* Scalar directives: each may appear once per parsed text. A new directive
+ * is a value here, a line in directives[] below, a case in dir_scalar(),
+ * and a row in docs/configuration.md's table and an entry in the man page
+ * (tests/e2e/t_config.sh holds the docs to the parser's list). */
+enum config_dir {
+	CONFIG_DIR_LISTEN = 0,
+	CONFIG_DIR_REDIS,
+	CONFIG_DIR_REDIS_TIMEOUT,
+	CONFIG_DIR_REDIS_BATCH,
+	CONFIG_DIR_THREADS,
+	CONFIG_DIR_LOG_LEVEL,
+	CONFIG_DIR_METRICS,
+	CONFIG_DIR_MAX_CONNECTIONS,
+	CONFIG_DIR_MAX_INFLIGHT,
+	CONFIG_DIR_MAX_NOTIFY_MESSAGES,
+	CONFIG_DIR_HELLO_TIMEOUT,
+	CONFIG_DIR_FRAME_TIMEOUT,
+	CONFIG_DIR_ALLOW_REMOTE_LISTEN,
+	CONFIG_DIR_DENY_CACHE,
+	CONFIG_DIR_DENY_CACHE_SIZE,
+	CONFIG_DIR_REDIS_ALLOW_EVICTION,
+	CONFIG_DIR_REDIS_ENGINE,
+	CONFIG_DIR_TLS_CA,
+	CONFIG_DIR_TLS_CA_DIR,
+	CONFIG_DIR_TLS_CERT,
+	CONFIG_DIR_TLS_KEY,
+	CONFIG_DIR_TLS_SERVER_NAME,
+	CONFIG_DIR_TLS_VERIFY,
+	CONFIG_DIR_POLICY,             /* repeatable from here on */
+	CONFIG_DIR_OVERRIDE,
+	CONFIG_DIR_COUNT
+};
+
+struct parse_ctx {
+	struct config_lex lex;                    /* name, line, error */
+	struct config *c;
+	unsigned seen[CONFIG_DIR_COUNT];          /* line of first use, 0 = not yet */
+	/* Overrides added by this parse, per policy: where they start, the
+	 * array's capacity, and the line of each (for duplicate messages). */
+	size_t ov_first[CONFIG_MAX_POLICIES];
+	size_t ov_cap[CONFIG_MAX_POLICIES];
+	unsigned *ov_line[CONFIG_MAX_POLICIES];
+};
 
 static const char *const log_level_names[CONFIG_LOG_COUNT] = {
 	[CONFIG_LOG_ERROR] = "error",
@@ -32,23 +75,6 @@ static const char *const log_level_names[CONFIG_LOG_COUNT] = {
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                              */
 /* ------------------------------------------------------------------------ */
-
-/* Format "<name>:<line>: <fmt...>" into the context's error buffer. */
-__attribute__((format(printf, 2, 3)))
-int config_parse_fail(struct parse_ctx *x, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (!x->err || !x->errlen)
-		return -1;
-	va_start(ap, fmt);
-	n = snprintf(x->err, x->errlen, "%s:%u: ", x->name, x->line);
-	if (n >= 0 && (size_t)n < x->errlen)
-		vsnprintf(x->err + n, x->errlen - (size_t)n, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 /* Append "<name>:<line>: warning: <fmt...>\n" to the config's warnings
  * (counted even when the buffer is full, then not stored). */
@@ -63,7 +89,7 @@ static void parse_warn(struct parse_ctx *x, const char *fmt, ...)
 
 	x->c->nwarnings++;
 	va_start(ap, fmt);
-	n = snprintf(line, sizeof(line), "%s:%u: warning: ", x->name, x->line);
+	n = snprintf(line, sizeof(line), "%s:%u: warning: ", x->lex.name, x->lex.line);
 	if (n >= 0 && (size_t)n < sizeof(line))
 		vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
 	va_end(ap);
@@ -153,25 +179,25 @@ static int parse_limit_word(struct parse_ctx *x, const char *what, struct word w
 		return 1;
 	rc = decimal_parse(w.p, (size_t)(slash - w.p), CONFIG_LIMIT_MAX, &limit);
 	if (rc == -1 || (rc == 0 && limit == 0))
-		return config_parse_fail(x, "%s: limit must be a positive integer, got '%.*s'",
+		return config_parse_fail(&x->lex, "%s: limit must be a positive integer, got '%.*s'",
 		                  what, config_word_plen(w), w.p);
 	if (rc == -2)
-		return config_parse_fail(x, "%s: limit must be at most %u", what, CONFIG_LIMIT_MAX);
+		return config_parse_fail(&x->lex, "%s: limit must be at most %u", what, CONFIG_LIMIT_MAX);
 	if (parse_window(slash + 1, (size_t)(w.p + w.len - slash - 1), &ms) == -1)
-		return config_parse_fail(x, "%s: bad window in '%.*s' (use <n>ms, <n>s, <n>m or <n>h)",
+		return config_parse_fail(&x->lex, "%s: bad window in '%.*s' (use <n>ms, <n>s, <n>m or <n>h)",
 		                  what, config_word_plen(w), w.p);
 	if (ms < 1 || ms > CONFIG_WINDOW_MAX_MS)
-		return config_parse_fail(x, "%s: window must be 1ms..24h", what);
+		return config_parse_fail(&x->lex, "%s: window must be 1ms..24h", what);
 	for (i = 0; i < *nwin; i++) {
 		if (win[i].window_ms == ms) {
 			char ws[32];
 
 			window_format_ms(ms, ws, sizeof(ws));
-			return config_parse_fail(x, "%s: window %s given twice", what, ws);
+			return config_parse_fail(&x->lex, "%s: window %s given twice", what, ws);
 		}
 	}
 	if (*nwin >= WINDOW_MAX_WINDOWS)
-		return config_parse_fail(x, "%s: at most %d windows", what, WINDOW_MAX_WINDOWS);
+		return config_parse_fail(&x->lex, "%s: at most %d windows", what, WINDOW_MAX_WINDOWS);
 	win[*nwin].limit = limit;
 	win[*nwin].window_ms = ms;
 	(*nwin)++;
@@ -187,7 +213,7 @@ static int check_precision(struct parse_ctx *x, const char *what, uint64_t preci
 
 	if (!precision_ms || window_check_precision(precision_ms, win, nwin, why, sizeof(why)) == 0)
 		return 0;
-	return config_parse_fail(x, "%s: %s", what, why);
+	return config_parse_fail(&x->lex, "%s: %s", what, why);
 }
 
 /*
@@ -227,14 +253,14 @@ static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 	int rc;
 
 	if (n < 3)
-		return config_parse_fail(x, "policy: expected 'policy <name> <limit>/<window> [options]'");
+		return config_parse_fail(&x->lex, "policy: expected 'policy <name> <limit>/<window> [options]'");
 	if (config_check_policy_name(w[1]) == -1)
-		return config_parse_fail(x, "policy name '%.*s' must be 1..%d characters of A-Z a-z 0-9 _ . -",
+		return config_parse_fail(&x->lex, "policy name '%.*s' must be 1..%d characters of A-Z a-z 0-9 _ . -",
 		                  config_word_plen(w[1]), w[1].p, WINDOW_NAME_MAX);
 	if (config_find_policy(c, w[1].p, w[1].len))
-		return config_parse_fail(x, "duplicate policy '%.*s'", (int)w[1].len, w[1].p);
+		return config_parse_fail(&x->lex, "duplicate policy '%.*s'", (int)w[1].len, w[1].p);
 	if (c->npolicies >= CONFIG_MAX_POLICIES)
-		return config_parse_fail(x, "too many policies (at most %d)", CONFIG_MAX_POLICIES);
+		return config_parse_fail(&x->lex, "too many policies (at most %d)", CONFIG_MAX_POLICIES);
 
 	p = &c->policies[c->npolicies];
 	memset(p, 0, sizeof(*p));
@@ -256,28 +282,28 @@ static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 		else if (w[i].len > 9 && memcmp(w[i].p, "max-cost=", 9) == 0) {
 			if (decimal_parse(w[i].p + 9, w[i].len - 9, CONFIG_LIMIT_MAX, &p->max_cost) != 0 ||
 			    p->max_cost == 0)
-				return config_parse_fail(x, "%s: max-cost must be 1..%u, got '%.*s'", what,
+				return config_parse_fail(&x->lex, "%s: max-cost must be 1..%u, got '%.*s'", what,
 				                  CONFIG_LIMIT_MAX, config_word_plen(w[i]), w[i].p);
 		} else if (w[i].len > 10 && memcmp(w[i].p, "precision=", 10) == 0) {
 			if (config_parse_duration(w[i].p + 10, w[i].len - 10, &p->precision_ms) != 0 ||
 			    p->precision_ms == 0)
-				return config_parse_fail(x, "%s: bad precision in '%.*s' (use <n>s, <n>m or <n>h)",
+				return config_parse_fail(&x->lex, "%s: bad precision in '%.*s' (use <n>s, <n>m or <n>h)",
 				                  what, config_word_plen(w[i]), w[i].p);
 		} else
-			return config_parse_fail(x, "%s: unknown option '%.*s' (expected <limit>/<window>, "
+			return config_parse_fail(&x->lex, "%s: unknown option '%.*s' (expected <limit>/<window>, "
 			                  "on-redis-error=deny|allow, shadow, max-cost=<n> or "
 			                  "precision=<duration>)",
 			                  what, config_word_plen(w[i]), w[i].p);
 	}
 	if (p->nwin == 0)
-		return config_parse_fail(x, "%s: expected at least one <limit>/<window>", what);
+		return config_parse_fail(&x->lex, "%s: expected at least one <limit>/<window>", what);
 	if (check_precision(x, what, p->precision_ms, p->win, p->nwin) == -1)
 		return -1;
 	if (p->precision_ms) {
 		for (i = 0; i < p->nwin && !window_is_bucketed(p, p->win[i].window_ms); i++)
 			;
 		if (i == p->nwin)
-			return config_parse_fail(x, "%s: precision applies to no window (only windows "
+			return config_parse_fail(&x->lex, "%s: precision applies to no window (only windows "
 			                  "longer than it are counted in buckets)", what);
 	}
 	warn_dead_windows(x, what, p->win, p->nwin);
@@ -300,12 +326,12 @@ static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 	int rc;
 
 	if (n < 4)
-		return config_parse_fail(x, "override: expected 'override <policy> <key> <limit>/<window>...'");
+		return config_parse_fail(&x->lex, "override: expected 'override <policy> <key> <limit>/<window>...'");
 	p = (struct window_policy *)config_find_policy(c, w[1].p, w[1].len);
 	if (!p)
-		return config_parse_fail(x, "override for unknown policy '%.*s'", config_word_plen(w[1]), w[1].p);
+		return config_parse_fail(&x->lex, "override for unknown policy '%.*s'", config_word_plen(w[1]), w[1].p);
 	if (window_check_key(w[2].p, w[2].len) == -1)
-		return config_parse_fail(x, "override: key must be 1..%d bytes", WINDOW_KEY_MAX);
+		return config_parse_fail(&x->lex, "override: key must be 1..%d bytes", WINDOW_KEY_MAX);
 	pi = (size_t)(p - c->policies);
 
 	if (p->noverrides == x->ov_cap[pi]) {
@@ -315,12 +341,12 @@ static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 		unsigned *lines;
 
 		if (!grown)
-			return config_parse_fail(x, "out of memory");
+			return config_parse_fail(&x->lex, "out of memory");
 		p->overrides = grown;
 		x->ov_cap[pi] = cap;
 		lines = realloc(x->ov_line[pi], nnew * sizeof(*lines));
 		if (!lines)
-			return config_parse_fail(x, "out of memory");
+			return config_parse_fail(&x->lex, "out of memory");
 		x->ov_line[pi] = lines;
 	}
 	o = &p->overrides[p->noverrides];
@@ -334,14 +360,21 @@ static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 		if (rc == -1)
 			return -1;
 		if (rc == 1)
-			return config_parse_fail(x, "%s: expected <limit>/<window>, got '%.*s'",
+			return config_parse_fail(&x->lex, "%s: expected <limit>/<window>, got '%.*s'",
 			                  what, config_word_plen(w[i]), w[i].p);
 	}
 	if (check_precision(x, what, p->precision_ms, o->win, o->nwin) == -1)
 		return -1;
+	/* HAProxy sends the identity with its kind ("jwt:ACC-1"): a bare
+	 * account parses but matches nothing the shipped block sends. A warning,
+	 * not an error: a site whose own HAProxy sends bare keys keeps working. */
+	if (config_check_key_kind(o->key, o->key_len) == -1)
+		parse_warn(x, "%s: the key has no identity kind (jwt:, key: or cert:), so it never "
+		           "matches a key the shipped HAProxy block sends (e.g. 'jwt:%.*s')",
+		           what, config_word_plen(w[2]) > 24 ? 24 : config_word_plen(w[2]), w[2].p);
 	warn_dead_windows(x, what, o->win, o->nwin);
 	k = p->noverrides - x->ov_first[pi];
-	x->ov_line[pi][k] = x->line;
+	x->ov_line[pi][k] = x->lex.line;
 	p->noverrides++;
 	return 0;
 }
@@ -380,7 +413,7 @@ static int overrides_finish(struct parse_ctx *x, size_t pi)
 	refs = malloc(n * sizeof(*refs));
 	sorted = malloc(n * sizeof(*sorted));
 	if (!refs || !sorted) {
-		config_parse_fail(x, "out of memory");
+		config_parse_fail(&x->lex, "out of memory");
 		goto out;
 	}
 	for (i = 0; i < n; i++) {
@@ -390,8 +423,8 @@ static int overrides_finish(struct parse_ctx *x, size_t pi)
 	qsort(refs, n, sizeof(*refs), ov_ref_cmp);
 	for (i = 0; i < n; i++) {
 		if (i && window_override_cmp(refs[i - 1].ov, refs[i].ov) == 0) {
-			x->line = refs[i].line;
-			config_parse_fail(x, "duplicate override '%.*s' for policy '%s'",
+			x->lex.line = refs[i].line;
+			config_parse_fail(&x->lex, "duplicate override '%.*s' for policy '%s'",
 			           refs[i].ov->key_len > 64 ? 64 : (int)refs[i].ov->key_len,
 			           refs[i].ov->key, p->name);
 			goto out;
@@ -425,7 +458,7 @@ static int parse_switch(struct parse_ctx *x, struct word key, struct word v, con
 		*out = config_word_is(v, on);
 		return 0;
 	}
-	return config_parse_fail(x, "%.*s must be %s or %s; got '%.*s'", config_word_plen(key), key.p, on, off,
+	return config_parse_fail(&x->lex, "%.*s must be %s or %s; got '%.*s'", config_word_plen(key), key.p, on, off,
 	                  config_word_plen(v), v.p);
 }
 
@@ -454,7 +487,7 @@ static int dir_tls(struct parse_ctx *x, enum config_dir d, struct word key, stru
 	const char *why = NULL;
 
 	if (!SPOA_TLS)
-		return config_parse_fail(x, "%.*s: %s", config_word_plen(key), key.p, config_no_tls);
+		return config_parse_fail(&x->lex, "%.*s: %s", config_word_plen(key), key.p, config_no_tls);
 	t = &x->c->tls;
 	t->any = true;
 	switch (d) {
@@ -472,16 +505,16 @@ static int dir_tls(struct parse_ctx *x, enum config_dir d, struct word key, stru
 		break;
 	case CONFIG_DIR_TLS_SERVER_NAME:
 		if (!redis_url_name_ok(v.p, v.len))
-			return config_parse_fail(x, "redis-tls-server-name must be a host name; got '%.*s'",
+			return config_parse_fail(&x->lex, "redis-tls-server-name must be a host name; got '%.*s'",
 			                         config_word_plen(v), v.p);
 		if (word_copy(t->server_name, sizeof(t->server_name), v) == -1)
-			return config_parse_fail(x, "redis-tls-server-name: too long");
+			return config_parse_fail(&x->lex, "redis-tls-server-name: too long");
 		return 0;
 	default:
 		return parse_switch(x, key, v, "on", "off", &t->verify);
 	}
 	if (why)
-		return config_parse_fail(x, "%.*s '%.*s': %s", config_word_plen(key), key.p,
+		return config_parse_fail(&x->lex, "%.*s '%.*s': %s", config_word_plen(key), key.p,
 		                         config_word_plen(v), v.p, why);
 	return 0;
 }
@@ -491,7 +524,7 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 {
 	struct config *c = x->c;
 	const char *why;
-	char whybuf[128];
+	char whybuf[CONFIG_ERR_LEN];
 	uint64_t u;
 	int rc;
 	size_t i;
@@ -501,10 +534,10 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 	case CONFIG_DIR_LISTEN:
 		why = config_check_listen_addr(v.p, v.len);
 		if (why)
-			return config_parse_fail(x, "listen '%.*s': %s (expected host:port, [ipv6]:port or unix:/path)",
+			return config_parse_fail(&x->lex, "listen '%.*s': %s (expected host:port, [ipv6]:port or unix:/path)",
 			                  config_word_plen(v), v.p, why);
 		if (word_copy(c->listen, sizeof(c->listen), v) == -1)
-			return config_parse_fail(x, "listen: address too long");
+			return config_parse_fail(&x->lex, "listen: address too long");
 		return 0;
 	case CONFIG_DIR_METRICS:
 		if (config_word_is(v, "off")) {
@@ -513,48 +546,47 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 		}
 		why = config_check_listen_addr(v.p, v.len);
 		if (why)
-			return config_parse_fail(x, "metrics '%.*s': %s (expected host:port, [ipv6]:port, unix:/path or off)",
+			return config_parse_fail(&x->lex, "metrics '%.*s': %s (expected host:port, [ipv6]:port, unix:/path or off)",
 			                  config_word_plen(v), v.p, why);
 		if (word_copy(c->metrics, sizeof(c->metrics), v) == -1)
-			return config_parse_fail(x, "metrics: address too long");
+			return config_parse_fail(&x->lex, "metrics: address too long");
 		return 0;
 	case CONFIG_DIR_REDIS:
 		if (config_check_redis_url(v.p, v.len, &tls, whybuf, sizeof(whybuf)) == -1)
-			return tls ? config_parse_fail(x, "redis: a TLS URL: %s", config_no_tls)
-			           : config_parse_fail(x, "redis: %s (%s)", whybuf, config_redis_shapes);
+			return config_parse_fail(&x->lex, "%s", whybuf);
 		if (word_copy(c->redis, sizeof(c->redis), v) == -1)
-			return config_parse_fail(x, "redis: URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
+			return config_parse_fail(&x->lex, "redis: URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
 		return 0;
 	case CONFIG_DIR_REDIS_TIMEOUT:
 		if (config_parse_duration(v.p, v.len, &u) == -1 || u < 1 || u > CONFIG_TIMEOUT_MAX_MS)
-			return config_parse_fail(x, "redis-timeout must be a duration 1ms..60s, e.g. 50ms; got '%.*s'",
+			return config_parse_fail(&x->lex, "redis-timeout must be a duration 1ms..60s, e.g. 50ms; got '%.*s'",
 			                  config_word_plen(v), v.p);
 		c->redis_timeout_ms = u;
 		return 0;
 	case CONFIG_DIR_REDIS_BATCH:
 		if (decimal_parse(v.p, v.len, CONFIG_REDIS_BATCH_MAX, &u) != 0 || u < 1)
-			return config_parse_fail(x, "redis-batch must be an integer 1..%u (1: one script call per decision); got '%.*s'",
+			return config_parse_fail(&x->lex, "redis-batch must be an integer 1..%u (1: one script call per decision); got '%.*s'",
 			                  CONFIG_REDIS_BATCH_MAX, config_word_plen(v), v.p);
 		c->redis_batch = (unsigned)u;
 		return 0;
 	case CONFIG_DIR_THREADS:
 		if (decimal_parse(v.p, v.len, CONFIG_THREADS_MAX, &u) != 0 || u < 1)
-			return config_parse_fail(x, "threads must be an integer 1..%u", CONFIG_THREADS_MAX);
+			return config_parse_fail(&x->lex, "threads must be an integer 1..%u", CONFIG_THREADS_MAX);
 		c->threads = (unsigned)u;
 		return 0;
 	case CONFIG_DIR_MAX_CONNECTIONS:
 		if (decimal_parse(v.p, v.len, CONFIG_CONN_MAX, &u) != 0 || u < 1)
-			return config_parse_fail(x, "max-connections must be an integer 1..%u", CONFIG_CONN_MAX);
+			return config_parse_fail(&x->lex, "max-connections must be an integer 1..%u", CONFIG_CONN_MAX);
 		c->max_connections = (unsigned)u;
 		return 0;
 	case CONFIG_DIR_MAX_INFLIGHT:
 		if (decimal_parse(v.p, v.len, CONFIG_INFLIGHT_MAX, &u) != 0 || u < 1)
-			return config_parse_fail(x, "max-inflight must be an integer 1..%u", CONFIG_INFLIGHT_MAX);
+			return config_parse_fail(&x->lex, "max-inflight must be an integer 1..%u", CONFIG_INFLIGHT_MAX);
 		c->max_inflight = (unsigned)u;
 		return 0;
 	case CONFIG_DIR_MAX_NOTIFY_MESSAGES:
 		if (decimal_parse(v.p, v.len, CONFIG_NOTIFY_MSGS_MAX, &u) != 0 || u < 1)
-			return config_parse_fail(x, "max-notify-messages must be an integer 1..%u",
+			return config_parse_fail(&x->lex, "max-notify-messages must be an integer 1..%u",
 			                         CONFIG_NOTIFY_MSGS_MAX);
 		c->max_notify_messages = (unsigned)u;
 		return 0;
@@ -563,7 +595,7 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 		/* a floor keeps a typo ("1ms") from cutting every peer off */
 		if (config_parse_duration(v.p, v.len, &u) == -1 || u < CONFIG_PEER_TIMEOUT_MIN_MS ||
 		    u > CONFIG_PEER_TIMEOUT_MAX_MS)
-			return config_parse_fail(x, "%.*s must be a duration 10ms..1h, e.g. 10s; got '%.*s'",
+			return config_parse_fail(&x->lex, "%.*s must be a duration 10ms..1h, e.g. 10s; got '%.*s'",
 			                  config_word_plen(key), key.p, config_word_plen(v), v.p);
 		if (d == CONFIG_DIR_HELLO_TIMEOUT)
 			c->hello_timeout_ms = u;
@@ -572,6 +604,12 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 		return 0;
 	case CONFIG_DIR_DENY_CACHE:
 		return parse_switch(x, key, v, "on", "off", &c->deny_cache);
+	case CONFIG_DIR_DENY_CACHE_SIZE:
+		if (decimal_parse(v.p, v.len, CONFIG_DENY_CACHE_SIZE_MAX, &u) != 0 || u < 1)
+			return config_parse_fail(&x->lex, "deny-cache-size must be an integer 1..%u",
+			                         CONFIG_DENY_CACHE_SIZE_MAX);
+		c->deny_cache_size = (unsigned)u;
+		return 0;
 	case CONFIG_DIR_REDIS_ALLOW_EVICTION:
 		return parse_switch(x, key, v, "yes", "no", &c->redis_allow_eviction);
 	case CONFIG_DIR_REDIS_ENGINE:
@@ -581,7 +619,7 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 				return 0;
 			}
 		}
-		return config_parse_fail(x, "redis-engine must be auto, script or module; got '%.*s'",
+		return config_parse_fail(&x->lex, "redis-engine must be auto, script or module; got '%.*s'",
 		                         config_word_plen(v), v.p);
 	case CONFIG_DIR_TLS_CA:
 	case CONFIG_DIR_TLS_CA_DIR:
@@ -597,10 +635,10 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 				return 0;
 			}
 		}
-		return config_parse_fail(x, "log-level must be error, warn, info or debug; got '%.*s'",
+		return config_parse_fail(&x->lex, "log-level must be error, warn, info or debug; got '%.*s'",
 		                  config_word_plen(v), v.p);
 	default:
-		rc = config_parse_fail(x, "internal: unhandled directive '%.*s'", config_word_plen(key), key.p);
+		rc = config_parse_fail(&x->lex, "internal: unhandled directive '%.*s'", config_word_plen(key), key.p);
 		return rc;
 	}
 }
@@ -623,6 +661,7 @@ static const struct {
 	{ "frame-timeout",       CONFIG_DIR_FRAME_TIMEOUT },
 	{ "allow-remote-listen", CONFIG_DIR_ALLOW_REMOTE_LISTEN },
 	{ "deny-cache",          CONFIG_DIR_DENY_CACHE },
+	{ "deny-cache-size",     CONFIG_DIR_DENY_CACHE_SIZE },
 	{ "redis-allow-eviction", CONFIG_DIR_REDIS_ALLOW_EVICTION },
 	{ "redis-engine",        CONFIG_DIR_REDIS_ENGINE },
 	{ "redis-tls-ca",        CONFIG_DIR_TLS_CA },
@@ -648,75 +687,25 @@ static int parse_words(struct parse_ctx *x, const struct word *w, size_t n)
 		}
 	}
 	if (d == CONFIG_DIR_COUNT)
-		return config_parse_fail(x, "unknown directive '%.*s'", config_word_plen(w[0]), w[0].p);
+		return config_parse_fail(&x->lex, "unknown directive '%.*s'", config_word_plen(w[0]), w[0].p);
 	if (d == CONFIG_DIR_POLICY)
 		return dir_policy(x, w, n);
 	if (d == CONFIG_DIR_OVERRIDE)
 		return dir_override(x, w, n);
 
 	if (x->seen[d])
-		return config_parse_fail(x, "duplicate directive '%s' (first at line %u)",
+		return config_parse_fail(&x->lex, "duplicate directive '%s' (first at line %u)",
 		                  directives[i].name, x->seen[d]);
-	x->seen[d] = x->line;
+	x->seen[d] = x->lex.line;
 	if (d == CONFIG_DIR_ALLOW_REMOTE_LISTEN) {
 		if (n != 1)
-			return config_parse_fail(x, "allow-remote-listen takes no argument");
+			return config_parse_fail(&x->lex, "allow-remote-listen takes no argument");
 		x->c->allow_remote_listen = true;
 		return 0;
 	}
 	if (n != 2)
-		return config_parse_fail(x, "%s takes exactly one argument", directives[i].name);
+		return config_parse_fail(&x->lex, "%s takes exactly one argument", directives[i].name);
 	return dir_scalar(x, d, w[0], w[1]);
-}
-
-/* Split the line <s>/<len> into <w> (at most CONFIG_MAX_WORDS); a word
- * starting with '#' ends the line. Returns the count, or -1 if too many. */
-static int split_words(const char *s, size_t len, struct word *w)
-{
-	size_t i = 0;
-	int n = 0;
-
-	for (;;) {
-		size_t start;
-
-		while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r'))
-			i++;
-		if (i == len || s[i] == '#')
-			return n;
-		if (n == CONFIG_MAX_WORDS)
-			return -1;
-		start = i;
-		while (i < len && s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
-			i++;
-		w[n].p = s + start;
-		w[n].len = i - start;
-		n++;
-	}
-}
-
-/* The next line of <*p>..<end> with words, split into <w>; blank and
- * comment lines are skipped. <*p> moves past it, <*line>/<*line_len> are the
- * line itself (borrowed). Returns the word count, 0 at the end, or -1 with
- * the error set. */
-int config_next_line(struct parse_ctx *x, const char **p, const char *end,
-                     struct word *w, const char **line, size_t *line_len)
-{
-	int n = 0;
-
-	while (n == 0 && *p < end) {
-		const char *eol = memchr(*p, '\n', (size_t)(end - *p));
-
-		*line = *p;
-		*line_len = (size_t)((eol ? eol : end) - *p);
-		*p = eol ? eol + 1 : end;
-		x->line++;
-		if (memchr(*line, '\0', *line_len))
-			return config_parse_fail(x, "NUL byte in line");
-		n = split_words(*line, *line_len, w);
-		if (n == -1)
-			return config_parse_fail(x, "too many words (at most %d)", CONFIG_MAX_WORDS);
-	}
-	return n;
 }
 
 /* Parse <text>/<len> named <name> into <c>; see config.h. Overrides get
@@ -733,9 +722,9 @@ int config_parse(struct config *c, const char *name, const char *text, size_t le
 
 	memset(&x, 0, sizeof(x));
 	x.c = c;
-	x.name = name ? name : "config";
-	x.err = err;
-	x.errlen = errlen;
+	x.lex.name = name ? name : "config";
+	x.lex.err = err;
+	x.lex.errlen = errlen;
 	for (i = 0; i < c->npolicies; i++) {
 		x.ov_first[i] = c->policies[i].noverrides;
 		x.ov_cap[i] = c->policies[i].noverrides;
@@ -746,7 +735,7 @@ int config_parse(struct config *c, const char *name, const char *text, size_t le
 	if (len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0)
 		p += 3;
 
-	while ((n = config_next_line(&x, &p, end, w, &line, &line_len)) > 0)
+	while ((n = config_next_line(&x.lex, &p, end, w, &line, &line_len)) > 0)
 		if (parse_words(&x, w, (size_t)n) == -1)
 			goto out;
 	if (n == -1)
@@ -761,50 +750,6 @@ out:
 		free(x.ov_line[i]);
 		x.ov_line[i] = NULL;
 	}
-	return rc;
-}
-
-/* Read <path> whole into a new buffer <*buf> (NUL-terminated, the caller
- * frees it) of <*len> bytes. Returns 0, or -1 with "<path>: reason". */
-int config_read_file(const char *path, char **buf, size_t *len,
-                     char *err, size_t errlen)
-{
-	FILE *f = NULL;
-	struct stat st;
-	int rc = -1;
-
-	*buf = NULL;
-
-	f = fopen(path, "r");
-	if (!f) {
-		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-		goto out;
-	}
-	if (fstat(fileno(f), &st) == -1 || !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file", path);
-		goto out;
-	}
-	if ((uint64_t)st.st_size > CONFIG_FILE_MAX) {
-		snprintf(err, errlen, "%s: too large (more than %u bytes)", path, CONFIG_FILE_MAX);
-		goto out;
-	}
-	*buf = malloc((size_t)st.st_size + 1);
-	if (!*buf) {
-		snprintf(err, errlen, "%s: out of memory", path);
-		goto out;
-	}
-	*len = fread(*buf, 1, (size_t)st.st_size, f);
-	(*buf)[*len] = '\0';
-	if (ferror(f)) {
-		snprintf(err, errlen, "%s: read error", path);
-		free(*buf);
-		*buf = NULL;
-		goto out;
-	}
-	rc = 0;
-out:
-	if (f)
-		fclose(f);
 	return rc;
 }
 
@@ -840,6 +785,7 @@ void config_init(struct config *c)
 	c->hello_timeout_ms = 10000;
 	c->frame_timeout_ms = 10000;
 	c->deny_cache = true;
+	c->deny_cache_size = 4096;
 	c->tls.verify = true;
 }
 

@@ -1,8 +1,11 @@
 /*
  * config - the agent's configuration file and command-line overrides.
  *
- * Pure parsing and validation: no sockets, no libev, no hiredis. Errors are
- * written as "<file>:<line>: <reason>" into the caller's buffer.
+ * Parsing and validation: no sockets, no libev, no hiredis. Not pure: it
+ * reads the config file, stat()s the redis-tls-* files, and reads a routes
+ * map. Errors are written as "<file>:<line>: <reason>" into the caller's
+ * buffer. Files: config.c (the parser), config_lex.c (lines, words, reading
+ * a file), config_check.c (shapes, config_validate), config_routes.c.
  *
  * Syntax (one directive a line, '#' starts a comment):
  *   listen        127.0.0.1:12345 | [::1]:12345 | unix:/path
@@ -20,6 +23,7 @@
  *   frame-timeout 10s             (a started frame must arrive whole)
  *   allow-remote-listen           (permit a non-loopback listen address)
  *   deny-cache    on|off          (answer known denials locally until retry_after)
+ *   deny-cache-size 4096          (its entries per worker thread, 368 bytes each)
  *   redis-allow-eviction yes|no   (decide on a Redis that may evict keys)
  *   redis-engine auto|script|module   (how Redis decides; default auto)
  *   redis-tls-ca <file>           CA bundle that signs the Redis certificates
@@ -95,6 +99,7 @@ struct config {
 	uint64_t frame_timeout_ms;             /* a partial frame's deadline */
 	bool allow_remote_listen;
 	bool deny_cache;                       /* local deny cache, default on */
+	unsigned deny_cache_size;              /* its entries per worker, default 4096 */
 	bool redis_allow_eviction;             /* decide on an evicting Redis, default no */
 	enum config_redis_engine redis_engine; /* default auto */
 	struct config_tls tls;                 /* redis-tls-*; used with a TLS URL */

@@ -1,9 +1,9 @@
 /*
  * config_check - what the config must be beyond its grammar: the shape of
  * addresses and Redis URLs (nothing is resolved), the whole-config checks
- * once the file and the flags are merged (config_validate), and a routes
- * map checked against the policies (config_check_routes). No I/O but
- * reading the routes file.
+ * once the file and the flags are merged (config_validate). No I/O of its
+ * own (redis_url, which parses the URL, reads a password from the
+ * environment or a file); a routes map is checked by config_routes.c.
  */
 #include <arpa/inet.h>
 #include <stdarg.h>
@@ -13,15 +13,22 @@
 
 #include "config.h"
 #include "config_int.h"
+#include "config_lex.h"
 #include "decimal.h"
 #include "net.h"
 #include "redis_url.h"
 
-const char config_redis_shapes[] =
+/* The identity kinds the shipped HAProxy block puts before an account
+ * ("jwt:ACC-1001"): a routes map's third word, an override key's prefix. */
+static const char *const identity_kinds[] = { "jwt", "key", "cert" };
+
+/* The URL shapes a bad `redis` setting is told about. */
+static const char config_redis_shapes[] =
 	"expected redis://[user:password@]host[:port][/db], unix:///path, "
 	"cluster://host[:port][,host[:port]...] or sentinel://host[:port][,host[:port]...]/name; "
 	"over TLS rediss://, cluster+tls://, sentinel+tls://";
 
+/* What a TLS setting on a build without TLS is told. */
 const char config_no_tls[] = "this build has no TLS; build with make WITH_TLS=1";
 
 /* Format "<path>: <fmt...>" (no line: whole-config checks) into <err>. */
@@ -181,39 +188,67 @@ int config_check_policy_name(struct word w)
 }
 
 /* Redis URL <s>/<len>, by the parser the limiter runs (redis_url), so that
- * -c and a reload accept exactly what will connect. The reason goes into
- * <why>/<cap> (never the URL: it may hold a password); <*tls> says whether
- * it is a TLS URL (refused by a build without TLS). Returns 0 or -1. */
+ * -c and a reload accept exactly what will connect. The whole message,
+ * "redis: <reason> (<the shapes>)", goes into <why>/<cap> (never the URL: it
+ * may hold a password): the parser and config_validate both print it as it
+ * is. <*tls> says whether it is a TLS URL. Returns 0 or -1. */
 int config_check_redis_url(const char *s, size_t len, bool *tls, char *why, size_t cap)
 {
 	struct redis_url u;
-	char copy[CONFIG_URL_MAX];
+	char copy[CONFIG_URL_MAX], reason[128];
 	int rc;
 
 	*tls = false;
 	if (len >= sizeof(copy)) {
-		snprintf(why, cap, "URL too long (at most %d bytes)", CONFIG_URL_MAX - 1);
+		snprintf(why, cap, "redis: URL too long (at most %d bytes) (%s)", CONFIG_URL_MAX - 1,
+		         config_redis_shapes);
 		return -1;
 	}
 	memcpy(copy, s, len);
 	copy[len] = '\0';
-	rc = redis_url_parse(copy, &u, why, cap);
+	rc = redis_url_parse(copy, &u, reason, sizeof(reason));
 	*tls = rc == 0 && u.tls;
-	if (rc == 0 && u.tls && !SPOA_TLS) {
-		snprintf(why, cap, "%s", config_no_tls);
+	if (rc == 0 && u.tls && !SPOA_TLS)
 		rc = -1;
-	}
 	redis_url_wipe(&u);
 	explicit_bzero(copy, sizeof(copy));
+	if (rc == -1 && *tls)
+		snprintf(why, cap, "redis: a TLS URL: %s", config_no_tls);
+	else if (rc == -1)
+		snprintf(why, cap, "redis: %s (%s)", reason, config_redis_shapes);
 	return rc;
 }
 
+/* Is the routes map's identity word <w> a known kind (jwt, key, cert)? */
+int config_check_identity_kind(struct word w)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(identity_kinds) / sizeof(identity_kinds[0]); i++)
+		if (config_word_is(w, identity_kinds[i]))
+			return 0;
+	return -1;
+}
+
+/* Does the override key <p>/<len> start with "<kind>:" for a known kind,
+ * followed by at least one byte? */
+int config_check_key_kind(const char *p, size_t len)
+{
+	size_t i, n;
+
+	for (i = 0; i < sizeof(identity_kinds) / sizeof(identity_kinds[0]); i++) {
+		n = strlen(identity_kinds[i]);
+		if (len > n + 1 && memcmp(p, identity_kinds[i], n) == 0 && p[n] == ':')
+			return 0;
+	}
+	return -1;
+}
 
 /* Whole-config checks on <c> once file and flags are merged. */
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
 	const char *why;
-	char whybuf[128];
+	char whybuf[CONFIG_ERR_LEN];
 	size_t i;
 	bool tls;
 
@@ -237,8 +272,7 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 			                     "to expose it to other hosts", c->metrics);
 	}
 	if (config_check_redis_url(c->redis, strlen(c->redis), &tls, whybuf, sizeof(whybuf)) == -1)
-		return tls ? validate_fail(c, err, errlen, "redis: a TLS URL: %s", config_no_tls)
-		           : validate_fail(c, err, errlen, "redis: %s (%s)", whybuf, config_redis_shapes);
+		return validate_fail(c, err, errlen, "%s", whybuf);
 	if (c->tls.any && !tls)
 		return validate_fail(c, err, errlen, "redis-tls-* given but the redis URL is not "
 		                     "TLS (rediss://, cluster+tls:// or sentinel+tls://)");
@@ -266,126 +300,3 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 	}
 	return 0;
 }
-
-/* One line of a routes map: "<METHOD></path prefix> <policy> [<identity>
- * [<cost>]]" (haproxy/routes.map). Returns 0 or -1 with the error set. */
-static int routes_check_line(struct parse_ctx *x, const struct config *c,
-                             const struct word *w, int n)
-{
-	static const char *const kinds[] = { "jwt", "key", "cert" };
-	const char *slash;
-	size_t i;
-	uint64_t cost = 0;
-
-	if (n < 1 || !w[0].p)
-		return config_parse_fail(x, "internal: empty route line");   /* for the analyzer */
-	slash = memchr(w[0].p, '/', w[0].len);
-
-	if (!slash || slash == w[0].p)
-		return config_parse_fail(x, "route '%.*s' must be <METHOD>/<path prefix>, e.g. POST/transfers",
-		                  config_word_plen(w[0]), w[0].p);
-	for (i = 0; w[0].p + i < slash; i++)
-		if (w[0].p[i] < 'A' || w[0].p[i] > 'Z')
-			return config_parse_fail(x, "route '%.*s': the method must be upper case letters",
-			                  config_word_plen(w[0]), w[0].p);
-	if (n < 2)
-		return config_parse_fail(x, "route '%.*s' names no policy", config_word_plen(w[0]), w[0].p);
-	if (n > 4)
-		return config_parse_fail(x, "route '%.*s': too many words (<policy> [<identity> [<cost>]])",
-		                  config_word_plen(w[0]), w[0].p);
-	if (!config_find_policy(c, w[1].p, w[1].len))
-		return config_parse_fail(x, "route '%.*s' names policy '%.*s', which the agent's config does not define",
-		                  config_word_plen(w[0]), w[0].p, config_word_plen(w[1]), w[1].p);
-	if (n >= 3) {
-		for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-			if (config_word_is(w[2], kinds[i]))
-				break;
-		if (i == sizeof(kinds) / sizeof(kinds[0]))
-			return config_parse_fail(x, "route '%.*s': identity must be jwt, key or cert; got '%.*s'",
-			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[2]), w[2].p);
-	}
-	if (n == 4) {
-		if (decimal_parse(w[3].p, w[3].len, UINT32_MAX, &cost) != 0 || cost < 1)
-			return config_parse_fail(x, "route '%.*s': cost must be an integer 1..%u; got '%.*s'",
-			                  config_word_plen(w[0]), w[0].p, UINT32_MAX, config_word_plen(w[3]), w[3].p);
-	}
-	return 0;
-}
-
-/* See config.h. The route keys seen so far are borrowed from <text>, in a
- * table owned here. */
-int config_check_routes(const struct config *c, const char *name, const char *text,
-                        size_t len, char *err, size_t errlen)
-{
-	struct route_seen { const char *p; size_t len; unsigned line; } *seen = NULL, *grown;
-	struct parse_ctx x;
-	struct word w[CONFIG_MAX_WORDS] = { { NULL, 0 } }, key;
-	const char *p = text, *end = text + len, *line;
-	size_t nseen = 0, capseen = 0, i, line_len;
-	int n, rc = -1;
-
-	memset(&x, 0, sizeof(x));
-	x.name = name ? name : "routes";
-	x.err = err;
-	x.errlen = errlen;
-	if (err && errlen)
-		err[0] = '\0';
-	while ((n = config_next_line(&x, &p, end, w, &line, &line_len)) > 0) {
-		/* HAProxy reads a '#' after the key as part of the value */
-		if (memchr(line, '#', line_len)) {
-			config_parse_fail(&x, "a comment must be a line of its own ('#' after a route is part of its value)");
-			goto out;
-		}
-		if (routes_check_line(&x, c, w, n) == -1)
-			goto out;
-		key = w[0];
-		if (!key.p) {   /* cannot happen (n > 0); for the analyzer */
-			config_parse_fail(&x, "internal: empty route line");
-			goto out;
-		}
-		/* map_beg answers with the first line whose key begins the
-		 * request: a line behind a prefix of its own key never matches */
-		for (i = 0; i < nseen; i++) {
-			if (seen[i].len <= key.len && memcmp(seen[i].p, key.p, seen[i].len) == 0) {
-				config_parse_fail(&x, "route '%.*s' never matches: line %u ('%.*s') comes first and is a prefix of it",
-				           config_word_plen(key), key.p, seen[i].line, (int)seen[i].len, seen[i].p);
-				goto out;
-			}
-		}
-		if (nseen == capseen) {
-			capseen = capseen ? capseen * 2 : 16;
-			grown = realloc(seen, capseen * sizeof(*seen));
-			if (!grown) {
-				config_parse_fail(&x, "out of memory");
-				goto out;
-			}
-			seen = grown;
-		}
-		seen[nseen].p = key.p;
-		seen[nseen].len = key.len;
-		seen[nseen].line = x.line;
-		nseen++;
-	}
-	if (n == -1)
-		goto out;
-	rc = nseen > INT32_MAX ? INT32_MAX : (int)nseen;
-out:
-	free(seen);
-	return rc;
-}
-
-/* Read the routes map at <path> and check it against <c> (see config.h). */
-int config_check_routes_file(const struct config *c, const char *path,
-                             char *err, size_t errlen)
-{
-	char *buf;
-	size_t len;
-	int rc;
-
-	if (config_read_file(path, &buf, &len, err, errlen) == -1)
-		return -1;
-	rc = config_check_routes(c, path, buf, len, err, errlen);
-	free(buf);
-	return rc;
-}
-

@@ -1,8 +1,9 @@
 /*
  * conn - one HAProxy connection: the SPOP state machine, HELLO, buffers,
  * reads, coalesced writes, timers and lifecycle (the transport). What a
- * NOTIFY asks and the ACK that answers it are conn_notify.c. See conn.h
- * for the model.
+ * NOTIFY asks and the ACK that answers it are the layer above
+ * (conn_notify.c), reached only through env->upper. See conn.h for the
+ * model.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -16,10 +17,48 @@
 #include "config.h"
 #include "conn.h"
 #include "conn_int.h"
-#include "headers.h"
 #include "log.h"
 #include "metrics.h"
 #include "spop.h"
+
+#define CONN_IN_INIT      1024u            /* enough for HELLO and NOTIFYs */
+#define CONN_OUT_INIT     1024u
+#define CONN_SHRINK_ABOVE (64u * 1024u)    /* give back big buffers when idle */
+#define CONN_PRE_HELLO_MAX 16380u          /* HAProxy's default, before negotiation */
+#define CONN_OUT_HIGH     (256u * 1024u)   /* unsent bytes that pause reading */
+#define CONN_OUT_LOW      (64u * 1024u)    /* ... and that resume it */
+#define CONN_LOG_PEER_STR 128u             /* bytes of a peer's string logged */
+
+enum conn_flag {
+	CONN_F_HEALTHCHECK = 1u << 0,   /* close after AGENT-HELLO */
+	CONN_F_PIPELINING  = 1u << 1,
+	CONN_F_IN_FLUSH    = 1u << 2,   /* on env->flush_head list */
+	CONN_F_DISCO_SENT  = 1u << 3,
+	CONN_F_WAS_READY   = 1u << 4,   /* completed a traffic HELLO */
+	CONN_F_RD_PAUSED   = 1u << 5,   /* peer not reading: input paused */
+};
+
+struct conn {
+	struct conn_env *env;
+	int fd;
+	enum conn_state state;
+	unsigned flags;
+	uint32_t max_frame;             /* negotiated (HAProxy's), bytes */
+	uint64_t id;                    /* for logs */
+	void *up;                       /* env->upper's state for this conn */
+
+	ev_io rd;
+	ev_io wr;
+	ev_timer timer;                 /* hello / stalled-frame / closing deadline */
+
+	unsigned char *in;
+	size_t in_len, in_cap;
+	unsigned char *out;
+	size_t out_len, out_off, out_cap;
+
+	struct conn *prev, *next;       /* env->conns */
+	struct conn *flush_next;        /* env->flush_head */
+};
 
 /* Shared by every worker thread: ids stay unique across the process. */
 static _Atomic uint64_t conn_next_id;
@@ -29,6 +68,27 @@ static void conn_on_write(struct ev_loop *loop, ev_io *w, int revents);
 static void conn_on_timer(struct ev_loop *loop, ev_timer *w, int revents);
 static void conn_close(struct conn *c, const char *why);
 static int conn_read_some(struct conn *c);
+
+uint64_t conn_id(const struct conn *c)
+{
+	return c->id;
+}
+
+uint32_t conn_max_frame(const struct conn *c)
+{
+	return c->max_frame;
+}
+
+bool conn_is_ready(const struct conn *c)
+{
+	return c->state == CONN_ST_READY;
+}
+
+/* NOTIFYs of <c> the layer above has not answered yet. */
+static unsigned conn_inflight(const struct conn *c)
+{
+	return c->env->upper->inflight(c->up);
+}
 
 const char *conn_state_str(enum conn_state s)
 {
@@ -50,8 +110,9 @@ static void conn_set_state(struct conn *c, enum conn_state s)
 
 /* ---------------------------------------------------------------- buffers */
 
-/* Make room for <need> more bytes in the output buffer. Returns 0 or -1. */
-int conn_out_reserve(struct conn *c, size_t need)
+/* Make room for <need> more bytes in the output buffer (owned by <c>,
+ * grown with realloc). Returns 0 or -1. */
+static int conn_out_reserve(struct conn *c, size_t need)
 {
 	size_t want, cap;
 	unsigned char *p;
@@ -80,7 +141,7 @@ int conn_out_reserve(struct conn *c, size_t need)
 }
 
 /* Queue <c> for the next flush. */
-void conn_want_flush(struct conn *c)
+static void conn_want_flush(struct conn *c)
 {
 	if (c->flags & CONN_F_IN_FLUSH)
 		return;
@@ -90,10 +151,26 @@ void conn_want_flush(struct conn *c)
 }
 
 /* Count one frame of <type> sent on <c>. */
-void conn_count_out(struct conn *c, enum metrics_frame_out type)
+static void conn_count_out(struct conn *c, enum metrics_frame_out type)
 {
 	if (c->env->metrics)
 		metrics_add(&c->env->metrics->frames_out[type], 1);
+}
+
+/* Borrows <c>'s output buffer for one frame; see conn_int.h. */
+unsigned char *conn_out_begin(struct conn *c, size_t need, size_t *cap)
+{
+	if (conn_out_reserve(c, need) == -1)
+		return NULL;
+	*cap = c->out_cap - c->out_len;
+	return c->out + c->out_len;
+}
+
+void conn_out_commit(struct conn *c, size_t n, enum metrics_frame_out type)
+{
+	c->out_len += n;
+	conn_count_out(c, type);
+	conn_want_flush(c);
 }
 
 /* Queue AGENT-DISCONNECT and move to CLOSING: the conn closes once it left. */
@@ -126,7 +203,7 @@ void conn_send_disconnect(struct conn *c, unsigned status, const char *msg)
 }
 
 /* A protocol error from the peer: count it and disconnect with <st>. */
-void conn_protocol_error(struct conn *c, enum spop_status st, const char *what)
+static void conn_protocol_error(struct conn *c, enum spop_status st, const char *what)
 {
 	if (c->env->metrics && (unsigned)st < SPOP_ST_COUNT)
 		metrics_add(&c->env->metrics->malformed[st], 1);
@@ -134,8 +211,6 @@ void conn_protocol_error(struct conn *c, enum spop_status st, const char *what)
 	         (unsigned long long)c->id, (unsigned)st, spop_status_str(st), what);
 	conn_send_disconnect(c, st, spop_status_str(st));
 }
-
-/* ------------------------------------------------------------- requests */
 
 /* ------------------------------------------------------------- frames */
 
@@ -207,7 +282,7 @@ static void conn_handle_hello(struct conn *c, const struct spop_frame *f)
 	}
 	c->flags |= CONN_F_WAS_READY;
 	conn_set_state(c, CONN_ST_READY);
-	if (c->env->draining && c->inflight == 0)
+	if (c->env->draining && conn_inflight(c) == 0)
 		conn_send_disconnect(c, SPOP_ST_NORMAL, "agent is shutting down");
 }
 
@@ -249,7 +324,10 @@ static void conn_process(struct conn *c)
 			max = c->max_frame;
 			break;
 		case SPOP_FRAME_NOTIFY:
-			conn_handle_notify(c, &f);
+			if (c->state != CONN_ST_READY)
+				conn_protocol_error(c, SPOP_ST_INVALID, "NOTIFY before HELLO");
+			else
+				c->env->upper->notify(c->up, &f);
 			break;
 		case SPOP_FRAME_HAPROXY_DISCONNECT:
 			conn_log_disconnect(c, &f.u.disconnect);
@@ -468,26 +546,26 @@ void conn_env_flush(struct conn_env *env)
 	}
 }
 
-/* Close <c> now: requests in flight are orphaned (their late decisions are
- * dropped), buffers and the fd released. */
+/* Close <c> now and free it: the layer above keeps its requests in flight
+ * until their decisions come (which it then drops), buffers and the fd are
+ * released. */
 static void conn_close(struct conn *c, const char *why)
 {
 	struct conn_env *env = c->env;
-	struct conn_req *r;
 	struct conn **pp;
 
 	if (c->flags & CONN_F_WAS_READY)
 		log_info("conn_close", "conn=%llu reason=\"%s\" inflight=%u",
-		         (unsigned long long)c->id, why, c->inflight);
+		         (unsigned long long)c->id, why, conn_inflight(c));
 	else
 		log_debug("conn_close", "conn=%llu state=%s reason=\"%s\" inflight=%u",
-		          (unsigned long long)c->id, conn_state_str(c->state), why, c->inflight);
+		          (unsigned long long)c->id, conn_state_str(c->state), why, conn_inflight(c));
 	ev_io_stop(env->loop, &c->rd);
 	ev_io_stop(env->loop, &c->wr);
 	ev_timer_stop(env->loop, &c->timer);
 	close(c->fd);
-	for (r = c->reqs; r; r = r->next)
-		r->conn = NULL;
+	env->upper->close(c->up);
+	c->up = NULL;
 	if (c->flags & CONN_F_IN_FLUSH) {
 		for (pp = &env->flush_head; *pp; pp = &(*pp)->flush_next) {
 			if (*pp == c) {
@@ -513,11 +591,13 @@ static void conn_close(struct conn *c, const char *why)
 		env->on_idle(env);
 }
 
+/* Takes <fd>; the conn it makes is owned by <env> until conn_close(). */
 int conn_accept(struct conn_env *env, int fd)
 {
 	struct conn *c = calloc(1, sizeof(*c));
 
-	if (!c) {
+	if (!c || !(c->up = env->upper->open(env, c))) {
+		free(c);
 		close(fd);
 		conn_release(env->admitted);
 		return -1;
@@ -561,7 +641,7 @@ void conn_env_drain(struct conn_env *env)
 		 * before calling the connection idle */
 		if (c->state == CONN_ST_READY && conn_read_some(c) == -1)
 			continue;
-		if (c->state == CONN_ST_READY && c->inflight == 0)
+		if (c->state == CONN_ST_READY && conn_inflight(c) == 0)
 			conn_send_disconnect(c, SPOP_ST_NORMAL, "agent is shutting down");
 	}
 	if (env->nconns == 0 && env->on_idle)
@@ -571,17 +651,12 @@ void conn_env_drain(struct conn_env *env)
 void conn_env_close_all(struct conn_env *env)
 {
 	struct conn *c, *next;
-	struct conn_req *r;
 
 	for (c = env->conns; c; c = next) {
 		next = c->next;
 		conn_close(c, "shutdown");
 	}
-	while ((r = env->free_reqs)) {
-		env->free_reqs = r->next;
-		free(r);
-	}
-	env->nfree_reqs = 0;
+	env->upper->env_close(env);
 }
 
 void conn_refuse(int fd, unsigned status, const char *msg)

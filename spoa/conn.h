@@ -1,6 +1,17 @@
 /*
- * conn - one HAProxy connection: SPOP state machine, buffers, and the
- * NOTIFY -> decisions -> ACK pipeline.
+ * conn - one HAProxy connection in two layers: the transport (conn.c: the
+ * SPOP state machine, HELLO, buffers, reads, coalesced writes, timers,
+ * lifecycle) and above it the NOTIFY side (conn_notify.c: a NOTIFY's
+ * message checked and handed to the limiter, its decision, the ACK).
+ *
+ * Calls run one way. The NOTIFY side calls the transport by name
+ * (conn_int.h): it writes an ACK between conn_out_begin() and
+ * conn_out_commit() and may end the connection. The transport never names
+ * the NOTIFY side: it reaches it through env->upper, one table of
+ * callbacks (struct conn_upper), as memcached's connection hands a command
+ * to its protocol or HAProxy's SPOP mux hands a frame to the SPOE filter.
+ * struct conn is private to conn.c; the NOTIFY side owns its requests, its
+ * in-flight count and its decisions.
  *
  * Callbacks are thin: the read callback only moves bytes into the input
  * buffer and calls conn_process(), which decodes frames and is the one place
@@ -27,7 +38,10 @@ struct ev_loop;
 struct config;
 struct metrics;
 struct conn;
+struct conn_env;
+struct conn_notify;
 struct conn_req;
+struct spop_frame;
 
 /* How a connection asks for one decision; same contract as limiter_check(). */
 struct limiter_ops {
@@ -44,11 +58,37 @@ struct conn_cfg_ref {
 	void (*release)(struct conn_cfg_ref *ref);  /* called when refs hits 0 */
 };
 
+/*
+ * The layer above the transport, as conn.c sees it: the only way conn.c
+ * reaches the NOTIFY side (conn_notify_upper), or a fake in tests. <st> is
+ * what open() returned for one connection; the layer owns it.
+ */
+struct conn_upper {
+	/* A connection <c> was accepted: its state, or NULL (out of memory:
+	 * the connection is refused). */
+	void *(*open)(struct conn_env *env, struct conn *c);
+	/* One NOTIFY frame <f> on a connection past its HELLO. */
+	void (*notify)(void *st, const struct spop_frame *f);
+	/* NOTIFYs read and not answered yet (a draining conn waits for 0). */
+	unsigned (*inflight)(const void *st);
+	/* The connection is gone: <st> writes nothing more to it, and keeps
+	 * its requests in flight until their decisions come (then frees
+	 * itself), or until env_close(). */
+	void (*close)(void *st);
+	/* Every connection closed: free the layer's pools. Requests still in
+	 * flight stay until their decisions come (each frees itself). */
+	void (*env_close)(struct conn_env *env);
+};
+
+/* The NOTIFY side (conn_notify.c), what a worker puts in env->upper. */
+extern const struct conn_upper conn_notify_upper;
+
 /* Everything a worker shares with its connections. Owned by the worker. */
 struct conn_env {
 	struct ev_loop *loop;
 	struct conn_cfg_ref *cfg;       /* current generation */
 	struct limiter_ops ops;
+	const struct conn_upper *upper; /* the NOTIFY side (conn_notify_upper) */
 	struct metrics *metrics;        /* may be NULL */
 	bool draining;
 	unsigned nconns;
@@ -56,10 +96,12 @@ struct conn_env {
 	 * hands a socket over (max-connections): every socket given to
 	 * conn_accept() is released here when it closes. May be NULL. */
 	_Atomic unsigned *admitted;
-	struct conn *conns;             /* all open connections */
-	struct conn *flush_head;        /* connections with output to send */
+	struct conn *conns;             /* all open connections (conn.c) */
+	struct conn *flush_head;        /* connections with output to send (conn.c) */
+	/* the NOTIFY side's (conn_notify.c) */
 	struct conn_req *free_reqs;     /* recycled requests */
 	unsigned nfree_reqs;
+	struct conn_notify *detached;   /* closed connections' requests still in flight */
 	double hello_timeout;           /* seconds to receive HAPROXY-HELLO */
 	double frame_timeout;           /* seconds a partial frame may stall */
 	void (*on_idle)(struct conn_env *env); /* last conn closed while draining */
@@ -88,10 +130,11 @@ void conn_env_drain(struct conn_env *env);
 void conn_env_flush(struct conn_env *env);
 
 /* Free the recycled requests above a low-water mark (after a burst).
- * Returns how many were freed. */
+ * Returns how many were freed. (conn_notify.c) */
 unsigned conn_env_trim(struct conn_env *env);
 
-/* Close every connection at once and free the request pool. */
+/* Close every connection at once, then env->upper->env_close() (free the
+ * request pool; requests in flight free themselves when answered). */
 void conn_env_close_all(struct conn_env *env);
 
 /* A connection that never saw HELLO but must be refused (over the limit):

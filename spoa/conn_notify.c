@@ -1,13 +1,15 @@
 /*
- * conn_notify - what a connection asks and answers: a NOTIFY's messages
- * checked and handed to the limiter, their decisions merged, the ACK built
- * (variables and RateLimit headers) and counted. The requests outlive
- * their connection when it closes first. See conn.h for the model.
+ * conn_notify - the NOTIFY side of a connection, above the transport: a
+ * NOTIFY's message checked and handed to the limiter, its decision, the
+ * ACK built (variables and RateLimit headers) and counted. It owns each
+ * connection's requests, in-flight count and decisions (struct
+ * conn_notify); when the connection closes first, that state stays, with
+ * its requests, on env->detached until their decisions came. It calls the
+ * transport by name (conn_int.h); the transport reaches it only through
+ * conn_notify_upper. See conn.h for the model.
  */
 #include <stdlib.h>
 #include <string.h>
-
-#include <ev.h>
 
 #include "config.h"
 #include "conn.h"
@@ -16,6 +18,40 @@
 #include "log.h"
 #include "metrics.h"
 #include "spop.h"
+
+/* an ACK with every variable fits */
+#define CONN_ACK_ROOM     (512u + HEADERS_POLICY_MAX + HEADERS_RATELIMIT_MAX)
+#define CONN_REQ_POOL_MAX 4096u            /* recycled requests kept per worker */
+#define CONN_REQ_POOL_LOW 64u              /* ... and kept after a burst */
+
+/* One connection's NOTIFY side: owned here, from conn_notify_open() until
+ * the connection closed and its last request finished. */
+struct conn_notify {
+	struct conn_env *env;
+	struct conn *conn;              /* NULL once the connection closed */
+	struct conn_req *reqs;          /* in flight, doubly linked; owned */
+	unsigned inflight;              /* NOTIFYs waiting for decisions */
+	unsigned decisions;             /* their "ratelimit" messages (max-inflight) */
+	struct conn_notify *prev, *next; /* env->detached, once closed */
+};
+
+/* One NOTIFY in flight: its ids, the decisions still pending, and the
+ * merged outcome. Owned by its struct conn_notify. */
+struct conn_req {
+	struct conn_notify *ns;         /* its connection's NOTIFY side */
+	struct conn_cfg_ref *cfg;       /* the generation it was decided under */
+	uint64_t stream_id;
+	uint64_t frame_id;
+	unsigned pending;               /* decisions outstanding (+1 while issuing) */
+	unsigned nmsgs;                 /* counted in ns->decisions */
+	const struct window_policy *policy; /* first message's, for metrics */
+	uint64_t read_us;               /* monotonic, when the NOTIFY was read */
+	const struct window_limit *lim; /* its limits for the key (borrowed from cfg) */
+	unsigned nwin;
+	unsigned nasked;                /* messages handed to the limiter */
+	struct window_decision acc;
+	struct conn_req *prev, *next;
+};
 
 /* Borrow a request from the worker's pool (or the heap). Caller returns it
  * with conn_req_put(). */
@@ -64,12 +100,12 @@ unsigned conn_env_trim(struct conn_env *env)
 	return n;
 }
 
-static void conn_req_unlink(struct conn *c, struct conn_req *r)
+static void conn_req_unlink(struct conn_notify *ns, struct conn_req *r)
 {
 	if (r->prev)
 		r->prev->next = r->next;
 	else
-		c->reqs = r->next;
+		ns->reqs = r->next;
 	if (r->next)
 		r->next->prev = r->prev;
 	r->prev = r->next = NULL;
@@ -120,19 +156,22 @@ static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, si
 		spop_ack_set_str(a, SPOP_SCOPE_TXN, "ratelimit_hdr", cur, (size_t)nc);
 }
 
-/* Append the ACK for <r> (its merged decision as txn variables). */
-static void conn_send_ack(struct conn *c, const struct conn_req *r)
+/* Append the ACK for <r> (its merged decision as txn variables) to <c>'s
+ * output, between conn_out_begin() and conn_out_commit(). */
+static void conn_send_ack(struct conn *c, struct conn_env *env, const struct conn_req *r)
 {
 	const struct window_decision *d = &r->acc;
 	struct spop_writer a;
+	unsigned char *buf;
+	size_t cap;
 	int n;
 
-	if (conn_out_reserve(c, CONN_ACK_ROOM) == -1) {
+	buf = conn_out_begin(c, CONN_ACK_ROOM, &cap);
+	if (!buf) {
 		conn_send_disconnect(c, SPOP_ST_RES, "out of memory");
 		return;
 	}
-	spop_ack_begin(&a, c->out + c->out_len, c->out_cap - c->out_len,
-	               r->stream_id, r->frame_id);
+	spop_ack_begin(&a, buf, cap, r->stream_id, r->frame_id);
 	if (d->status == WINDOW_STATUS_COUNT) {
 		/* no ratelimit message: HAProxy still needs an action (3.1 hangs on
 		 * an empty ACK), and one that cannot disturb a real decision */
@@ -153,17 +192,15 @@ static void conn_send_ack(struct conn *c, const struct conn_req *r)
 		if (d->reason != WINDOW_REASON_NONE)
 			spop_ack_set_str(&a, SPOP_SCOPE_TXN, "reason", why, strlen(why));
 		/* the frame after its 4-byte length counts against max_frame */
-		conn_ack_headers(&a, r, (size_t)c->max_frame + 4);
+		conn_ack_headers(&a, r, (size_t)conn_max_frame(c) + 4);
 	}
 	n = spop_ack_end(&a);
 	if (n < 0) {
 		conn_send_disconnect(c, SPOP_ST_RES, "ack does not fit");
 		return;
 	}
-	c->out_len += (size_t)n;
-	conn_count_out(c, METRICS_OUT_ACK);
-	conn_observe_decision(c->env, r);
-	conn_want_flush(c);
+	conn_out_commit(c, (size_t)n, METRICS_OUT_ACK);
+	conn_observe_decision(env, r);
 }
 
 /* Count <d> under policy <p> of generation <cfg> (per NOTIFY: a NOTIFY with
@@ -195,24 +232,41 @@ static void conn_count_decision(struct conn_env *env, const struct config *cfg,
 		metrics_add(&env->metrics->errors_by_reason[d->reason], 1);
 }
 
-/* All decisions of <r> are in: ACK it (if its conn is still there) and
- * recycle it. */
-static void conn_req_finish(struct conn_env *env, struct conn_req *r)
+/* Take <ns> off env->detached and free it (its connection closed and its
+ * last request finished). */
+static void conn_notify_free(struct conn_notify *ns)
 {
-	struct conn *c = r->conn;
+	if (ns->prev)
+		ns->prev->next = ns->next;
+	else
+		ns->env->detached = ns->next;
+	if (ns->next)
+		ns->next->prev = ns->prev;
+	free(ns);
+}
+
+/* All decisions of <r> are in: ACK it (if its conn is still there) and
+ * recycle it; the last request of a closed conn frees its NOTIFY side. */
+static void conn_req_finish(struct conn_req *r)
+{
+	struct conn_notify *ns = r->ns;
+	struct conn_env *env = ns->env;
+	struct conn *c = ns->conn;
 
 	if (env->metrics)
 		metrics_sub(&env->metrics->notify_inflight, 1);
 	if (r->acc.status != WINDOW_STATUS_COUNT)
 		conn_count_decision(env, r->cfg->cfg, r->policy, &r->acc);
+	conn_req_unlink(ns, r);
+	ns->inflight--;
+	ns->decisions -= r->nmsgs;
 	if (c) {
-		conn_req_unlink(c, r);
-		c->inflight--;
-		c->decisions -= r->nmsgs;
-		if (c->state == CONN_ST_READY)
-			conn_send_ack(c, r);
-		if (env->draining && c->inflight == 0 && c->state == CONN_ST_READY)
+		if (conn_is_ready(c))
+			conn_send_ack(c, env, r);
+		if (env->draining && ns->inflight == 0 && conn_is_ready(c))
 			conn_send_disconnect(c, SPOP_ST_NORMAL, "agent is shutting down");
+	} else if (!ns->reqs) {
+		conn_notify_free(ns);
 	}
 	conn_req_put(env, r);
 }
@@ -224,7 +278,7 @@ static void conn_on_decision(void *arg, const struct window_decision *d)
 
 	window_decision_merge(&r->acc, d);
 	if (--r->pending == 0)
-		conn_req_finish(r->env, r);
+		conn_req_finish(r);
 }
 
 /*
@@ -232,7 +286,7 @@ static void conn_on_decision(void *arg, const struct window_decision *d)
  * then ask the limiter (which answers through conn_on_decision). Invalid
  * input is decided here as an error, never passed on.
  */
-static void conn_decide_message(struct conn *c, struct conn_req *r,
+static void conn_decide_message(struct conn_env *env, struct conn_req *r,
                                 const struct spop_message *m)
 {
 	const struct config *cfg = r->cfg->cfg;
@@ -283,8 +337,8 @@ static void conn_decide_message(struct conn *c, struct conn_req *r,
 	r->nasked++;
 
 	r->pending++;
-	if (c->env->ops.check(c->env->ops.ctx, p, key.ptr, key.len, (uint64_t)cost,
-	                      conn_on_decision, r) == -1) {
+	if (env->ops.check(env->ops.ctx, p, key.ptr, key.len, (uint64_t)cost,
+	                   conn_on_decision, r) == -1) {
 		r->pending--;
 		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
 		window_decision_merge(&r->acc, &d);
@@ -306,15 +360,20 @@ static unsigned conn_count_messages(const struct spop_frame *f)
 }
 
 /*
- * NOTIFY: one request, a decision per "ratelimit" message, one ACK. What a
- * NOTIFY may cost is checked before anything is asked: more messages than
- * max-notify-messages is an error (too-many-messages), and a connection
- * with decisions in flight takes no more than max-inflight in all (the
- * excess is shed: overload); an idle one always takes one NOTIFY.
+ * NOTIFY: one request, at most one "ratelimit" message, one ACK. What a
+ * NOTIFY may cost is checked before anything is asked. Two or more
+ * "ratelimit" messages are an error (too-many-messages): their decisions
+ * are separate Redis calls, possibly on different nodes, so one could
+ * record a unit while another denies, and the ACK would say deny for a
+ * request that was counted. HAProxy never sends two (spoe-message names
+ * are unique in an SPOE file), so only a foreign client meets this. A
+ * connection with decisions in flight takes no more than max-inflight in
+ * all (the excess is shed: overload); an idle one always takes one NOTIFY.
  */
-void conn_handle_notify(struct conn *c, const struct spop_frame *f)
+static void conn_notify_frame(void *st, const struct spop_frame *f)
 {
-	struct conn_env *env = c->env;
+	struct conn_notify *ns = st;
+	struct conn_env *env = ns->env;
 	const struct config *cfg = env->cfg->cfg;
 	enum window_reason refuse = WINDOW_REASON_NONE;
 	struct conn_req *r;
@@ -322,17 +381,12 @@ void conn_handle_notify(struct conn *c, const struct spop_frame *f)
 	struct spop_message m;
 	unsigned n;
 
-	if (c->state != CONN_ST_READY) {
-		conn_protocol_error(c, SPOP_ST_INVALID, "NOTIFY before HELLO");
-		return;
-	}
 	r = conn_req_get(env);
 	if (!r) {
-		conn_send_disconnect(c, SPOP_ST_RES, "out of memory");
+		conn_send_disconnect(ns->conn, SPOP_ST_RES, "out of memory");
 		return;
 	}
-	r->env = env;
-	r->conn = c;
+	r->ns = ns;
 	r->cfg = env->cfg;
 	r->cfg->refs++;
 	r->stream_id = f->hdr.stream_id;
@@ -340,18 +394,20 @@ void conn_handle_notify(struct conn *c, const struct spop_frame *f)
 	r->read_us = metrics_now_us();
 	r->pending = 1;     /* held while issuing, so a synchronous answer cannot finish it early */
 	window_decision_init(&r->acc);
-	r->next = c->reqs;
-	if (c->reqs)
-		c->reqs->prev = r;
-	c->reqs = r;
-	c->inflight++;
+	r->next = ns->reqs;
+	if (ns->reqs)
+		ns->reqs->prev = r;
+	ns->reqs = r;
+	ns->inflight++;
 	if (env->metrics)
 		metrics_add(&env->metrics->notify_inflight, 1);
 
 	n = conn_count_messages(f);
-	if (n > cfg->max_notify_messages)
+	/* max-notify-messages is still read (configs that set it load), but
+	 * only one message can be decided all-or-nothing (docs/protocol.md) */
+	if (n > 1 || n > cfg->max_notify_messages)
 		refuse = WINDOW_REASON_TOO_MANY_MESSAGES;
-	else if (c->decisions && c->decisions + n > cfg->max_inflight)
+	else if (ns->decisions && ns->decisions + n > cfg->max_inflight)
 		refuse = WINDOW_REASON_OVERLOAD;
 	if (refuse != WINDOW_REASON_NONE) {
 		/* answered at once, as an error whatever the policy: nothing
@@ -359,20 +415,82 @@ void conn_handle_notify(struct conn *c, const struct spop_frame *f)
 		struct window_decision d;
 
 		if (refuse == WINDOW_REASON_TOO_MANY_MESSAGES)
-			log_debug("notify_refused", "conn=%llu messages=%u max=%u",
-			          (unsigned long long)c->id, n, cfg->max_notify_messages);
+			log_debug("notify_refused", "conn=%llu messages=%u max=1",
+			          (unsigned long long)conn_id(ns->conn), n);
 		window_decide_error(NULL, refuse, &d);
 		d.status = WINDOW_ERROR;
 		window_decision_merge(&r->acc, &d);
 	} else {
 		r->nmsgs = n;
-		c->decisions += n;
+		ns->decisions += n;
 		spop_iter_messages(&f->u.notify, &it);
 		while (spop_next_message(&it, &m)) {
 			if (spop_str_eq(m.name, "ratelimit"))
-				conn_decide_message(c, r, &m);
+				conn_decide_message(env, r, &m);
 		}
 	}
 	if (--r->pending == 0)
-		conn_req_finish(env, r);
+		conn_req_finish(r);
 }
+
+/* A NOTIFY side for connection <c>, owned here until it closed and its
+ * last request finished. */
+static void *conn_notify_open(struct conn_env *env, struct conn *c)
+{
+	struct conn_notify *ns = calloc(1, sizeof(*ns));
+
+	if (!ns)
+		return NULL;
+	ns->env = env;
+	ns->conn = c;
+	return ns;
+}
+
+static unsigned conn_notify_inflight(const void *st)
+{
+	const struct conn_notify *ns = st;
+
+	return ns->inflight;
+}
+
+/* The connection closed: nothing more is written to it. With requests in
+ * flight, <st> goes on env->detached until the last one finished (their
+ * decisions are counted, their ACKs dropped); else it is freed now. */
+static void conn_notify_close(void *st)
+{
+	struct conn_notify *ns = st;
+	struct conn_env *env = ns->env;
+
+	ns->conn = NULL;
+	if (!ns->reqs) {
+		free(ns);
+		return;
+	}
+	ns->prev = NULL;
+	ns->next = env->detached;
+	if (env->detached)
+		env->detached->prev = ns;
+	env->detached = ns;
+}
+
+/* Every connection closed: free the request pool. Requests still in flight
+ * stay on env->detached (the limiter answers each exactly once, freeing
+ * it; a worker frees its limiters first, which answers them all). */
+static void conn_notify_env_close(struct conn_env *env)
+{
+	struct conn_req *r;
+
+	while ((r = env->free_reqs)) {
+		env->free_reqs = r->next;
+		free(r);
+	}
+	env->nfree_reqs = 0;
+}
+
+const struct conn_upper conn_notify_upper = {
+	.open = conn_notify_open,
+	.notify = conn_notify_frame,
+	.inflight = conn_notify_inflight,
+	.close = conn_notify_close,
+	.env_close = conn_notify_env_close,
+};

@@ -3,6 +3,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "deny_cache.h"
 
@@ -48,17 +49,57 @@ static bool deny_cache_match(const struct deny_cache_entry *e, uint64_t h,
 	       memcmp(e->name, name, name_len) == 0 && memcmp(e->key, key, key_len) == 0;
 }
 
+size_t deny_cache_entry_size(void)
+{
+	return sizeof(struct deny_cache_entry);
+}
+
 /* <dc> owns nothing until the first deny. */
 void deny_cache_init(struct deny_cache *dc, uint64_t seed)
 {
 	dc->seed = seed;
+	dc->nslots = DENY_CACHE_SLOTS;
 	dc->slots = NULL;
+	dc->live_until = 0;
 }
 
-/* Frees <dc>'s table. */
+/* Unmaps <dc>'s table. The table is mapped, not malloc'ed: unmapping gives
+ * its pages to the kernel at once, where free() of a block this size can
+ * leave it resident in the arena (glibc raises its mmap threshold after
+ * the first such free), and pages no entry touched are never resident. */
 void deny_cache_clear(struct deny_cache *dc)
 {
-	free(dc->slots); dc->slots = NULL;
+	if (dc->slots)
+		munmap(dc->slots, deny_cache_bytes(dc));
+	dc->slots = NULL;
+	dc->live_until = 0;
+}
+
+/* A new size unmaps <dc>'s table (the next deny maps one of that size). */
+void deny_cache_set_size(struct deny_cache *dc, unsigned n)
+{
+	unsigned p = DENY_CACHE_PROBES;
+
+	while (p < n && p < (1u << 30))
+		p <<= 1;
+	if (p == dc->nslots)
+		return;
+	deny_cache_clear(dc);
+	dc->nslots = p;
+}
+
+/* Unmaps <dc>'s table once <now> is past every deadline stored in it. */
+unsigned deny_cache_trim(struct deny_cache *dc, int64_t now)
+{
+	if (!dc->slots || now < dc->live_until)
+		return 0;
+	deny_cache_clear(dc);
+	return 1;
+}
+
+size_t deny_cache_bytes(const struct deny_cache *dc)
+{
+	return dc->slots ? (size_t)dc->nslots * sizeof(struct deny_cache_entry) : 0;
 }
 
 /* Borrows <name> and <key> for the call. See deny_cache.h. */
@@ -73,7 +114,7 @@ bool deny_cache_lookup(struct deny_cache *dc, const char *name, size_t name_len,
 		return false;
 	h = deny_cache_hash(dc, name, name_len, key, key_len);
 	for (i = 0; i < DENY_CACHE_PROBES; i++) {
-		struct deny_cache_entry *e = &dc->slots[(h + i) & (DENY_CACHE_SLOTS - 1)];
+		struct deny_cache_entry *e = &dc->slots[(h + i) & (dc->nslots - 1)];
 		int64_t left;
 
 		if (!deny_cache_match(e, h, name, name_len, key, key_len))
@@ -101,7 +142,7 @@ bool deny_cache_lookup(struct deny_cache *dc, const char *name, size_t name_len,
 	return false;
 }
 
-/* Copies <name> and <key> into the table <dc> owns (allocated on the first
+/* Copies <name> and <key> into the table <dc> owns (mapped on the first
  * deny). See deny_cache.h. */
 void deny_cache_store(struct deny_cache *dc, const char *name, size_t name_len,
                       const char *key, size_t key_len, uint64_t cost, int64_t sent_us,
@@ -117,13 +158,17 @@ void deny_cache_store(struct deny_cache *dc, const char *name, size_t name_len,
 	if (name_len > WINDOW_NAME_MAX || key_len > WINDOW_KEY_MAX)
 		return;
 	if (!dc->slots) {
-		dc->slots = calloc(DENY_CACHE_SLOTS, sizeof(*dc->slots));
-		if (!dc->slots)
+		/* anonymous pages come zeroed: every slot empty */
+		void *m = mmap(NULL, (size_t)dc->nslots * sizeof(*dc->slots), PROT_READ | PROT_WRITE,
+		               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (m == MAP_FAILED)
 			return;
+		dc->slots = m;
 	}
 	h = deny_cache_hash(dc, name, name_len, key, key_len);
 	for (i = 0; i < DENY_CACHE_PROBES; i++) {
-		e = &dc->slots[(h + i) & (DENY_CACHE_SLOTS - 1)];
+		e = &dc->slots[(h + i) & (dc->nslots - 1)];
 		if (deny_cache_match(e, h, name, name_len, key, key_len)) {
 			same = e;
 			break;
@@ -138,6 +183,8 @@ void deny_cache_store(struct deny_cache *dc, const char *name, size_t name_len,
 	e = same ? same : unused ? unused : oldest;
 	e->hash = h;
 	e->deadline_us = sent_us + d->retry_after_us;
+	if (e->deadline_us > dc->live_until)
+		dc->live_until = e->deadline_us;
 	/* <reset> came rounded up to seconds: never past the retry deadline */
 	reset_us = d->reset * 1000000;
 	if (reset_us > d->retry_after_us || reset_us < 0)

@@ -2,12 +2,14 @@
  * deny_cache - accounts known to be denied, answered without Redis.
  *
  * No I/O, no clock of its own: the caller passes monotonic microseconds.
- * A fixed table of DENY_CACHE_SLOTS entries (allocated on the first deny,
- * freed by deny_cache_clear()), open addressing over DENY_CACHE_PROBES
- * slots, hashed with a per-cache seed so that keys chosen by clients
- * cannot aim at one probe window. An entry only ever expires early: its
- * deadline counts from when the request was sent, before Redis read its
- * clock, so the cache never denies what Redis would allow.
+ * A table of a configured number of entries (deny-cache-size, a power of
+ * two), mapped on the first deny and unmapped by deny_cache_clear() or by
+ * deny_cache_trim() once no entry in it can be live, so an idle worker
+ * holds none of it; open addressing over DENY_CACHE_PROBES slots, hashed
+ * with a per-cache seed so that keys chosen by clients cannot aim at one
+ * probe window. An entry only ever expires early: its deadline counts from
+ * when the request was sent, before Redis read its clock, so the cache
+ * never denies what Redis would allow.
  */
 #ifndef SPOA_DENY_CACHE_H
 #define SPOA_DENY_CACHE_H
@@ -18,21 +20,39 @@
 
 #include "window.h"
 
-#define DENY_CACHE_SLOTS   16384u  /* entries, power of two */
+#define DENY_CACHE_SLOTS   4096u   /* entries by default (deny-cache-size) */
 #define DENY_CACHE_PROBES  8u      /* slots looked at per key */
 
 struct deny_cache_entry;
 
 struct deny_cache {
 	uint64_t seed;
-	struct deny_cache_entry *slots;  /* DENY_CACHE_SLOTS, lazily; owned */
+	unsigned nslots;                 /* a power of two, >= DENY_CACHE_PROBES */
+	struct deny_cache_entry *slots;  /* nslots, mapped lazily; owned */
+	int64_t live_until;              /* no entry can be live from here on */
 };
 
-/* Start <dc> empty, hashing with <seed>; nothing is allocated yet. */
+/* Bytes of one entry: a table of N entries maps N times this (rounded up
+ * to pages), and only while an entry in it may be live. */
+size_t deny_cache_entry_size(void);
+
+/* Start <dc> empty with DENY_CACHE_SLOTS, hashing with <seed>; nothing is
+ * mapped yet. */
 void deny_cache_init(struct deny_cache *dc, uint64_t seed);
 
-/* Frees <dc>'s table; the next deny allocates a new one. */
+/* Unmaps <dc>'s table; the next deny maps a new one. */
 void deny_cache_clear(struct deny_cache *dc);
+
+/* Size <dc> for <n> entries (rounded up to a power of two, at least
+ * DENY_CACHE_PROBES); a change empties it. */
+void deny_cache_set_size(struct deny_cache *dc, unsigned n);
+
+/* Unmap <dc>'s table when no entry in it can be live at <now> (every
+ * deadline passed). Returns 1 when it did, else 0. */
+unsigned deny_cache_trim(struct deny_cache *dc, int64_t now);
+
+/* Bytes <dc> maps now (0 when its table is given back). */
+size_t deny_cache_bytes(const struct deny_cache *dc);
 
 /*
  * Is (<name>, <key>) known to be denied for <cost> at <now>? Fills <d>

@@ -15,7 +15,7 @@
 #include "net.h"
 
 #define HTTP_REQ_MAX     2048
-#define HTTP_CLIENTS_MAX 16
+#define HTTP_CLIENTS_MAX 64
 #define HTTP_TIMEOUT     2.0
 #define HTTP_BODY_INIT   (64 * 1024)
 #define HTTP_BODY_MAX    (8 * 1024 * 1024)
@@ -29,7 +29,7 @@ struct http_client {
 	size_t req_len;
 	char *resp;                 /* owned; header + body */
 	size_t resp_len, resp_off;
-	struct http_client *next;
+	struct http_client *prev, *next;   /* h->clients, newest first */
 };
 
 struct http_server {
@@ -40,21 +40,24 @@ struct http_server {
 	const struct http_route *routes;    /* borrowed */
 	size_t nroutes;
 	void *arg;
-	struct http_client *clients;
+	struct http_client *clients;    /* newest first */
+	struct http_client *oldest;     /* the list's tail */
 	unsigned nclients;
+	unsigned long long evicted;     /* clients closed to make room */
 };
 
 static void http_client_free(struct http_client *c)
 {
 	struct http_server *h = c->srv;
-	struct http_client **pp;
 
-	for (pp = &h->clients; *pp; pp = &(*pp)->next) {
-		if (*pp == c) {
-			*pp = c->next;
-			break;
-		}
-	}
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		h->clients = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	else
+		h->oldest = c->prev;
 	h->nclients--;
 	ev_io_stop(h->loop, &c->io);
 	ev_timer_stop(h->loop, &c->timer);
@@ -179,6 +182,34 @@ static void http_on_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 	http_client_free(t->data);
 }
 
+/*
+ * Make room for one more client by closing the one that waited longest for
+ * nothing: the oldest still sending its request (idle or slow), else the
+ * oldest reading its answer (a slow reader). A probe sends its request as
+ * soon as it connects and is answered in the same loop iteration, so idle
+ * or slow clients, however many, push each other out, never a probe: with
+ * the cap full of them, a probe's connection evicts the oldest of them.
+ */
+static void http_evict_oldest(struct http_server *h)
+{
+	struct http_client *c, *victim = h->oldest;
+
+	for (c = h->oldest; c; c = c->prev) {
+		if (!c->resp) {
+			victim = c;
+			break;
+		}
+	}
+	if (!victim)
+		return;
+	h->evicted++;
+	/* a line a second at most: a flood of idle clients is the reason */
+	log_limited(CONFIG_LOG_WARN, "http_evict", "http_client_evicted",
+	            "clients=%u evicted=%llu waited=%s", h->nclients, h->evicted,
+	            victim->resp ? "answer" : "request");
+	http_client_free(victim);
+}
+
 static void http_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct http_server *h = w->data;
@@ -189,7 +220,9 @@ static void http_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	fd = accept4(h->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd == -1)
 		return;
-	if (h->nclients >= HTTP_CLIENTS_MAX || !(c = calloc(1, sizeof(*c)))) {
+	if (h->nclients >= HTTP_CLIENTS_MAX)
+		http_evict_oldest(h);
+	if (!(c = calloc(1, sizeof(*c)))) {
 		close(fd);
 		return;
 	}
@@ -199,6 +232,10 @@ static void http_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	ev_timer_init(&c->timer, http_on_timeout, HTTP_TIMEOUT, 0.0);
 	c->io.data = c->timer.data = c;
 	c->next = h->clients;
+	if (h->clients)
+		h->clients->prev = c;
+	else
+		h->oldest = c;
 	h->clients = c;
 	h->nclients++;
 	ev_io_start(loop, &c->io);

@@ -3,7 +3,10 @@
  * table of paths (the agent's: /metrics, /healthz, /readyz).
  *
  * Runs on the main thread's loop. Requests are capped at 2 KB and 2 s; at
- * most 16 clients at once; any other path gets 404, any other method 405.
+ * most 64 clients at once, and a new one closes the oldest still sending
+ * its request (else the oldest still reading its answer), so idle or slow
+ * clients cannot starve the probes; any other path gets 404, any other
+ * method 405.
  */
 #ifndef SPOA_HTTP_H
 #define SPOA_HTTP_H

@@ -102,6 +102,8 @@ unsigned limiter_trim(struct limiter *l)
 		l->answers_cap = 0;
 		ntrim++;
 	}
+	/* the deny cache's table, once every entry in it expired */
+	ntrim += deny_cache_trim(&l->cache, limiter_now_us());
 	return ntrim;
 }
 
@@ -478,10 +480,11 @@ out:
 	return rc;
 }
 
-/* Turning <on> off frees the cache table of <l>. */
-void limiter_set_deny_cache(struct limiter *l, bool on)
+/* Turning <on> off, or a new <size>, frees the cache table of <l>. */
+void limiter_set_deny_cache(struct limiter *l, bool on, unsigned size)
 {
 	l->cache_on = on;
+	deny_cache_set_size(&l->cache, size);
 	if (!on)
 		deny_cache_clear(&l->cache);
 }

@@ -71,15 +71,17 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
                         char *err, size_t errlen);
 
-/* Turn the local deny cache on (the default) or off; off also empties it.
- * An account denied until t is answered "deny" locally until t, without
+/* Turn the local deny cache on (the default) or off, with room for <size>
+ * entries (deny-cache-size); off, or a new size, also empties it. An
+ * account denied until t is answered "deny" locally until t, without
  * Redis (never for shadow policies). */
-void limiter_set_deny_cache(struct limiter *l, bool on);
+void limiter_set_deny_cache(struct limiter *l, bool on, unsigned size);
 
 /* Give back memory a burst left: idle pool calls and idle batches above a
- * low-water mark, and an empty answer queue. Cheap when there is nothing to
- * free; call it on a timer, never from a limiter_cb. Returns how many blocks
- * were freed. */
+ * low-water mark, an empty answer queue, and the deny cache's table once
+ * none of its entries is live. Cheap when there is nothing to free; call
+ * it on a timer, never from a limiter_cb. Returns how many blocks were
+ * freed. */
 unsigned limiter_trim(struct limiter *l);
 
 /* Does <url> (with the secrets the environment gives now) name the Redis

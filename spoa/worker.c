@@ -389,7 +389,7 @@ static void worker_finish(struct worker *w, unsigned seq, bool commit)
 		/* prepared a moment ago: only a secret file changed in between */
 		log_error("reload_failed", "worker=%u reason=\"%s\"", w->id, err);
 	}
-	limiter_set_deny_cache(w->limiter, g->cfg.deny_cache);
+	limiter_set_deny_cache(w->limiter, g->cfg.deny_cache, g->cfg.deny_cache_size);
 	worker_remap_metrics(w, w->env.cfg->cfg, &g->cfg);
 	if (--w->env.cfg->refs == 0)
 		w->env.cfg->release(w->env.cfg);
@@ -545,10 +545,11 @@ struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
 	w->limiter = limiter_new(w->loop, &s, err, errlen);
 	if (!w->limiter)
 		goto fail;
-	limiter_set_deny_cache(w->limiter, g->cfg.deny_cache);
+	limiter_set_deny_cache(w->limiter, g->cfg.deny_cache, g->cfg.deny_cache_size);
 	w->env.loop = w->loop;
 	w->env.cfg = &wc->ref;
 	w->env.ops.check = worker_ops_check;
+	w->env.upper = &conn_notify_upper;
 	w->env.ops.ctx = w;
 	w->env.metrics = &w->metrics;
 	w->env.admitted = admitted;

@@ -216,9 +216,11 @@ start_haproxy() {
 	export RL_ADMIN_SOCK=$T/haproxy-$name.sock RL_SPOE_TIMEOUT=${RL_SPOE_TIMEOUT:-2s}
 	export RL_APIKEYS_MAP=${RL_APIKEYS_MAP:-$ROOT/haproxy/apikeys.map}
 	ENV
-	# optional: ES256 tokens, a mutual-TLS listener (see haproxy/haproxy.cfg)
+	# optional: ES256 tokens, a mutual-TLS listener, keys by kid, iss/aud,
+	# leeway (see haproxy/haproxy.cfg)
 	local v
-	for v in RL_JWT_ES256_PUBKEY RL_TLS_BIND RL_TLS_CERT RL_TLS_CA; do
+	for v in RL_JWT_ES256_PUBKEY RL_TLS_BIND RL_TLS_CERT RL_TLS_CA RL_JWT_ISSUER RL_JWT_AUDIENCE \
+		RL_JWT_LEEWAY RL_JWT_KEY{1..4} RL_JWT_KID{1..4} RL_JWT_ALG{1..4}; do
 		[ -n "${!v:-}" ] && echo "export $v=${!v}" >> "$T/haproxy-$name.env"
 	done
 	echo "$cfg" > "$T/haproxy-$name.cfgpath"

@@ -391,7 +391,8 @@ say "== (c) end to end: wrk -> HAProxy [-> agent -> Redis]"
 mkdir -p "$CACHE"
 TOKENS=$CACHE/tokens-$ACCOUNTS.txt
 now=$(date +%s)
-exp=$(cat "$CACHE/tokens-$ACCOUNTS.exp" 2>/dev/null || echo 0)
+# (.aud.exp: tokens cached before they carried the demo's aud are minted again)
+exp=$(cat "$CACHE/tokens-$ACCOUNTS.aud.exp" 2>/dev/null || echo 0)
 if [ ! -s "$CACHE/jwt/jwt-private.pem" ]; then
 	tools/jwt.sh keygen "$CACHE/jwt" >/dev/null || die "jwt.sh keygen failed"
 	rm -f "$TOKENS"
@@ -410,14 +411,14 @@ if [ ! -s "$TOKENS" ] || [ "$exp" -lt $((now + 3600)) ] || [ "$(wc -l <"$TOKENS"
 	head = b64(b'{"alg":"RS256","typ":"JWT"}')
 	now = int(time.time())
 	for i in range(n):
-	    body = b64(('{"iss":"ratelimit-spoa-demo","iat":%d,"sub":"ACC-%d","exp":%d}'
+	    body = b64(('{"iss":"ratelimit-spoa-demo","aud":"ratelimit-spoa-demo-api","iat":%d,"sub":"ACC-%d","exp":%d}'
 	                % (now, i, now + ttl)).encode())
 	    signing = head + '.' + body
 	    sig = key.sign(signing.encode(), padding.PKCS1v15(), hashes.SHA256())
 	    sys.stdout.write(signing + '.' + b64(sig) + '\n')
 	PY
 	mv "$TOKENS.tmp" "$TOKENS"
-	echo $((now + 7 * 86400)) >"$CACHE/tokens-$ACCOUNTS.exp"
+	echo $((now + 7 * 86400)) >"$CACHE/tokens-$ACCOUNTS.aud.exp"
 fi
 [ "$(tools/jwt.sh decode "$(head -n1 "$TOKENS")" | tail -n1 | grep -c '"sub":"ACC-0"')" = 1 ] \
 	|| die "token 0 does not decode as ACC-0"

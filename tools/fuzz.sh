@@ -3,19 +3,24 @@
 #
 #   tools/fuzz.sh [SECONDS] [HARNESS...]     default 60 s each, all harnesses
 #
-# Each harness fuzzes a working corpus in $FUZZ_OUT/corpus/<name>, seeded
+# Each harness fuzzes a working corpus in $FUZZ_OUT/corpus/<name> (under
+# build/: it grows there, run after run, and is never committed), seeded
 # from tests/fuzz/seeds/<name> (real HAProxy frames, example configs) and
-# tests/fuzz/corpus/<name> (the minimized corpus of earlier runs); crashes
-# land in $FUZZ_OUT/artifacts/ and make the script fail. The last line of
-# each run (cov, ft, exec/s) is summarised at the end.
+# tests/fuzz/corpus/<name> (the committed minimized corpus: the fewest inputs
+# that reach every edge the seeds do not); crashes land in
+# $FUZZ_OUT/artifacts/ and make the script fail. The last line of each run
+# (cov, ft, exec/s) is summarised at the end.
 #
 # Knobs (environment):
 #   FUZZ_OUT=build/fuzz   where binaries, logs, corpora and artifacts go
 #   FUZZ_PARALLEL=1       run the harnesses at the same time (one process
 #                         each; the default runs them one after the other)
 #   FUZZ_MERGE=1          afterwards, minimise the working corpus together
-#                         with tests/fuzz/corpus/<name> back into the latter
-#                         (the seeds stay as they are)
+#                         with tests/fuzz/corpus/<name> back into the latter:
+#                         libFuzzer's -merge=1 on edges only (-use_counters=0),
+#                         less what the seeds reach (they stay as they are);
+#                         at most REGRESS_CORPUS_MAX files a harness
+#                         (tests/unit/test_regress.c replays and counts them)
 #   FUZZ_REPLAY=1         no fuzzing: run every committed seed and corpus
 #                         input once (a fast regression pass)
 #   CLANG=clang           the compiler (Debian's clang 14 has libFuzzer)
@@ -34,8 +39,8 @@ mkdir -p "$out/corpus" "$out/artifacts"
 modules() {
 	case $1 in
 	fuzz_spop)   echo "spop spop_write" ;;
-	fuzz_conn)   echo "conn conn_notify spop spop_write window headers config config_check redis_url log metrics" ;;
-	fuzz_config) echo "config config_check redis_url window" ;;
+	fuzz_conn)   echo "conn conn_notify spop spop_write window headers config config_check config_lex redis_url log metrics" ;;
+	fuzz_config) echo "config config_check config_lex config_routes redis_url window" ;;
 	*) echo "unknown harness: $1" >&2; return 1 ;;
 	esac
 }
@@ -73,11 +78,17 @@ run() {
 }
 
 # merge NAME: the smallest set of inputs from the committed corpus and the
-# working one that keeps every feature, written back as tests/fuzz/corpus/NAME.
+# working one that reaches every edge the seeds do not, written back as
+# tests/fuzz/corpus/NAME. Edges only (-use_counters=0): with hit counts too,
+# the committed set was over a thousand files for the same coverage. The
+# seeds are put in first so that libFuzzer counts what they reach, then
+# taken out again (they are committed on their own).
 merge() {
-	local name=$1 corpus=tests/fuzz/corpus/$1 new=$out/merge-$1
+	local name=$1 corpus=tests/fuzz/corpus/$1 seeds=tests/fuzz/seeds/$1 new=$out/merge-$1 f
 	rm -rf "$new"; mkdir -p "$new" "$corpus"
-	"$out/$name" -merge=1 "$new" "$corpus" "$out/corpus/$name" >"$out/$name.merge.log" 2>&1
+	cp "$seeds"/* "$new"/
+	"$out/$name" -merge=1 -use_counters=0 "$new" "$corpus" "$out/corpus/$name" >"$out/$name.merge.log" 2>&1
+	for f in "$seeds"/*; do rm -f "$new/$(basename "$f")"; done
 	rm -rf "$corpus"; mv "$new" "$corpus"
 	echo "merged $name: $(ls "$corpus" | wc -l) files in $corpus"
 }

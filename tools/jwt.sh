@@ -9,9 +9,15 @@
 #
 #   tools/jwt.sh mint --key FILE|SECRET --sub ACCOUNT [options]
 #       Print a compact JWS on stdout. Options:
-#         --alg RS256|ES256|HS256|none  signing algorithm (default RS256; the edge
-#                                  accepts RS256, and ES256 when configured; the
-#                                  others exist to test the 401 path)
+#         --alg RS256|ES256|PS256|HS256|none  signing algorithm (default RS256;
+#                                  the edge accepts RS256 and ES256, PS256 on
+#                                  HAProxy 2.8+; the others test the 401 path)
+#         --kid KID                a kid in the JOSE header (default: none)
+#         --iss ISSUER | --no-iss  iss claim (default ratelimit-spoa-demo)
+#         --aud AUDIENCE | --aud-json JSON | --no-aud
+#                                  aud claim (default ratelimit-spoa-demo-api);
+#                                  --aud-json for an array: '["a","b"]'
+#         --claims 'JSON MEMBERS'  more members, raw: '"act":{"sub":"x"}'
 #         --ttl SECONDS            exp = now + SECONDS (default 3600; negative = expired)
 #         --exp EPOCH | --no-exp   an absolute exp, or no exp claim at all
 #         --nbf EPOCH              add a not-before claim
@@ -20,6 +26,11 @@
 #         --tamper                 flip the payload after signing (bad signature)
 #
 #   tools/jwt.sh decode TOKEN      print header and payload JSON (no verification)
+#
+#   tools/jwt.sh jwk2pem < JWK     one public JWK (a JSON object: kty RSA with n
+#       and e, or kty EC, crv P-256, with x and y) -> a PEM public key on
+#       stdout, for RL_JWT_KEY<n>. Take the JWK from the provider's JWKS, e.g.
+#       jq '.keys[] | select(.kid == "2026-07")' jwks.json | tools/jwt.sh jwk2pem
 #
 # Exit status: 0, or 2 with a message on stderr.
 set -euo pipefail
@@ -78,6 +89,7 @@ cmd_keygen() {
 
 cmd_mint() {
 	local alg=RS256 key='' sub='' sub_json='' have_sub=1 ttl=3600 exp='' no_exp=0 nbf='' tamper=0
+	local kid='' iss=ratelimit-spoa-demo aud_json='"ratelimit-spoa-demo-api"' claims=''
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--alg) alg=${2:?}; shift 2 ;;
@@ -90,6 +102,13 @@ cmd_mint() {
 		--no-exp) no_exp=1; shift ;;
 		--nbf) nbf=${2:?}; shift 2 ;;
 		--tamper) tamper=1; shift ;;
+		--kid) kid=${2?}; shift 2 ;;
+		--iss) iss=${2:?}; shift 2 ;;
+		--no-iss) iss=''; shift ;;
+		--aud) aud_json=$(json_str "${2:?}"); shift 2 ;;
+		--aud-json) aud_json=${2:?}; shift 2 ;;
+		--no-aud) aud_json=''; shift ;;
+		--claims) claims=${2:?}; shift 2 ;;
 		*) die "unknown option: $1" ;;
 		esac
 	done
@@ -98,8 +117,15 @@ cmd_mint() {
 	local now header payload signing sig
 	now=$(date +%s)
 	[ -n "$exp" ] || exp=$((now + ttl))
-	header=$(printf '{"alg":"%s","typ":"JWT"}' "$alg" | b64url)
-	payload="{\"iss\":\"ratelimit-spoa-demo\",\"iat\":$now"
+	if [ -n "$kid" ]; then
+		header=$(printf '{"alg":"%s","typ":"JWT","kid":%s}' "$alg" "$(json_str "$kid")" | b64url)
+	else
+		header=$(printf '{"alg":"%s","typ":"JWT"}' "$alg" | b64url)
+	fi
+	payload="{\"iat\":$now"
+	[ -z "$iss" ] || payload="$payload,\"iss\":$(json_str "$iss")"
+	[ -z "$aud_json" ] || payload="$payload,\"aud\":$aud_json"
+	[ -z "$claims" ] || payload="$payload,$claims"
 	if [ -n "$sub_json" ]; then
 		payload="$payload,\"sub\":$sub_json"
 	elif [ $have_sub = 1 ]; then
@@ -116,11 +142,15 @@ cmd_mint() {
 	ES256)
 		[ -r "$key" ] || die "cannot read private key $key"
 		sig=$(printf '%s' "$signing" | openssl dgst -sha256 -sign "$key" -binary | der_to_jose) ;;
+	PS256)
+		[ -r "$key" ] || die "cannot read private key $key"
+		sig=$(printf '%s' "$signing" | openssl dgst -sha256 -sign "$key" -sigopt rsa_padding_mode:pss \
+			-sigopt rsa_pss_saltlen:32 -binary | b64url) ;;
 	HS256)
 		sig=$(printf '%s' "$signing" | openssl dgst -sha256 -hmac "$key" -binary | b64url) ;;
 	none)
 		sig= ;;
-	*) die "unsupported --alg $alg (RS256, ES256, HS256 or none)" ;;
+	*) die "unsupported --alg $alg (RS256, ES256, PS256, HS256 or none)" ;;
 	esac
 	if [ $tamper = 1 ]; then
 		# Same shape, different claims: a valid-looking token whose signature
@@ -129,6 +159,45 @@ cmd_mint() {
 		signing="$header.$payload"
 	fi
 	printf '%s.%s\n' "$signing" "$sig"
+}
+
+# jwk_member NAME: the string value of member NAME of the JWK in $jwk
+# (base64url and names need no JSON unescaping).
+jwk_member() {
+	printf '%s' "$jwk" | tr -d '\n' | sed -n 's/.*"'"$1"'"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p'
+}
+
+# b64url_hex STRING: base64url text -> hex digits.
+b64url_hex() { b64url_decode "$1" | od -An -v -tx1 | tr -d ' \n'; }
+
+cmd_jwk2pem() {
+	local jwk kty d
+	jwk=$(cat)
+	kty=$(jwk_member kty)
+	d=$(mktemp -d) || die "mktemp failed"
+	# shellcheck disable=SC2064
+	trap "rm -rf '$d'" EXIT
+	case $kty in
+	RSA)
+		local n e
+		n=$(b64url_hex "$(jwk_member n)"); e=$(b64url_hex "$(jwk_member e)")
+		[ -n "$n" ] && [ -n "$e" ] || die "an RSA JWK needs n and e"
+		printf 'asn1=SEQUENCE:k\n[k]\nn=INTEGER:0x%s\ne=INTEGER:0x%s\n' "$n" "$e" > "$d/k.cnf"
+		openssl asn1parse -genconf "$d/k.cnf" -out "$d/k.der" -noout >/dev/null 2>&1 \
+			&& openssl rsa -RSAPublicKey_in -inform DER -in "$d/k.der" -pubout 2>/dev/null \
+			|| die "openssl could not build the RSA key" ;;
+	EC)
+		local x y
+		[ "$(jwk_member crv)" = P-256 ] || die "only the P-256 curve (ES256) is supported"
+		x=$(b64url_hex "$(jwk_member x)"); y=$(b64url_hex "$(jwk_member y)")
+		[ ${#x} = 64 ] && [ ${#y} = 64 ] || die "an EC P-256 JWK needs 32-byte x and y"
+		printf 'asn1=SEQUENCE:spki\n[spki]\nalg=SEQUENCE:alg\nkey=FORMAT:HEX,BITSTRING:04%s%s\n[alg]\nt=OID:id-ecPublicKey\nc=OID:prime256v1\n' \
+			"$x" "$y" > "$d/k.cnf"
+		openssl asn1parse -genconf "$d/k.cnf" -out "$d/k.der" -noout >/dev/null 2>&1 \
+			&& openssl pkey -pubin -inform DER -in "$d/k.der" 2>/dev/null \
+			|| die "openssl could not build the EC key" ;;
+	*) die "unsupported JWK kty '$kty' (RSA or EC)" ;;
+	esac
 }
 
 cmd_decode() {
@@ -142,5 +211,6 @@ case ${1:-} in
 keygen) shift; cmd_keygen "$@" ;;
 mint) shift; cmd_mint "$@" ;;
 decode) shift; cmd_decode "$@" ;;
+jwk2pem) shift; cmd_jwk2pem "$@" ;;
 *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -69,6 +69,48 @@ eq "--routes: the error names file:line and the policy" \
 out=$("$AGENT" -f "$T/agent-check.conf" --routes "$T/routes.map" 2>&1); rc=$?
 eq "--routes without -c is refused ($out)" 1 "$rc"
 
+# An override key without its identity kind (the shipped block sends
+# "jwt:ACC-PARTNER", never "ACC-PARTNER") never matches: -c warns, naming
+# file:line, and still accepts the config; every documented example has it.
+printf 'policy payout 10/1m\noverride payout ACC-PARTNER 100/1m\noverride payout key:ACC-P2 100/1m\n' > "$T/override.conf"
+out=$("$AGENT" -c -f "$T/override.conf" 2>&1); rc=$?
+eq "-c: an override without an identity kind is a warning, not an error" 0 "$rc"
+check "-c: the warning names file:line and the prefix ($out)" \
+	grep -qF "$T/override.conf:2: warning: override 'ACC-PARTNER' of 'payout': the key has no identity kind" <<<"$out"
+eq "-c: a prefixed override is not warned about" 1 "$(grep -c warning <<<"$out")"
+bare=$(cd "$ROOT" && grep -rnE '^[[:space:]#]*override[[:space:]]+[^[:space:]<]+[[:space:]]+[^[:space:]]+[[:space:]]+[0-9]' \
+	docs/*.md README.md etc haproxy compose 2>/dev/null | grep -vE 'override[[:space:]]+[^[:space:]]+[[:space:]]+(jwt|key|cert):' || true)
+eq "every override example in the docs carries jwt:, key: or cert:" "" "$bare"
+
+# same_set WHAT WANT GOT: the two word lists hold the same words; a failure
+# names what GOT lacks and what it has too many.
+same_set() {
+	local lack extra
+	lack=$(comm -23 <(tr -s ' ' '\n' <<<"$2" | sort -u) <(tr -s ' ' '\n' <<<"$3" | sort -u) | xargs)
+	extra=$(comm -13 <(tr -s ' ' '\n' <<<"$2" | sort -u) <(tr -s ' ' '\n' <<<"$3" | sort -u) | xargs)
+	eq "$1" "lacks: ; too many: " "lacks: $lack; too many: $extra"
+}
+
+# Every directive the parser knows (spoa/config.c's directives[] table) has
+# a row in docs/configuration.md's directive table and an entry in the man
+# page; neither documents one the parser does not know.
+known=$(sed -n 's/^[[:space:]]*{ "\([a-z-]*\)",[[:space:]]*CONFIG_DIR_[A-Z_]* },$/\1/p' "$ROOT/spoa/config.c" | sort)
+check "the parser's directive table is found ($(wc -w <<<"$known") directives)" test "$(wc -w <<<"$known")" -ge 20
+table=$(awk '/^## Directives/{on=1; next} on && /^## /{exit} on' "$ROOT/docs/configuration.md" |
+	sed -n 's/^| `\([a-z-]*\)` |.*/\1/p' | sort)
+same_set "docs/configuration.md's directive table lists exactly the parser's directives" "$known" "$table"
+man=$(awk '/^\.SH CONFIGURATION/{on=1; next} on && /^\.SH /{exit} on && prev ~ /^\.TP/ {print} {prev=$0}' \
+	"$ROOT/docs/ratelimit-spoa.8" | sed 's/\\-/-/g' | awk '{print $2}' | sort)
+same_set "the man page's CONFIGURATION entries are exactly the parser's directives" "$known" "$man"
+
+# make help names every target of the Makefile, and no target it lacks.
+phony=$(sed -e ':a' -e '/\\$/N; s/\\\n//; ta' "$ROOT/Makefile" | sed -n 's/^\.PHONY: *//p' |
+	tr -s ' \t' '\n\n' | grep . | sort -u)
+helped=$(make -s -C "$ROOT" help | grep -oE '\bmake [a-z0-9.-]+( / [a-z0-9.-]+)*' |
+	sed 's/^make //; s# / #\n#g' | grep -vx make | sort -u)
+check "the Makefile's targets are found ($(wc -w <<<"$phony"))" test "$(wc -w <<<"$phony")" -ge 20
+same_set "make help names exactly the Makefile's targets" "$phony" "$helped"
+
 # haproxy.cfg carries the block verbatim (what docs/integrate.md says to paste).
 blk=$(awk '/=== ratelimit-spoa block/,/=== end of the ratelimit-spoa block/' "$H/haproxy.cfg")
 eq "haproxy.cfg holds haproxy/ratelimit-block.cfg unchanged" "$(cat "$H/ratelimit-block.cfg")" "$blk"

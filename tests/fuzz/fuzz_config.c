@@ -6,8 +6,10 @@
  * the way a SIGHUP reload and the file-plus-flags merge reuse a struct.
  * Invariants checked with abort(): a failed parse always leaves a
  * "<name>:<line>: " message, counts stay in their bounds, overrides stay
- * sorted and findable, and a copy equals its source. AddressSanitizer's
- * leak check covers the override tables on every path.
+ * sorted and findable, and a copy equals its source. The second text is
+ * also checked as a routes map against the first config (config_routes.c):
+ * it fails with a "<name>:<line>: " message or counts its routes.
+ * AddressSanitizer's leak check covers the override tables on every path.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -115,6 +117,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 		}
 		config_release(&copy);
+	}
+
+	/* the second text as a routes map naming the first config's policies */
+	{
+		int nroutes = config_check_routes(&c, "routes.map", second, len2, err, sizeof(err));
+
+		if (nroutes == -1)
+			fuzz_check_error(err, "routes.map");
+		else if (nroutes < 0 || (size_t)nroutes > len2)
+			abort();
 	}
 
 	/* the second text on top: directives repeat across parses, policies

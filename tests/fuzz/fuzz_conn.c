@@ -256,6 +256,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	env.loop = fuzz_loop;
 	env.cfg = &ref;
 	env.ops.check = fuzz_check;
+	env.upper = &conn_notify_upper;
 	env.metrics = m;
 	env.hello_timeout = 5.0;
 	env.frame_timeout = (b0 & 16) ? 0.0 : 5.0;

@@ -127,7 +127,9 @@ h.check("other message: ACKed with at least one action", len(ack["action_list"])
 h.check("other message: no status set", "status" not in act(ack), ack)
 d = act(a.notify([("ratelimit", [("policy", "transfer"), ("key", "ACC-M1")]),
                   ("ratelimit", [("policy", "nope"), ("key", "ACC-M1")])]))
-h.eq("two messages: the most restrictive (error) wins", "error", d["status"])
+h.eq("two ratelimit messages in one NOTIFY: error too-many-messages",
+     ("error", "too-many-messages"), (d["status"], d.get("reason")))
+h.eq("... and the first one recorded nothing", "0", h.rcli("EXISTS", "transfer:limit:v1:ACC-M1"))
 
 # -- garbage on one connection does not hurt another --------------------------
 g = conn()

@@ -5,9 +5,12 @@
 is up with the script loaded, goes 503 when redis-server (ours, stopped by
 PID) goes away and 200 again once it is back, and 503 while Redis may evict
 keys (every decision refused); unknown paths are 404 and other methods 405,
-as for /metrics."""
+as for /metrics; and idle or half-sent clients, 4x the client cap of the
+port, cannot starve /healthz and /readyz (the oldest is pushed out)."""
 import os
+import socket
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from harness import Harness, free_port, wait_port  # noqa: E402
@@ -96,6 +99,37 @@ c.close()
 c2.close()
 h.check("/healthz answered 200 at every probe (%d probes)" % len(healthz_codes),
         len(healthz_codes) > 3 and set(healthz_codes) == {200}, healthz_codes)
+
+# -- idle and slow clients cannot starve the probes ---------------------------
+# 4x the 64-client cap held idle, plus some that sent half a request and
+# stopped: each new connection pushes out the oldest of them, so probes
+# still answer (before: 16 idle clients reset every probe for 2 s).
+IDLE, HALF = 256, 32
+hold = []
+for i in range(IDLE + HALF):
+    s = socket.create_connection(("127.0.0.1", mport), timeout=5)
+    if i >= IDLE:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    hold.append(s)
+time.sleep(0.3)      # let the agent accept them all
+
+
+def timed(path):
+    t0 = time.monotonic()
+    try:
+        st = get(path)[0]
+    except OSError as e:
+        st = type(e).__name__
+    return st, time.monotonic() - t0
+
+
+res = [timed(p) for p in ("/healthz", "/readyz") * 10]
+print("# %d idle + %d half-request clients held: 20 probes, slowest %.1f ms, median %.1f ms"
+      % (IDLE, HALF, 1000 * max(t for _, t in res), 1000 * sorted(t for _, t in res)[len(res) // 2]))
+h.eq("%d idle and %d half-sent clients held: /healthz and /readyz answer 200 (20 probes)"
+     % (IDLE, HALF), [200] * 20, [st for st, _ in res])
+for s in hold:
+    s.close()
 
 st, hd, body = get("/metrics")
 h.check("/metrics still served beside them", st == 200 and "version=0.0.4" in hd.get("content-type", ""))

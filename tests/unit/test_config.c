@@ -856,14 +856,81 @@ static void test_dead_window_warning(void **state)
 	assert_non_null(strstr(c.warnings, "'a': 3/1s can never decide: 3/1m"));
 	config_release(&c);
 	/* overrides too, with their own line */
-	assert_int_equal(parse(&c, "policy a 3/1s 100/1m\noverride a k 50/1s 20/1m\n", err), 0);
+	assert_int_equal(parse(&c, "policy a 3/1s 100/1m\noverride a jwt:k 50/1s 20/1m\n", err), 0);
 	assert_int_equal(c.nwarnings, 1);
-	assert_non_null(strstr(c.warnings, "t.conf:2: warning: override 'k' of 'a': 50/1s"));
+	assert_non_null(strstr(c.warnings, "t.conf:2: warning: override 'jwt:k' of 'a': 50/1s"));
 	config_release(&c);
 	assert_int_equal(parse(&c, "policy a 3/1s 100/1m 1000/1h\npolicy b 5/10s\n", err), 0);
 	assert_int_equal(c.nwarnings, 0);
 	assert_string_equal(c.warnings, "");
 	config_release(&c);
+}
+
+/* A bad redis URL reads the same from the parser (a line of the file) and
+ * from config_validate (a --redis flag): one formatter, two prefixes. */
+static void test_redis_error_one_text(void **state)
+{
+	static const char *const bad[] = {
+		"http://127.0.0.1:6379", "redis://u:secret@h:6379/x", "sentinel://a:1,b:2",
+		"redis://127.0.0.1:0", "rediss://h:6380",
+	};
+	struct config c;
+	char perr[CONFIG_ERR_LEN], verr[CONFIG_ERR_LEN], text[CONFIG_URL_MAX + 64];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(text, sizeof(text), "policy p 1/1s\nredis %s\n", bad[i]);
+		if (parse(&c, text, perr) == 0) {      /* rediss:// on a TLS build */
+			assert_true(SPOA_TLS);
+			config_release(&c);
+			continue;
+		}
+		config_release(&c);
+		assert_int_equal(parse(&c, "policy p 1/1s\n", verr), 0);
+		snprintf(c.path, sizeof(c.path), "f.conf");
+		snprintf(c.redis, sizeof(c.redis), "%s", bad[i]);
+		assert_int_equal(config_validate(&c, verr, sizeof(verr)), -1);
+		config_release(&c);
+		assert_true(strncmp(perr, "t.conf:2: redis: ", 17) == 0);
+		assert_true(strncmp(verr, "f.conf: redis: ", 15) == 0);
+		assert_string_equal(perr + 10, verr + 8);
+		assert_null(strstr(perr, "secret"));
+	}
+}
+
+/* An override key without the identity kind HAProxy puts before every
+ * account (jwt:, key:, cert:) never matches: parsed, with a warning naming
+ * the line and the key it should have been. */
+static void test_override_kind_warning(void **state)
+{
+	static const char *const good[] = { "jwt:ACC-1", "key:PARTNER-1", "cert:svc-billing" };
+	static const char *const bad[] = { "ACC-PARTNER", "jwt", "jwt:", "JWT:ACC-1", "key-1", "certs:x" };
+	struct config c;
+	char err[CONFIG_ERR_LEN], text[256];
+	size_t i;
+
+	(void)state;
+	assert_int_equal(parse(&c, "policy payout 10/1m shadow\noverride payout ACC-PARTNER 100/1m\n", err), 0);
+	assert_int_equal(c.policies[0].noverrides, 1);
+	assert_int_equal(c.nwarnings, 1);
+	assert_string_equal(c.warnings, "t.conf:2: warning: override 'ACC-PARTNER' of 'payout': the key "
+	                    "has no identity kind (jwt:, key: or cert:), so it never matches a key the "
+	                    "shipped HAProxy block sends (e.g. 'jwt:ACC-PARTNER')\n");
+	config_release(&c);
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		snprintf(text, sizeof(text), "policy p 10/1m\noverride p %s 100/1m\n", good[i]);
+		assert_int_equal(parse(&c, text, err), 0);
+		assert_int_equal(c.nwarnings, 0);
+		config_release(&c);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(text, sizeof(text), "policy p 10/1m\noverride p %s 100/1m\n", bad[i]);
+		assert_int_equal(parse(&c, text, err), 0);
+		assert_int_equal(c.nwarnings, 1);
+		assert_non_null(strstr(c.warnings, "t.conf:2: warning: override '"));
+		config_release(&c);
+	}
 }
 
 /* Many warnings: the buffer keeps whole lines, the count keeps them all. */
@@ -1016,6 +1083,8 @@ int main(void)
 		cmocka_unit_test(test_copy),
 		cmocka_unit_test(test_bom),
 		cmocka_unit_test(test_dead_window_warning),
+		cmocka_unit_test(test_redis_error_one_text),
+		cmocka_unit_test(test_override_kind_warning),
 		cmocka_unit_test(test_many_warnings),
 		cmocka_unit_test(test_deny_cache_switch),
 		cmocka_unit_test(test_routes),

@@ -126,6 +126,7 @@ static int setup(void **state)
 	f->env.loop = f->loop;
 	f->env.cfg = &f->ref;
 	f->env.ops.check = fake_check;
+	f->env.upper = &conn_notify_upper;
 	f->env.metrics = &f->metrics;
 	f->env.hello_timeout = 5.0;
 	f->env.frame_timeout = 5.0;
@@ -819,72 +820,103 @@ static void answer_range(unsigned from, unsigned to)
 		fake_answer(from, WINDOW_ALLOW, 1);
 }
 
-/* Over max-notify-messages: error too-many-messages, and nothing asked;
- * at the cap (other messages not counted) every message is decided. */
-static void test_notify_message_cap(void **state)
+/* Two or more "ratelimit" messages in one NOTIFY: error too-many-messages
+ * and nothing asked, whatever max-notify-messages says (their decisions
+ * could not be all-or-nothing: one could count a unit while another
+ * denies). One "ratelimit" message among others is decided. */
+static void test_notify_one_ratelimit_message(void **state)
 {
 	struct fixture *f = *state;
 	struct wbuf w;
 
+	fake.sync = false;
 	assert_int_equal(f->cfg.max_notify_messages, 16);
 	handshake(f);
-	send_n(f, 1, 17);
+	send_n(f, 1, 2);
 	expect_ack(f, 1, "error", "too-many-messages");
 	assert_int_equal(fake.ncalls, 0);
 	assert_int_equal(f->metrics.errors_by_reason[WINDOW_REASON_TOO_MANY_MESSAGES], 1);
+	send_n(f, 3, 17);
+	expect_ack(f, 3, "error", "too-many-messages");
+	assert_int_equal(fake.ncalls, 0);
 
-	build_notify_n(&w, 3, 16, 5);
+	/* one among other messages: decided, the deny is the whole answer */
+	build_notify_n(&w, 5, 1, 5);
 	peer_send(f, w.b, w.n);
-	expect_ack(f, 3, "allow", "");
-	assert_int_equal(fake.ncalls, 16);
+	assert_int_equal(fake.ncalls, 1);
+	fake_answer(0, WINDOW_DENY, 0);
+	expect_ack(f, 5, "deny", "");
 
-	/* a lower cap from a reload applies to the next NOTIFY */
-	f->cfg.max_notify_messages = 2;
-	send_n(f, 5, 3);
-	expect_ack(f, 5, "error", "too-many-messages");
-	assert_int_equal(fake.ncalls, 16);
+	/* a config that raised max-notify-messages still gets one */
+	f->cfg.max_notify_messages = 1024;
+	send_n(f, 7, 2);
+	expect_ack(f, 7, "error", "too-many-messages");
+	assert_int_equal(fake.ncalls, 1);
 }
 
-/* max-inflight counts decisions (messages), not NOTIFYs: 16 + 4 fill 20,
- * one more message is shed without a call, and answered decisions free
- * their room. An idle connection always takes one NOTIFY under the cap. */
+/* max-inflight counts decisions ("ratelimit" messages), not NOTIFYs: a
+ * NOTIFY without one takes no room, and an answered decision frees its
+ * room. */
 static void test_max_inflight_counts_decisions(void **state)
 {
 	struct fixture *f = *state;
+	struct wbuf w;
 
 	fake.sync = false;
-	f->cfg.max_inflight = 20;
+	f->cfg.max_inflight = 2;
 	handshake(f);
-	send_n(f, 1, 16);
-	send_n(f, 3, 5);
-	expect_ack(f, 3, "error", "overload");
-	assert_int_equal(fake.ncalls, 16);
-	send_n(f, 5, 4);
-	assert_int_equal(fake.ncalls, 20);
+	send_n(f, 1, 1);
+	send_n(f, 3, 1);
+	assert_int_equal(fake.ncalls, 2);
+	build_notify_n(&w, 5, 0, 3);
+	peer_send(f, w.b, w.n);
+	expect_ack(f, 5, "", "");
 	send_n(f, 7, 1);
 	expect_ack(f, 7, "error", "overload");
-	assert_int_equal(fake.ncalls, 20);
-
-	/* the 4 of sid 5 answered: room for 4 again, not 5 */
-	answer_range(16, 20);
-	expect_ack(f, 5, "allow", "");
-	send_n(f, 9, 5);
-	expect_ack(f, 9, "error", "overload");
-	send_n(f, 11, 4);
-	assert_int_equal(fake.ncalls, 24);
-	answer_range(0, 16);
+	assert_int_equal(fake.ncalls, 2);
+	answer_range(0, 1);
 	expect_ack(f, 1, "allow", "");
-	answer_range(20, 24);
-	expect_ack(f, 11, "allow", "");
+	send_n(f, 9, 1);
+	assert_int_equal(fake.ncalls, 3);
+	answer_range(1, 3);
+	expect_ack(f, 3, "allow", "");
+	expect_ack(f, 9, "allow", "");
+}
 
-	/* idle, with max-inflight below the NOTIFY's size: still decided */
-	f->cfg.max_inflight = 4;
-	send_n(f, 13, 10);
-	assert_int_equal(fake.ncalls, 34);
-	send_n(f, 15, 1);
-	expect_ack(f, 15, "error", "overload");
-	answer_range(24, 34);
-	expect_ack(f, 13, "allow", "");
+/* Errors give their in-flight room back: more than max-inflight NOTIFYs
+ * refused one after another (bad input, or a limiter that answers error),
+ * then a valid one is decided, not shed as overload. */
+static void test_errors_free_inflight_room(void **state)
+{
+	struct fixture *f = *state;
+	struct wbuf w;
+	unsigned i;
+
+	fake.sync = false;
+	f->cfg.max_inflight = 2;
+	handshake(f);
+	for (i = 0; i < 5; i++) {
+		build_notify(&w, 2 * i + 1, 1, "ratelimit", "nope", SPOP_T_STR, "A", 1, 1);
+		peer_send(f, w.b, w.n);
+		expect_ack(f, 2 * i + 1, "error", "unknown-policy");
+		build_notify(&w, 2 * i + 101, 1, "ratelimit", "transfer", SPOP_T_NULL, NULL, 0, 1);
+		peer_send(f, w.b, w.n);
+		expect_ack(f, 2 * i + 101, "error", "bad-key");
+	}
+	assert_int_equal(fake.ncalls, 0);
+	for (i = 0; i < 5; i++) {
+		build_notify(&w, 2 * i + 201, 1, "ratelimit", "transfer", SPOP_T_STR, "A", 1, 1);
+		peer_send(f, w.b, w.n);
+		assert_int_equal(fake.ncalls, i + 1);
+		fake_answer(i, WINDOW_ERROR, 0);
+		pump(f);
+		expect_ack(f, 2 * i + 201, "error", "");
+	}
+	build_notify(&w, 301, 1, "ratelimit", "transfer", SPOP_T_STR, "A", 1, 1);
+	peer_send(f, w.b, w.n);
+	assert_int_equal(fake.ncalls, 6);
+	fake_answer(5, WINDOW_ALLOW, 2);
+	expect_ack(f, 301, "allow", "");
 }
 
 /* After a burst the request pool gives back all but a low-water mark. */
@@ -932,8 +964,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_request_outlives_conn, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_drain_waits_for_inflight, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_max_inflight_sheds, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_notify_message_cap, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_notify_one_ratelimit_message, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_max_inflight_counts_decisions, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_errors_free_inflight_room, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_request_pool_trim, setup, teardown),
 	};
 

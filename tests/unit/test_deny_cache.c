@@ -2,7 +2,8 @@
  * test_deny_cache - the limiter's local deny cache on its own (no I/O, no
  * clock: the tests pass the monotonic time): a hit counts down from the
  * cached deadlines, a smaller cost may still pass, expiry, replacement of
- * the same key, eviction of the entry that expires first, clear.
+ * the same key, eviction of the entry that expires first, clear, the
+ * configured size, and the table given back once no entry is live.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -163,6 +164,67 @@ static void test_bounded(void **state)
 	deny_cache_clear(&dc);
 }
 
+/* deny-cache-size: rounded up to a power of two (at least the probe
+ * window), and the table holds no more than that. */
+static void test_size(void **state)
+{
+	struct deny_cache dc;
+	struct window_decision d;
+	char key[32];
+	unsigned i, found = 0;
+
+	(void)state;
+	deny_cache_init(&dc, 3);
+	assert_int_equal(dc.nslots, DENY_CACHE_SLOTS);
+	deny_cache_set_size(&dc, 1);
+	assert_int_equal(dc.nslots, DENY_CACHE_PROBES);
+	deny_cache_set_size(&dc, 100);
+	assert_int_equal(dc.nslots, 128);
+	for (i = 0; i < 1000; i++) {
+		snprintf(key, sizeof(key), "k%u", i);
+		store(&dc, key, 1, 0, 10 * S, 0);
+	}
+	assert_int_equal(deny_cache_bytes(&dc), 128 * deny_cache_entry_size());
+	for (i = 0; i < 1000; i++) {
+		snprintf(key, sizeof(key), "k%u", i);
+		found += lookup(&dc, key, 1, 1, &d);
+	}
+	assert_true(found <= 128 && found > 64);
+	/* a new size empties it */
+	deny_cache_set_size(&dc, 4096);
+	assert_int_equal(deny_cache_bytes(&dc), 0);
+	assert_false(lookup(&dc, "k999", 1, 1, &d));
+	deny_cache_clear(&dc);
+}
+
+/* The table is given back once no entry in it can be live (the latest
+ * deadline passed), not before; the next deny maps it again. */
+static void test_trim_when_none_live(void **state)
+{
+	struct deny_cache dc;
+	struct window_decision d;
+
+	(void)state;
+	deny_cache_init(&dc, 5);
+	assert_int_equal(deny_cache_trim(&dc, 0), 0);       /* nothing mapped */
+	store(&dc, "a", 1, 0, 2 * S, 0);
+	store(&dc, "b", 1, S, 5 * S, S);                     /* live until 6 s */
+	store(&dc, "c", 1, 2 * S, 1 * S, 2 * S);             /* until 3 s */
+	assert_int_equal(deny_cache_bytes(&dc), DENY_CACHE_SLOTS * deny_cache_entry_size());
+	assert_int_equal(deny_cache_trim(&dc, 4 * S), 0);   /* "b" still live */
+	assert_true(lookup(&dc, "b", 1, 4 * S, &d));
+	assert_non_null(dc.slots);
+	assert_int_equal(deny_cache_trim(&dc, 6 * S), 1);
+	assert_null(dc.slots);
+	assert_int_equal(deny_cache_bytes(&dc), 0);
+	assert_false(lookup(&dc, "b", 1, 6 * S, &d));
+	store(&dc, "d", 1, 7 * S, S, 7 * S);
+	assert_true(lookup(&dc, "d", 1, 7 * S, &d));
+	assert_int_equal(deny_cache_trim(&dc, 7 * S), 0);
+	assert_int_equal(deny_cache_trim(&dc, 8 * S), 1);
+	deny_cache_clear(&dc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -171,6 +233,8 @@ int main(void)
 		cmocka_unit_test(test_expiry_and_cost),
 		cmocka_unit_test(test_replace_and_clear),
 		cmocka_unit_test(test_bounded),
+		cmocka_unit_test(test_size),
+		cmocka_unit_test(test_trim_when_none_live),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -443,7 +443,7 @@ static void test_engine_auto_module(void **state)
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 0);
 	assert_int_equal(ask(l, "kate").status, WINDOW_ALLOW);
 	assert_int_equal(ask(l, "kate").status, WINDOW_DENY);
-	limiter_set_deny_cache(l, false);
+	limiter_set_deny_cache(l, false, 0);
 	assert_int_equal(ask(l, "kate").status, WINDOW_DENY);
 	assert_true(fake_done(&f));
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_MODULE]), 0);

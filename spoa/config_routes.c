@@ -1,0 +1,135 @@
+/*
+ * config_routes - an HAProxy routes map (haproxy/routes.map) checked against
+ * the agent's policies (config_check_routes, see config.h): each route names
+ * a policy the config defines, an identity kind and a cost, and no route
+ * hides behind an earlier prefix. Reads the map's file; calls the reader
+ * (config_lex) and the parser's policy lookup, never the other way.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "config_int.h"
+#include "config_lex.h"
+#include "decimal.h"
+
+/* One line of a routes map: "<METHOD></path prefix> <policy> [<identity>
+ * [<cost>]]" (haproxy/routes.map). Returns 0 or -1 with the error set. */
+static int routes_check_line(struct config_lex *x, const struct config *c,
+                             const struct word *w, int n)
+{
+	const char *slash;
+	size_t i;
+	uint64_t cost = 0;
+
+	if (n < 1 || !w[0].p)
+		return config_parse_fail(x, "internal: empty route line");   /* for the analyzer */
+	slash = memchr(w[0].p, '/', w[0].len);
+
+	if (!slash || slash == w[0].p)
+		return config_parse_fail(x, "route '%.*s' must be <METHOD>/<path prefix>, e.g. POST/transfers",
+		                  config_word_plen(w[0]), w[0].p);
+	for (i = 0; w[0].p + i < slash; i++)
+		if (w[0].p[i] < 'A' || w[0].p[i] > 'Z')
+			return config_parse_fail(x, "route '%.*s': the method must be upper case letters",
+			                  config_word_plen(w[0]), w[0].p);
+	if (n < 2)
+		return config_parse_fail(x, "route '%.*s' names no policy", config_word_plen(w[0]), w[0].p);
+	if (n > 4)
+		return config_parse_fail(x, "route '%.*s': too many words (<policy> [<identity> [<cost>]])",
+		                  config_word_plen(w[0]), w[0].p);
+	if (!config_find_policy(c, w[1].p, w[1].len))
+		return config_parse_fail(x, "route '%.*s' names policy '%.*s', which the agent's config does not define",
+		                  config_word_plen(w[0]), w[0].p, config_word_plen(w[1]), w[1].p);
+	if (n >= 3) {
+		if (config_check_identity_kind(w[2]) == -1)
+			return config_parse_fail(x, "route '%.*s': identity must be jwt, key or cert; got '%.*s'",
+			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[2]), w[2].p);
+	}
+	if (n == 4) {
+		if (decimal_parse(w[3].p, w[3].len, UINT32_MAX, &cost) != 0 || cost < 1)
+			return config_parse_fail(x, "route '%.*s': cost must be an integer 1..%u; got '%.*s'",
+			                  config_word_plen(w[0]), w[0].p, UINT32_MAX, config_word_plen(w[3]), w[3].p);
+	}
+	return 0;
+}
+
+/* See config.h. The route keys seen so far are borrowed from <text>, in a
+ * table owned here. */
+int config_check_routes(const struct config *c, const char *name, const char *text,
+                        size_t len, char *err, size_t errlen)
+{
+	struct route_seen { const char *p; size_t len; unsigned line; } *seen = NULL, *grown;
+	struct config_lex x;
+	struct word w[CONFIG_MAX_WORDS] = { { NULL, 0 } }, key;
+	const char *p = text, *end = text + len, *line;
+	size_t nseen = 0, capseen = 0, i, line_len;
+	int n, rc = -1;
+
+	memset(&x, 0, sizeof(x));
+	x.name = name ? name : "routes";
+	x.err = err;
+	x.errlen = errlen;
+	if (err && errlen)
+		err[0] = '\0';
+	while ((n = config_next_line(&x, &p, end, w, &line, &line_len)) > 0) {
+		/* HAProxy reads a '#' after the key as part of the value */
+		if (memchr(line, '#', line_len)) {
+			config_parse_fail(&x, "a comment must be a line of its own ('#' after a route is part of its value)");
+			goto out;
+		}
+		if (routes_check_line(&x, c, w, n) == -1)
+			goto out;
+		key = w[0];
+		if (!key.p) {   /* cannot happen (n > 0); for the analyzer */
+			config_parse_fail(&x, "internal: empty route line");
+			goto out;
+		}
+		/* map_beg answers with the first line whose key begins the
+		 * request: a line behind a prefix of its own key never matches */
+		for (i = 0; i < nseen; i++) {
+			if (seen[i].len <= key.len && memcmp(seen[i].p, key.p, seen[i].len) == 0) {
+				config_parse_fail(&x, "route '%.*s' never matches: line %u ('%.*s') comes first and is a prefix of it",
+				           config_word_plen(key), key.p, seen[i].line, (int)seen[i].len, seen[i].p);
+				goto out;
+			}
+		}
+		if (nseen == capseen) {
+			capseen = capseen ? capseen * 2 : 16;
+			grown = realloc(seen, capseen * sizeof(*seen));
+			if (!grown) {
+				config_parse_fail(&x, "out of memory");
+				goto out;
+			}
+			seen = grown;
+		}
+		seen[nseen].p = key.p;
+		seen[nseen].len = key.len;
+		seen[nseen].line = x.line;
+		nseen++;
+	}
+	if (n == -1)
+		goto out;
+	rc = nseen > INT32_MAX ? INT32_MAX : (int)nseen;
+out:
+	free(seen);
+	return rc;
+}
+
+/* Read the routes map at <path> and check it against <c> (see config.h). */
+int config_check_routes_file(const struct config *c, const char *path,
+                             char *err, size_t errlen)
+{
+	char *buf;
+	size_t len;
+	int rc;
+
+	if (config_read_file(path, &buf, &len, err, errlen) == -1)
+		return -1;
+	rc = config_check_routes(c, path, buf, len, err, errlen);
+	free(buf);
+	return rc;
+}
+
