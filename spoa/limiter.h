@@ -2,14 +2,16 @@
  * limiter - asks Redis for decisions: hiredis async on one thread's libev loop.
  *
  * One struct limiter per worker thread, never shared. It connects (and
- * reconnects with backoff), loads the script, runs EVALSHA (EVAL after a
+ * reconnects with backoff), asks each Redis with its engine (redis-engine:
+ * the module's RATELIMIT.DECIDE, or the script by EVALSHA, EVAL after a
  * NOSCRIPT), and enforces its own per-call deadline (hiredis 0.14 has none).
  *
  * Callback contract: limiter_check() either returns -1 and never calls <cb>,
  * or returns 0 and calls <cb> exactly once: on the reply, on the deadline, on
- * disconnect, or from limiter_free(). While Redis is away it answers at once
- * (through <cb>, on the next loop iteration) with the policy's error decision:
- * no queue grows.
+ * disconnect, or from limiter_free(); never before limiter_check() has
+ * returned (an answer given inside it is queued). While Redis is away it
+ * answers at once (through <cb>, on the next loop iteration) with the
+ * policy's error decision: no queue grows.
  */
 #ifndef SPOA_LIMITER_H
 #define SPOA_LIMITER_H
