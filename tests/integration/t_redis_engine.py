@@ -158,6 +158,29 @@ h.check("module: logged once a streak, not per attempt (%d)"
         text(log).count("event=redis_engine_missing") <= u.threads(1))
 h.stop(p)
 
+# -- a reload that changes redis-engine on the same Redis ---------------------------------
+import signal  # noqa: E402
+rcli(plain, "FLUSHALL")
+p, port, mport, log = agent("reload", URL)
+h.check("reload: ready with auto (the script)", u.wait_for(lambda: readyz(mport) == 200, 15))
+path = os.path.join(h.tmp, "reload.conf")
+with open(path) as f:
+    base = f.read()
+with open(path, "w") as f:
+    f.write(base + "redis-engine module\n")
+p.send_signal(signal.SIGHUP)
+h.check("reload to redis-engine module: /readyz 503",
+        u.wait_for(lambda: readyz(mport) == 503, 10), text(log)[-500:])
+seen = statuses(port, "RELOAD", 5)
+h.check("... every decision error, none allowed", all(s == "error" for s, _ in seen), seen)
+with open(path, "w") as f:
+    f.write(base + "redis-engine script\n")
+p.send_signal(signal.SIGHUP)
+h.check("reload to redis-engine script: ready again", u.wait_for(lambda: readyz(mport) == 200, 15),
+        text(log)[-500:])
+h.eq("... and decides", ["allow"] * 3 + ["deny"], [s for s, _ in statuses(port, "RELOAD2", 4)])
+h.stop(p)
+
 # -- the documented ACL allows the question; without COMMAND: a warning -----------------------
 with open(os.path.join(u.ROOT, "docs", "deployment.md")) as f:
     acl = next(line for line in f if line.startswith("ACL SETUSER ratelimit ")).split()[2:]
