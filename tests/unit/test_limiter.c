@@ -755,6 +755,39 @@ static void test_batch_noscript(void **state)
 	one_stop();
 }
 
+/* A batch with the module: RATELIMIT.DECIDE in the script's batch form
+ * (same keys and arguments); the module gone (auto): the batch is re-sent
+ * once as EVAL of the script, whose reply answers each call. */
+static void test_batch_module(void **state)
+{
+	struct answer *a[3], *b[3];
+
+	(void)state;
+	batch = 32;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 3 " KEYS3 " batch 3 1 1 ");
+	fake_step(&f, FAKE_SEND, "*3\r\n" REPLY_ALLOW REPLY_DENY REPLY_ALLOW);
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 3 " KEYS3 " batch 3 1 1 ");
+	fake_step(&f, FAKE_SEND, "-ERR unknown command 'RATELIMIT.DECIDE'\r\n");
+	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 3 " KEYS3 " batch 3 1 1 ");
+	fake_step(&f, FAKE_SEND, "*3\r\n" REPLY_DENY REPLY_DENY REPLY_ALLOW);
+	one_connect(1000, true);
+	limiter_set_deny_cache(l, false, 0);
+	start_all(keys3, 3, a);
+	WAIT(a[0]->n && a[1]->n && a[2]->n);
+	assert_int_equal(a[0]->d.status, WINDOW_ALLOW);
+	assert_int_equal(a[1]->d.status, WINDOW_DENY);
+	start_all(keys3, 3, b);
+	WAIT(b[0]->n && b[1]->n && b[2]->n);
+	assert_int_equal(b[0]->d.status, WINDOW_DENY);
+	assert_int_equal(b[1]->d.status, WINDOW_DENY);
+	assert_int_equal(b[2]->d.status, WINDOW_ALLOW);
+	assert_true(fake_done(&f));
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 1);
+	one_stop();
+}
+
 /* A batch answered after its decisions' deadlines: each was answered
  * "timeout" once, and each admission Redis made anyway is counted late. */
 static void test_batch_timeout(void **state)
@@ -995,6 +1028,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_batch_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_noscript, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_timeout, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_module, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_moved, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_redirect_evicting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_ask, setup, teardown),
