@@ -33,8 +33,8 @@
 -- stepped back), so rank order is cum order. The window's count is then
 -- cum(newest) - cum(oldest) + cost(oldest): two O(log n) reads, no walk, no
 -- companion key. The members are unique (cum grows strictly within a key).
--- A key holding another kind of member is not ours: its decision is an
--- error ('bad entry'), it writes nothing.
+-- A key whose oldest in-window or newest entry has another kind of member
+-- is not ours: its decision is an error ('bad entry') and writes nothing.
 --
 -- Bucketed windows (precision=): KEYS[i] is a hash, field = end of a
 -- bucket of <precision> ms of Redis time (epoch-aligned, decimal ms), value
@@ -47,11 +47,12 @@
 -- change of precision or window length never misreads them. Memory is one
 -- field per bucket (window / precision), whatever the limit or the cost.
 --
--- Out of memory: the first write of an admission is a ZADD, which Redis
--- refuses with an OOM error when over maxmemory (noeviction), and nothing
--- has been written before it: counting only reads, trims come after. (A
--- script's first write is the only one Redis checks for OOM; a trim first
--- would let the ZADD through.) No "#!lua" shebang: Redis 6 cannot load one.
+-- Out of memory: the first write of an admission is a ZADD (a HINCRBY for
+-- a bucketed window), which Redis refuses with an OOM error when over
+-- maxmemory (noeviction), and nothing has been written before it: counting
+-- only reads, trims come after. (A script's first write is the only one
+-- Redis checks for OOM; a trim first would let the ZADD through.) No
+-- "#!lua" shebang: Redis 6 cannot load one.
 --
 -- Redis pays for every decision once per fleet, so the code below avoids
 -- what Lua makes expensive here: a decision makes no table but its reply
@@ -76,24 +77,26 @@ local function int(x)
 end
 local nows = int(now)
 
--- ARGV's numbers, memoized for the call (false: not a number, or no such
--- argument).
+-- ARGV's numbers, all counts, memoized for the call: the whole number >= 1
+-- that <s> is, or false (not a number, nan, inf, a fraction, below 1, or
+-- no such argument). The test is written so that nan fails it ('v < 1'
+-- would let it through).
 local NUM = {}
 local function num(s)
 	if s == nil then return false end
 	local v = NUM[s]
 	if v == nil then
-		v = tonumber(s) or false
+		v = tonumber(s)
+		if not (v and v >= 1 and v % 1 == 0) then v = false end
 		NUM[s] = v
 	end
 	return v
 end
 
--- Is <x> (a num()) a count: a whole number >= 1? Written so that false,
--- nan, inf and fractions all fail ('x < 1' would let nan through).
-local function whole(x)
-	return x and x >= 1 and x % 1 == 0
-end
+-- PEXPIRE's argument for the last window length seen whose newest entry
+-- was stamped at now (see the TTL in decide): a batch's decisions mostly
+-- share a policy.
+local ttl_win, ttl_now = false, false
 
 -- cum and cost of member <m>; nil for a member this script never writes.
 local function parse(m)
@@ -245,7 +248,7 @@ local BAD_ENTRY = 'ERR sliding_window: bad entry'
 -- script's own arguments: k0 = a0 = 0; or its slice of a batch).
 local function decide(k0, a0, n)
 	local cost = num(ARGV[a0 + 1])
-	if not whole(cost) then return redis.error_reply(BAD_ARGS) end
+	if not cost then return redis.error_reply(BAD_ARGS) end
 	local allowed = true
 	for i = 1, n do
 		local s = slot[i]
@@ -255,9 +258,9 @@ local function decide(k0, a0, n)
 		if not w then
 			local wm, pm = match(ws, '^(%d+):(%d+)$')
 			w, p = tonumber(wm), tonumber(pm)
-			if not whole(p) then w = false end
+			if not (p and p >= 1 and w >= 1) then w = false end
 		end
-		if not (whole(l) and whole(w)) then
+		if not (l and w) then
 			return redis.error_reply(BAD_WINDOW)
 		end
 		-- Inclusive bound: score <= now - window is out, so an entry exactly
@@ -299,9 +302,14 @@ local function decide(k0, a0, n)
 			-- window, rounded up to a ms, plus 1 ms: PEXPIRE counts from
 			-- Redis's time snapshot of the command, in whole ms and taken
 			-- before TIME gave <now>, so up to 1 ms behind it.
-			local last = s.score
+			local last, ttl = s.score, nil
 			if s.top and s.top > last then last = s.top end
-			local ttl = int(s.win + 1 + math.ceil((last - now) / 1000))
+			if last == now then
+				if s.win ~= ttl_win then ttl_win, ttl_now = s.win, int(s.win + 1) end
+				ttl = ttl_now
+			else
+				ttl = int(s.win + 1 + math.ceil((last - now) / 1000))
+			end
 			call('PEXPIRE', s.key, ttl)
 			local rem = s.limit - s.count - cost
 			if not best or rem < best_rem then
@@ -354,14 +362,14 @@ if ARGV[1] ~= 'batch' then
 end
 
 local nb = num(ARGV[2])
-if not whole(nb) then return redis.error_reply(BAD_BATCH) end
+if not nb then return redis.error_reply(BAD_BATCH) end
 -- Check the whole layout before deciding anything: a malformed batch
 -- writes nothing. Decision d: its key count at ARGV[ai + 1], then its cost
 -- and limit/window pairs.
 local ki, ai = 0, 2
 for d = 1, nb do
 	local nk = num(ARGV[ai + 1])
-	if not whole(nk) or ki + nk > #KEYS or ai + 2 + 2 * nk > #ARGV then
+	if not nk or ki + nk > #KEYS or ai + 2 + 2 * nk > #ARGV then
 		return redis.error_reply(BAD_BATCH)
 	end
 	ki, ai = ki + nk, ai + 2 + 2 * nk

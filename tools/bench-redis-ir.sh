@@ -46,11 +46,18 @@ if ! grep -q "ir:clock" "$T/script.lua" || ! grep -q "ttl .. '000'" "$T/script.l
 	exit 1
 fi
 
+# A script from before 1.0 (commit c4a00a6) takes a request id after the
+# cost (its header says so): the feed then sends one, for comparisons with
+# older scripts (BENCH_IR_SCRIPT).
+REQID=0
+grep -q '^-- ARGV\[2\] *\(request id\|member prefix\)' "$SCRIPT" && REQID=1
+
 # feed SHA BATCH COUNT START_US SEED: RESP for COUNT decisions, clock first.
 feed() {
-	python3 - "$@" <<'EOF'
+	python3 - "$@" "$REQID" <<'EOF'
 import sys
 sha, batch, count, t, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+reqid = sys.argv[6] == '1'
 ACCOUNTS, LIMIT, WINDOW_MS, RATE, CLOCK_EVERY = 10000, '20', '1000', 20000, 32
 out = sys.stdout.buffer
 def cmd(*a):
@@ -67,12 +74,12 @@ while done < count:
         cmd('HSET', 'ir:clock', 's', t // 1000000, 'us', t % 1000000)
     n = min(batch, count - done)
     if batch == 1:
-        cmd('EVALSHA', sha, 1, 'transfer:limit:v1:{ACC-%d}' % account(), 1, LIMIT, WINDOW_MS)
+        cmd('EVALSHA', sha, 1, 'transfer:limit:v1:{ACC-%d}' % account(), 1, *(['ir-%d' % done] if reqid else []), LIMIT, WINDOW_MS)
     else:
         keys = ['transfer:limit:v1:{ACC-%d}' % account() for _ in range(n)]
         args = ['batch', n]
         for i in range(n):
-            args += [1, 1, LIMIT, WINDOW_MS]
+            args += [1, 1, *(['ir-%d' % (done + i)] if reqid else []), LIMIT, WINDOW_MS]
         cmd('EVALSHA', sha, n, *keys, *args)
     done += n
     t += n * 1000000 // RATE

@@ -2,10 +2,12 @@
 # lua/sliding_window.lua against a real redis-server: admission, denial that
 # records nothing, reset/retry values, the trim boundary, cost > 1 as one
 # entry (Redis work and memory independent of cost), several windows
-# all-or-nothing, PEXPIRE, unique members, a member not of the script's
-# form refused, no admission when Redis is over maxmemory, and bucketed
-# windows (precision=): bucket boundaries, retry from bucket ends, mixed
-# with a log.
+# all-or-nothing, PEXPIRE (and its 1 ms margin), unique members, a member
+# not of the script's form refused, bad arguments (nan, inf, fractions,
+# short batches), a batch of single- and multi-window decisions (offsets),
+# and bucketed windows (precision=): bucket boundaries, retry from bucket
+# ends, TTL after a clock step back, mixed with a log. (Over maxmemory:
+# t_oom.py.)
 #
 # Two clocks: the real script (Redis TIME) for behaviour, and a copy whose
 # TIME is read from a hash the test sets, for exact boundaries (an entry
@@ -217,14 +219,16 @@ eq "redis still answers" PONG "$(rcli PING)"
 # Same script, TIME replaced by a hash read (test copy only).
 # It also records each PEXPIRE's argument in test:ttl (field = key: the
 # fake clock does not reach PEXPIRE, so PTTL cannot show it), and counts the
-# sorts it makes in test:sorts.
+# sorts it makes in test:sorts, and lists the commands it calls in test:cmds.
 sed -e "s/local t = redis.call('TIME')/local t = redis.call('HMGET', 'test:clock', 's', 'us')/" \
-	-e "s/call('PEXPIRE', s.key, ttl)/&; call('HSET', 'test:ttl', s.key, ttl)/" \
-	-e "s/table\.sort(/call('HINCRBY', 'test:sorts', 'n', 1); &/" \
+	-e "s/call('PEXPIRE', s.key, ttl)/&; redis.call('HSET', 'test:ttl', s.key, ttl)/" \
+	-e "s/table\.sort(/redis.call('HINCRBY', 'test:sorts', 'n', 1); &/" \
+	-e "s/^local call, format, match = redis.call,/local call, format, match = function(...) redis.call('RPUSH', 'test:cmds', (...)) return redis.call(...) end,/" \
 	"$SCRIPT" > "$T/clocked.lua"
 check "test copy reads the fake clock" grep -q "test:clock" "$T/clocked.lua"
 check "test copy records the TTLs" grep -q "test:ttl" "$T/clocked.lua"
 check "test copy counts the sorts" grep -q "test:sorts" "$T/clocked.lua"
+check "test copy lists the commands" grep -q "test:cmds" "$T/clocked.lua"
 ttl_of() { rcli HGET test:ttl "$1"; }
 CSHA=$(rcli SCRIPT LOAD "$(cat "$T/clocked.lua")")
 # clock S US: set the fake clock to S seconds + US microseconds
@@ -250,6 +254,18 @@ cev $K 1 2 1000
 eq "clock: 1 us later the edge entry left: admitted" "1 0" "${R[0]} ${R[2]}"
 eq "clock: the new entry is scored at Redis time" 1000000001 "$(rcli ZRANGE $K -1 -1 WITHSCORES | tail -n 1)"
 eq "clock: reset counts from the oldest kept entry" 999999 "${R[3]}"
+
+# The order of an admission's commands, and what docs/architecture.md's
+# step 4 says of it: count, add, trim, TTL (a denial: count, trim).
+rcli DEL test:cmds >/dev/null
+cev $K 1 5 1000
+eq "order: an admission counts, adds, trims, sets the TTL" \
+	"ZRANGEBYSCORE ZRANGE ZADD ZREMRANGEBYSCORE PEXPIRE" "$(rcli LRANGE test:cmds 0 -1 | xargs)"
+check "docs/architecture.md step 4 says the same order" \
+	grep -q "adds the request only if it fits, then trims the entries that left the window" \
+	"$ROOT/docs/architecture.md"
+check "docs/architecture.md: the sequence diagram too" \
+	grep -q "EVALSHA (TIME, count 0, ZADD, trim, PEXPIRE)" "$ROOT/docs/architecture.md"
 
 # The TTL covers the newest entry with 1 ms to spare: PEXPIRE counts from
 # Redis's time snapshot of the command (whole ms, before TIME): the key
@@ -324,6 +340,32 @@ rcli ZADD $K 3000000100 2:1:b2d05e64 >/dev/null
 cev $K 1 5 1000
 eq "foreign member (newest, a 3-field one): bad entry" "ERR sliding_window: bad entry" "${R[0]}"
 eq "foreign member: nothing written either" 2 "$(rcli ZCARD $K)"
+
+# --- a batch: a multi-window decision after others, on the fake clock ------
+# Every decision has its own cost, limits and windows, so that a decision
+# read at another's offset (KEYS or ARGV) answers or stores differently.
+# (4) repeats (2)'s keys and is denied by the bucketed window.
+K1=clk:limit:v1:bat1 KA='clk:limit:v1:{bat2}:10s' KB='clk:limit:b1:{bat2}:1h'
+KC='clk:limit:v1:{bat3}:2s' KD='clk:limit:v1:{bat3}:1m'
+clock 60000 0
+rcli ZADD "$KD" 59999000000 3:3 >/dev/null       # 3 units, 1 s old
+mapfile -t R < <(rcli EVALSHA "$CSHA" 7 "$K1" "$KA" "$KB" "$KC" "$KD" "$KA" "$KB" batch 4 \
+	1 2 5 1000 \
+	2 3 8 10000 4 3600000:60000 \
+	2 1 7 2000 9 60000 \
+	2 3 8 10000 4 3600000:60000)
+rcli PERSIST "$K1" "$KA" "$KB" "$KC" "$KD" >/dev/null
+eq "batch (1) single window: allowed, remaining 3, reset 1 s" "1 5 3 1000000 0 0" "${R[*]:0:6}"
+eq "batch (2) log + buckets: the bucketed window decides (index 1, remaining 1)" \
+	"1 4 1 3660000000 0 1" "${R[*]:6:6}"
+eq "batch (3) two logs: the 1m window decides (3 + 1 of 9)" "1 9 5 59000000 0 1" "${R[*]:12:6}"
+eq "batch (4) (2) again: denied by the buckets, retry when the bucket leaves" \
+	"0 4 1 3660000000 3660000000 1" "${R[*]:18:6}"
+eq "batch: 24 integers, nothing else" 24 "${#R[@]}"
+eq "batch: each key holds its own decision's entries" "2:2|3:3|60060000 3|1:1|3:3 4:1" \
+	"$(rcli ZRANGE "$K1" 0 -1 | xargs)|$(rcli ZRANGE "$KA" 0 -1 | xargs)|$(rcli HGETALL "$KB" | xargs)|$(rcli ZRANGE "$KC" 0 -1 | xargs)|$(rcli ZRANGE "$KD" 0 -1 | xargs)"
+eq "batch: each key's TTL from its own window" "1001 10001 3660001 2001 60001" \
+	"$(for k in "$K1" "$KA" "$KB" "$KC" "$KD"; do ttl_of "$k"; done | xargs)"
 
 # --- bucketed windows (precision=) on the fake clock -------------------------
 # 5 per 1h counted in 1m buckets: hash field = bucket end (ms), value = units.

@@ -77,10 +77,12 @@ h.eq("shadow multi-window: allow, allow, allow+shadow-deny",
 h.eq("shadow multi-window: both windows recorded 2", (2, 2),
      (zcard("both:limit:v1:{ACC-S2}:1m"), zcard("both:limit:v1:{ACC-S2}:1h")))
 
-# A shadow policy next to an enforcing one in one NOTIFY: the enforcing one decides.
+# A shadow policy next to an enforcing one in one NOTIFY: a NOTIFY is one
+# decision (docs/protocol.md), so two ratelimit messages are refused whole.
 a = c.notify([("ratelimit", [("policy", "wire"), ("key", "ACC-MIX")]),
               ("ratelimit", [("policy", "next"), ("key", "ACC-S")])])["actions"]
-h.eq("one NOTIFY, enforcing + shadow: status allow", "allow", a["status"])
+h.eq("one NOTIFY, enforcing + shadow: refused (too-many-messages)",
+     ("error", "too-many-messages"), (a["status"], a.get("reason")))
 
 # Shadow with Redis away: fails closed like any policy (shadow is not fail-open).
 h.stop_redis()
