@@ -114,7 +114,7 @@ LDLIBS_AGENT := -lev $(HIREDIS_LIBS) -lm -pthread
 LDLIBS_TEST  := -lcmocka -lm
 # A unit test links hiredis only with a module that uses it (the pure ones
 # read plain values: struct window_reply, struct cluster_view).
-HIREDIS_MODULES := limiter limiter_link limiter_sentinel limiter_cluster
+HIREDIS_MODULES := limiter limiter_call limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster
 
 ifeq ($(V),1)
 Q :=
@@ -123,7 +123,7 @@ Q := @
 endif
 
 SPOA_MODULES := spop spop_write window headers config config_check config_lex config_routes log metrics proc conn conn_notify worker http net \
-                limiter limiter_link limiter_sentinel limiter_cluster deny_cache cluster redis_url
+                limiter limiter_call limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster deny_cache cluster redis_url
 SPOA_MODULES += resolve
 SPOA_MODULES += redis_tls
 SPOA_MODULES += redis_open

@@ -42,6 +42,7 @@ enum config_dir {
 	CONFIG_DIR_DENY_CACHE,
 	CONFIG_DIR_DENY_CACHE_SIZE,
 	CONFIG_DIR_REDIS_ALLOW_EVICTION,
+	CONFIG_DIR_REDIS_ENGINE,
 	CONFIG_DIR_TLS_CA,
 	CONFIG_DIR_TLS_CA_DIR,
 	CONFIG_DIR_TLS_CERT,
@@ -442,6 +443,12 @@ out:
 	return rc;
 }
 
+
+static const char *const redis_engine_names[CONFIG_REDIS_ENGINE_COUNT] = {
+	[CONFIG_REDIS_ENGINE_AUTO] = "auto",
+	[CONFIG_REDIS_ENGINE_SCRIPT] = "script",
+	[CONFIG_REDIS_ENGINE_MODULE] = "module",
+};
 /* Directive <key> whose value <v> must be <on> (true) or <off> (false),
  * into <*out>. Returns 0 or -1 with the error set. */
 static int parse_switch(struct parse_ctx *x, struct word key, struct word v, const char *on,
@@ -605,6 +612,15 @@ static int dir_scalar(struct parse_ctx *x, enum config_dir d, struct word key, s
 		return 0;
 	case CONFIG_DIR_REDIS_ALLOW_EVICTION:
 		return parse_switch(x, key, v, "yes", "no", &c->redis_allow_eviction);
+	case CONFIG_DIR_REDIS_ENGINE:
+		for (i = 0; i < CONFIG_REDIS_ENGINE_COUNT; i++) {
+			if (config_word_is(v, redis_engine_names[i])) {
+				c->redis_engine = (enum config_redis_engine)i;
+				return 0;
+			}
+		}
+		return config_parse_fail(&x->lex, "redis-engine must be auto, script or module; got '%.*s'",
+		                         config_word_plen(v), v.p);
 	case CONFIG_DIR_TLS_CA:
 	case CONFIG_DIR_TLS_CA_DIR:
 	case CONFIG_DIR_TLS_CERT:
@@ -647,6 +663,7 @@ static const struct {
 	{ "deny-cache",          CONFIG_DIR_DENY_CACHE },
 	{ "deny-cache-size",     CONFIG_DIR_DENY_CACHE_SIZE },
 	{ "redis-allow-eviction", CONFIG_DIR_REDIS_ALLOW_EVICTION },
+	{ "redis-engine",        CONFIG_DIR_REDIS_ENGINE },
 	{ "redis-tls-ca",        CONFIG_DIR_TLS_CA },
 	{ "redis-tls-ca-dir",    CONFIG_DIR_TLS_CA_DIR },
 	{ "redis-tls-cert",      CONFIG_DIR_TLS_CERT },

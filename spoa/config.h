@@ -25,6 +25,7 @@
  *   deny-cache    on|off          (answer known denials locally until retry_after)
  *   deny-cache-size 4096          (its entries per worker thread, 368 bytes each)
  *   redis-allow-eviction yes|no   (decide on a Redis that may evict keys)
+ *   redis-engine auto|script|module   (how Redis decides; default auto)
  *   redis-tls-ca <file>           CA bundle that signs the Redis certificates
  *   redis-tls-ca-dir <dir>        a hashed CA directory (c_rehash), optional
  *   redis-tls-cert <file>         client certificate (mutual TLS) ...
@@ -73,6 +74,15 @@ struct config_tls {
 #define SPOA_TLS 0
 #endif
 
+/* redis-engine: how Redis decides (limiter.h's limiter_engine_mode, same
+ * order). */
+enum config_redis_engine {
+	CONFIG_REDIS_ENGINE_AUTO = 0,   /* the module when Redis has it, else the script */
+	CONFIG_REDIS_ENGINE_SCRIPT,
+	CONFIG_REDIS_ENGINE_MODULE,
+	CONFIG_REDIS_ENGINE_COUNT
+};
+
 struct config {
 	char path[CONFIG_ADDR_MAX];            /* file it came from, "" if none */
 	char listen[CONFIG_ADDR_MAX];
@@ -91,6 +101,7 @@ struct config {
 	bool deny_cache;                       /* local deny cache, default on */
 	unsigned deny_cache_size;              /* its entries per worker, default 4096 */
 	bool redis_allow_eviction;             /* decide on an evicting Redis, default no */
+	enum config_redis_engine redis_engine; /* default auto */
 	struct config_tls tls;                 /* redis-tls-*; used with a TLS URL */
 	size_t npolicies;
 	struct window_policy policies[CONFIG_MAX_POLICIES];

@@ -2,14 +2,16 @@
  * limiter - asks Redis for decisions: hiredis async on one thread's libev loop.
  *
  * One struct limiter per worker thread, never shared. It connects (and
- * reconnects with backoff), loads the script, runs EVALSHA (EVAL after a
+ * reconnects with backoff), asks each Redis with its engine (redis-engine:
+ * the module's RATELIMIT.DECIDE, or the script by EVALSHA, EVAL after a
  * NOSCRIPT), and enforces its own per-call deadline (hiredis 0.14 has none).
  *
  * Callback contract: limiter_check() either returns -1 and never calls <cb>,
  * or returns 0 and calls <cb> exactly once: on the reply, on the deadline, on
- * disconnect, or from limiter_free(). While Redis is away it answers at once
- * (through <cb>, on the next loop iteration) with the policy's error decision:
- * no queue grows.
+ * disconnect, or from limiter_free(); never before limiter_check() has
+ * returned (an answer given inside it is queued). While Redis is away it
+ * answers at once (through <cb>, on the next loop iteration) with the
+ * policy's error decision: no queue grows.
  */
 #ifndef SPOA_LIMITER_H
 #define SPOA_LIMITER_H
@@ -26,6 +28,16 @@ struct metrics;
 
 typedef void (*limiter_cb)(void *arg, const struct window_decision *d);
 
+/* redis-engine: how Redis decides. Checked at every (re)connect of a link
+ * (COMMAND INFO ratelimit.decide). Same order as config.h's
+ * config_redis_engine. */
+enum limiter_engine_mode {
+	LIMITER_ENGINE_AUTO = 0,        /* RATELIMIT.DECIDE when Redis has it, else the script */
+	LIMITER_ENGINE_ONLY_SCRIPT,     /* the script (lua/sliding_window.lua) always */
+	LIMITER_ENGINE_ONLY_MODULE,     /* the module; a Redis without it cannot decide */
+	LIMITER_ENGINE_MODE_COUNT
+};
+
 struct limiter_settings {
 	const char *redis_url;          /* redis://, unix://, cluster://, sentinel:// (redis_url.h) */
 	uint64_t timeout_ms;            /* per-call deadline */
@@ -36,6 +48,7 @@ struct limiter_settings {
 	struct metrics *metrics;        /* this thread's counters, may be NULL; set once by
 	                                 * limiter_new() (a reconfigure keeps them) */
 	bool allow_eviction;            /* decide even when Redis may evict keys */
+	enum limiter_engine_mode engine;    /* redis-engine, default auto */
 	bool standby;                   /* prepared for a reload: leave the gauges alone */
 	const struct config_tls *tls;   /* redis-tls-* (copied), for a TLS URL; may be NULL */
 	/* The config's policy table, in metrics index order, so a deny answered

@@ -241,19 +241,24 @@ struct limiter_link *limiter_route(struct limiter *l, const char *key, size_t le
 
 /*
  * A cluster node answered <c> with the MOVED or ASK in <reply>: learn it
- * (MOVED patches the map and asks for a refresh) and re-send <c> to the
- * node named, within LIMITER_REDIRECTS_MAX hops. Returns 0 when hiredis
- * holds <c> again, -1 when the caller answers it.
+ * (MOVED patches the map and asks for a refresh) and say where <c> goes,
+ * within LIMITER_REDIRECTS_MAX hops: SEND to <*to> (after ASKING when
+ * <*asking>), PARK it a moment, or GIVE_UP (the caller answers it). Sends
+ * nothing itself: the call layer acts on the verdict.
  */
-int limiter_cluster_redirect(struct limiter *l, struct limiter_call *c, const redisReply *reply)
+enum limiter_redirect limiter_cluster_redirect(struct limiter *l, const struct limiter_call *c,
+                                               const redisReply *reply, struct limiter_link **to,
+                                               bool *asking)
 {
 	struct limiter_cluster *cl = l->cluster;
 	struct cluster_redirect rd;
 	struct limiter_link *k = NULL;
 	int idx;
 
+	*to = NULL;
+	*asking = false;
 	if (!cl || cluster_parse_redirect(reply->str, reply->len, c->link->host, &rd) == -1)
-		return -1;
+		return LIMITER_REDIRECT_GIVE_UP;
 	if (rd.kind == CLUSTER_REPLY_MOVED) {
 		idx = cluster_map_add(&cl->map, rd.to.host, rd.to.port);
 		if (idx >= 0 && cluster_map_set_slot(&cl->map, rd.slot, (unsigned)idx) == 0)
@@ -267,16 +272,56 @@ int limiter_cluster_redirect(struct limiter *l, struct limiter_call *c, const re
 	log_debug("cluster_redirect", "kind=%s slot=%u from=%s to=%s:%d",
 	          cluster_reply_kind_str(rd.kind), rd.slot, c->link->addr, rd.to.host, rd.to.port);
 	if (!c->cb || !k || c->redirects >= LIMITER_REDIRECTS_MAX)
-		return -1;
+		return LIMITER_REDIRECT_GIVE_UP;
 	/* MOVED again: two nodes disagree while a migration settles (the
 	 * source already points at the target, the target not yet at itself).
 	 * Give them a moment rather than bounce the call between them. */
-	if (rd.kind == CLUSTER_REPLY_MOVED && c->redirects >= 2) {
-		limiter_call_park(l, c);
-		return 0;
-	}
-	return limiter_call_send(l, c, k, rd.kind == CLUSTER_REPLY_ASK);
+	if (rd.kind == CLUSTER_REPLY_MOVED && c->redirects >= 2)
+		return LIMITER_REDIRECT_PARK;
+	*to = k;
+	*asking = rd.kind == CLUSTER_REPLY_ASK;
+	return LIMITER_REDIRECT_SEND;
 }
+
+/* ------------------------------------------------------------------ */
+/* what the links call (l->topo)                                        */
+
+/* A link lost its connection: the map may be stale. */
+static void limiter_cluster_on_lost(struct limiter_link *k)
+{
+	if (k->l->cluster)
+		k->l->cluster->topo_dirty = true;
+}
+
+/* A link is ready: the first map, or a fresh one, can be asked there. */
+static void limiter_cluster_on_ready(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+
+	if (l->cluster && (!l->cluster->have_map || l->cluster->topo_dirty))
+		limiter_topo_refresh(l, "connected");
+}
+
+/* Every slot has a primary whose link is ready. */
+static bool limiter_cluster_up(const struct limiter *l)
+{
+	const struct limiter_cluster *cl = l->cluster;
+	bool up;
+	unsigned i;
+
+	if (!cl || !cl->have_map || cl->map.covered != CLUSTER_SLOTS)
+		return false;
+	for (i = 0, up = true; i < cl->map.nnodes && up; i++)
+		up = cl->route[i] && cl->route[i]->state == LIMITER_ST_READY;
+	return up;
+}
+
+static const struct limiter_topo_ops limiter_cluster_ops = {
+	.skip_role = true,              /* CLUSTER SLOTS names the primaries */
+	.on_ready = limiter_cluster_on_ready,
+	.on_lost = limiter_cluster_on_lost,
+	.up = limiter_cluster_up,
+};
 
 /* Allocates l->cluster, owned by <l>. See limiter_cluster.h. */
 int limiter_cluster_start(struct limiter *l)
@@ -288,6 +333,7 @@ int limiter_cluster_start(struct limiter *l)
 	ev_timer_init(&l->cluster->topo, limiter_cluster_on_tick, LIMITER_TOPO_TICK_MS / 1000.0,
 	              LIMITER_TOPO_TICK_MS / 1000.0);
 	l->cluster->topo.data = l;
+	l->topo = &limiter_cluster_ops;
 	ev_timer_start(l->loop, &l->cluster->topo);
 	limiter_cluster_seed(l);
 	limiter_update_connected(l);

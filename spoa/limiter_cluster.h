@@ -23,8 +23,17 @@ void limiter_cluster_stop(struct limiter *l);
 void limiter_topo_refresh(struct limiter *l, const char *why);
 /* The link serving Redis key <key>/<len> now, or NULL. */
 struct limiter_link *limiter_route(struct limiter *l, const char *key, size_t len);
-/* Follow the MOVED or ASK <reply> to call <c>: 0 when hiredis holds <c>
- * again, -1 when the caller answers it. */
-int limiter_cluster_redirect(struct limiter *l, struct limiter_call *c, const redisReply *reply);
+/* Where a MOVED or ASK sends a call. */
+enum limiter_redirect {
+	LIMITER_REDIRECT_GIVE_UP = 0,   /* the caller answers it */
+	LIMITER_REDIRECT_SEND,          /* to the link given (after ASKING if asked) */
+	LIMITER_REDIRECT_PARK,          /* wait LIMITER_TRYAGAIN_MS, then route again */
+	LIMITER_REDIRECT_COUNT
+};
+/* Learn the MOVED or ASK <reply> to call <c> and give the verdict; <*to>
+ * and <*asking> say where for LIMITER_REDIRECT_SEND. Sends nothing. */
+enum limiter_redirect limiter_cluster_redirect(struct limiter *l, const struct limiter_call *c,
+                                               const redisReply *reply, struct limiter_link **to,
+                                               bool *asking);
 
 #endif /* SPOA_LIMITER_CLUSTER_H */

@@ -1,6 +1,8 @@
 /*
  * limiter_int - what the limiter's own files share, and nobody else:
- *   limiter.c          calls, deadlines, the call pool, lifecycle (limiter.h)
+ *   limiter.c          limiter_check() and the lifecycle (limiter.h)
+ *   limiter_call.c     calls: the pool, answers, send, reply, deadlines
+ *   limiter_batch.c    redis-batch: a loop iteration's calls as one
  *   limiter_link.c     one connection's life: connect, setup, backoff, stall, retire
  *   limiter_sentinel.c where a sentinel says the primary is, +switch-master
  *   limiter_cluster.c  Redis Cluster: the slot map's links, routing, redirects
@@ -28,6 +30,7 @@
 
 #include "cluster.h"
 #include "deny_cache.h"
+#include "limiter_engine.h"
 #include "limiter.h"
 #include "metrics.h"
 #include "redis_tls.h"
@@ -51,7 +54,10 @@
 #define LIMITER_TOPO_TICK_MS    250     /* cluster map check cadence */
 #define LIMITER_TOPO_MIN_MS     100     /* no two CLUSTER SLOTS closer than this */
 #define LIMITER_TOPO_IDLE_MS    5000    /* refresh at least this often */
-#define LIMITER_EVICT_RECHECK_MS 1000   /* ask an evicting Redis again at most this often */
+#define LIMITER_EVICT_POLL_MS   500     /* a ready link asks the eviction policy and
+                                         * evicted_keys this often (the bound of
+                                         * docs/security.md: seen within 1 s) */
+#define LIMITER_EVICT_HOLD_MS   10000   /* evicted_keys growth refuses this long */
 
 enum limiter_state {
 	LIMITER_ST_IDLE = 0,    /* not connected; the retry timer may run */
@@ -73,6 +79,8 @@ struct limiter_link {
 	int port;
 	char addr[REDIS_URL_ADDR_MAX];
 	bool script_loading;            /* a SCRIPT LOAD is in flight */
+	const struct limiter_engine *engine;    /* what this connection's decisions use */
+	bool probe_warned;              /* said once that COMMAND INFO is refused */
 	ev_timer retry;                 /* IDLE: next connect attempt */
 	ev_timer connect_timer;         /* CONNECTING: give up */
 	unsigned backoff_ms;
@@ -80,9 +88,18 @@ struct limiter_link {
 	unsigned failures;              /* failed attempts since last ready */
 	unsigned held;                  /* calls hiredis holds on this link */
 	int64_t quiet_since_us;         /* last reply, or when <held> left 0 */
-	bool evicts;                    /* maxmemory-policy is not noeviction */
+	/* Eviction (limiter_link.c): <evicts> is what decisions see, true
+	 * while the policy evicts or evicted_keys grew within the hold time. */
+	bool evicts;
+	bool policy_evicts;             /* CONFIG GET: maxmemory-policy is not noeviction */
 	bool evict_asking;              /* a CONFIG GET maxmemory-policy is in flight */
-	int64_t evict_asked_us;         /* when the last one was sent */
+	bool config_refused;            /* this connection may not CONFIG GET */
+	bool info_asking;               /* an INFO stats is in flight */
+	bool info_refused;              /* this connection may not INFO */
+	bool info_warned;               /* said so once for this link */
+	long long evicted_base;         /* evicted_keys last seen, -1: none yet */
+	int64_t evicted_seen_us;        /* when it last grew, 0: never */
+	ev_timer evict_poll;            /* READY: LIMITER_EVICT_POLL_MS, repeating */
 	/* A name is resolved before every attempt (a managed endpoint moves
 	 * on failover) and each of its addresses tried in turn. */
 	struct resolve_req *resolving;  /* lookup in flight, or NULL */
@@ -103,6 +120,7 @@ struct limiter_call {
 	bool cacheable;                 /* a deny may go to the deny cache */
 	unsigned redirects;             /* MOVED/ASK/TRYAGAIN hops so far */
 	struct limiter_link *link;      /* where hiredis holds it */
+	const struct limiter_engine *engine;    /* what it was last sent with */
 	struct limiter_chunk *chunk;    /* the pool chunk it lives in */
 	unsigned policy_index;          /* UINT_MAX = unknown */
 	uint64_t cost;
@@ -122,6 +140,7 @@ struct limiter_batch {
 	struct limiter *l;
 	struct limiter_batch *next;     /* pool freelist */
 	struct limiter_link *link;
+	const struct limiter_engine *engine;    /* what it was last sent with */
 	bool retried;                   /* already re-sent as EVAL */
 	unsigned n;
 	struct limiter_call *calls[LIMITER_BATCH_MAX];
@@ -141,6 +160,30 @@ struct limiter_answer {
 	struct window_decision d;
 };
 
+
+/*
+ * What a topology above the links (Sentinel, Cluster) does at a link's
+ * moments. A link is a leaf: it reaches the topology only through l->topo
+ * (NULL: one plain Redis, every hook's default), never by name. Every hook
+ * may be NULL.
+ */
+struct limiter_topo_ops {
+	bool skip_role;                 /* no ROLE at setup (a cluster seed may be a replica) */
+	bool role_required;             /* a refused ROLE fails the attempt (Sentinel) */
+	/* before a connect attempt of <k>: true when the topology takes it over */
+	bool (*before_connect)(struct limiter_link *k);
+	/* <k>'s connect timer fired while the topology works for it: true when
+	 * the hook dealt with it */
+	bool (*connect_timeout)(struct limiter_link *k);
+	/* stop the lookups the topology runs for <k> */
+	void (*stop_resolving)(struct limiter_link *k);
+	/* <k> is set up and may take calls */
+	void (*on_ready)(struct limiter_link *k);
+	/* <k> lost its connection */
+	void (*on_lost)(struct limiter_link *k);
+	/* can <l> decide for every key: each link it needs is ready? */
+	bool (*up)(const struct limiter *l);
+};
 
 /* Redis Cluster state: the slot map and the link of each of its nodes. */
 struct limiter_cluster {
@@ -186,6 +229,7 @@ struct limiter {
 	struct limiter_link *links[LIMITER_LINKS_MAX];
 	unsigned nlinks;                /* allocated */
 	struct limiter_link *main_link;     /* the one link, unless cluster:// */
+	const struct limiter_topo_ops *topo;    /* sentinel:// and cluster://, else NULL */
 	struct limiter_cluster *cluster;    /* cluster:// only */
 	struct limiter_sentinel *sentinel;  /* sentinel:// only */
 
@@ -208,8 +252,11 @@ struct limiter {
 	ev_timer park;                  /* re-send calls parked by TRYAGAIN */
 	struct limiter_call *parked;
 	bool closing;                   /* inside limiter_free() */
+	bool in_check;                  /* inside limiter_check(): answers are deferred */
+	bool stopping;                  /* a planned stop (shutdown, reload): links close at info */
 	bool connected;                 /* what the metrics gauge says */
 	bool allow_eviction;            /* redis-allow-eviction yes */
+	enum limiter_engine_mode engine_mode;   /* redis-engine */
 	bool standby;                   /* being prepared or retired: the gauges are not ours */
 	bool evicting;                  /* a link in use evicts keys */
 	char last_error[160];           /* why the last attempt failed, for a reload's verdict */
@@ -271,11 +318,5 @@ static inline void limiter_count_error(struct limiter *l, enum metrics_redis_err
 	if (l->metrics)
 		metrics_add(&l->metrics->redis_errors[kind], 1);
 }
-
-/* limiter.c: (re-)send a call, or park it for a TRYAGAIN (limiter_cluster.c
- * uses both for redirects). */
-int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
-                      bool asking);
-void limiter_call_park(struct limiter *l, struct limiter_call *c);
 
 #endif /* SPOA_LIMITER_INT_H */

@@ -2,6 +2,7 @@
  * limiter_link - one connection to one Redis server: connect, the setup
  * sequence, backoff, stall limit, retire. See limiter_link.h.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +12,8 @@
 #include "hiredis_compat.h"
 #include <hiredis/async.h>
 
-#include "limiter_cluster.h"
+#include "limiter_health.h"
 #include "limiter_link.h"
-#include "limiter_sentinel.h"
 #include "log.h"
 #include "redis_open.h"
 #include "redis_tls.h"
@@ -32,65 +32,11 @@ static const char *limiter_state_str(enum limiter_state s)
 }
 
 /* ------------------------------------------------------------------ */
-/* gauges                                                              */
-
-/* Set <l>'s connected gauge to <up>. */
-void limiter_set_connected(struct limiter *l, bool up)
-{
-	l->connected = up;
-	if (l->metrics && !l->standby)
-		atomic_store_explicit(&l->metrics->redis_connected, up ? 1 : 0,
-		                      memory_order_relaxed);
-}
-
-/* Recompute the redis_connected gauge: the one link is READY, or (cluster)
- * every slot has a primary whose link is READY. */
-void limiter_update_connected(struct limiter *l)
-{
-	struct limiter_cluster *cl = l->cluster;
-	bool up = true;
-	unsigned i;
-
-	if (!cl) {
-		up = l->main_link && l->main_link->state == LIMITER_ST_READY;
-	} else if (!cl->have_map || cl->map.covered != CLUSTER_SLOTS) {
-		up = false;
-	} else {
-		for (i = 0; i < cl->map.nnodes && up; i++)
-			up = cl->route[i] && cl->route[i]->state == LIMITER_ST_READY;
-	}
-	limiter_set_connected(l, up);
-}
-
-/* Remember why <l>'s last attempt failed (<what> about <addr>), for a
- * reload that waits for a new Redis to tell why it gave up. */
-void limiter_note_error(struct limiter *l, const char *addr, const char *what)
-{
-	/* cut to fit: a reason in a log line, not a record */
-	snprintf(l->last_error, sizeof(l->last_error), "%.80s: %.70s", addr, what);
-}
-
-/* Recompute the redis_unsafe_eviction gauge: a link in use evicts keys. */
-void limiter_update_eviction(struct limiter *l)
-{
-	bool any = false;
-	unsigned i;
-
-	for (i = 0; i < l->nlinks && !any; i++)
-		any = l->links[i]->in_use && l->links[i]->evicts;
-	l->evicting = any;
-	if (l->metrics && !l->standby)
-		atomic_store_explicit(&l->metrics->redis_unsafe_eviction, any ? 1 : 0,
-		                      memory_order_relaxed);
-}
-
-/* ------------------------------------------------------------------ */
 /* links                                                               */
 
 static void limiter_link_on_retry(struct ev_loop *loop, ev_timer *w, int revents);
 static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents);
 static void limiter_link_connect_next(struct limiter_link *k);
-static void limiter_link_stop_resolving(struct limiter_link *k);
 
 /* Point <k> at <host>:<port> (<is_unix>: <host> is a socket path). */
 void limiter_link_set_target(struct limiter_link *k, const char *host, int port,
@@ -136,17 +82,27 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 		spare->retry.data = spare;
 		ev_timer_init(&spare->connect_timer, limiter_link_on_connect_timeout, 1., 0.);
 		spare->connect_timer.data = spare;
+		ev_init(&spare->evict_poll, limiter_link_on_evict_poll);
+		spare->evict_poll.repeat = LIMITER_EVICT_POLL_MS / 1000.0;
+		spare->evict_poll.data = spare;
 		l->links[l->nlinks++] = spare;
 	}
 	k = spare;
 	k->in_use = true;
 	k->state = LIMITER_ST_IDLE;
 	k->script_loading = false;
+	k->engine = &limiter_engine_script;
+	k->probe_warned = false;
 	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	k->attempted = false;
 	k->failures = 0;
 	k->evicts = false;
+	k->policy_evicts = false;
 	k->evict_asking = false;
+	k->info_asking = false;
+	k->info_warned = false;
+	k->evicted_base = -1;
+	k->evicted_seen_us = 0;
 	limiter_link_set_target(k, host, port, is_unix);
 	return k;
 }
@@ -185,12 +141,11 @@ void limiter_link_lost(struct limiter_link *k)
 	k->state = LIMITER_ST_IDLE;
 	k->script_loading = false;
 	k->evict_asking = false;
+	k->info_asking = false;
 	ev_timer_stop(l->loop, &k->connect_timer);
-	/* Whoever the primary is now, a sentinel says so on the next attempt. */
-	if (l->sentinel && k == l->main_link)
-		l->sentinel->master_known = false;
-	if (l->cluster)
-		l->cluster->topo_dirty = true;
+	ev_timer_stop(l->loop, &k->evict_poll);
+	if (l->topo && l->topo->on_lost)
+		l->topo->on_lost(k);
 	limiter_update_connected(l);
 	limiter_link_schedule_retry(k);
 }
@@ -207,8 +162,14 @@ void limiter_link_drop(struct limiter_link *k, const char *why)
 
 	if (!ac)
 		return;
-	log_limited(CONFIG_LOG_WARN, "redis_disconnected", "redis_disconnected",
-	            "addr=%s state=%s reason=\"%s\"", k->addr, limiter_state_str(k->state), why);
+	/* a planned stop is no outage: log-based alerts must not see one */
+	if (k->l->stopping)
+		log_info("redis_closed", "addr=%s state=%s reason=\"%s\"", k->addr,
+		         limiter_state_str(k->state), why);
+	else
+		log_limited(CONFIG_LOG_WARN, "redis_disconnected", "redis_disconnected",
+		            "addr=%s state=%s reason=\"%s\"", k->addr, limiter_state_str(k->state),
+		            why);
 	limiter_link_lost(k);
 	redisAsyncFree(ac);
 }
@@ -224,6 +185,7 @@ void limiter_link_retire(struct limiter_link *k, const char *why)
 	limiter_update_eviction(k->l);
 	ev_timer_stop(k->l->loop, &k->retry);
 	ev_timer_stop(k->l->loop, &k->connect_timer);
+	ev_timer_stop(k->l->loop, &k->evict_poll);
 }
 
 /* One failed connect attempt, at warn (traffic is refused meanwhile);
@@ -317,7 +279,7 @@ static void limiter_link_on_role(redisAsyncContext *ac, void *r, void *privdata)
 	if (ac != k->ac || !reply)
 		return;
 	k->quiet_since_us = limiter_now_us();
-	if (reply->type == REDIS_REPLY_ERROR && !k->l->sentinel) {
+	if (reply->type == REDIS_REPLY_ERROR && !(k->l->topo && k->l->topo->role_required)) {
 		log_warn("redis_role_unknown", "addr=%s reply=\"%.*s\" action=\"assuming a primary\"",
 		         k->addr, (int)reply->len, reply->str);
 		return;
@@ -337,59 +299,108 @@ static void limiter_link_on_role(redisAsyncContext *ac, void *r, void *privdata)
 	limiter_link_drop(k, "not a primary");
 }
 
+/* The setup of <k> is through: it takes calls, with the engine chosen. */
+static void limiter_link_ready(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+
+	ev_timer_stop(l->loop, &k->connect_timer);
+	k->state = LIMITER_ST_READY;
+	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
+	log_info("redis_connected", "addr=%s attempts=%u engine=%s script=%s", k->addr,
+	         k->failures + 1, k->engine->name, l->sha[0] ? l->sha : "-");
+	k->failures = 0;
+	ev_timer_again(l->loop, &k->evict_poll);
+	limiter_update_connected(l);
+	if (l->topo && l->topo->on_ready)
+		l->topo->on_ready(k);
+}
+
 /*
- * CONFIG GET maxmemory-policy answered on <ac>: with any policy but
- * noeviction Redis may drop the windows (the only keys with a TTL go
- * first under volatile-*), and the limiter would admit everything. Such a
- * link refuses decisions (redis-evicts-keys) unless redis-allow-eviction
- * is set. Logged at error once per connection, and when it changes; a
- * refused CONFIG (ACL, managed Redis) is a warning and the link goes on.
+ * COMMAND INFO ratelimit.decide answered on <ac>: does this Redis have the
+ * module's command? auto: the module if so, else the script; module: the
+ * module, and a Redis without it is refused (logged at error once a
+ * streak, the link dropped and retried with backoff: every decision is an
+ * error meanwhile, never an allow). A refused COMMAND INFO (an ACL without
+ * +command|info) cannot tell: a warning once; auto keeps the script,
+ * module assumes the command (a missing one fails every call closed).
+ * At setup with redis-engine module this makes the link ready; on a ready
+ * link (a reload that changed redis-engine) it switches the engine.
  */
-static void limiter_link_on_eviction(redisAsyncContext *ac, void *r, void *privdata)
+static void limiter_link_on_probe(redisAsyncContext *ac, void *r, void *privdata)
 {
 	struct limiter_link *k = ac->data;
 	struct limiter *l = k->l;
-	const redisReply *reply = r, *v;
-	bool setup = k->state == LIMITER_ST_CONNECTING, evicts;
+	const redisReply *reply = r;
+	bool only_module = l->engine_mode == LIMITER_ENGINE_ONLY_MODULE, present;
 
 	(void)privdata;
 	if (ac != k->ac || !reply)
 		return;
 	k->quiet_since_us = limiter_now_us();
-	k->evict_asking = false;
-	v = reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 && reply->element &&
-	    reply->element[1]->type == REDIS_REPLY_STRING ? reply->element[1] : NULL;
-	if (!v) {
-		if (setup)
-			log_warn("redis_eviction_unknown", "addr=%s reply=\"%.*s\" action=\"deciding "
-			         "without knowing maxmemory-policy (give the user +config|get)\"", k->addr,
-			         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
-			         reply->type == REDIS_REPLY_ERROR ? reply->str : "");
-		evicts = false;
+	if (reply->type == REDIS_REPLY_ERROR) {
+		if (!k->probe_warned)
+			log_warn("redis_engine_unknown", "addr=%s reply=\"%.*s\" action=\"%s (give "
+			         "the user +command|info)\"", k->addr, (int)reply->len, reply->str,
+			         only_module ? "assuming RATELIMIT.DECIDE is there" : "using the script");
+		k->probe_warned = true;
+		present = only_module;
 	} else {
-		evicts = !(v->len == 10 && memcmp(v->str, "noeviction", 10) == 0);
-		if (evicts)
-			limiter_note_error(l, k->addr, "maxmemory-policy is not noeviction");
-		if (evicts && (setup || !k->evicts))
-			log_error("redis_unsafe_eviction", "addr=%s policy=%.*s action=\"%s\"", k->addr,
-			          (int)v->len, v->str, l->allow_eviction ?
-			          "deciding anyway (redis-allow-eviction yes)" :
-			          "refusing decisions (reason=redis-evicts-keys)");
-		else if (!evicts && k->evicts)
-			log_info("redis_eviction_safe", "addr=%s policy=noeviction", k->addr);
+		present = reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 && reply->element &&
+		          reply->element[0] && reply->element[0]->type == REDIS_REPLY_ARRAY &&
+		          reply->element[0]->elements > 0;
 	}
-	k->evicts = evicts;
-	limiter_update_eviction(l);
+	if (only_module && !present) {
+		limiter_note_error(l, k->addr, "RATELIMIT.DECIDE not found (redis-engine module)");
+		if (k->state == LIMITER_ST_READY || k->failures++ == 0)
+			log_error("redis_engine_missing", "addr=%s engine=module action=\"refusing "
+			          "decisions until Redis has the module (loadmodule, MODULE LOAD); "
+			          "retrying with backoff\"", k->addr);
+		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+		limiter_link_drop(k, "RATELIMIT.DECIDE not found");
+		return;
+	}
+	k->engine = present ? &limiter_engine_module : &limiter_engine_script;
+	if (k->state == LIMITER_ST_CONNECTING && only_module)
+		limiter_link_ready(k);
+	else if (k->state == LIMITER_ST_READY)
+		limiter_update_connected(l);
 }
 
-/* Queue CONFIG GET maxmemory-policy on <k>'s connection. */
-void limiter_link_ask_eviction(struct limiter_link *k)
+/* Queue COMMAND INFO ratelimit.decide on <k>'s connection. */
+void limiter_link_probe_engine(struct limiter_link *k)
 {
-	if (redisAsyncCommand(k->ac, limiter_link_on_eviction, NULL,
-	                      "CONFIG GET maxmemory-policy") != REDIS_OK)
-		return;
-	k->evict_asking = true;
-	k->evict_asked_us = limiter_now_us();
+	redisAsyncCommand(k->ac, limiter_link_on_probe, NULL, "COMMAND INFO ratelimit.decide");
+}
+
+/*
+ * A call sent to <k> with the module was answered "unknown command" on
+ * <ac> (MODULE UNLOAD at runtime, or a failover to a Redis without it).
+ * auto: <k> decides with the script from now on (logged at warn) and the
+ * caller re-sends as EVAL: true. module: logged at error, <k> dropped so
+ * that its next setup asks again (and refuses until the module is back):
+ * false, the caller answers the call with the error. Never an allow.
+ */
+bool limiter_link_engine_gone(struct limiter_link *k, const redisAsyncContext *ac)
+{
+	struct limiter *l = k->l;
+
+	if (l->engine_mode != LIMITER_ENGINE_ONLY_MODULE) {
+		if (ac == k->ac && k->engine == &limiter_engine_module) {
+			log_warn("redis_engine_missing", "addr=%s engine=module action=\"RATELIMIT.DECIDE "
+			         "is gone: deciding with the script\"", k->addr);
+			k->engine = &limiter_engine_script;
+			limiter_update_connected(l);
+		}
+		return true;
+	}
+	if (ac == k->ac) {
+		limiter_note_error(l, k->addr, "RATELIMIT.DECIDE is gone (redis-engine module)");
+		log_error("redis_engine_missing", "addr=%s engine=module action=\"RATELIMIT.DECIDE is "
+		          "gone: refusing decisions until Redis has the module\"", k->addr);
+		limiter_link_drop(k, "RATELIMIT.DECIDE is gone");
+	}
+	return false;
 }
 
 /* SCRIPT LOAD answered: at setup this makes the link ready; later (after a
@@ -419,17 +430,8 @@ static void limiter_link_on_script_load(redisAsyncContext *ac, void *r, void *pr
 	}
 	memcpy(l->sha, reply->str, reply->len);
 	l->sha[reply->len] = '\0';
-	if (k->state != LIMITER_ST_CONNECTING)
-		return;
-	ev_timer_stop(l->loop, &k->connect_timer);
-	k->state = LIMITER_ST_READY;
-	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
-	log_info("redis_connected", "addr=%s attempts=%u script=%s", k->addr,
-	         k->failures + 1, l->sha);
-	k->failures = 0;
-	limiter_update_connected(l);
-	if (l->cluster && (!l->cluster->have_map || l->cluster->topo_dirty))
-		limiter_topo_refresh(l, "connected");
+	if (k->state == LIMITER_ST_CONNECTING)
+		limiter_link_ready(k);
 }
 
 /* Queue SCRIPT LOAD on <k>'s connection. Returns 0 or -1. */
@@ -459,7 +461,9 @@ static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, i
 	if (k->state != LIMITER_ST_CONNECTING)
 		return;
 	limiter_count_error(l, METRICS_REDIS_ERR_TIMEOUT);
-	if (k->resolving || (l->sentinel && l->sentinel->query_resolving)) {
+	if (l->topo && l->topo->connect_timeout && l->topo->connect_timeout(k))
+		return;
+	if (k->resolving) {
 		limiter_link_stop_resolving(k);
 		limiter_link_log_failure(k, "resolve: no answer in time");
 		limiter_link_lost(k);
@@ -473,16 +477,6 @@ static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, i
 		k->ac = NULL;
 		redisAsyncFree(ac);
 		limiter_link_connect_next(k);
-		return;
-	}
-	if (!k->ac && l->sentinel && l->sentinel->query) {
-		redisAsyncContext *q = l->sentinel->query;
-
-		/* its callbacks, run by the free, see it is no longer ours */
-		l->sentinel->query = NULL;
-		redisAsyncFree(q);
-		limiter_link_log_failure(k, "sentinel did not answer in time");
-		limiter_link_lost(k);
 		return;
 	}
 	limiter_note_error(l, k->addr, "setup did not finish in time");
@@ -530,10 +524,23 @@ static void limiter_link_send_setup(struct limiter_link *k)
 	if (u->db >= 0)
 		redisAsyncCommand(ac, limiter_link_on_setup_reply, (void *)"select", "SELECT %d", u->db);
 	/* a cluster's seeds may be replicas: CLUSTER SLOTS names the primaries */
-	if (!l->cluster)
+	if (!(l->topo && l->topo->skip_role))
 		redisAsyncCommand(ac, limiter_link_on_role, NULL, "ROLE");
+	k->config_refused = false;
+	k->info_refused = false;
+	k->info_asking = false;
+	k->evicted_base = -1;
 	limiter_link_ask_eviction(k);
-	limiter_link_send_script_load(k);
+	limiter_link_ask_info(k);
+	/* the engine: asked at every connection (a failover may lose the
+	 * module); redis-engine module needs no script, and is ready once
+	 * the command is found */
+	k->engine = l->engine_mode == LIMITER_ENGINE_ONLY_MODULE ? &limiter_engine_module :
+	            &limiter_engine_script;
+	if (l->engine_mode != LIMITER_ENGINE_ONLY_SCRIPT)
+		limiter_link_probe_engine(k);
+	if (l->engine_mode != LIMITER_ENGINE_ONLY_MODULE)
+		limiter_link_send_script_load(k);
 }
 
 /* (Re)arm <k>'s connect timer: the stall limit from now. */
@@ -622,14 +629,14 @@ static void limiter_link_on_resolved(void *arg, const struct resolve_result *res
 
 /* Stop <k>'s lookup in flight, if any (its answer will not come), and the
  * sentinel lookup made for it. */
-static void limiter_link_stop_resolving(struct limiter_link *k)
+void limiter_link_stop_resolving(struct limiter_link *k)
 {
 	if (k->resolving) {
 		resolve_cancel(k->resolving);
 		k->resolving = NULL;
 	}
-	if (k->l->sentinel && k == k->l->main_link)
-		limiter_sentinel_stop_resolving(k->l->sentinel);
+	if (k->l->topo && k->l->topo->stop_resolving)
+		k->l->topo->stop_resolving(k);
 }
 
 /*
@@ -649,10 +656,8 @@ void limiter_link_connect(struct limiter_link *k)
 		metrics_add(&l->metrics->redis_reconnects, 1);
 	k->attempted = true;
 	limiter_link_stop_resolving(k);
-	if (l->sentinel && !l->sentinel->master_known) {
-		limiter_sentinel_query(k);
+	if (l->topo && l->topo->before_connect && l->topo->before_connect(k))
 		return;
-	}
 	k->state = LIMITER_ST_CONNECTING;
 	k->addrs.naddrs = 0;
 	k->addr_next = 0;

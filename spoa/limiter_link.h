@@ -16,11 +16,13 @@
  *
  * Link structs are never freed before limiter_free(): a dropped link is
  * only retired (late hiredis callbacks compare their context to link->ac).
- * The gauges (redis_connected, redis_unsafe_eviction) follow the links.
+ * The gauges (redis_connected, redis_unsafe_eviction, redis_engine) follow
+ * the links (limiter_health.h).
  */
 #ifndef SPOA_LIMITER_LINK_H
 #define SPOA_LIMITER_LINK_H
 
+#include "limiter_health.h"
 #include "limiter_int.h"
 
 /* A link to <host>:<port> for <l>, reused or new, owned by <l>; does not
@@ -35,6 +37,8 @@ void limiter_link_connect(struct limiter_link *k);
 void limiter_link_drop(struct limiter_link *k, const char *why);
 /* Stop using <k>: drop it and stop its timers; the struct stays. */
 void limiter_link_retire(struct limiter_link *k, const char *why);
+/* Stop <k>'s own lookup in flight, if any, and the topology's for it. */
+void limiter_link_stop_resolving(struct limiter_link *k);
 /* Forget <k>'s context and plan a retry. */
 void limiter_link_lost(struct limiter_link *k);
 /* Arm <k>'s retry timer (backoff with jitter). */
@@ -43,18 +47,13 @@ void limiter_link_schedule_retry(struct limiter_link *k);
 void limiter_link_log_failure(struct limiter_link *k, const char *why);
 /* hiredis now holds one more call on <k>. */
 void limiter_link_hold(struct limiter_link *k);
-/* Queue CONFIG GET maxmemory-policy on <k>. */
-void limiter_link_ask_eviction(struct limiter_link *k);
+/* Queue COMMAND INFO ratelimit.decide on <k> (redis-engine). */
+void limiter_link_probe_engine(struct limiter_link *k);
+/* <k>'s module answered "unknown command" on <ac>: true when the call may
+ * be re-sent with the script (auto), false when it is answered as it is
+ * (redis-engine module: <k> is dropped and asks again). */
+bool limiter_link_engine_gone(struct limiter_link *k, const redisAsyncContext *ac);
 /* Queue SCRIPT LOAD on <k>. Returns 0 or -1. */
 int limiter_link_send_script_load(struct limiter_link *k);
-
-/* Set <l>'s connected gauge to <up>. */
-void limiter_set_connected(struct limiter *l, bool up);
-/* Recompute the connected gauge from the links. */
-void limiter_update_connected(struct limiter *l);
-/* Recompute the unsafe-eviction gauge from the links. */
-void limiter_update_eviction(struct limiter *l);
-/* Remember why <l>'s last attempt failed (<what> about <addr>). */
-void limiter_note_error(struct limiter *l, const char *addr, const char *what);
 
 #endif /* SPOA_LIMITER_LINK_H */

@@ -177,7 +177,7 @@ static void limiter_sentinel_on_query_resolved(void *arg, const struct resolve_r
 /* Ask the next sentinel where the primary of the URL's master is; <k>
  * stays CONNECTING meanwhile (a sentinel's name resolved first), bounded
  * by its connect timer. */
-void limiter_sentinel_query(struct limiter_link *k)
+static void limiter_sentinel_query(struct limiter_link *k)
 {
 	struct limiter *l = k->l;
 	struct limiter_sentinel *s = l->sentinel;
@@ -203,7 +203,7 @@ void limiter_sentinel_query(struct limiter_link *k)
 }
 
 /* Stop the lookup of the sentinel to query, if any. */
-void limiter_sentinel_stop_resolving(struct limiter_sentinel *s)
+static void limiter_sentinel_stop_resolving(struct limiter_sentinel *s)
 {
 	if (s->query_resolving) {
 		resolve_cancel(s->query_resolving);
@@ -408,6 +408,71 @@ void limiter_sentinel_stop(struct limiter *l)
 	}
 }
 
+/* ------------------------------------------------------------------ */
+/* what the link calls (l->topo)                                        */
+
+/* Before a connect attempt: while no sentinel has named the primary, ask
+ * one (the link stays CONNECTING meanwhile). */
+static bool limiter_sentinel_before_connect(struct limiter_link *k)
+{
+	struct limiter_sentinel *s = k->l->sentinel;
+
+	if (!s || s->master_known)
+		return false;
+	limiter_sentinel_query(k);
+	return true;
+}
+
+/* The connect timer of <k> fired while a sentinel was being resolved or
+ * asked: give up this attempt. */
+static bool limiter_sentinel_connect_timeout(struct limiter_link *k)
+{
+	struct limiter_sentinel *s = k->l->sentinel;
+
+	if (!s)
+		return false;
+	if (s->query_resolving) {
+		limiter_link_stop_resolving(k);
+		limiter_link_log_failure(k, "resolve: no answer in time");
+		limiter_link_lost(k);
+		return true;
+	}
+	if (!k->ac && s->query) {
+		redisAsyncContext *q = s->query;
+
+		/* its callbacks, run by the free, see it is no longer ours */
+		s->query = NULL;
+		redisAsyncFree(q);
+		limiter_link_log_failure(k, "sentinel did not answer in time");
+		limiter_link_lost(k);
+		return true;
+	}
+	return false;
+}
+
+/* Stop the sentinel lookup made for <k>, if any. */
+static void limiter_sentinel_link_stop_resolving(struct limiter_link *k)
+{
+	if (k->l->sentinel && k == k->l->main_link)
+		limiter_sentinel_stop_resolving(k->l->sentinel);
+}
+
+/* <k> lost its connection: whoever the primary is now, a sentinel says so
+ * on the next attempt. */
+static void limiter_sentinel_on_lost(struct limiter_link *k)
+{
+	if (k->l->sentinel && k == k->l->main_link)
+		k->l->sentinel->master_known = false;
+}
+
+static const struct limiter_topo_ops limiter_sentinel_ops = {
+	.role_required = true,          /* ROLE is the only check of a sentinel's word */
+	.before_connect = limiter_sentinel_before_connect,
+	.connect_timeout = limiter_sentinel_connect_timeout,
+	.stop_resolving = limiter_sentinel_link_stop_resolving,
+	.on_lost = limiter_sentinel_on_lost,
+};
+
 /* Allocates l->sentinel and the main link, both owned by <l>. See
  * limiter_sentinel.h. */
 int limiter_sentinel_start(struct limiter *l)
@@ -420,6 +485,7 @@ int limiter_sentinel_start(struct limiter *l)
 	l->sentinel->sub_backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	ev_timer_init(&l->sentinel->sub_retry, limiter_sentinel_on_sub_retry, 0., 0.);
 	l->sentinel->sub_retry.data = l;
+	l->topo = &limiter_sentinel_ops;
 	k = limiter_link_get(l, "", 0, false);
 	if (!k)
 		return -1;

@@ -12,12 +12,9 @@
 
 /* Start sentinel:// on <l>, which owns what is allocated here (l->sentinel,
  * freed by limiter.c's backend stop, and the main link): the subscription
- * and a first query. Returns 0, or -1 when memory runs out. */
+ * and a first query; the link reaches the sentinel code through l->topo.
+ * Returns 0, or -1 when memory runs out. */
 int limiter_sentinel_start(struct limiter *l);
-/* Ask the next sentinel where the primary is; <k> stays CONNECTING. */
-void limiter_sentinel_query(struct limiter_link *k);
-/* Stop the lookup of the sentinel to query, if any. */
-void limiter_sentinel_stop_resolving(struct limiter_sentinel *s);
 /* Close the sentinel connections of <l> and stop its timer. */
 void limiter_sentinel_stop(struct limiter *l);
 

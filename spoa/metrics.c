@@ -253,7 +253,10 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 	acc(&t->redis_reconnects, &m->redis_reconnects);
 	acc(&t->redis_connected, &m->redis_connected);
 	acc(&t->redis_unsafe_eviction, &m->redis_unsafe_eviction);
+	for (s = 0; s < METRICS_ENGINE_COUNT; s++)
+		acc(&t->redis_engine[s], &m->redis_engine[s]);
 	acc(&t->late_admissions, &m->late_admissions);
+	acc(&t->unknown_outcome, &m->unknown_outcome);
 	acc(&t->conn_accepted, &m->conn_accepted);
 	acc(&t->conn_open, &m->conn_open);
 	acc(&t->conn_rejected, &m->conn_rejected);
@@ -391,9 +394,18 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 	scalar(&r, "redis_unsafe_eviction", "gauge",
 	       "1 while a Redis the agent uses has a maxmemory-policy other than noeviction.",
 	       val(&t.redis_unsafe_eviction) ? 1 : 0);
+	family(&r, "redis_engine", "gauge",
+	       "1 while a ready Redis link decides with this engine (redis-engine): the "
+	       "module's RATELIMIT.DECIDE or the script.");
+	for (s = 0; s < METRICS_ENGINE_COUNT; s++)
+		out(&r, METRICS_PREFIX "redis_engine{engine=\"%s\"} %d\n",
+		    s == METRICS_ENGINE_MODULE ? "module" : "script", val(&t.redis_engine[s]) ? 1 : 0);
 	scalar(&r, "late_admissions_total", "counter",
 	       "Requests Redis admitted (and recorded) after the agent had answered "
 	       "redis-timeout: size redis-timeout with it.", val(&t.late_admissions));
+	scalar(&r, "decisions_unknown_outcome_total", "counter",
+	       "Decisions sent to Redis on a connection lost before their reply: Redis may or "
+	       "may not have recorded them.", val(&t.unknown_outcome));
 	scalar(&r, "connections_accepted_total", "counter", "Connections accepted from HAProxy.",
 	       val(&t.conn_accepted));
 	scalar(&r, "connections_open", "gauge", "Connections from HAProxy open now.",

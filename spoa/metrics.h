@@ -58,6 +58,13 @@ enum metrics_reload {
 #define METRICS_DEC_SHADOW_DENY  WINDOW_STATUS_COUNT
 #define METRICS_DEC_STATUS_COUNT (WINDOW_STATUS_COUNT + 1)
 
+/* The engines a link decides with (limiter_engine.h's ids, same order). */
+enum metrics_engine {
+	METRICS_ENGINE_SCRIPT = 0,
+	METRICS_ENGINE_MODULE,
+	METRICS_ENGINE_COUNT
+};
+
 struct metrics {
 	/* decisions[policy index][status]; shadow-deny counted apart */
 	_Atomic uint64_t decisions[CONFIG_MAX_POLICIES][WINDOW_STATUS_COUNT];
@@ -75,7 +82,9 @@ struct metrics {
 	_Atomic uint64_t redis_reconnects;
 	_Atomic uint64_t redis_connected;          /* gauge 0/1 */
 	_Atomic uint64_t redis_unsafe_eviction;    /* gauge 0/1: a link evicts keys */
+	_Atomic uint64_t redis_engine[METRICS_ENGINE_COUNT]; /* gauge 0/1: a ready link uses it */
 	_Atomic uint64_t late_admissions;          /* admitted by Redis after the deadline */
+	_Atomic uint64_t unknown_outcome;          /* in flight on a link that dropped */
 	_Atomic uint64_t conn_accepted;
 	_Atomic uint64_t conn_open;                /* gauge */
 	_Atomic uint64_t conn_rejected;            /* over max-connections */

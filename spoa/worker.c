@@ -197,6 +197,7 @@ static void worker_fill_settings(struct worker *w, const struct config *c,
 	s->timeout_ms = c->redis_timeout_ms;
 	s->batch = c->redis_batch;
 	s->allow_eviction = c->redis_allow_eviction;
+	s->engine = (enum limiter_engine_mode)c->redis_engine;   /* same order */
 	s->tls = &c->tls;
 	s->script = w->script;
 	s->script_len = w->script_len;

@@ -11,7 +11,7 @@
  *     connection, or STALL (never answer on that connection again);
  *   - rules, "whenever <command prefix> arrives, answer <RESP>", for what
  *     may come at any time or any number of times (the link's setup:
- *     ROLE, CONFIG GET maxmemory-policy, SCRIPT LOAD; CLUSTER SLOTS).
+ *     ROLE, CONFIG GET maxmemory-policy, INFO stats, SCRIPT LOAD; CLUSTER SLOTS).
  * A command is matched against the script's next EXPECT first, then the
  * rules; anything else is counted as unexpected (and answered with an
  * error, so the limiter does not wait for it).
@@ -40,6 +40,14 @@
 #define FAKE_STEPS_MAX  32
 #define FAKE_RULES_MAX  16
 #define FAKE_LOG_MAX    8192
+
+/* INFO stats's reply with evicted_keys:<n> (one digit). */
+#define FAKE_INFO(n) "$30\r\n# Stats\r\nevicted_keys:" #n "\r\nx:0\r\n\r\n"
+
+/* COMMAND INFO ratelimit.decide without the module (a nil), and with it
+ * (the start of the command's description is enough). */
+#define FAKE_NO_MODULE "*1\r\n*-1\r\n"
+#define FAKE_MODULE "*1\r\n*2\r\n$16\r\nratelimit.decide\r\n:-2\r\n"
 
 /* The SHA every fake answers SCRIPT LOAD with. */
 #define FAKE_SHA "0123456789abcdef0123456789abcdef01234567"
@@ -289,7 +297,9 @@ static void fake_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 
 /* Start <f> listening on 127.0.0.1 (an ephemeral port, in f->port) on
  * <loop>, with the rules every Redis of a test answers alike: ROLE master,
- * maxmemory-policy noeviction, SCRIPT LOAD -> FAKE_SHA, AUTH/SELECT +OK.
+ * maxmemory-policy noeviction, INFO stats with evicted_keys:0, no module
+ * (COMMAND INFO ratelimit.decide: nil), SCRIPT LOAD
+ * -> FAKE_SHA, AUTH/SELECT +OK.
  * <f> owns its sockets until fake_stop(). Returns 0 or -1. */
 static int fake_start(struct fake_redis *f, struct ev_loop *loop)
 {
@@ -317,6 +327,8 @@ static int fake_start(struct fake_redis *f, struct ev_loop *loop)
 	fake_rule(f, "CONFIG GET maxmemory-policy",
 	          "*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n");
 	fake_rule(f, "SCRIPT LOAD", "$40\r\n" FAKE_SHA "\r\n");
+	fake_rule(f, "INFO stats", FAKE_INFO(0));
+	fake_rule(f, "COMMAND INFO ratelimit.decide", FAKE_NO_MODULE);
 	fake_rule(f, "AUTH", "+OK\r\n");
 	fake_rule(f, "SELECT", "+OK\r\n");
 	return 0;

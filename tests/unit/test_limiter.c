@@ -24,6 +24,7 @@
 #include "cluster.h"
 #include "fake_redis.h"
 #include "limiter.h"
+#include "limiter_int.h"
 #include "log.h"
 #include "metrics.h"
 #include "window.h"
@@ -54,6 +55,7 @@ struct answer {
 static struct answer answers[ANSWERS_MAX];
 static unsigned nanswers;
 static unsigned batch;          /* redis-batch of the next limiter (0: 1) */
+static enum limiter_engine_mode engine; /* redis-engine of the next limiter */
 static struct metrics metrics;  /* the limiter's counters */
 
 static double now_s(void)
@@ -72,10 +74,15 @@ static double now_s(void)
 	assert_true(cond); \
 } while (0)
 
+/* Set while a test is inside limiter_check(): limiter.h promises that no
+ * answer is delivered there (every one comes on a later loop iteration). */
+static bool inside_check;
+
 static void on_answer(void *arg, const struct window_decision *d)
 {
 	struct answer *a = arg;
 
+	assert_false(inside_check);
 	a->n++;
 	a->d = *d;
 }
@@ -99,6 +106,7 @@ static int setup(void **state)
 	memset(answers, 0, sizeof(answers));
 	nanswers = 0;
 	batch = 0;
+	engine = LIMITER_ENGINE_AUTO;
 	memset(&metrics, 0, sizeof(metrics));
 	return 0;
 }
@@ -126,7 +134,7 @@ static struct limiter *new_limiter(const char *url, uint64_t timeout_ms)
 	struct limiter_settings s = {
 		.redis_url = url, .timeout_ms = timeout_ms, .script = SCRIPT,
 		.script_len = strlen(SCRIPT), .batch = batch,
-		.metrics = &metrics,
+		.metrics = &metrics, .engine = engine,
 	};
 	char err[256] = "";
 	struct limiter *l = limiter_new(loop, &s, err, sizeof(err));
@@ -160,7 +168,9 @@ static struct answer *start(struct limiter *l, const char *key)
 
 	assert_true(nanswers < ANSWERS_MAX);
 	a = &answers[nanswers++];
+	inside_check = true;
 	assert_int_equal(limiter_check(l, &pol, key, strlen(key), 1, on_answer, a), 0);
+	inside_check = false;
 	return a;
 }
 
@@ -336,6 +346,175 @@ static void test_eviction_policy(void **state)
 	one_stop();
 }
 
+/* A ready link whose Redis is switched to an evicting policy live: the
+ * link's own poll sees it (no request needed to trigger it), decisions are
+ * refused, the gauge says 1; back to noeviction, they come back. */
+static void test_eviction_live_switch(void **state)
+{
+	char why[160] = "";
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "EVALSHA", REPLY_ALLOW);
+	one_connect(1000, true);
+	assert_int_equal(ask(l, "erin").status, WINDOW_ALLOW);
+	fake_rule(&f, "CONFIG GET maxmemory-policy",
+	          "*2\r\n$16\r\nmaxmemory-policy\r\n$14\r\nallkeys-random\r\n");
+	WAIT(atomic_load(&metrics.redis_unsafe_eviction) == 1);
+	assert_false(limiter_ready(l, why, sizeof(why)));
+	ask_until(l, "erin", WINDOW_ERROR, WINDOW_REASON_REDIS_EVICTS);
+	fake_rule(&f, "CONFIG GET maxmemory-policy",
+	          "*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n");
+	WAIT(atomic_load(&metrics.redis_unsafe_eviction) == 0);
+	ask_until(l, "erin", WINDOW_ALLOW, WINDOW_REASON_NONE);
+	one_stop();
+}
+
+/* Redis's own evidence: evicted_keys grew while the policy still reads
+ * noeviction (switched and back between two polls, or CONFIG refused):
+ * refused the same way. The first value seen is only a baseline. */
+static void test_eviction_evidence(void **state)
+{
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "INFO stats", FAKE_INFO(3));
+	fake_rule(&f, "EVALSHA", REPLY_ALLOW);
+	one_connect(1000, true);
+	assert_int_equal(ask(l, "fred").status, WINDOW_ALLOW);
+	WAIT(fake_hits(&f, "INFO stats") >= 2);
+	assert_int_equal(ask(l, "fred").status, WINDOW_ALLOW);
+	fake_rule(&f, "INFO stats", FAKE_INFO(5));
+	WAIT(atomic_load(&metrics.redis_unsafe_eviction) == 1);
+	ask_until(l, "fred", WINDOW_ERROR, WINDOW_REASON_REDIS_EVICTS);
+	one_stop();
+}
+
+/* The re-entrancy of limiter_check() (issue 20): a batched call queued on
+ * one link, then a call for another link flushes it inside limiter_check(),
+ * and that link is known to evict keys, so the flushed call is refused at
+ * once. Its answer must still come on a later loop iteration, never inside
+ * the second limiter_check() (on_answer asserts it). White box: the second
+ * link is a copy of the first that evicts, as after a Sentinel switch. */
+static void test_no_answer_inside_check(void **state)
+{
+	struct limiter_link other;
+	struct answer *a, *b;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "EVALSHA", REPLY_ALLOW);
+	batch = 4;
+	one_connect(1000, true);
+	a = start(l, "ivan");
+	assert_int_equal(l->nqueued, 1);
+	other = *l->main_link;
+	other.evicts = true;
+	l->queue[0]->link = &other;
+	b = start(l, "judy");   /* flushes "ivan" to <other>: refused */
+	assert_int_equal(a->n, 0);
+	WAIT(a->n == 1 && b->n == 1);
+	assert_int_equal(a->d.status, WINDOW_ERROR);
+	assert_int_equal(a->d.reason, WINDOW_REASON_REDIS_EVICTS);
+	assert_int_equal(b->d.status, WINDOW_ALLOW);
+	one_stop();
+}
+
+/* redis-engine auto on a Redis with the module: RATELIMIT.DECIDE with the
+ * script's KEYS and ARGV, the gauge says module. The module unloaded at
+ * runtime ("unknown command"): the same call is re-sent as EVAL with the
+ * script (never an allow from the error) and the link decides with the
+ * script from then on. */
+static void test_engine_auto_module(void **state)
+{
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:kate 1 10 60000");
+	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:kate");
+	fake_step(&f, FAKE_SEND, "-ERR unknown command 'RATELIMIT.DECIDE', with args beginning "
+	          "with: '1' \r\n");
+	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 1 api:limit:v1:kate");
+	fake_step(&f, FAKE_SEND, REPLY_DENY);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:kate");
+	fake_step(&f, FAKE_SEND, REPLY_DENY);
+	one_connect(1000, true);
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_MODULE]), 1);
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 0);
+	assert_int_equal(ask(l, "kate").status, WINDOW_ALLOW);
+	assert_int_equal(ask(l, "kate").status, WINDOW_DENY);
+	limiter_set_deny_cache(l, false, 0);
+	assert_int_equal(ask(l, "kate").status, WINDOW_DENY);
+	assert_true(fake_done(&f));
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_MODULE]), 0);
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 1);
+	one_stop();
+}
+
+/* redis-engine auto on a Redis without the module: the script, as ever. */
+static void test_engine_auto_script(void **state)
+{
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:liam");
+	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
+	one_connect(1000, true);
+	assert_int_equal(fake_hits(&f, "COMMAND INFO ratelimit.decide"), 1);
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 1);
+	assert_int_equal(ask(l, "liam").status, WINDOW_ALLOW);
+	assert_true(fake_done(&f));
+	one_stop();
+}
+
+/* redis-engine module on a Redis without it: never ready, every decision
+ * an error (the test policy is fail-closed), the link asks again. */
+static void test_engine_module_missing(void **state)
+{
+	char why[160] = "";
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "RATELIMIT.DECIDE", REPLY_ALLOW);
+	engine = LIMITER_ENGINE_ONLY_MODULE;
+	one_connect(1000, false);
+	WAIT(fake_hits(&f, "COMMAND INFO ratelimit.decide") >= 2);
+	assert_false(limiter_ready(l, why, sizeof(why)));
+	assert_non_null(strstr(why, "RATELIMIT.DECIDE"));
+	assert_int_equal(ask(l, "mia").status, WINDOW_ERROR);
+	assert_int_equal(fake_hits(&f, "RATELIMIT.DECIDE"), 0);
+	assert_int_equal(fake_hits(&f, "SCRIPT LOAD"), 0);
+	one_stop();
+}
+
+/* redis-engine module, and the module unloaded at runtime: the call is
+ * answered with the error (never allowed, never sent to the script), the
+ * link drops and, asking again, finds no module: not ready. */
+static void test_engine_module_gone(void **state)
+{
+	char why[160] = "";
+	struct window_decision d;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:noah");
+	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:noah");
+	fake_step(&f, FAKE_SEND, "-ERR unknown command 'RATELIMIT.DECIDE'\r\n");
+	engine = LIMITER_ENGINE_ONLY_MODULE;
+	one_connect(1000, true);
+	assert_int_equal(fake_hits(&f, "SCRIPT LOAD"), 0);
+	assert_int_equal(ask(l, "noah").status, WINDOW_ALLOW);
+	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_NO_MODULE);
+	d = ask(l, "noah");
+	assert_int_equal(d.status, WINDOW_ERROR);
+	WAIT(!limiter_ready(l, why, sizeof(why)));
+	assert_int_equal(ask(l, "noah").status, WINDOW_ERROR);
+	assert_true(fake_done(&f));
+	assert_int_equal(fake_count(&f, "EVAL"), 0);
+	one_stop();
+}
+
 /* ROLE says replica: the link never becomes ready, and is retried. */
 static void test_role_replica(void **state)
 {
@@ -372,6 +551,8 @@ static void test_half_reply_then_close(void **state)
 	d = ask(l, "frank");
 	assert_int_equal(d.status, WINDOW_ERROR);
 	assert_int_equal(d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
+	/* Redis may have run it: counted as an unknown outcome */
+	assert_int_equal(atomic_load(&metrics.unknown_outcome), 1);
 	fake_rule(&f, "EVALSHA", REPLY_ALLOW);
 	ask_until(l, "frank", WINDOW_ALLOW, WINDOW_REASON_NONE);
 	assert_true(f.nconns >= 2);
@@ -412,6 +593,8 @@ static void test_stall(void **state)
 	d = ask(l, "hank");
 	assert_int_equal(d.reason, WINDOW_REASON_REDIS_TIMEOUT);
 	d = ask_until(l, "hank", WINDOW_ALLOW, WINDOW_REASON_NONE);
+	/* the calls that timed out on the dropped link: outcome unknown */
+	assert_true(atomic_load(&metrics.unknown_outcome) >= 1);
 	assert_int_equal(d.remaining, 9);
 	assert_true(f.nconns >= 2);
 	one_stop();
@@ -569,6 +752,39 @@ static void test_batch_noscript(void **state)
 	assert_int_equal(a[2]->d.status, WINDOW_ALLOW);
 	WAIT(fake_hits(&f, "SCRIPT LOAD") == 2);
 	assert_true(fake_done(&f));
+	one_stop();
+}
+
+/* A batch with the module: RATELIMIT.DECIDE in the script's batch form
+ * (same keys and arguments); the module gone (auto): the batch is re-sent
+ * once as EVAL of the script, whose reply answers each call. */
+static void test_batch_module(void **state)
+{
+	struct answer *a[3], *b[3];
+
+	(void)state;
+	batch = 32;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 3 " KEYS3 " batch 3 1 1 ");
+	fake_step(&f, FAKE_SEND, "*3\r\n" REPLY_ALLOW REPLY_DENY REPLY_ALLOW);
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 3 " KEYS3 " batch 3 1 1 ");
+	fake_step(&f, FAKE_SEND, "-ERR unknown command 'RATELIMIT.DECIDE'\r\n");
+	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 3 " KEYS3 " batch 3 1 1 ");
+	fake_step(&f, FAKE_SEND, "*3\r\n" REPLY_DENY REPLY_DENY REPLY_ALLOW);
+	one_connect(1000, true);
+	limiter_set_deny_cache(l, false, 0);
+	start_all(keys3, 3, a);
+	WAIT(a[0]->n && a[1]->n && a[2]->n);
+	assert_int_equal(a[0]->d.status, WINDOW_ALLOW);
+	assert_int_equal(a[1]->d.status, WINDOW_DENY);
+	start_all(keys3, 3, b);
+	WAIT(b[0]->n && b[1]->n && b[2]->n);
+	assert_int_equal(b[0]->d.status, WINDOW_DENY);
+	assert_int_equal(b[1]->d.status, WINDOW_DENY);
+	assert_int_equal(b[2]->d.status, WINDOW_ALLOW);
+	assert_true(fake_done(&f));
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 1);
 	one_stop();
 }
 
@@ -794,6 +1010,13 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_deny_cached, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_noscript, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction_policy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_eviction_live_switch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_eviction_evidence, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_answer_inside_check, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_engine_auto_module, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_engine_auto_script, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_engine_module_missing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_engine_module_gone, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_role_replica, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_half_reply_then_close, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_half_reply_then_timeout, setup, teardown),
@@ -805,6 +1028,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_batch_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_noscript, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_timeout, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_module, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_moved, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_redirect_evicting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_ask, setup, teardown),

@@ -303,10 +303,10 @@ static void test_render_sums(void **state)
 	samples = check_format(out);
 	/* 2 policies x (4 statuses + shadow + cache) + reasons
 	 * + 2 policies x 4 statuses x 18 decision histogram + 17 Redis histogram
-	 * + every redis error kind + 7 scalars + 8 frames + 14 statuses + inflight
+	 * + every redis error kind + 8 scalars + 2 engines + 8 frames + 14 statuses + inflight
 	 * + 2 reload results + build_info */
 	assert_int_equal(samples, 2 * 6 + (WINDOW_REASON_COUNT - 1) + 2 * 4 * 18 + 17 +
-	                 METRICS_REDIS_ERR_COUNT + 7 + 8 + 14 + 1 + 2 + 1);
+	                 METRICS_REDIS_ERR_COUNT + 8 + METRICS_ENGINE_COUNT + 8 + 14 + 1 + 2 + 1);
 
 	assert_line(out, "ratelimit_spoa_decisions_total{policy=\"transfer\",status=\"allow\"} 7");
 	assert_line(out, "ratelimit_spoa_decisions_total{policy=\"transfer\",status=\"deny\"} 2");

@@ -1,0 +1,251 @@
+/*
+ * limiter_batch - redis-batch: the calls of one loop iteration sent as one
+ * script call. See limiter_batch.h.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ev.h>
+#include "hiredis_compat.h"
+#include <hiredis/async.h>
+
+#include "limiter_batch.h"
+#include "limiter_call.h"
+#include "limiter_link.h"
+#include "log.h"
+
+static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdata);
+
+/* A batch from <l>'s pool (which owns it, freed by limiter_free()), or NULL
+ * when memory runs out. */
+static struct limiter_batch *limiter_batch_get(struct limiter *l)
+{
+	struct limiter_batch *b = l->free_batches;
+
+	if (b)
+		l->free_batches = b->next;
+	else if (!(b = malloc(sizeof(*b))))
+		return NULL;
+	b->l = l;
+	b->next = NULL;
+	b->retried = false;
+	b->n = 0;
+	return b;
+}
+
+/* Give <b> back to its limiter's pool (hiredis no longer holds it). */
+static void limiter_batch_put(struct limiter_batch *b)
+{
+	b->next = b->l->free_batches;
+	b->l->free_batches = b;
+}
+
+/* limiter_call_fail() each call of <b> (<defer> as there), and give <b>
+ * back to the pool. */
+static void limiter_batch_fail(struct limiter_batch *b, bool defer)
+{
+	unsigned i;
+
+	for (i = 0; i < b->n; i++)
+		limiter_call_fail(b->l, b->calls[i], defer);
+	limiter_batch_put(b);
+}
+
+/* Grow <l>'s batch scratch to <n> decisions. Returns 0, or -1 when memory
+ * runs out (the scratch stays as it was: <l> owns it). */
+static int limiter_batch_scratch(struct limiter *l, size_t n)
+{
+	struct window_args *a;
+	const char **v;
+	size_t *vl;
+	char *nums;
+
+	if (n <= l->bcap)
+		return 0;
+	a = realloc(l->bargs, n * sizeof(*a));
+	if (a)
+		l->bargs = a;
+	v = realloc(l->bargv, WINDOW_BATCH_ARGC(n) * sizeof(*v));
+	if (v)
+		l->bargv = v;
+	vl = realloc(l->bargvlen, WINDOW_BATCH_ARGC(n) * sizeof(*vl));
+	if (vl)
+		l->bargvlen = vl;
+	nums = realloc(l->bnums, WINDOW_BATCH_NUMS(n));
+	if (nums)
+		l->bnums = nums;
+	if (!a || !v || !vl || !nums)
+		return -1;
+	l->bcap = n;
+	return 0;
+}
+
+/* Send batch <b> on its link: EVALSHA, or EVAL with the whole script when
+ * <eval> (after NOSCRIPT, as one call would be re-sent). hiredis holds <b>
+ * and its calls when this returns 0; -1: nothing was sent. */
+static int limiter_batch_send(struct limiter *l, struct limiter_batch *b, bool eval)
+{
+	struct limiter_link *k = b->link;
+	const struct limiter_engine *e;
+	enum window_reason why;
+	unsigned i;
+	int argc, first;
+
+	if (!k->ac || limiter_batch_scratch(l, b->n) == -1)
+		return -1;
+	for (i = 0; i < b->n; i++) {
+		struct limiter_call *c = b->calls[i];
+
+		if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost,
+		                      &l->bargs[i], &why) == -1)
+			return -1;
+	}
+	argc = window_build_batch(l->bargs, b->n, "EVALSHA", "", 0, l->bargv, l->bargvlen, l->bnums);
+	if (argc == -1)
+		return -1;
+	e = eval ? &limiter_engine_script : k->engine;
+	first = limiter_engine_apply(e, l, eval, l->bargv, l->bargvlen);
+	if (redisAsyncCommandArgv(k->ac, limiter_on_batch_reply, b, argc - first, l->bargv + first,
+	                          l->bargvlen + first) != REDIS_OK)
+		return -1;
+	b->engine = e;
+	b->retried = eval;
+	for (i = 0; i < b->n; i++)
+		limiter_link_hold(k);
+	return 0;
+}
+
+/*
+ * Send what limiter_check() queued in this loop iteration: one call as
+ * today (EVALSHA of one decision), several as one batch. Calls answered
+ * meanwhile (limiter_free()) are not sent; a link that went away answers
+ * them "unavailable", as a send that fails would.
+ */
+void limiter_flush(struct limiter *l)
+{
+	struct limiter_link *k;
+	struct limiter_batch *b;
+	unsigned i, n = l->nqueued;
+
+	if (n == 0)
+		return;
+	l->nqueued = 0;
+	k = l->queue[0]->link;
+	if (n == 1) {
+		/* alone: exactly the call redis-batch 1 sends */
+		struct limiter_call *c = l->queue[0];
+
+		if (!l->closing && c->cb && limiter_call_send(l, c, k, false) == 0)
+			c->redirects = 0;
+		else
+			limiter_call_fail(l, c, true);
+		return;
+	}
+	b = limiter_batch_get(l);
+	if (!b) {
+		for (i = 0; i < n; i++)
+			limiter_call_fail(l, l->queue[i], true);
+		return;
+	}
+	b->link = k;
+	b->n = n;
+	memcpy(b->calls, l->queue, n * sizeof(b->calls[0]));
+	if (l->closing || limiter_batch_send(l, b, false) == -1)
+		limiter_batch_fail(b, true);
+}
+
+/* The loop is about to wait: send this iteration's calls. */
+void limiter_on_flush(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+	struct limiter *l = w->data;
+
+	(void)revents;
+	ev_prepare_stop(loop, w);
+	limiter_flush(l);
+}
+
+/*
+ * hiredis hands batch <privdata> back on <ac>: with the script's reply <r>
+ * (borrowed), or NULL when the connection is gone. An array of one result
+ * per call answers each call as its own reply would; an error answers
+ * every call with it (NOSCRIPT: the batch is re-sent once as EVAL; READONLY
+ * or CLUSTERDOWN: "unavailable"). Then the calls return to the pool.
+ */
+static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_batch *b = privdata;
+	struct limiter *l = b->l;
+	struct limiter_link *k = b->link;
+	const redisReply *reply = r;
+	struct window_reply view;
+	int64_t now = limiter_now_us();
+	unsigned i, waiting = 0;
+
+	k->held -= b->n;
+	l->held -= b->n;
+	if (!reply) {
+		/* as for one call: each may or may not have been recorded */
+		if (l->metrics)
+			metrics_add(&l->metrics->unknown_outcome, b->n);
+		goto unavailable;
+	}
+	k->quiet_since_us = now;
+	limiter_reply_view(reply, &view);
+	if (reply->type == REDIS_REPLY_ERROR) {
+		switch (cluster_classify_error(reply->str, reply->len)) {
+		case CLUSTER_REPLY_CLUSTERDOWN:
+			goto unavailable;
+		case CLUSTER_REPLY_READONLY:
+			log_warn("redis_read_only", "addr=%s", k->addr);
+			limiter_link_drop(k, "primary demoted to replica");
+			goto unavailable;
+		default:
+			break;
+		}
+	}
+	if (b->engine->missing(&view) &&
+	    (b->engine->id != LIMITER_ENGINE_MODULE || limiter_link_engine_gone(k, ac))) {
+		/* NOSCRIPT, or the module gone (auto): keep the calls that still
+		 * wait, re-send them as EVAL; the module gone under redis-engine
+		 * module: each call is answered with the error, below */
+		for (i = 0; i < b->n; i++) {
+			limiter_count_error(l, METRICS_REDIS_ERR_NOSCRIPT);
+			if (b->calls[i]->cb)
+				b->calls[waiting++] = b->calls[i];
+			else
+				limiter_call_put(b->calls[i]);
+		}
+		b->n = waiting;
+		if (!waiting || b->retried || ac != k->ac || limiter_batch_send(l, b, true) == -1) {
+			if (!k->script_loading && ac == k->ac && k->state == LIMITER_ST_READY)
+				limiter_link_send_script_load(k);
+			if (!waiting) {
+				limiter_batch_put(b);
+				return;
+			}
+		} else {
+			if (!k->script_loading && k->state == LIMITER_ST_READY)
+				limiter_link_send_script_load(k);
+			return;   /* hiredis holds it again */
+		}
+	}
+	for (i = 0; i < b->n; i++) {
+		struct limiter_call *c = b->calls[i];
+		struct window_reply one = view;
+
+		if (reply->type == REDIS_REPLY_ARRAY && reply->elements == b->n && reply->element)
+			limiter_reply_view(reply->element[i], &one);
+		else if (reply->type != REDIS_REPLY_ERROR)
+			memset(&one, 0, sizeof(one));   /* not a batch's reply: an error each */
+		limiter_call_finish(l, k, c, &one, now);
+		limiter_call_put(c);
+	}
+	limiter_batch_put(b);
+	return;
+
+unavailable:
+	/* as for one call: a lost connection, or a Redis that cannot write */
+	limiter_batch_fail(b, false);
+}

@@ -1,0 +1,489 @@
+/*
+ * limiter_call - one decision's call to Redis: the answer queue, the call
+ * pool, sending (EVALSHA, EVAL after NOSCRIPT), the reply, the deadline,
+ * TRYAGAIN parking. See limiter_call.h.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ev.h>
+#include "hiredis_compat.h"
+#include <hiredis/async.h>
+
+#include "limiter_call.h"
+#include "limiter_cluster.h"
+#include "limiter_link.h"
+#include "log.h"
+
+/* Queue <d> for <cb>/<arg>, delivered on the next loop iteration (never from
+ * inside limiter_check(), so callers need not be reentrant). The queue is
+ * owned by <l>, grows by doubling and is reused. Returns 0, or -1 when
+ * memory runs out. */
+int limiter_defer(struct limiter *l, limiter_cb cb, void *arg,
+                         const struct window_decision *d)
+{
+	struct limiter_answer *a;
+
+	if (l->nanswers == l->answers_cap) {
+		size_t cap = l->answers_cap ? l->answers_cap * 2 : 64;
+
+		a = realloc(l->answers, cap * sizeof(*a));
+		if (!a)
+			return -1;
+		l->answers = a;
+		l->answers_cap = cap;
+	}
+	a = &l->answers[l->nanswers++];
+	a->cb = cb;
+	a->arg = arg;
+	a->d = *d;
+	if (!ev_is_active(&l->kick))
+		ev_timer_start(l->loop, &l->kick);
+	return 0;
+}
+
+/* Deliver the answers queued before this iteration. A callback may queue
+ * new ones (it may call limiter_check()); they wait for the next round. */
+void limiter_on_kick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct limiter *l = w->data;
+	size_t n = l->nanswers, i;
+
+	(void)loop;
+	(void)revents;
+	for (i = 0; i < n; i++) {
+		/* a copy: a callback may grow (move) the array */
+		struct limiter_answer a = l->answers[i];
+
+		a.cb(a.arg, &a.d);
+	}
+	memmove(l->answers, l->answers + n, (l->nanswers - n) * sizeof(*l->answers));
+	l->nanswers -= n;
+	if (l->nanswers && !ev_is_active(&l->kick))
+		ev_timer_start(l->loop, &l->kick);
+}
+
+/* Take a call from <l>'s pool, growing it by a chunk when empty; the pool
+ * owns the memory (freed by limiter_free()). NULL when memory runs out. */
+struct limiter_call *limiter_call_get(struct limiter *l)
+{
+	struct limiter_call *c;
+
+	if (!l->free_calls) {
+		struct limiter_chunk *ch = calloc(1, sizeof(*ch));
+		unsigned i;
+
+		if (!ch)
+			return NULL;
+		ch->next = l->chunks;
+		l->chunks = ch;
+		for (i = LIMITER_POOL_CHUNK; i-- > 0;) {
+			ch->calls[i].chunk = ch;
+			ch->calls[i].next = l->free_calls;
+			l->free_calls = &ch->calls[i];
+		}
+		ch->nfree = LIMITER_POOL_CHUNK;
+		l->ncalls += LIMITER_POOL_CHUNK;
+	}
+	c = l->free_calls;
+	l->free_calls = c->next;
+	c->chunk->nfree--;
+	c->next = NULL;
+	c->l = l;
+	return c;
+}
+
+/* Give <c> back to its limiter's pool, which owns it (hiredis no longer
+ * holds it). */
+void limiter_call_put(struct limiter_call *c)
+{
+	struct limiter *l = c->l;
+
+	c->cb = NULL;
+	c->arg = NULL;
+	c->next = l->free_calls;
+	l->free_calls = c;
+	c->chunk->nfree++;
+}
+
+/*
+ * Answer <c> with <d>, once: later answers of the same call are no-ops.
+ * Inside limiter_check() (a flush there, a re-route to a link known to
+ * evict keys) the answer is queued for the next loop iteration instead, as
+ * limiter.h promises: a caller's callback never runs inside its own call
+ * (hiredis guards the same hazard with REDIS_IN_CALLBACK). Only when the
+ * queue cannot grow (out of memory) is it delivered at once.
+ */
+void limiter_call_answer(struct limiter_call *c, const struct window_decision *d)
+{
+	struct limiter *l = c->l;
+	limiter_cb cb = c->cb;
+
+	if (!cb)
+		return;
+	c->cb = NULL;
+	ev_timer_stop(l->loop, &c->deadline);
+	l->unanswered--;
+	if (l->in_check && limiter_defer(l, cb, c->arg, d) == 0)
+		return;
+	cb(c->arg, d);
+}
+
+/*
+ * (Re-)send call <c> as EVALSHA on link <k> (ASKING first when <asking>),
+ * or on the link its key routes to when <k> is NULL. The link may still be
+ * connecting: hiredis sends once its setup is through. Returns 0 when
+ * hiredis holds <c>, -1 when it could not be sent (a link known to evict
+ * keys: <c> answered redis-evicts-keys already).
+ */
+int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
+                      bool asking)
+{
+	struct window_args a;
+	enum window_reason why;
+	int first;
+
+	if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, &a, &why) == -1)
+		return -1;
+	if (!k)
+		k = limiter_route(l, a.argv[3], a.argvlen[3]);
+	if (!k || !k->ac)
+		return -1;
+	if (k->evicts && !l->allow_eviction) {
+		/* A redirect or a re-route may name a node known to evict keys:
+		 * the refusal limiter_check() gives for one, answered here (the
+		 * caller's own answer is then a no-op). A node still connecting
+		 * is not known yet: its check comes with its setup. */
+		struct window_decision d;
+
+		window_decide_error(&c->policy, WINDOW_REASON_REDIS_EVICTS, &d);
+		limiter_call_answer(c, &d);
+		return -1;
+	}
+	first = limiter_engine_apply(k->engine, l, false, a.argv, a.argvlen);
+	if (asking && redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK)
+		return -1;
+	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a.argc - first, a.argv + first,
+	                          a.argvlen + first) != REDIS_OK)
+		return -1;
+	c->engine = k->engine;
+	c->redirects++;
+	c->asking = asking;
+	c->retried = false;
+	c->link = k;
+	limiter_link_hold(k);
+	return 0;
+}
+
+/*
+ * Re-send call <c> as EVAL with the full script on link <k>, whose context
+ * <ac> answered NOSCRIPT (Redis lost its script cache: restarted, failed
+ * over, SCRIPT FLUSH), and re-load the script there once so later calls
+ * find it again. Returns 0, or -1 when it cannot be sent.
+ */
+static int limiter_call_retry_eval(struct limiter *l, struct limiter_link *k,
+                                   redisAsyncContext *ac, struct limiter_call *c)
+{
+	struct window_args a;
+	enum window_reason why;
+
+	if (ac != k->ac)
+		return -1;
+	if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, &a,
+	                      &why) == -1)
+		return -1;
+	limiter_engine_apply(&limiter_engine_script, l, true, a.argv, a.argvlen);
+	if (c->asking && redisAsyncCommand(ac, NULL, NULL, "ASKING") != REDIS_OK)
+		return -1;
+	if (redisAsyncCommandArgv(ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK)
+		return -1;
+	c->retried = true;
+	c->engine = &limiter_engine_script;
+	limiter_link_hold(k);
+	if (!k->script_loading && k->state == LIMITER_ST_READY)
+		limiter_link_send_script_load(k);
+	return 0;
+}
+
+/* TRYAGAIN (the keys of a slot are mid-migration): park <c>; the park
+ * timer re-sends it LIMITER_TRYAGAIN_MS later, its deadline still running. */
+void limiter_call_park(struct limiter *l, struct limiter_call *c)
+{
+	c->next = l->parked;
+	l->parked = c;
+	if (!ev_is_active(&l->park)) {
+		ev_timer_set(&l->park, LIMITER_TRYAGAIN_MS / 1000.0, 0.);
+		ev_timer_start(l->loop, &l->park);
+	}
+}
+
+/* Re-send the parked calls that still wait (else answer "unavailable"),
+ * return the others to the pool. */
+void limiter_on_park(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct limiter *l = w->data;
+	struct limiter_call *c = l->parked, *next;
+	struct window_decision d;
+
+	(void)loop;
+	(void)revents;
+	l->parked = NULL;
+	for (; c; c = next) {
+		next = c->next;
+		c->next = NULL;
+		if (c->cb && !l->closing && limiter_call_send(l, c, NULL, false) == 0)
+			continue;
+		if (c->cb) {
+			window_decide_error(&c->policy, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
+			limiter_call_answer(c, &d);
+		}
+		limiter_call_put(c);
+	}
+}
+
+/* Log a script error (<oom>: Redis over maxmemory) at warn, rate-limited
+ * (log_limited), so a broken script cannot flood the log. */
+static void limiter_warn_reply(const struct limiter_link *k, const struct window_reply *v,
+                               bool oom)
+{
+	bool err = v->kind == WINDOW_REPLY_ERROR;
+
+	log_limited(CONFIG_LOG_WARN, oom ? "redis_oom" : "redis_script_error",
+	            oom ? "redis_oom" : "redis_script_error", "addr=%s reply=\"%.*s\"", k->addr,
+	            err ? (int)v->len : 0, err ? v->str : "");
+}
+
+/* The view window.c reads of <r> (borrowed: <v> points into it until
+ * hiredis frees <r>): an error's text, or an array's integers. */
+void limiter_reply_view(const redisReply *r, struct window_reply *v)
+{
+	size_t i;
+
+	memset(v, 0, sizeof(*v));
+	if (!r)
+		return;
+	if (r->type == REDIS_REPLY_ERROR && r->str) {
+		v->kind = WINDOW_REPLY_ERROR;
+		v->str = r->str;
+		v->len = r->len;
+		return;
+	}
+	if (r->type != REDIS_REPLY_ARRAY || (r->elements && !r->element))
+		return;
+	for (i = 0; i < r->elements; i++) {
+		if (!r->element[i] || r->element[i]->type != REDIS_REPLY_INTEGER)
+			return;
+		if (i < WINDOW_REPLY_INTS)
+			v->v[i] = r->element[i]->integer;
+	}
+	v->kind = WINDOW_REPLY_INTEGERS;
+	v->n = r->elements;
+}
+
+/*
+ * Answer call <c> from its script result <view> (an error or the integers,
+ * borrowed) that Redis gave on link <k> at <now>: the decision, the deny
+ * cache, the metrics. A call answered already (its deadline) only counts a
+ * late admission. The caller recycles <c>.
+ */
+void limiter_call_finish(struct limiter *l, struct limiter_link *k,
+                                struct limiter_call *c, const struct window_reply *view,
+                                int64_t now)
+{
+	struct window_decision d;
+
+	if (!c->cb) {
+		/* The deadline answered first (error/redis-timeout), yet Redis ran
+		 * the script: an admission it recorded is one the client never got.
+		 * Counted so that operators can size redis-timeout. */
+		if (window_decide_reply(&c->policy, view, &d) == 0 && d.status == WINDOW_ALLOW &&
+		    l->metrics)
+			metrics_add(&l->metrics->late_admissions, 1);
+		return;
+	}
+
+	if (l->metrics)
+		metrics_observe_redis_latency(l->metrics, (uint64_t)(now - c->sent_us));
+	if (window_decide_reply(&c->policy, view, &d) == -1) {
+		/* over maxmemory: fail-closed like any Redis error, named apart */
+		bool oom = d.reason == WINDOW_REASON_REDIS_OOM;
+
+		limiter_count_error(l, oom ? METRICS_REDIS_ERR_OOM : METRICS_REDIS_ERR_SCRIPT);
+		limiter_warn_reply(k, view, oom);
+	} else if (c->cacheable && d.status == WINDOW_DENY) {
+		deny_cache_store(&l->cache, c->policy.name, c->policy.name_len, c->key, c->key_len,
+		                 c->cost, c->sent_us, &d, now);
+	}
+	limiter_call_answer(c, &d);
+}
+
+/*
+ * hiredis hands call <privdata> back on <ac>: with the script's reply <r>
+ * (borrowed: hiredis frees it after this returns), or NULL when the
+ * connection is gone. Cluster redirects and TRYAGAIN send it on again;
+ * NOSCRIPT re-sends it once as EVAL; CLUSTERDOWN and READONLY (a primary
+ * lost or demoted) are answered "unavailable"; otherwise the call is
+ * answered from the reply if it still waits, then returns to the pool.
+ */
+void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_call *c = privdata;
+	struct limiter *l = c->l;
+	struct limiter_link *k = c->link;
+	const redisReply *reply = r;
+	struct window_reply view;
+	struct window_decision d;
+	int64_t now = limiter_now_us();
+
+	k->held--;
+	l->held--;
+	if (!reply) {
+		/* Sent, and the connection is lost before the reply: Redis may
+		 * have run it. Counted whether it is answered now (unavailable)
+		 * or was already (timeout). */
+		if (l->metrics)
+			metrics_add(&l->metrics->unknown_outcome, 1);
+		/* The connection is going. A callback below may call
+		 * limiter_check(): hiredis refuses new commands on a dying context,
+		 * so those are answered "unavailable" too. */
+		if (c->cb) {
+			limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+			window_decide_error(&c->policy, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
+			limiter_call_answer(c, &d);
+		}
+		goto recycle;
+	}
+	k->quiet_since_us = now;
+	limiter_reply_view(reply, &view);
+	if (reply->type == REDIS_REPLY_ERROR) {
+		switch (cluster_classify_error(reply->str, reply->len)) {
+		case CLUSTER_REPLY_MOVED:
+		case CLUSTER_REPLY_ASK: {
+			struct limiter_link *to;
+			bool asking;
+
+			switch (limiter_cluster_redirect(l, c, reply, &to, &asking)) {
+			case LIMITER_REDIRECT_SEND:
+				if (limiter_call_send(l, c, to, asking) == 0)
+					return;   /* hiredis holds it again */
+				break;
+			case LIMITER_REDIRECT_PARK:
+				limiter_call_park(l, c);
+				return;
+			default:
+				break;
+			}
+			break;
+		}
+		case CLUSTER_REPLY_TRYAGAIN:
+			if (c->cb && c->redirects < LIMITER_REDIRECTS_MAX) {
+				limiter_call_park(l, c);
+				return;
+			}
+			break;
+		case CLUSTER_REPLY_CLUSTERDOWN:
+			/* the cluster lost a primary and has not promoted its replica */
+			limiter_topo_refresh(l, "clusterdown");
+			goto unavailable;
+		case CLUSTER_REPLY_READONLY:
+			/* our primary became a replica (failover): find the new one */
+			log_warn("redis_read_only", "addr=%s", k->addr);
+			limiter_link_drop(k, "primary demoted to replica");
+			limiter_topo_refresh(l, "readonly");
+			goto unavailable;
+		default:
+			break;
+		}
+	}
+	if (c->engine->missing(&view)) {
+		/* NOSCRIPT: Redis lost its script cache; or the module's command
+		 * is gone: the script takes over (auto), or the call is answered
+		 * with the error (redis-engine module) */
+		limiter_count_error(l, METRICS_REDIS_ERR_NOSCRIPT);
+		if (c->engine->id == LIMITER_ENGINE_MODULE && !limiter_link_engine_gone(k, ac))
+			goto finish;
+		if (!c->cb) {
+			/* answered already: nothing to retry, but reload for the others */
+			if (!k->script_loading && ac == k->ac && k->state == LIMITER_ST_READY)
+				limiter_link_send_script_load(k);
+			goto recycle;
+		}
+		if (!c->retried) {
+			if (limiter_call_retry_eval(l, k, ac, c) == 0)
+				return;   /* hiredis holds it again */
+		}
+	}
+finish:
+	limiter_call_finish(l, k, c, &view, now);
+	goto recycle;
+
+unavailable:
+	/* Redis is there but cannot take writes for this key now: the same
+	 * answer as a lost connection, not a script error. */
+	if (c->cb) {
+		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+		window_decide_error(&c->policy, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
+		limiter_call_answer(c, &d);
+	}
+recycle:
+	limiter_call_put(c);
+}
+
+/* Answer <c> "unavailable" if it still waits (a refused error), and return
+ * it to the pool: hiredis does not hold it. <defer>: on the next loop
+ * iteration (limiter_flush() may run inside limiter_check()). */
+void limiter_call_fail(struct limiter *l, struct limiter_call *c, bool defer)
+{
+	struct window_decision d;
+	limiter_cb cb = c->cb;
+
+	if (cb) {
+		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+		window_decide_error(&c->policy, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
+		if (defer) {
+			c->cb = NULL;
+			ev_timer_stop(l->loop, &c->deadline);
+			l->unanswered--;
+			if (limiter_defer(l, cb, c->arg, &d) == -1)
+				cb(c->arg, &d);
+		} else {
+			limiter_call_answer(c, &d);
+		}
+	}
+	limiter_call_put(c);
+}
+
+/* A call's deadline passed: answer "timeout" now; hiredis keeps the call
+ * until Redis replies or the connection goes. If nothing at all has been
+ * answered on its link for the stall limit while calls wait, that Redis is
+ * frozen: drop it. */
+static void limiter_on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct limiter_call *c = w->data;
+	struct limiter *l = c->l;
+	struct limiter_link *k = c->link;
+	struct window_decision d;
+
+	(void)loop;
+	(void)revents;
+	limiter_count_error(l, METRICS_REDIS_ERR_TIMEOUT);
+	window_decide_error(&c->policy, WINDOW_REASON_REDIS_TIMEOUT, &d);
+	limiter_call_answer(c, &d);
+	/* <c> may be recycled by limiter_link_drop() below: not used after this */
+	if (k && k->ac && k->held > 0 &&
+	    limiter_now_us() - k->quiet_since_us >= limiter_stall_us(l)) {
+		log_warn("redis_stalled", "addr=%s waiting=%u", k->addr, k->held);
+		limiter_link_drop(k, "no reply within the stall limit");
+	}
+}
+
+/* <c> waits for its answer from now: count it, arm its deadline. */
+void limiter_call_arm(struct limiter *l, struct limiter_call *c)
+{
+	l->unanswered++;
+	ev_timer_init(&c->deadline, limiter_on_deadline, (double)l->timeout_ms / 1000.0, 0.);
+	c->deadline.data = c;
+	ev_timer_start(l->loop, &c->deadline);
+}

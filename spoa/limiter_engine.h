@@ -1,0 +1,59 @@
+/*
+ * limiter_engine - how a link asks Redis for a decision: the request of
+ * one decision or of a batch, and the reply that says the engine is not on
+ * that server. Both engines take exactly the same KEYS and ARGV (window.c
+ * lays them out) and give exactly the same reply (window.c reads it):
+ *   script  EVALSHA <sha> (EVAL <source> after NOSCRIPT) of
+ *           lua/sliding_window.lua: limiter_engine_script.c
+ *   module  RATELIMIT.DECIDE of the Redis module (module/):
+ *           limiter_engine_module.c
+ * A link's engine (k->engine) is set at every (re)connect; a call and a
+ * batch remember the engine they were sent with. Leaf: the engines call
+ * nothing of the limiter.
+ */
+#ifndef SPOA_LIMITER_ENGINE_H
+#define SPOA_LIMITER_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "window.h"
+
+struct limiter;
+
+enum limiter_engine_id {
+	LIMITER_ENGINE_SCRIPT = 0,
+	LIMITER_ENGINE_MODULE,
+	LIMITER_ENGINE_COUNT
+};
+
+struct limiter_engine {
+	enum limiter_engine_id id;
+	const char *name;               /* "script", "module": logs, the metric */
+	/* The first two words of a request, where window.c lays out
+	 * "EVALSHA" <sha> (window_build_args(), window_build_batch()), for
+	 * <l>'s script SHA and source (borrowed from <l>); <full>: the source
+	 * instead of the SHA (after NOSCRIPT). <*skip> of them are not sent. */
+	void (*head)(const struct limiter *l, bool full, const char **cmd, size_t *cmd_len,
+	             const char **head, size_t *head_len, int *skip);
+	/* Does reply <v> say the engine is not on this server (NOSCRIPT: the
+	 * script cache is empty; an unknown command: no module)? */
+	bool (*missing)(const struct window_reply *v);
+};
+
+extern const struct limiter_engine limiter_engine_script;
+extern const struct limiter_engine limiter_engine_module;
+
+/* Make the request window.c laid out in <argv>/<argvlen> (one decision or
+ * a batch) engine <e>'s, for <l> (<full> as in head()). The words to send
+ * start at the index returned. */
+static inline int limiter_engine_apply(const struct limiter_engine *e, const struct limiter *l,
+                                       bool full, const char **argv, size_t *argvlen)
+{
+	int skip;
+
+	e->head(l, full, &argv[0], &argvlen[0], &argv[1], &argvlen[1], &skip);
+	return skip;
+}
+
+#endif /* SPOA_LIMITER_ENGINE_H */

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""redis-engine auto|script|module (issue 21 item 4) against real Redis.
+
+The agent asks every Redis it connects to whether it has the module's
+command (COMMAND INFO ratelimit.decide), logs the engine at info
+(event=redis_connected engine=...) and exposes it as
+ratelimit_spoa_redis_engine{engine=...}.
+  - auto on a Redis without the module: the script, decisions as ever;
+  - script: the script, and Redis is not asked;
+  - module on a Redis without it: a clear error at connect
+    (level=error event=redis_engine_missing), /readyz 503, every decision
+    error (a fail-closed policy), none allowed, nothing written;
+  - the documented ACL (docs/deployment.md) allows the question;
+  - an ACL user without COMMAND: a warning, auto keeps the script;
+  - -c knows the directive and refuses a bad value.
+With module/ratelimit.so built (make module), also: auto picks the module,
+and MODULE UNLOAD under load never gives a free pass (auto falls back to
+the script, module fails closed)."""
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import Harness, free_port, wait_port  # noqa: E402
+import harness as u  # noqa: E402
+import spop  # noqa: E402
+
+AGENT = os.environ.get("AGENT", os.path.join(u.ROOT, "spoa", "ratelimit-spoa"))
+MODULE = os.path.join(u.ROOT, "module", "ratelimit.so")
+h = Harness()
+
+
+def redis(name, *extra):
+    port = free_port()
+    h.spawn(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", h.tmp] + list(extra),
+            os.path.join(h.tmp, "redis-%s.log" % name))
+    if not wait_port(port):
+        raise RuntimeError("redis %s did not start" % name)
+    return port
+
+
+def rcli(port, *args):
+    return subprocess.run(["redis-cli", "-p", str(port)] + [str(a) for a in args],
+                          capture_output=True, text=True, timeout=10).stdout.strip()
+
+
+def conf(name, url, extra):
+    port, mport = free_port(), free_port()
+    path = os.path.join(h.tmp, "%s.conf" % name)
+    with open(path, "w") as f:
+        f.write(u.force_threads("listen 127.0.0.1:%d\nredis %s\nmetrics 127.0.0.1:%d\n"
+                                "redis-timeout 1s\ndeny-cache off\npolicy transfer 3/10s\n%s"
+                                % (port, url, mport, extra)))
+    return path, port, mport
+
+
+def agent(name, url, extra=""):
+    path, port, mport = conf(name, url, extra)
+    log = os.path.join(h.tmp, "%s.log" % name)
+    p = h.spawn([AGENT, "-f", path], log)
+    if not wait_port(port) or not wait_port(mport):
+        raise RuntimeError("agent %s did not start" % name)
+    return p, port, mport, log
+
+
+def text(log):
+    with open(log, errors="replace") as f:
+        return f.read()
+
+
+def engine_gauge(mport):
+    try:
+        m = u.scrape(mport)
+    except Exception:  # noqa: BLE001
+        return None
+    return {e: m.get("redis_engine", engine=e) for e in ("script", "module")}
+
+
+def readyz(mport):
+    try:
+        return u.fetch(mport, "/readyz")[0]
+    except OSError:
+        return None
+
+
+def statuses(port, key, n):
+    c = spop.Conn().connect("127.0.0.1", port)
+    c.hello()
+    out = [c.ratelimit(key)["actions"] for _ in range(n)]
+    c.close()
+    return [(a["status"], a.get("reason")) for a in out]
+
+
+def command_info_calls(port):
+    for line in rcli(port, "INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_command|info:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
+plain = redis("plain")
+URL = "redis://127.0.0.1:%d/0" % plain
+
+# -- -c knows the directive --------------------------------------------------------
+for v in ("auto", "script", "module"):
+    path, _, _ = conf("c-" + v, URL, "redis-engine %s\n" % v)
+    r = subprocess.run([AGENT, "-c", "-f", path], capture_output=True, text=True)
+    h.eq("-c: redis-engine %s is valid" % v, 0, r.returncode)
+path, _, _ = conf("c-bad", URL, "redis-engine lua\n")
+r = subprocess.run([AGENT, "-c", "-f", path], capture_output=True, text=True)
+h.check("-c: redis-engine lua is refused, naming the choices",
+        r.returncode == 1 and "redis-engine must be auto, script or module" in r.stderr, r.stderr)
+r = subprocess.run([AGENT, "--help"], capture_output=True, text=True)
+h.check("--help lists redis-engine", "redis-engine auto|script|module" in r.stdout)
+
+# -- auto on a Redis without the module: the script ------------------------------------
+rcli(plain, "CONFIG", "RESETSTAT")
+p, port, mport, log = agent("auto", URL)
+h.check("auto: ready", u.wait_for(lambda: readyz(mport) == 200, 15))
+h.check("auto: Redis was asked (COMMAND INFO)", command_info_calls(plain) >= 1)
+h.check("auto: redis_connected at info names engine=script",
+        "level=info event=redis_connected" in text(log) and "engine=script" in text(log),
+        text(log)[-500:])
+h.eq("auto: redis_engine{engine=script} 1, module 0", {"script": 1.0, "module": 0.0},
+     engine_gauge(mport))
+h.eq("auto: decides (3/10s)", ["allow"] * 3 + ["deny"], [s for s, _ in statuses(port, "AUTO", 4)])
+h.stop(p)
+
+# -- script: not asked ---------------------------------------------------------------------
+rcli(plain, "CONFIG", "RESETSTAT")
+p, port, mport, log = agent("script", URL, "redis-engine script\n")
+h.check("script: ready", u.wait_for(lambda: readyz(mport) == 200, 15))
+h.eq("script: Redis is not asked", 0, command_info_calls(plain))
+h.eq("script: the gauge says script", {"script": 1.0, "module": 0.0}, engine_gauge(mport))
+h.eq("script: decides", ["allow"] * 3 + ["deny"], [s for s, _ in statuses(port, "SCRIPT", 4)])
+h.stop(p)
+
+# -- module on a Redis without it: fail-closed -----------------------------------------------
+rcli(plain, "FLUSHALL")
+p, port, mport, log = agent("module", URL, "redis-engine module\n")
+h.check("module: level=error event=redis_engine_missing",
+        u.wait_for(lambda: "level=error event=redis_engine_missing" in text(log), 10),
+        text(log)[-500:])
+h.eq("module: /readyz 503", 503, readyz(mport))
+h.check("... saying why (RATELIMIT.DECIDE not found)",
+        u.wait_for(lambda: "RATELIMIT.DECIDE" in str(u.fetch(mport, "/readyz")[2]), 5),
+        u.fetch(mport, "/readyz")[2])
+seen = statuses(port, "MOD", 10)
+h.check("module: 10 decisions, every one error, none allowed",
+        all(s == "error" for s, _ in seen), seen)
+h.eq("module: nothing written to Redis", "0", rcli(plain, "DBSIZE"))
+h.eq("module: the gauge says neither engine", {"script": 0.0, "module": 0.0}, engine_gauge(mport))
+time.sleep(2.5)
+h.check("module: logged once a streak, not per attempt (%d)"
+        % text(log).count("event=redis_engine_missing"),
+        text(log).count("event=redis_engine_missing") <= u.threads(1))
+h.stop(p)
+
+# -- a reload that changes redis-engine on the same Redis ---------------------------------
+import signal  # noqa: E402
+rcli(plain, "FLUSHALL")
+p, port, mport, log = agent("reload", URL)
+h.check("reload: ready with auto (the script)", u.wait_for(lambda: readyz(mport) == 200, 15))
+path = os.path.join(h.tmp, "reload.conf")
+with open(path) as f:
+    base = f.read()
+with open(path, "w") as f:
+    f.write(base + "redis-engine module\n")
+p.send_signal(signal.SIGHUP)
+h.check("reload to redis-engine module: /readyz 503",
+        u.wait_for(lambda: readyz(mport) == 503, 10), text(log)[-500:])
+seen = statuses(port, "RELOAD", 5)
+h.check("... every decision error, none allowed", all(s == "error" for s, _ in seen), seen)
+with open(path, "w") as f:
+    f.write(base + "redis-engine script\n")
+p.send_signal(signal.SIGHUP)
+h.check("reload to redis-engine script: ready again", u.wait_for(lambda: readyz(mport) == 200, 15),
+        text(log)[-500:])
+h.eq("... and decides", ["allow"] * 3 + ["deny"], [s for s, _ in statuses(port, "RELOAD2", 4)])
+h.stop(p)
+
+# -- the documented ACL allows the question; without COMMAND: a warning -----------------------
+with open(os.path.join(u.ROOT, "docs", "deployment.md")) as f:
+    acl = next(line for line in f if line.startswith("ACL SETUSER ratelimit ")).split()[2:]
+h.check("the documented ACL has +command|info", "+command|info" in acl, acl)
+h.eq("the documented ACL user is created", "OK", rcli(plain, "ACL", "SETUSER", *acl))
+pw = next(a[1:] for a in acl if a.startswith(">"))
+p, port, mport, log = agent("docacl", "redis://ratelimit:%s@127.0.0.1:%d/0" % (pw, plain))
+h.check("documented ACL: ready", u.wait_for(lambda: readyz(mport) == 200, 15))
+time.sleep(0.5)
+h.check("... with no redis_engine_unknown warning", "redis_engine_unknown" not in text(log),
+        text(log)[-500:])
+h.stop(p)
+rcli(plain, "ACL", "SETUSER", "nocmd", "on", ">pw", "~*", "+@all", "-command")
+p, port, mport, log = agent("nocmd", "redis://nocmd:pw@127.0.0.1:%d/0" % plain)
+h.check("no COMMAND permission: redis_engine_unknown at warn",
+        u.wait_for(lambda: "level=warn event=redis_engine_unknown" in text(log), 10),
+        text(log)[-500:])
+h.check("... auto keeps the script", u.wait_for(lambda: readyz(mport) == 200, 15) and
+        engine_gauge(mport) == {"script": 1.0, "module": 0.0})
+h.stop(p)
+
+# -- with the module (make module) ---------------------------------------------------------
+if not os.path.exists(MODULE):
+    print("# %s not built: the module part needs make module" % MODULE)
+    h.done()
+
+mod = redis("module", "--loadmodule", MODULE)
+MURL = "redis://127.0.0.1:%d/0" % mod
+p, port, mport, log = agent("auto-mod", MURL)
+h.check("auto + module: ready", u.wait_for(lambda: readyz(mport) == 200, 15))
+h.check("auto + module: engine=module at info", "engine=module" in text(log), text(log)[-500:])
+h.eq("auto + module: the gauge says module", {"script": 0.0, "module": 1.0}, engine_gauge(mport))
+h.eq("auto + module: decides (3/10s)", ["allow"] * 3 + ["deny"],
+     [s for s, _ in statuses(port, "MODAUTO", 4)])
+# MODULE UNLOAD under load: never over the limit, the script takes over
+c = spop.Conn().connect("127.0.0.1", port)
+c.hello()
+seq = []
+for i in range(3):
+    seq.append(c.ratelimit("UNLOAD")["actions"])
+rcli(mod, "MODULE", "UNLOAD", "ratelimit")
+for i in range(5):
+    seq.append(c.ratelimit("UNLOAD")["actions"])
+c.close()
+h.eq("MODULE UNLOAD (auto): exactly 3 allowed of 8, the rest deny (the script read the "
+     "module's data)", ["allow"] * 3 + ["deny"] * 5, [a["status"] for a in seq])
+h.check("... logged redis_engine_missing at warn",
+        "level=warn event=redis_engine_missing" in text(log), text(log)[-500:])
+h.eq("... the gauge says script", {"script": 1.0, "module": 0.0}, engine_gauge(mport))
+h.stop(p)
+rcli(mod, "MODULE", "LOAD", MODULE)
+rcli(mod, "FLUSHALL")
+p, port, mport, log = agent("only-mod", MURL, "redis-engine module\n")
+h.check("module + module: ready", u.wait_for(lambda: readyz(mport) == 200, 15))
+h.eq("module + module: decides", ["allow"] * 3 + ["deny"],
+     [s for s, _ in statuses(port, "MODONLY", 4)])
+rcli(mod, "MODULE", "UNLOAD", "ratelimit")
+seen = statuses(port, "MODONLY2", 5)
+h.check("MODULE UNLOAD (module): every decision error, none allowed",
+        all(s == "error" for s, _ in seen), seen)
+h.check("... /readyz 503", u.wait_for(lambda: readyz(mport) == 503, 10))
+h.stop(p)
+h.done()
