@@ -207,7 +207,7 @@ if not os.path.exists(MODULE):
     print("# %s not built: the module part needs make module" % MODULE)
     h.done()
 
-mod = redis("module", "--loadmodule", MODULE)
+mod = redis("module", "--loadmodule", MODULE, "--enable-module-command", "yes")   # (MODULE UNLOAD below)
 MURL = "redis://127.0.0.1:%d/0" % mod
 p, port, mport, log = agent("auto-mod", MURL)
 h.check("auto + module: ready", u.wait_for(lambda: readyz(mport) == 200, 15))
