@@ -222,6 +222,15 @@ if installed ratelimit-spoa-redis-module; then
 			eval "redis-cli -p $rp MODULE LIST | grep -qx ratelimit"
 		check "... and the command RATELIMIT.DECIDE" \
 			eval "redis-cli -p $rp COMMAND INFO ratelimit.decide | grep -qx ratelimit.decide"
+		# The installed agent, with the installed config (redis-engine as
+		# shipped), on that Redis: it decides with the module.
+		seen=$(wc -l < "$T/agent.log")
+		unset AGENT_PORT
+		REDIS_PORT=$rp AGENT=$T/installed-agent start_agent "" || fail "the installed agent started (module)"
+		eq "SPOP on the module's Redis: 3 allow, then deny" "allow allow allow deny" "$(decide transfer 4)"
+		check "the agent decides with the module (redis_connected engine=module)" \
+			eval "tail -n +$((seen + 1)) '$T/agent.log' | grep -q 'event=redis_connected .*engine=module'"
+		stop_agent
 	else
 		fail "redis-server --loadmodule $MODULE_SO started ($(tail -n 3 "$T/redis-module.log"))"
 	fi
