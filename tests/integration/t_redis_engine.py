@@ -207,7 +207,7 @@ if not os.path.exists(MODULE):
     print("# %s not built: the module part needs make module" % MODULE)
     h.done()
 
-mod = redis("module", "--loadmodule", MODULE)
+mod = redis("module", "--loadmodule", MODULE, "--enable-module-command", "yes")
 MURL = "redis://127.0.0.1:%d/0" % mod
 p, port, mport, log = agent("auto-mod", MURL)
 h.check("auto + module: ready", u.wait_for(lambda: readyz(mport) == 200, 15))
@@ -221,7 +221,7 @@ c.hello()
 seq = []
 for i in range(3):
     seq.append(c.ratelimit("UNLOAD")["actions"])
-rcli(mod, "MODULE", "UNLOAD", "ratelimit")
+h.eq("MODULE UNLOAD answers OK", "OK", rcli(mod, "MODULE", "UNLOAD", "ratelimit"))
 for i in range(5):
     seq.append(c.ratelimit("UNLOAD")["actions"])
 c.close()
@@ -231,13 +231,13 @@ h.check("... logged redis_engine_missing at warn",
         "level=warn event=redis_engine_missing" in text(log), text(log)[-500:])
 h.eq("... the gauge says script", {"script": 1.0, "module": 0.0}, engine_gauge(mport))
 h.stop(p)
-rcli(mod, "MODULE", "LOAD", MODULE)
+h.eq("MODULE LOAD answers OK", "OK", rcli(mod, "MODULE", "LOAD", MODULE))
 rcli(mod, "FLUSHALL")
 p, port, mport, log = agent("only-mod", MURL, "redis-engine module\n")
 h.check("module + module: ready", u.wait_for(lambda: readyz(mport) == 200, 15))
 h.eq("module + module: decides", ["allow"] * 3 + ["deny"],
      [s for s, _ in statuses(port, "MODONLY", 4)])
-rcli(mod, "MODULE", "UNLOAD", "ratelimit")
+h.eq("MODULE UNLOAD answers OK", "OK", rcli(mod, "MODULE", "UNLOAD", "ratelimit"))
 seen = statuses(port, "MODONLY2", 5)
 h.check("MODULE UNLOAD (module): every decision error, none allowed",
         all(s == "error" for s, _ in seen), seen)
