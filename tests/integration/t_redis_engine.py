@@ -13,9 +13,10 @@ ratelimit_spoa_redis_engine{engine=...}.
   - the documented ACL (docs/deployment.md) allows the question;
   - an ACL user without COMMAND: a warning, auto keeps the script;
   - -c knows the directive and refuses a bad value.
-With module/ratelimit.so built (make module), also: auto picks the module,
-and MODULE UNLOAD under load never gives a free pass (auto falls back to
-the script, module fails closed)."""
+With module/ratelimit.so (make module; make integration builds it; the test
+fails without it): auto picks the module, and MODULE UNLOAD under load never
+gives a free pass (auto falls back to the script at the exact limit, module
+fails closed)."""
 import os
 import subprocess
 import sys
@@ -204,7 +205,7 @@ h.stop(p)
 
 # -- with the module (make module) ---------------------------------------------------------
 if not os.path.exists(MODULE):
-    print("# %s not built: the module part needs make module" % MODULE)
+    h.fail("%s is built (make module; make integration builds it)" % MODULE)
     h.done()
 
 mod = redis("module", "--loadmodule", MODULE, "--enable-module-command", "yes")
