@@ -208,7 +208,7 @@ if not os.path.exists(MODULE):
     h.fail("%s is built (make module; make integration builds it)" % MODULE)
     h.done()
 
-mod = redis("module", "--loadmodule", MODULE, "--enable-module-command", "yes")
+mod = redis("module", "--loadmodule", MODULE, "--enable-module-command", "yes")   # (MODULE UNLOAD below)
 MURL = "redis://127.0.0.1:%d/0" % mod
 p, port, mport, log = agent("auto-mod", MURL)
 h.check("auto + module: ready", u.wait_for(lambda: readyz(mport) == 200, 15))
