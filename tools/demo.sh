@@ -134,11 +134,20 @@ cmd_story() {
 	say "  HAProxy A  http://127.0.0.1:$A_PORT      HAProxy B  http://127.0.0.1:$B_PORT"
 	say "  agent      127.0.0.1:$AGENT_PORT        redis      127.0.0.1:$REDIS_PORT"
 	say "  policy transfer: 3 transfers per second per account, counted in Redis for both instances"
-	if redis-cli -p "$REDIS_PORT" MODULE LIST 2>/dev/null | grep -qx ratelimit; then
-		say "  engine     Redis has the module (RATELIMIT.DECIDE): agents on redis-engine auto decide with it"
-	else
-		say "  engine     the Lua script (lua/sliding_window.lua) decides in Redis (make module for the native one)"
-	fi
+	# Which engine the agent chose at connect (redis-engine auto: the
+	# module when Redis has it), from its redis_connected line.
+	local engine="" i
+	for i in $(seq 40); do
+		engine=$(grep -o 'event=redis_connected .*engine=[a-z]*' "$S/agent.log" 2>/dev/null |
+			grep -o 'engine=[a-z]*' | head -n 1)
+		[ -n "$engine" ] && break
+		sleep 0.05
+	done
+	case $engine in
+	engine=module) say "  engine     the Redis module decides (RATELIMIT.DECIDE, module/ratelimit.so)" ;;
+	engine=script) say "  engine     the Lua script decides (lua/sliding_window.lua; make module for the native one)" ;;
+	*) say "  engine     not known yet (the agent has not logged redis_connected)" ;;
+	esac
 
 	local tok
 	tok=$(token "$ACCOUNT")

@@ -35,7 +35,8 @@ policy costs 40/1h
 def conf(engine, port):
     path = os.path.join(h.tmp, "agent-%s.conf" % engine)
     with open(path, "w") as f:
-        f.write("listen 127.0.0.1:%d\nredis redis://127.0.0.1:%d/0\nthreads 2\nredis-engine %s\n%s"
+        f.write("listen 127.0.0.1:%d\nredis redis://127.0.0.1:%d/0\nthreads 2\nredis-timeout 5s\n"
+                "redis-engine %s\n%s"
                 % (port, h.redis_port, engine, POLICIES))
     return path
 

@@ -13,9 +13,10 @@ ratelimit_spoa_redis_engine{engine=...}.
   - the documented ACL (docs/deployment.md) allows the question;
   - an ACL user without COMMAND: a warning, auto keeps the script;
   - -c knows the directive and refuses a bad value.
-With module/ratelimit.so built (make module), also: auto picks the module,
-and MODULE UNLOAD under load never gives a free pass (auto falls back to
-the script, module fails closed)."""
+With module/ratelimit.so (make module; make integration builds it; the test
+fails without it): auto picks the module, and MODULE UNLOAD under load never
+gives a free pass (auto falls back to the script at the exact limit, module
+fails closed)."""
 import os
 import subprocess
 import sys
@@ -204,7 +205,7 @@ h.stop(p)
 
 # -- with the module (make module) ---------------------------------------------------------
 if not os.path.exists(MODULE):
-    print("# %s not built: the module part needs make module" % MODULE)
+    h.fail("%s is built (make module; make integration builds it)" % MODULE)
     h.done()
 
 mod = redis("module", "--loadmodule", MODULE, "--enable-module-command", "yes")   # (MODULE UNLOAD below)
@@ -221,7 +222,7 @@ c.hello()
 seq = []
 for i in range(3):
     seq.append(c.ratelimit("UNLOAD")["actions"])
-rcli(mod, "MODULE", "UNLOAD", "ratelimit")
+h.eq("MODULE UNLOAD answers OK", "OK", rcli(mod, "MODULE", "UNLOAD", "ratelimit"))
 for i in range(5):
     seq.append(c.ratelimit("UNLOAD")["actions"])
 c.close()
@@ -231,13 +232,13 @@ h.check("... logged redis_engine_missing at warn",
         "level=warn event=redis_engine_missing" in text(log), text(log)[-500:])
 h.eq("... the gauge says script", {"script": 1.0, "module": 0.0}, engine_gauge(mport))
 h.stop(p)
-rcli(mod, "MODULE", "LOAD", MODULE)
+h.eq("MODULE LOAD answers OK", "OK", rcli(mod, "MODULE", "LOAD", MODULE))
 rcli(mod, "FLUSHALL")
 p, port, mport, log = agent("only-mod", MURL, "redis-engine module\n")
 h.check("module + module: ready", u.wait_for(lambda: readyz(mport) == 200, 15))
 h.eq("module + module: decides", ["allow"] * 3 + ["deny"],
      [s for s, _ in statuses(port, "MODONLY", 4)])
-rcli(mod, "MODULE", "UNLOAD", "ratelimit")
+h.eq("MODULE UNLOAD answers OK", "OK", rcli(mod, "MODULE", "UNLOAD", "ratelimit"))
 seen = statuses(port, "MODONLY2", 5)
 h.check("MODULE UNLOAD (module): every decision error, none allowed",
         all(s == "error" for s, _ in seen), seen)

@@ -93,6 +93,13 @@ struct fake_redis {
 	struct fake_rule rules[FAKE_RULES_MAX];
 	unsigned nrules;
 	unsigned unexpected;
+	/* An EXPECT followed by another EXPECT holds its reply back: rule
+	 * replies to commands that come meanwhile (the limiter's eviction poll)
+	 * wait here, and go out right after the held reply, in the order a
+	 * real Redis answers. */
+	bool holding;
+	char held[1024];
+	size_t heldlen;
 	char log[FAKE_LOG_MAX]; /* every command seen, one a line */
 	size_t loglen;
 };
@@ -196,6 +203,12 @@ static void fake_run_steps(struct fake_redis *f, struct fake_conn *c)
 		case FAKE_SEND:
 			if (c->fd >= 0)
 				fake_write(c, s->text);
+			if (f->holding && c->fd >= 0 && f->heldlen) {
+				f->held[f->heldlen] = '\0';
+				fake_write(c, f->held);
+			}
+			f->holding = false;
+			f->heldlen = 0;
 			break;
 		case FAKE_CLOSE:
 			fake_conn_close(c);
@@ -223,13 +236,22 @@ static void fake_command(struct fake_conn *c, const char *cmd)
 	if (f->cur < f->nsteps && f->steps[f->cur].op == FAKE_EXPECT &&
 	    strncmp(cmd, f->steps[f->cur].text, strlen(f->steps[f->cur].text)) == 0) {
 		f->cur++;
+		if (f->cur < f->nsteps && f->steps[f->cur].op == FAKE_EXPECT)
+			f->holding = true;
 		fake_run_steps(f, c);
 		return;
 	}
 	for (i = 0; i < f->nrules; i++) {
 		if (strncmp(cmd, f->rules[i].prefix, strlen(f->rules[i].prefix)) == 0) {
+			size_t n = strlen(f->rules[i].reply);
+
 			f->rules[i].hits++;
-			fake_write(c, f->rules[i].reply);
+			if (f->holding && f->heldlen + n < sizeof(f->held)) {
+				memcpy(f->held + f->heldlen, f->rules[i].reply, n);
+				f->heldlen += n;
+			} else {
+				fake_write(c, f->rules[i].reply);
+			}
 			return;
 		}
 	}
