@@ -30,6 +30,7 @@
 # is already installed (it would purge someone's install).
 #
 #   DEB_TEST_NO_BUILD=1   use the .debs already in build/deb and build/deb-prev
+#   DEB_TEST_CHECK=1      run the unit tests in the package build too
 # ok/fail/check/eq, free_port, wait_port, and start_redis with cleanup by PID.
 # shellcheck source=../tests/lib.sh
 . "$(dirname "$0")/../tests/lib.sh"
@@ -80,10 +81,13 @@ ver=$(cat VERSION)
 prev=$ver~debtest1
 if [ "${DEB_TEST_NO_BUILD:-0}" != 1 ]; then
 	start=$(date +%s)
-	tools/deb-build.sh build/deb "$ver" || die "make deb failed"
-	# (its unit tests are the same as the first build's: not run twice)
-	DEB_BUILD_OPTIONS="${DEB_BUILD_OPTIONS:+$DEB_BUILD_OPTIONS }nocheck" \
-		tools/deb-build.sh build/deb-prev "$prev" || die "the build of $prev failed"
+	# nocheck: the unit tests (dh_auto_test: make test) run in make check,
+	# before this in CI; here the packaging is under test (DEB_TEST_CHECK=1
+	# runs them in the first build too).
+	nocheck="${DEB_BUILD_OPTIONS:+$DEB_BUILD_OPTIONS }nocheck"
+	[ "${DEB_TEST_CHECK:-0}" = 1 ] && first_opts=${DEB_BUILD_OPTIONS:-} || first_opts=$nocheck
+	DEB_BUILD_OPTIONS=$first_opts tools/deb-build.sh build/deb "$ver" || die "make deb failed"
+	DEB_BUILD_OPTIONS=$nocheck tools/deb-build.sh build/deb-prev "$prev" || die "the build of $prev failed"
 	echo "# both builds took $(($(date +%s) - start))s"
 fi
 new_debs=(build/deb/*_"$ver"_*.deb)
