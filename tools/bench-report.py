@@ -209,9 +209,7 @@ targets = [
      '' if m_ratio is None else f'{m_ratio - 0.35:+.2f}x'),
     ('end-to-end uniform without JWT >= 50% of HAProxy alone (no JWT)',
      rtxt('wrk_full_nojwt', 'wrk_alone_nojwt') + (
-         f" (CPU per request: HAProxy {R.get('wrk_alone_nojwt_cpu_us', '-')} alone / "
-         f"{R.get('wrk_full_nojwt_cpu_us', '-')} e2e, agent {R.get('wrk_full_nojwt_agent_us', '-')}, "
-         f"redis-server {R.get('wrk_full_nojwt_redis_us', '-')} µs)" if 'wrk_full_nojwt_rps' in R else ''),
+         f" (CPU per request: {nojwt_cpu('wrk_full_nojwt')})" if 'wrk_full_nojwt_rps' in R else ''),
      verdict(None if r_nojwt is None else r_nojwt >= 0.50), margin(r_nojwt, 0.50)),
     ('module no-JWT >= 0.45x of HAProxy alone (no JWT) in every round',
      '-' if r_mod_min is None else rtxt('wrk_full_nojwt_mod', 'wrk_alone_nojwt') +
