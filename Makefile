@@ -27,6 +27,9 @@
 #   make install    PREFIX=/usr/local DESTDIR= (binary, the Redis module, config, systemd unit,
 #                   man page, HAProxy examples)
 #   make uninstall  removes what install put, but the config
+#   make deb        Debian packages into build/deb/ (debian/, dpkg-buildpackage;
+#                   installs its build tools); make deb-test builds, lintians,
+#                   installs, runs, upgrades and purges them (as root)
 #   make deps       apt-get the Debian packages that are missing
 #   make deps-demo  only what make demo / make up need
 #   make print-demo-pkgs / print-deb-pkgs  the package lists, one line each
@@ -101,7 +104,11 @@ BUILD ?= build/san$(BUILD_SUFFIX)
 else
 BUILD ?= build/rel$(BUILD_SUFFIX)
 endif
-CFLAGS  ?=
+# CPPFLAGS and LDFLAGS as the environment gives them (dpkg-buildflags in
+# make deb: _FORTIFY_SOURCE, relro, bindnow).
+CFLAGS   ?=
+CPPFLAGS ?=
+LDFLAGS  ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS_AGENT := -lev $(HIREDIS_LIBS) -lm -pthread
 LDLIBS_TEST  := -lcmocka -lm
@@ -150,10 +157,16 @@ TLS_PKGS  := libssl-dev dpkg-dev
 ifeq ($(WITH_TLS),1)
 DEB_PKGS  += $(TLS_PKGS)
 endif
+# make deb: debian/control's Build-Depends and the packaging tools
+# (tools/deb-build.sh); make deb-test adds lintian and what it runs the
+# installed packages with (tools/deb-test.sh).
+DEBBUILD_PKGS := build-essential pkg-config libev-dev libhiredis-dev libcmocka-dev \
+                 debhelper dpkg-dev help2man
+DEBTEST_PKGS  := lintian redis-server redis-tools haproxy curl openssl python3 jq systemd
 
 .PHONY: check-tls integration-tls module check-module check-module-servers valgrind-module integration-module
 .PHONY: all test check integration e2e e2e-3.2 haproxy32 chaos sanitize tsan valgrind lint bench fuzz install \
-        uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help
+        uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help deb deb-test
 
 all: $(AGENT) $(BENCH)
 
@@ -163,7 +176,7 @@ help:
 $(BUILD)/%.o: %.c | $(HIREDIS_DEP)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  CC      $<")
-	$(Q)$(CC) $(ALL_CFLAGS) -Ispoa -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -Ispoa -c $< -o $@
 
 # SPOA_VERSION comes from VERSION: a new number rebuilds what prints it.
 $(MAIN_OBJ) $(BENCH_OBJ): VERSION
@@ -174,7 +187,7 @@ $(BUILD)/spoa/script.c: lua/sliding_window.lua tools/embed.sh
 	$(Q)tools/embed.sh spoa_script $< > $@
 
 $(BUILD)/spoa/script.o: $(BUILD)/spoa/script.c
-	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -Wno-missing-prototypes -c $< -o $@
 
 # spoa/ratelimit-spoa is the same file with or without TLS: relinked when
 # the flavour (the object directory) changes.
@@ -183,11 +196,11 @@ $(shell mkdir -p build; echo '$(BUILD)' | cmp -s - $(FLAVOUR) || echo '$(BUILD)'
 
 $(AGENT): $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o $(FLAVOUR)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $(filter %.o,$^) $(LDLIBS_AGENT)
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS_AGENT)
 
 $(BENCH): $(BENCH_OBJ) $(BUILD)/spoa/spop.o $(BUILD)/spoa/spop_write.o
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $^ -lev -lm -pthread
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ -lev -lm -pthread
 
 $(MCOUNT): bench/mcount.c
 	@mkdir -p $(dir $@)
@@ -214,11 +227,11 @@ $(MODULE_H): tools/redismodule-header.sh
 
 $(MODULE_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H)
 	$(if $(Q),@echo "  CC      $@")
-	$(Q)$(CC) $(MODULE_CFLAGS) $(CFLAGS) -shared -o $@ $(MODULE_SRCS)
+	$(Q)$(CC) $(CPPFLAGS) $(MODULE_CFLAGS) $(CFLAGS) $(LDFLAGS) -shared -o $@ $(MODULE_SRCS)
 
 $(MODULE_TEST_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H)
 	$(if $(Q),@echo "  CC      $@")
-	$(Q)$(CC) $(MODULE_CFLAGS) $(CFLAGS) -DRATELIMIT_TEST_CLOCK -shared -o $@ $(MODULE_SRCS)
+	$(Q)$(CC) $(CPPFLAGS) $(MODULE_CFLAGS) $(CFLAGS) $(LDFLAGS) -DRATELIMIT_TEST_CLOCK -shared -o $@ $(MODULE_SRCS)
 
 # A unit test links only the modules its tests/unit/<name>.deps lists
 # (pure ones: no sockets; test_limiter links the limiter and its fake Redis).
@@ -353,6 +366,23 @@ lint: $(AGENT) $(MODULE_H)
 		--inline-suppr --std=c11 -D_GNU_SOURCE -Imodule module/*.c
 	clang-tidy --quiet module/*.c -- $(MODULE_CFLAGS)
 
+# Debian packages into build/deb/ (tools/deb-build.sh: out of tree, version
+# from VERSION; DEB_VERSION= and DEB_OUT= for another build, e.g. the
+# previous one that make deb-test upgrades from).
+DEB_VERSION ?= $(VERSION)
+DEB_OUT     ?= build/deb
+deb:
+	$(Q)tools/deps.sh deb $(DEBBUILD_PKGS)
+	$(Q)tools/deb-build.sh $(DEB_OUT) $(DEB_VERSION)
+
+# Builds the packages twice (this version and an older one), then as root on
+# this machine: lintian, install, the story from the installed files,
+# upgrade keeping an edited conffile, purge (tools/deb-test.sh; it purges
+# what it installed, also on failure).
+deb-test:
+	$(Q)tools/deps.sh deb $(DEBBUILD_PKGS) $(DEBTEST_PKGS)
+	$(Q)tools/deb-test.sh
+
 bench: all $(MCOUNT) $(MODULE_SO) $(MODULE_TEST_SO)
 	$(Q)MCOUNT=$(CURDIR)/$(MCOUNT) tools/bench.sh
 
@@ -368,6 +398,10 @@ DATADIR        ?= $(PREFIX)/share/ratelimit-spoa
 DOCDIR         ?= $(PREFIX)/share/doc/ratelimit-spoa
 MAN8DIR        ?= $(PREFIX)/share/man/man8
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+# The unit's user: empty, DynamicUser=yes (systemd makes one per start); a
+# name, User= and Group= that name instead (a system user the installer
+# made: the Debian package's ratelimit-spoa, debian/ratelimit-spoa.sysusers).
+SERVICE_USER   ?=
 CONF           := $(DESTDIR)$(SYSCONFDIR)/ratelimit-spoa/ratelimit-spoa.conf
 HAPROXY_EXAMPLES := haproxy/haproxy.cfg haproxy/spoe-ratelimit.conf \
                     haproxy/ratelimit-block.cfg haproxy/ratelimit-agent.cfg \
@@ -398,6 +432,7 @@ install: $(AGENT) $(BENCH) $(MODULE_SO)
 	fi
 	install -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(MAN8DIR)
 	sed -e 's|/usr/local/sbin/|$(SBINDIR)/|g' -e 's|/etc/ratelimit-spoa/|$(SYSCONFDIR)/ratelimit-spoa/|g' \
+		$(if $(SERVICE_USER),-e 's|^DynamicUser=yes$$|User=$(SERVICE_USER)\nGroup=$(SERVICE_USER)|') \
 		etc/ratelimit-spoa.service > $(DESTDIR)$(SYSTEMDUNITDIR)/ratelimit-spoa.service
 	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/ratelimit-spoa.service
 	sed -e 's|"ratelimit-spoa [0-9][^"]*"|"ratelimit-spoa $(VERSION)"|' \

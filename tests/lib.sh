@@ -19,6 +19,10 @@ BENCH=${BENCH:-$ROOT/bench/spoa-bench}
 # The HAProxy binary the tests run (Debian's 2.6 unless told, e.g. the 3.2
 # that tools/haproxy-build.sh provides: HAPROXY=build/haproxy-3.2/haproxy).
 HAPROXY=${HAPROXY:-haproxy}
+# The HAProxy files the edge runs (haproxy.cfg, backend.cfg, the SPOE file,
+# maps, errors/): the tree's unless told, e.g. a package's installed copies
+# (tools/deb-test.sh: HAPROXY_FILES=/usr/share/ratelimit-spoa/haproxy).
+HAPROXY_FILES=${HAPROXY_FILES:-$ROOT/haproxy}
 SPOP_CLIENT="python3 $ROOT/tests/spop.py"
 T_PASS=0
 T_FAIL=0
@@ -185,7 +189,7 @@ start_backend() {
 	TRANSFERS_PORT=$(free_port)
 	ACCOUNTS_PORT=$(free_port)
 	RL_LOG=stdout RL_TRANSFERS_BIND=127.0.0.1:$TRANSFERS_PORT RL_ACCOUNTS_BIND=127.0.0.1:$ACCOUNTS_PORT \
-		"$HAPROXY" -db -f "$ROOT/haproxy/backend.cfg" >>"$T/backend.log" 2>&1 &
+		"$HAPROXY" -db -f "$HAPROXY_FILES/backend.cfg" >>"$T/backend.log" 2>&1 &
 	BACKEND_PID=$!
 	t_track "$BACKEND_PID"
 	wait_port "$TRANSFERS_PORT" && wait_port "$ACCOUNTS_PORT" || { echo "backend did not start"; return 1; }
@@ -205,16 +209,16 @@ _hap_exec() {
 }
 
 start_haproxy() {
-	local name=$1 cfg=${2:-$ROOT/haproxy/haproxy.cfg} port
+	local name=$1 cfg=${2:-$HAPROXY_FILES/haproxy.cfg} port
 	shift $(( $# < 2 ? $# : 2 ))
 	port=$(free_port)
 	cat > "$T/haproxy-$name.env" <<-ENV
 	export RL_BIND=127.0.0.1:$port RL_INSTANCE=$name RL_LOG=stdout
 	export RL_AGENT_ADDR=127.0.0.1:${AGENT_PORT:-12345}
 	export RL_TRANSFERS_ADDR=127.0.0.1:${TRANSFERS_PORT:-8091} RL_ACCOUNTS_ADDR=127.0.0.1:${ACCOUNTS_PORT:-8092}
-	export RL_HAPROXY_DIR=$ROOT/haproxy RL_JWT_PUBKEY=${RL_JWT_PUBKEY:-$T/jwt/jwt-public.pem}
+	export RL_HAPROXY_DIR=$HAPROXY_FILES RL_JWT_PUBKEY=${RL_JWT_PUBKEY:-$T/jwt/jwt-public.pem}
 	export RL_ADMIN_SOCK=$T/haproxy-$name.sock RL_SPOE_TIMEOUT=${RL_SPOE_TIMEOUT:-2s}
-	export RL_APIKEYS_MAP=${RL_APIKEYS_MAP:-$ROOT/haproxy/apikeys.map}
+	export RL_APIKEYS_MAP=${RL_APIKEYS_MAP:-$HAPROXY_FILES/apikeys.map}
 	ENV
 	# optional: ES256 tokens, a mutual-TLS listener, keys by kid, iss/aud,
 	# leeway (see haproxy/haproxy.cfg)

@@ -6,13 +6,15 @@
 #   tools/deps.sh GROUP PACKAGE...     GROUP: demo or tests (the Makefile's
 #                                      DEMO_PKGS and TEST_PKGS), haproxy32
 #                                      (tools/haproxy-build.sh), tls
-#                                      (TLS_PKGS: make WITH_TLS=1) or module
+#                                      (TLS_PKGS: make WITH_TLS=1), module
 #                                      (MODULE_PKGS: make module, and Redis 8 /
-#                                      Valkey 9 from source for its tests)
+#                                      Valkey 9 from source for its tests) or deb
+#                                      (DEBBUILD_PKGS, DEBTEST_PKGS: make deb,
+#                                      make deb-test)
 #
 # DEPS_DRY_RUN=1 prints what would be installed and installs nothing.
 set -euo pipefail
-group=${1:?usage: tools/deps.sh demo|tests|haproxy32|tls|module PACKAGE...}
+group=${1:?usage: tools/deps.sh demo|tests|haproxy32|tls|module|deb PACKAGE...}
 shift
 case $group in
 demo)  purpose="to build the agent and run the demo (make demo, make up)" ;;
@@ -20,7 +22,8 @@ tests) purpose="for the tests and tools (make check, bench, fuzz, chaos, valgrin
 haproxy32) purpose="to get HAProxy 3.2 from Debian's archive (make haproxy32, make e2e-3.2)" ;;
 tls)   purpose="to build the agent with TLS to Redis (make WITH_TLS=1)" ;;
 module) purpose="to build the Redis module and the newer servers it is tested on (make module)" ;;
-*) echo "deps: unknown group '$group' (demo, tests, haproxy32, tls or module)" >&2; exit 2 ;;
+deb)   purpose="to build and check the Debian packages (make deb, make deb-test)" ;;
+*) echo "deps: unknown group '$group' (demo, tests, haproxy32, tls, module or deb)" >&2; exit 2 ;;
 esac
 
 # why PACKAGE: what the package is for, one line.
@@ -50,7 +53,10 @@ why() {
 	redis-sentinel)  echo "the Sentinel failover tests" ;;
 	groff-base)      echo "the man page check (tests)" ;;
 	prometheus)      echo "promtool for the alert rules, a real Prometheus for the dashboard (tests)" ;;
-	dpkg-dev)        echo "unpacks Debian's source packages (haproxy 3.2, hiredis 1.x for TLS, redismodule.h, Redis 8, Valkey 9)" ;;
+	debhelper)       echo "builds the Debian packages (make deb: debian/rules, compat 13)" ;;
+	help2man)        echo "spoa-bench(1) from its --help (make deb)" ;;
+	lintian)         echo "checks the Debian packages (make deb-test)" ;;
+	dpkg-dev)        echo "unpacks Debian's source packages (haproxy 3.2, hiredis 1.x for TLS, redismodule.h, Redis 8, Valkey 9); dpkg-buildpackage (make deb)" ;;
 	patchelf)        echo "runs sid's HAProxy 3.2 .deb with sid's own ld.so and libraries" ;;
 	libssl-dev)      echo "OpenSSL: HAProxy 3.2 (TLS, jwt_verify), the agent's TLS (hiredis_ssl)" ;;
 	libpcre2-dev)    echo "HAProxy 3.2 with PCRE2" ;;

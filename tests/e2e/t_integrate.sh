@@ -9,7 +9,7 @@
 #   the unlimited routes are untouched (no RateLimit header, no agent call).
 . "$(dirname "$0")/../lib.sh"
 t_setup
-H=$ROOT/haproxy
+H=$HAPROXY_FILES   # the tree's haproxy/ unless told (tests/lib.sh)
 
 # --- The site as it was ------------------------------------------------------
 ORDERS_PORT=$(free_port); STATIC_PORT=$(free_port); PARTNER_PORT=$(free_port)

@@ -28,6 +28,12 @@ check "make demo / make up do not install the test group" eval '! grep -q "tools
 plan=$(mk -n deps)
 check "make deps installs both groups" eval 'grep -q "tools/deps.sh demo " <<<"$plan" && grep -q "tools/deps.sh tests " <<<"$plan"'
 
+plan=$(mk -n deb deb-test)
+check "make deb / deb-test install the packaging tools first (group deb)" \
+	grep -q 'tools/deps.sh deb .*debhelper' <<<"$plan"
+out=$(DEPS_DRY_RUN=1 "$ROOT/tools/deps.sh" deb rlspoa-no-such-package 2>&1)
+check "deps knows the deb group" grep -q '^deps (deb): would install rlspoa-no-such-package' <<<"$out"
+
 out=$(DEPS_DRY_RUN=1 "$ROOT/tools/deps.sh" tests rlspoa-no-such-package valgrind 2>&1)
 check "deps says which group, what and why" grep -q '^deps (tests): would install rlspoa-no-such-package — for the tests' <<<"$out"
 out=$(DEPS_DRY_RUN=1 "$ROOT/tools/deps.sh" demo $demo 2>&1)
