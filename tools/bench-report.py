@@ -113,7 +113,9 @@ def c_row(label, alone, full):
 c_row(f"uniform: {R.get('accounts')} accounts, all allowed", 'alone_uniform', 'full_uniform')
 c_row(f'mixed: {mp}% of requests on {hot} accounts over their limit', 'alone_mixed', 'full_mixed')
 c_row(f'abuse: every request from {hot} accounts over their limit', 'alone_abuse', 'full_abuse')
-c_row('uniform, no JWT (identity from a plain header)', 'alone_nojwt', 'full_nojwt')
+c_row('uniform, no JWT (identity from a plain header), script engine', 'alone_nojwt', 'full_nojwt')
+if 'wrk_full_nojwt_mod_rps' in R:
+    c_row('uniform, no JWT, module engine (RATELIMIT.DECIDE)', 'alone_nojwt', 'full_nojwt_mod')
 for scen in ('mixed', 'abuse'):
     if f'wrk_full_{scen}_nocache_rps' in R:
         c_row(f'{scen}, deny cache off', f'alone_{scen}_nc', f'full_{scen}_nocache')
@@ -154,6 +156,31 @@ def margin(r, floor):
 
 r_uni = ratio('wrk_full_uniform', 'wrk_alone_uniform')
 r_nojwt = ratio('wrk_full_nojwt', 'wrk_alone_nojwt')
+r_mod_rounds = rounds_of('wrk_full_nojwt_mod', 'wrk_alone_nojwt')
+r_mod_min = min(r_mod_rounds) if r_mod_rounds else None
+def median_round(k):
+    """The round whose run pick_median chose for k (its rps is k's)."""
+    i = 1
+    while f'{k}_r{i}_rps' in R:
+        if R[f'{k}_r{i}_rps'] == R.get(k + '_rps'):
+            return i
+        i += 1
+    return None
+def nojwt_cpu(k):
+    """CPU per request of each process of one no-JWT e2e row, its median
+    round (HAProxy alone: the same round's)."""
+    i = median_round(k)
+    alone = R.get(f'wrk_alone_nojwt_r{i}_cpu_us', '-') if i else R.get('wrk_alone_nojwt_cpu_us', '-')
+    return (f"HAProxy {alone} alone / {R.get(k + '_cpu_us', '-')} e2e, "
+            f"agent {R.get(k + '_agent_us', '-')}, redis-server {R.get(k + '_redis_us', '-')} µs")
+def nojwt_cpu_rounds(k):
+    """The same, round by round: 'rI: HAProxy a/e, agent x, redis y'."""
+    out, i = [], 1
+    while f'{k}_r{i}_rps' in R:
+        out.append(f"r{i}: HAProxy {R.get(f'wrk_alone_nojwt_r{i}_cpu_us', '-')}/{R.get(f'{k}_r{i}_cpu_us', '-')}, "
+                   f"agent {R.get(f'{k}_r{i}_agent_us', '-')}, redis-server {R.get(f'{k}_r{i}_redis_us', '-')}")
+        i += 1
+    return '; '.join(out)
 f_worst = None if not f_ratio or None in f_ratio.values() else max(f_ratio.values())
 r_mix = ratio('wrk_full_mixed', 'wrk_full_uniform')
 r_abu = ratio('wrk_full_abuse', 'wrk_alone_abuse')
@@ -182,10 +209,13 @@ targets = [
      '' if m_ratio is None else f'{m_ratio - 0.35:+.2f}x'),
     ('end-to-end uniform without JWT >= 50% of HAProxy alone (no JWT)',
      rtxt('wrk_full_nojwt', 'wrk_alone_nojwt') + (
-         f" (CPU per request: HAProxy {R.get('wrk_alone_nojwt_cpu_us', '-')} alone / "
-         f"{R.get('wrk_full_nojwt_cpu_us', '-')} e2e, agent {R.get('wrk_full_nojwt_agent_us', '-')}, "
-         f"redis-server {R.get('wrk_full_nojwt_redis_us', '-')} µs)" if 'wrk_full_nojwt_rps' in R else ''),
+         f" (CPU per request: {nojwt_cpu('wrk_full_nojwt')})" if 'wrk_full_nojwt_rps' in R else ''),
      verdict(None if r_nojwt is None else r_nojwt >= 0.50), margin(r_nojwt, 0.50)),
+    ('module no-JWT >= 0.45x of HAProxy alone (no JWT) in every round',
+     '-' if r_mod_min is None else rtxt('wrk_full_nojwt_mod', 'wrk_alone_nojwt') +
+     f", worst {pct(r_mod_min)} (CPU per request: {nojwt_cpu('wrk_full_nojwt_mod')}; "
+     f"script: {rtxt('wrk_full_nojwt', 'wrk_alone_nojwt')})",
+     verdict(None if r_mod_min is None else r_mod_min >= 0.45), margin(r_mod_min, 0.45)),
     ('end-to-end mixed >= end-to-end uniform', 'mixed = ' + rtxt('wrk_full_mixed', 'wrk_full_uniform', 'of uniform'),
      verdict(None if r_mix is None else r_mix >= 1.0), margin(r_mix, 1.0)),
     ('end-to-end abuse >= 70% of HAProxy alone', rtxt('wrk_full_abuse', 'wrk_alone_abuse'),
@@ -231,6 +261,9 @@ print()
 print("  (c) HAProxy CPU per request, alone / e2e (us): " + ', '.join(
       f"{s} {R.get(f'wrk_alone_{s}_cpu_us', '-')} / {R.get(f'wrk_full_{s}_cpu_us', '-')}"
       for s in ('uniform', 'mixed', 'abuse')))
+for k, eng in (('wrk_full_nojwt', 'script'), ('wrk_full_nojwt_mod', 'module')):
+    if k + '_rps' in R:
+        print(f"  (c) no JWT, {eng}: CPU per request {nojwt_cpu(k)} (median round); by round: {nojwt_cpu_rounds(k)}")
 print()
 table(('(f) Redis per decision: in flight', 'redis-batch', 'decisions/s', 'Redis CPU us', 'script us',
        'decisions/call'), [r[:6] for r in ff])
@@ -323,6 +356,19 @@ g.append(md(('scenario', 'alone req/s', 'e2e req/s', 'e2e / alone', 'alone p50 /
 g.append(f"HAProxy {R.get('haproxy')}'s own CPU (user + system) per request, alone / e2e: " + ', '.join(
          f"{s} {R.get(f'wrk_alone_{s}_cpu_us', '-')} / {R.get(f'wrk_full_{s}_cpu_us', '-')} µs"
          for s in ('uniform', 'mixed', 'abuse')) + ".\n")
+nj = [(eng, R.get(k + '_rounds', '-'), rtxt(k, 'wrk_alone_nojwt'),
+       R.get(f'wrk_alone_nojwt_r{median_round(k)}_cpu_us', '-'),
+       R.get(k + '_cpu_us', '-'), R.get(k + '_agent_us', '-'), R.get(k + '_redis_us', '-'), nojwt_cpu_rounds(k))
+      for k, eng in (('wrk_full_nojwt', 'script (EVALSHA)'), ('wrk_full_nojwt_mod', 'module (RATELIMIT.DECIDE)'))
+      if k + '_rps' in R]
+if nj:
+    g.append("No JWT, by Redis engine: the same edge, its agent on `redis-engine script` or `module` "
+             "(the bench's Redis loads `module/ratelimit.so`), run alone -> script -> module back to back "
+             "in each round. CPU (user + system) per request served, median round, then round by round "
+             "(HAProxy alone/e2e, agent, redis-server, µs):\n")
+    g.append(md(('engine', 'e2e req/s rounds', 'e2e / alone', 'HAProxy alone µs', 'HAProxy e2e µs',
+                 'agent µs', 'redis-server µs', 'by round'), nj,
+                ('---', '---', '---:', '---:', '---:', '---:', '---:', '---')))
 g.append('### (f) Redis per decision: batched vs `redis-batch 1`\n')
 g.append(f"spoa-bench at {c1} x 1 and {c16} x 16 in flight, uniform over {R.get('accounts')} accounts, "
          "deny cache off (every decision reaches Redis), one agent per row. *Redis CPU*: redis-server's "

@@ -9,7 +9,10 @@
 #                         number of requests in flight as (a)
 #   (c) end to end        wrk -> HAProxy alone (same JWT check, no SPOE) vs
 #                         wrk -> HAProxy + agent + Redis (haproxy/haproxy.cfg),
-#                         runs: uniform, mixed (20% on 5 abusers), abuse (100%)
+#                         runs: uniform, mixed (20% on 5 abusers), abuse (100%);
+#                         and uniform without JWT, the script engine beside the
+#                         module's (module/ratelimit.so, loaded into the
+#                         bench's Redis when it exists: make bench builds it)
 #   (d) memory            agent RSS with 1,000 idle SPOP connections, and
 #                         malloc calls per decision (an LD_PRELOAD counter)
 #   (e) profile           where the agent's cycles go (perf, when it works)
@@ -123,7 +126,9 @@ json_get() {
 
 # start_bench_agent NAME EXTRA-CONFIG [env...]: an agent with the bench
 # policies on a fresh port (or $WANT_PORT); sets AGENT_PORT, AGENT_PID,
-# METRICS_PORT.
+# METRICS_PORT. Its redis-engine is $ENGINE (default script: the bench's
+# Redis may have the module, and every section but the module row of (c)
+# measures the script, as it always has).
 start_bench_agent() {
 	local name=$1 extra=$2; shift 2
 	AGENT_PORT=${WANT_PORT:-$(free_port)}
@@ -140,6 +145,7 @@ start_bench_agent() {
 	max-connections 4000
 	policy transfer $POLICY_LIMIT/${POLICY_WINDOW_MS}ms
 	policy reads    100/1m on-redis-error=allow
+	redis-engine    ${ENGINE:-script}
 	$extra
 	CONF
 	"$AGENT" -c -f "$T/agent-$name.conf" >"$T/agent-$name.check" 2>&1 \
@@ -289,10 +295,26 @@ fi
 # ---------------------------------------------------------------------------
 # Step 1: Redis and the script
 # ---------------------------------------------------------------------------
-start_redis >/dev/null || die "redis did not start"
+# The module too when it is built (make bench builds it): the no-JWT row of
+# (c) runs with each engine; every other agent pins redis-engine script.
+MODULE_SO=$ROOT/module/ratelimit.so
+if [ -e "$MODULE_SO" ]; then
+	REDIS_PORT=$(free_port)
+	redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+		--dir "$T" --logfile "$T/redis-$REDIS_PORT.log" --daemonize no --loadmodule "$MODULE_SO" &
+	REDIS_PID=$!
+	t_track "$REDIS_PID"
+	wait_port "$REDIS_PORT" || die "redis did not start with $MODULE_SO (see $T/redis-$REDIS_PORT.log)"
+	[ "$(redis-cli -p "$REDIS_PORT" COMMAND INFO ratelimit.decide | head -n1)" = ratelimit.decide ] \
+		|| die "redis-server loaded $MODULE_SO but has no RATELIMIT.DECIDE"
+else
+	MODULE_SO=
+	say "bench: no module/ratelimit.so (make module): the no-JWT row runs with the script only"
+	start_redis >/dev/null || die "redis did not start"
+fi
 SHA=$(redis-cli -p "$REDIS_PORT" SCRIPT LOAD "$(cat lua/sliding_window.lua)")
 [ ${#SHA} -eq 40 ] || die "SCRIPT LOAD failed: $SHA"
-say "bench: redis on $REDIS_PORT, script $SHA"
+say "bench: redis on $REDIS_PORT, script $SHA${MODULE_SO:+, module $MODULE_SO}"
 
 # ---------------------------------------------------------------------------
 # Step 2: (a) the Redis ceiling
@@ -439,15 +461,16 @@ sed -e '/^[[:space:]]*filter spoe /d' -e '/send-spoe-group/d' \
 grep -v '^[[:space:]]*#' "$T/haproxy-alone.cfg" | grep -qE 'filter spoe|send-spoe|return status (503|429)' \
 	&& die "could not strip the limiter out of haproxy/haproxy.cfg (did its layout change?)"
 
-# start_bench_edge NAME CFG: HAProxy with the edge environment; sets EDGE_PORT
-# and EDGE_PIDS[port]
+# start_bench_edge NAME CFG [AGENT-PORT]: HAProxy with the edge environment,
+# asking the agent on AGENT-PORT (default the main one); sets EDGE_PORT and
+# EDGE_PIDS[port]
 # (not tests/lib.sh's start_edge: one instance, its log to /dev/null).
 declare -A EDGE_PIDS
 start_bench_edge() {
-	local name=$1 cfg=$2
+	local name=$1 cfg=$2 agent_port=${3:-$MAIN_AGENT_PORT}
 	EDGE_PORT=$(free_port)
 	local envs=("RL_BIND=127.0.0.1:$EDGE_PORT" "RL_INSTANCE=bench-$name"
-	            "RL_AGENT_ADDR=127.0.0.1:$MAIN_AGENT_PORT"
+	            "RL_AGENT_ADDR=127.0.0.1:$agent_port"
 	            "RL_TRANSFERS_ADDR=127.0.0.1:$BE_T" "RL_ACCOUNTS_ADDR=127.0.0.1:$BE_A"
 	            "RL_JWT_PUBKEY=$CACHE/jwt/jwt-public.pem" "RL_HAPROXY_DIR=$ROOT/haproxy"
 	            "RL_ADMIN_SOCK=$T/admin-$name.sock" RL_LOG=stdout)
@@ -520,26 +543,65 @@ done
 for scen in uniform mixed abuse; do pick_median wrk "alone_$scen"; pick_median wrk "full_$scen"; done
 
 # No JWT, uniform: HAProxy alone vs HAProxy + agent + Redis, and the CPU
-# per request of each process of the limited path.
+# per request of each process of the limited path; with the module loaded,
+# the same again through a second agent (redis-engine module) and its own
+# edge: alone, script, module back to back in each round.
 say "  no JWT (identity from a plain header):"
-code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -X POST -H "X-Bench-Account: BENCH-SMOKE" \
-	"http://127.0.0.1:$FULL_NOJWT_PORT/transfers")
-[ "$code" = 201 ] || note_error "no-JWT edge answered $code, expected 201"
+MOD_AGENT_PID=
+if [ -n "$MODULE_SO" ]; then
+	ENGINE=module start_bench_agent module ""
+	MOD_AGENT_PID=$AGENT_PID
+	MOD_METRICS_PORT=$METRICS_PORT
+	start_bench_edge full_nojwt_mod "$T/haproxy-nojwt.cfg" "$AGENT_PORT"
+	FULL_NOJWT_MOD_PORT=$EDGE_PORT
+	AGENT_PORT=$MAIN_AGENT_PORT; METRICS_PORT=$MAIN_METRICS_PORT; AGENT_PID=$MAIN_AGENT_PID
+fi
+# nojwt_ready PORT: until one request through a no-JWT edge gets 201.
+nojwt_ready() {
+	local code i
+	for i in $(seq 100); do
+		code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -X POST -H "X-Bench-Account: BENCH-SMOKE" \
+			"http://127.0.0.1:$1/transfers")
+		[ "$code" = 201 ] && return 0
+		sleep 0.2
+	done
+	note_error "no-JWT edge :$1 answered $code, expected 201"
+	return 1
+}
+nojwt_ready "$FULL_NOJWT_PORT"
+if [ -n "$MOD_AGENT_PID" ]; then
+	nojwt_ready "$FULL_NOJWT_MOD_PORT"
+	# the module agent must have decided with the module, not fallen back
+	eng=$(curl -s --max-time 2 "http://127.0.0.1:$MOD_METRICS_PORT/metrics" |
+		awk '/^ratelimit_spoa_redis_engine\{engine="module"\}/ { print $2 }')
+	[ "${eng:-0}" = 1 ] || note_error "the module agent's engine gauge reads ${eng:-nothing} (module not in use?)"
+fi
 hz=$(getconf CLK_TCK)
-for i in $(seq "$ROUNDS"); do
-	run_wrk "alone_nojwt_r$i" "$ALONE_NOJWT_PORT" 0 0 "$IDS" header
-	a0=$(proc_ticks "$MAIN_AGENT_PID"); r0=$(proc_ticks "$REDIS_PID")
-	run_wrk "full_nojwt_r$i" "$FULL_NOJWT_PORT" 0 0 "$IDS" header
-	a1=$(proc_ticks "$MAIN_AGENT_PID"); r1=$(proc_ticks "$REDIS_PID")
-	n=$(awk '/ requests in / { print $1 }' "$T/wrk-full_nojwt_r$i.out")
+# full_nojwt NAME PORT AGENT-PID: one no-JWT e2e run, with the agent's and
+# redis-server's CPU per request (R[wrk_NAME_agent_us], R[wrk_NAME_redis_us]).
+full_nojwt() {
+	local name=$1 port=$2 apid=$3 a0 r0 a1 r1 n
+	a0=$(proc_ticks "$apid"); r0=$(proc_ticks "$REDIS_PID")
+	run_wrk "$name" "$port" 0 0 "$IDS" header
+	a1=$(proc_ticks "$apid"); r1=$(proc_ticks "$REDIS_PID")
+	n=$(awk '/ requests in / { print $1 }' "$T/wrk-$name.out")
 	if [ "${n:-0}" -gt 0 ]; then
-		R[wrk_full_nojwt_r${i}_agent_us]=$(awk -v t=$((a1 - a0)) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
-		R[wrk_full_nojwt_r${i}_redis_us]=$(awk -v t=$((r1 - r0)) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
-		say "    per request: agent ${R[wrk_full_nojwt_r${i}_agent_us]} us, redis-server ${R[wrk_full_nojwt_r${i}_redis_us]} us of CPU"
+		R[wrk_${name}_agent_us]=$(awk -v t=$((a1 - a0)) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
+		R[wrk_${name}_redis_us]=$(awk -v t=$((r1 - r0)) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
+		say "    per request: agent ${R[wrk_${name}_agent_us]} us, redis-server ${R[wrk_${name}_redis_us]} us of CPU"
 	fi
 	flush_redis
+}
+for i in $(seq "$ROUNDS"); do
+	run_wrk "alone_nojwt_r$i" "$ALONE_NOJWT_PORT" 0 0 "$IDS" header
+	full_nojwt "full_nojwt_r$i" "$FULL_NOJWT_PORT" "$MAIN_AGENT_PID"
+	[ -z "$MOD_AGENT_PID" ] || full_nojwt "full_nojwt_mod_r$i" "$FULL_NOJWT_MOD_PORT" "$MOD_AGENT_PID"
 done
 pick_median wrk alone_nojwt; pick_median wrk full_nojwt
+if [ -n "$MOD_AGENT_PID" ]; then
+	pick_median wrk full_nojwt_mod
+	AGENT_PID=$MOD_AGENT_PID stop_bench_agent
+fi
 R[agent_hwm_kb]=$(hwm_kb "$MAIN_AGENT_PID")
 
 # The deny cache off, for comparison (when the agent has the switch).
