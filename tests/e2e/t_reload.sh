@@ -72,7 +72,8 @@ eq "after a second reload: still deciding" 100000 "$(rsp_hdr RateLimit-Limit)"
 # reload sends SIGUSR2): the master re-executes its own binary, which must
 # start again as it is (a binary that runs only through a wrapper, such as
 # ld.so --library-path, loses its libraries there and the master exits).
-workers() { awk -v m="$1" '$4 == m { print $1 }' /proc/[0-9]*/stat 2>/dev/null; }
+# (cat, not awk on the files: mawk stops at a process that exited meanwhile)
+workers() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v m="$1" '$4 == m { print $1 }'; }
 start_haproxy M "$ROOT/haproxy/haproxy.cfg" -W
 master=$HAP_PID_M
 req M POST /transfers "$tok"
