@@ -250,12 +250,12 @@ static void limiter_warn_reply(const struct limiter_link *k, const struct window
                                enum window_reason why)
 {
 	bool err = v->kind == WINDOW_REPLY_ERROR;
-	const char *event = why == WINDOW_REASON_REDIS_OOM      ? "redis_oom"
-	                    : why == WINDOW_REASON_REDIS_EVICTS ? "redis_evicts_keys"
-	                                                        : "redis_script_error";
+	bool oom = why == WINDOW_REASON_REDIS_OOM, evicts = why == WINDOW_REASON_REDIS_EVICTS;
 
-	log_limited(CONFIG_LOG_WARN, event, event, "addr=%s reply=\"%.*s\"", k->addr,
-	            err ? (int)v->len : 0, err ? v->str : "");
+	/* the event names written out here: t_ops_reasons.py reads them */
+	log_limited(CONFIG_LOG_WARN, oom ? "redis_oom" : evicts ? "redis_evicts_keys" : "redis_script_error",
+	            oom ? "redis_oom" : evicts ? "redis_evicts_keys" : "redis_script_error",
+	            "addr=%s reply=\"%.*s\"", k->addr, err ? (int)v->len : 0, err ? v->str : "");
 }
 
 /* The view window.c reads of <r> (borrowed: <v> points into it until
