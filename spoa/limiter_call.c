@@ -243,16 +243,19 @@ void limiter_on_park(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 }
 
-/* Log a script error (<oom>: Redis over maxmemory) at warn, rate-limited
- * (log_limited), so a broken script cannot flood the log. */
+/* Log a script error (<why>: Redis over maxmemory, the module refusing on
+ * an evicting Redis, or any other) at warn, rate-limited (log_limited), so a
+ * broken script cannot flood the log. */
 static void limiter_warn_reply(const struct limiter_link *k, const struct window_reply *v,
-                               bool oom)
+                               enum window_reason why)
 {
 	bool err = v->kind == WINDOW_REPLY_ERROR;
+	bool oom = why == WINDOW_REASON_REDIS_OOM, evicts = why == WINDOW_REASON_REDIS_EVICTS;
 
-	log_limited(CONFIG_LOG_WARN, oom ? "redis_oom" : "redis_script_error",
-	            oom ? "redis_oom" : "redis_script_error", "addr=%s reply=\"%.*s\"", k->addr,
-	            err ? (int)v->len : 0, err ? v->str : "");
+	/* the event names written out here: t_ops_reasons.py reads them */
+	log_limited(CONFIG_LOG_WARN, oom ? "redis_oom" : evicts ? "redis_evicts_keys" : "redis_script_error",
+	            oom ? "redis_oom" : evicts ? "redis_evicts_keys" : "redis_script_error",
+	            "addr=%s reply=\"%.*s\"", k->addr, err ? (int)v->len : 0, err ? v->str : "");
 }
 
 /* The view window.c reads of <r> (borrowed: <v> points into it until
@@ -311,7 +314,7 @@ void limiter_call_finish(struct limiter *l, struct limiter_link *k,
 		bool oom = d.reason == WINDOW_REASON_REDIS_OOM;
 
 		limiter_count_error(l, oom ? METRICS_REDIS_ERR_OOM : METRICS_REDIS_ERR_SCRIPT);
-		limiter_warn_reply(k, view, oom);
+		limiter_warn_reply(k, view, d.reason);
 	} else if (c->cacheable && d.status == WINDOW_DENY) {
 		deny_cache_store(&l->cache, c->policy.name, c->policy.name_len, c->key, c->key_len,
 		                 c->cost, c->sent_us, &d, now);

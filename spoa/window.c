@@ -448,8 +448,13 @@ int window_decide_reply(const struct window_policy *p, const struct window_reply
                         struct window_decision *d)
 {
 	if (!reply_is_result(r)) {
-		window_decide_error(p, window_reply_is_oom(r) ? WINDOW_REASON_REDIS_OOM
-		                                              : WINDOW_REASON_REDIS_ERROR, d);
+		enum window_reason why = WINDOW_REASON_REDIS_ERROR;
+
+		if (window_reply_is_oom(r))
+			why = WINDOW_REASON_REDIS_OOM;
+		else if (window_reply_is_evicts(r))
+			why = WINDOW_REASON_REDIS_EVICTS;
+		window_decide_error(p, why, d);
 		return -1;
 	}
 	memset(d, 0, sizeof(*d));
@@ -493,6 +498,15 @@ bool window_reply_is_oom(const struct window_reply *r)
 	if (r->len >= 4 && memcmp(r->str, "OOM ", 4) == 0)
 		return true;
 	return memmem(r->str, r->len, oom, sizeof(oom) - 1) != NULL;
+}
+
+/* Is <r> the module's refusal on a Redis whose maxmemory-policy may evict
+ * keys ("EVICTS ratelimit: ...")? The same verdict as the agent's own
+ * eviction check, reached when the policy changed after the agent looked. */
+bool window_reply_is_evicts(const struct window_reply *r)
+{
+	return r && r->kind == WINDOW_REPLY_ERROR && r->str && r->len >= 7 &&
+	       memcmp(r->str, "EVICTS ", 7) == 0;
 }
 
 /* Empty accumulator for window_decision_merge(). */

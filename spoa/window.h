@@ -226,6 +226,10 @@ bool window_reply_is_noscript(const struct window_reply *r);
  * also wrapped in a script error by Redis 6)? */
 bool window_reply_is_oom(const struct window_reply *r);
 
+/* Is <r> the module's "EVICTS ..." error (RATELIMIT.DECIDE on a Redis whose
+ * maxmemory-policy may evict keys)? Decided as redis-evicts-keys. */
+bool window_reply_is_evicts(const struct window_reply *r);
+
 /* Fold <d> into <acc>: error over deny over allow; among denies the longest
  * retry_after; among allows the least remaining (an allow without quota, the
  * fail-open kind, ranks below any allow with quota); ties keep <acc>.

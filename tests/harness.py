@@ -88,6 +88,36 @@ def module_args(extra=()):
     return []
 
 
+def engine_commands():
+    """INFO commandstats names of the decision command the agents send under
+    this run: the module's RATELIMIT.DECIDE when the suite runs on the module
+    (SPOA_TEST_REDIS_ENGINE=module, or auto on the servers the harness loads
+    it into), the script's EVALSHA + EVAL otherwise."""
+    if FORCED_ENGINE in ("module", "auto"):
+        return ("cmdstat_ratelimit.decide",)
+    return ("cmdstat_evalsha", "cmdstat_eval")
+
+
+def engine_calls(commandstats, names=None):
+    """Decision calls Redis ran, summed from <commandstats> (the text of
+    INFO commandstats) over <names> (default engine_commands())."""
+    names = names or engine_commands()
+    n = 0
+    for line in commandstats.splitlines():
+        name = line.split(":", 1)[0]
+        if name in names and "calls=" in line:
+            n += int(line.split("calls=")[1].split(",")[0])
+    return n
+
+
+def redis_server_argv(port, tmp, extra=()):
+    """argv of a plain redis-server on 127.0.0.1:<port> (no persistence, its
+    files in <tmp>) plus <extra>, with the module loaded when the suite runs
+    on it (module_args): for tests that start their own servers."""
+    return [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--dir", tmp] + list(extra) + module_args(extra)
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -78,9 +78,8 @@ h.eq("back: allow", "allow", c.ratelimit("ACC-H2")["actions"]["status"])
 # A Redis that may evict the windows: connected, script loaded, yet every
 # decision is refused (redis-evicts-keys): not ready either.
 h.stop_redis()
-h.redis = h.spawn(["redis-server", "--port", str(h.redis_port), "--bind", "127.0.0.1", "--save", "",
-                   "--appendonly", "no", "--dir", h.tmp, "--maxmemory-policy", "allkeys-lru"],
-                  os.path.join(h.tmp, "redis.log"))
+# (start_redis: the module loaded too when the suite runs on it)
+h.start_redis(extra=("--maxmemory-policy", "allkeys-lru"))
 h.check("redis-server restarted with maxmemory-policy allkeys-lru", wait_port(h.redis_port))
 d = u.wait_for(lambda: (lambda a: a if a.get("reason") == "redis-evicts-keys" else None)(
     c.ratelimit("ACC-H3")["actions"]), 10, step=0.3) or {}

@@ -18,6 +18,7 @@ fails without it): auto picks the module, and MODULE UNLOAD under load never
 gives a free pass (auto falls back to the script at the exact limit, module
 fails closed)."""
 import os
+import re
 import subprocess
 import sys
 import time
@@ -57,7 +58,11 @@ def conf(name, url, extra):
     return path, port, mport
 
 
-def agent(name, url, extra=""):
+def agent(name, url, extra="redis-engine auto\n"):
+    """An agent on <url>; <extra>: more config lines. The engine is always
+    pinned (auto by default, as a config without the directive): this test
+    is about the choice itself, so make integration-module's forced engine
+    (SPOA_TEST_REDIS_ENGINE) must not replace it."""
     path, port, mport = conf(name, url, extra)
     log = os.path.join(h.tmp, "%s.log" % name)
     p = h.spawn([AGENT, "-f", path], log)
@@ -166,7 +171,7 @@ p, port, mport, log = agent("reload", URL)
 h.check("reload: ready with auto (the script)", u.wait_for(lambda: readyz(mport) == 200, 15))
 path = os.path.join(h.tmp, "reload.conf")
 with open(path) as f:
-    base = f.read()
+    base = re.sub(r"(?m)^redis-engine .*\n", "", f.read())
 with open(path, "w") as f:
     f.write(base + "redis-engine module\n")
 p.send_signal(signal.SIGHUP)
@@ -243,5 +248,31 @@ seen = statuses(port, "MODONLY2", 5)
 h.check("MODULE UNLOAD (module): every decision error, none allowed",
         all(s == "error" for s, _ in seen), seen)
 h.check("... /readyz 503", u.wait_for(lambda: readyz(mport) == 503, 10))
+h.stop(p)
+
+# -- the module refuses on an evicting Redis: the agent says redis-evicts-keys -------------
+# redis-allow-eviction yes: the agent's own poll lets decisions through, so
+# the refusal comes from the module (loaded without allow-eviction) at the
+# moment it decides, as its "EVICTS ..." error.
+h.eq("MODULE LOAD again answers OK", "OK", rcli(mod, "MODULE", "LOAD", MODULE))
+rcli(mod, "FLUSHALL")
+rcli(mod, "CONFIG", "SET", "maxmemory", "100mb")
+rcli(mod, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+p, port, mport, log = agent("evicts", MURL, "redis-engine module\nredis-allow-eviction yes\n"
+                            "policy open 3/10s on-redis-error=allow\n")
+h.check("module on an evicting Redis: the agent connects", u.wait_for(lambda: engine_gauge(mport) ==
+        {"script": 0.0, "module": 1.0}, 15), text(log)[-500:])
+h.eq("... a fail-closed decision: error redis-evicts-keys", [("error", "redis-evicts-keys")] * 2,
+     statuses(port, "EVICTS", 2))
+c = spop.Conn().connect("127.0.0.1", port)
+c.hello()
+a = c.ratelimit("EVICTS", policy="open")["actions"]
+c.close()
+h.eq("... a fail-open decision: allow redis-evicts-keys", ("allow", "redis-evicts-keys"),
+     (a.get("status"), a.get("reason")))
+h.eq("... nothing written", "0", rcli(mod, "EXISTS", "transfer:limit:v1:EVICTS"))
+h.check("... logged redis_evicts_keys at warn with the module's reply",
+        u.wait_for(lambda: "level=warn event=redis_evicts_keys" in text(log) and "EVICTS" in text(log), 5),
+        text(log)[-500:])
 h.stop(p)
 h.done()

@@ -36,10 +36,11 @@ h = Harness()
 
 
 def redis(name, *extra):
-    """A redis-server of its own on a free port; returns the port."""
+    """A redis-server of its own on a free port (with the module when the
+    suite runs on it); returns the port."""
     port = free_port()
-    h.spawn(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", h.tmp, "--enable-debug-command", "yes"] + list(extra),
+    # redis_server_argv: the module loaded too when the suite runs on it
+    h.spawn(u.redis_server_argv(port, h.tmp, ["--enable-debug-command", "yes"] + list(extra)),
             os.path.join(h.tmp, "redis-%s.log" % name))
     if not wait_port(port):
         raise RuntimeError("redis %s did not start" % name)

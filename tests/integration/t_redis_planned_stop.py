@@ -34,8 +34,8 @@ def bad(lines):
 
 # a reload to another Redis: the old links close on purpose
 other = free_port()
-h.spawn(["redis-server", "--port", str(other), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", h.tmp], os.path.join(h.tmp, "redis-other.log"))
+# (redis_server_argv: with the module when the suite runs on it)
+other_redis = h.spawn(u.redis_server_argv(other, h.tmp), os.path.join(h.tmp, "redis-other.log"))
 h.check("second redis up", wait_port(other))
 mark = len(u.log_text(h).splitlines())
 old_port, h.redis_port = h.redis_port, other
@@ -62,9 +62,7 @@ h.eq("nothing at warn or error on SIGTERM", [], bad(after))
 h.redis_port = other
 h.start_agent("metrics 127.0.0.1:%d\nthreads 2\npolicy transfer 100/1m\n" % mport)
 h.check("agent ready again", u.wait_ready(mport, 2))
-for p in list(h.procs):
-    if p.args and p.args[0] == "redis-server" and str(other) in p.args:
-        h.stop(p)
+h.stop(other_redis)
 h.check("Redis gone by itself: redis_disconnected at warn",
         u.wait_log(h, "level=warn event=redis_disconnected", 1, 10))
 h.stop(h.agent)

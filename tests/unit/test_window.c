@@ -653,6 +653,35 @@ static void test_oom(void **state)
 	assert_int_equal(d.reason, WINDOW_REASON_REDIS_ERROR);
 }
 
+/* The module refuses on a Redis that may evict keys with "EVICTS ...":
+ * redis-evicts-keys, as the agent's own check says; fail-open allows. */
+static void test_evicts(void **state)
+{
+	static const char evicts[] =
+		"-EVICTS ratelimit: maxmemory-policy may evict keys and admit more than the limit "
+		"(set noeviction, or load the module with allow-eviction)\r\n";
+	struct window_policy p;
+	struct window_decision d;
+
+	(void)state;
+	policy_make(&p, "transfer", 3, 1000);
+	p.on_error = WINDOW_ON_ERROR_DENY;
+	assert_int_equal(decide(&p, evicts, &d), -1);
+	assert_int_equal(d.status, WINDOW_ERROR);
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_EVICTS);
+	assert_false(d.has_quota);
+	p.on_error = WINDOW_ON_ERROR_ALLOW;
+	assert_int_equal(decide(&p, evicts, &d), -1);
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(d.reason, WINDOW_REASON_REDIS_EVICTS);
+	assert_int_equal(d.limit, 3);
+	assert_false(d.has_quota);
+	assert_false(reply_is(window_reply_is_evicts, "+EVICTS ratelimit\r\n"));
+	assert_false(reply_is(window_reply_is_evicts, "-ERR EVICTS\r\n"));
+	assert_false(reply_is(window_reply_is_evicts, "-EVICTSX\r\n"));
+	assert_false(window_reply_is_evicts(NULL));
+}
+
 static void test_fail_open(void **state)
 {
 	struct window_policy p;
@@ -815,6 +844,7 @@ int main(void)
 		cmocka_unit_test(test_reply_errors),
 		cmocka_unit_test(test_noscript),
 		cmocka_unit_test(test_oom),
+		cmocka_unit_test(test_evicts),
 		cmocka_unit_test(test_fail_open),
 		cmocka_unit_test(test_fail_closed),
 		cmocka_unit_test(test_merge),
