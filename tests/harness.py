@@ -110,12 +110,21 @@ def engine_calls(commandstats, names=None):
     return n
 
 
-def redis_server_argv(port, tmp, extra=()):
+def redis_server_argv(port, tmp, extra=(), module=True):
     """argv of a plain redis-server on 127.0.0.1:<port> (no persistence, its
     files in <tmp>) plus <extra>, with the module loaded when the suite runs
-    on it (module_args): for tests that start their own servers."""
+    on it (module_args; <module> False: never): for tests that start their
+    own servers."""
     return [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", tmp] + list(extra) + module_args(extra)
+            "--appendonly", "no", "--dir", tmp] + list(extra) + (module_args(extra) if module else [])
+
+
+def rcli(port, *args, user=None):
+    """redis-cli against 127.0.0.1:<port> (as ACL <user> = (name, password)
+    when given); its output, stripped."""
+    auth = ["--user", user[0], "--pass", user[1], "--no-auth-warning"] if user else []
+    return subprocess.run(["redis-cli", "-p", str(port)] + auth + [str(a) for a in args],
+                          capture_output=True, text=True, timeout=30).stdout.strip()
 
 
 def free_port():
@@ -267,6 +276,17 @@ class Harness:
         p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.procs.append(p)
         return p
+
+    def spawn_redis(self, name, extra=(), module=True):
+        """A redis-server of the test's own on a free port, logging to
+        redis-<name>.log in the temp dir (redis_server_argv: <module> False
+        for a test that chooses what Redis loads); returns the port."""
+        port = free_port()
+        self.spawn(redis_server_argv(port, self.tmp, extra, module),
+                   os.path.join(self.tmp, "redis-%s.log" % name))
+        if not wait_port(port, REDIS_START_SECS):
+            raise RuntimeError("redis %s did not start" % name)
+        return port
 
     def tls_certs(self):
         """The test's TLSCerts (made once, in its temp dir)."""

@@ -34,18 +34,12 @@ h = Harness()
 
 
 def redis(name, *extra):
-    port = free_port()
-    h.spawn(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", h.tmp] + list(extra),
-            os.path.join(h.tmp, "redis-%s.log" % name))
-    if not wait_port(port):
-        raise RuntimeError("redis %s did not start" % name)
-    return port
+    """A redis-server of its own on a free port (it loads the module only
+    where this test says so); returns the port."""
+    return h.spawn_redis(name, extra, module=False)
 
 
-def rcli(port, *args):
-    return subprocess.run(["redis-cli", "-p", str(port)] + [str(a) for a in args],
-                          capture_output=True, text=True, timeout=10).stdout.strip()
+rcli = u.rcli
 
 
 def conf(name, url, extra):

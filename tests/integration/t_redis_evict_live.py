@@ -38,20 +38,10 @@ h = Harness()
 def redis(name, *extra):
     """A redis-server of its own on a free port (with the module when the
     suite runs on it); returns the port."""
-    port = free_port()
-    # redis_server_argv: the module loaded too when the suite runs on it
-    h.spawn(u.redis_server_argv(port, h.tmp, ["--enable-debug-command", "yes"] + list(extra)),
-            os.path.join(h.tmp, "redis-%s.log" % name))
-    if not wait_port(port):
-        raise RuntimeError("redis %s did not start" % name)
-    return port
+    return h.spawn_redis(name, ["--enable-debug-command", "yes"] + list(extra))
 
 
-def rcli(port, *args, user=None):
-    import subprocess
-    auth = ["--user", user[0], "--pass", user[1], "--no-auth-warning"] if user else []
-    return subprocess.run(["redis-cli", "-p", str(port)] + auth + [str(a) for a in args],
-                          capture_output=True, text=True, timeout=30).stdout.strip()
+rcli = u.rcli
 
 
 def info(port, section, field, user=None):
