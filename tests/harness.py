@@ -682,6 +682,28 @@ def wait_for(fn, timeout=10.0, step=0.05):
     return v
 
 
+def replicas_caught_up(info, target):
+    """True when <info> (INFO replication of a primary) lists a replica and
+    every replica has acknowledged offset <target>."""
+    offs = [int(kv.split("=", 1)[1]) for line in info.splitlines() if line.startswith("slave")
+            for kv in line.split(":", 1)[1].split(",") if kv.startswith("offset=")]
+    return bool(offs) and min(offs) >= target
+
+
+def wait_replicated(info, timeout=15.0):
+    """Until every replica of a primary holds what the primary has written so
+    far; <info>() returns that primary's INFO replication. WAIT from a new
+    redis-cli proves nothing here: it counts acks of that connection's own
+    writes, and it wrote nothing, so it answers at once. (Replicas ack once a
+    second: this takes up to about 1 s.)"""
+    first = info()
+    m = [ln for ln in first.splitlines() if ln.startswith("master_repl_offset:")]
+    if not m:
+        return False
+    target = int(m[0].split(":", 1)[1])
+    return bool(wait_for(lambda: replicas_caught_up(info(), target), timeout, 0.1))
+
+
 def log_text(h):
     try:
         with open(h.agent_log, errors="replace") as f:

@@ -12,7 +12,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness  # noqa: E402
+from harness import Harness, wait_replicated  # noqa: E402
 from t_cluster import Cluster, conn, start_agent, wait_decisions  # noqa: E402
 
 h = Harness()
@@ -29,8 +29,11 @@ victim = cl.owner(key)
 for _ in range(5):
     d = a.ratelimit("ACC-FO", policy="big")["actions"]
 h.eq("before: decided on primary %d" % victim, "allow", d["status"])
+h.eq("before: recorded on the primary", "5", cl.cli(victim, "ZCARD", key))
 # Let the replica catch up so its promotion keeps the count.
-h.eq("before: the replica has the writes", "1", cl.cli(victim, "WAIT", 1, 2000))
+h.check("before: the replica has the writes",
+        wait_replicated(lambda: cl.cli(victim, "INFO", "replication")),
+        cl.cli(victim, "INFO", "replication"))
 
 h.stop(cl.procs[victim], sig=signal.SIGKILL)   # a crash, not a shutdown
 statuses = []

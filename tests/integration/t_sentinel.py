@@ -13,7 +13,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import AGENT, Harness, free_port, wait_port  # noqa: E402
+from harness import AGENT, Harness, free_port, wait_port, wait_replicated  # noqa: E402
 import spop  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -119,7 +119,7 @@ h.eq("story: 3 allow, 3 deny", ["allow"] * 3 + ["deny"] * 3, seen)
 h.eq("story: recorded on the primary", "3", cli(p1, "ZCARD", "transfer:limit:v1:ACC-1001"))
 for _ in range(4):
     decide("ACC-FO", "big")
-cli(p1, "WAIT", 1, 2000)
+h.check("the replica has the writes", wait_replicated(lambda: cli(p1, "INFO", "replication")))
 
 # -- SENTINEL FAILOVER --------------------------------------------------------
 h.eq("SENTINEL FAILOVER accepted", "OK", cli(sports[0], "SENTINEL", "FAILOVER", MASTER, auth=False))
