@@ -99,17 +99,18 @@ class Cluster:
             raise RuntimeError("cluster create failed:\n" + out.stdout + out.stderr)
         if not self.wait_ok(30):
             raise RuntimeError("cluster_state did not become ok")
-        if not self.wait_replicas(30):
+        if not self.wait_replicas(30, primaries * replicas):
             raise RuntimeError("replicas did not sync")
 
-    def wait_replicas(self, secs):
-        """Until every replica has finished its first sync (a replica that
-        never synced is too stale to be promoted)."""
+    def wait_replicas(self, secs, want=1):
+        """Until <want> replicas have finished their first sync (a replica
+        that never synced is too stale to be promoted; one not yet told to
+        replicate is not counted, hence the number)."""
         end = time.time() + secs
         while time.time() < end:
             infos = [self.cli(p, "INFO", "replication") for p in self.alive()]
             reps = [i for i in infos if "role:slave" in i]
-            if reps and all("master_link_status:up" in i for i in reps):
+            if len(reps) >= want and all("master_link_status:up" in i for i in reps):
                 return True
             time.sleep(0.2)
         return False
