@@ -685,7 +685,8 @@ def wait_for(fn, timeout=10.0, step=0.05):
 def replicas_caught_up(info, target):
     """True when <info> (INFO replication of a primary) lists a replica and
     every replica has acknowledged offset <target>."""
-    offs = [int(kv.split("=", 1)[1]) for line in info.splitlines() if line.startswith("slave")
+    offs = [int(kv.split("=", 1)[1]) for line in info.splitlines()
+            if re.match(r"(slave|replica)\d+:", line)
             for kv in line.split(":", 1)[1].split(",") if kv.startswith("offset=")]
     return bool(offs) and min(offs) >= target
 
