@@ -245,7 +245,7 @@ finally:
 
 # -- unix socket listener ------------------------------------------------------------
 sock = os.path.join(h.tmp, "agent.sock")
-h.start_agent("policy transfer 3/1s", listen="unix:" + sock)
+h.start_agent("policy transfer 3/1s", listen="unix:" + sock, ready=True)
 u = spop.Conn().connect(sock)
 u.hello()
 h.eq("unix socket: decides", "allow", act(u.ratelimit("ACC-UNIX"))["status"])
