@@ -25,7 +25,7 @@ policy transfer 3/1s
 policy burst 50/10s
 policy heavy 10/10s
 policy reads 100/1m on-redis-error=allow
-""")
+""", ready=True)
 
 
 def conn():

@@ -53,7 +53,7 @@ max-inflight 4
 redis-batch 1
 policy p 1000000/1s
 policy full 1/1h
-""")
+""", ready=True)
 
 # -- two messages: one with room, one on a full policy: nothing is counted -------
 a = conn()
