@@ -378,6 +378,26 @@ class Harness:
             f.write(force_threads(extra.strip() + "\n"))
         return path
 
+    def side_agent_conf(self, name, body):
+        """<name>.conf for an agent of its own beside self.agent: listen and
+        metrics on free ports, then <body> as given; (path, port, metrics
+        port)."""
+        port, mport = free_port(), free_port()
+        path = os.path.join(self.tmp, "%s.conf" % name)
+        with open(path, "w") as f:
+            f.write("listen 127.0.0.1:%d\nmetrics 127.0.0.1:%d\n%s" % (port, mport, body))
+        return path, port, mport
+
+    def spawn_side_agent(self, name, body):
+        """That agent started, logging to <name>.log; (proc, port, metrics
+        port, log path) once both ports listen."""
+        path, port, mport = self.side_agent_conf(name, body)
+        log = os.path.join(self.tmp, "%s.log" % name)
+        p = self.spawn([AGENT, "-f", path], log)
+        if not wait_port(port) or not wait_port(mport):
+            raise RuntimeError("agent %s did not start" % name)
+        return p, port, mport, log
+
     def start_agent(self, extra, listen=None, args=(), wait=True, ready=False):
         """Start the agent; with <ready>, also give it a metrics listener and
         wait until /readyz says every worker can decide (the SPOP port
@@ -439,6 +459,13 @@ class Harness:
     def fail(self, what):
         self.failed += 1
         print("not ok - " + what, flush=True)
+
+    def wait_until(self, what, pred, secs=20):
+        """Until pred() is true (True); after <secs> a failed check (False)."""
+        if wait_for(pred, secs, 0.1):
+            return True
+        self.fail("timed out waiting: " + what)
+        return False
 
     def check(self, what, cond, detail=""):
         if cond:
@@ -705,12 +732,17 @@ def wait_replicated(info, timeout=15.0):
     return bool(wait_for(lambda: replicas_caught_up(info(), target), timeout, 0.1))
 
 
-def log_text(h):
+def read_text(path):
+    """<path>'s text ("" while it does not exist)."""
     try:
-        with open(h.agent_log, errors="replace") as f:
+        with open(path, errors="replace") as f:
             return f.read()
     except OSError:
         return ""
+
+
+def log_text(h):
+    return read_text(h.agent_log)
 
 
 def log_count(h, needle):

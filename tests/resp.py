@@ -1,6 +1,7 @@
-"""A minimal RESP2 client for the tests that send many commands (the
-module's differential test): one socket, pipelined calls, replies parsed
-into str / int / list / None, an error reply as an Err (never raised)."""
+"""A minimal RESP2 client for the tests that talk to Redis without a
+redis-cli process per call: one socket, pipelined calls, replies parsed
+into str (bytes with raw=True) / int / list / None, an error reply as an
+Err (never raised)."""
 import socket
 
 
@@ -23,9 +24,12 @@ def encode(args):
 
 
 class Redis:
-    def __init__(self, port, host="127.0.0.1", timeout=30.0):
+    """<raw>: bulk strings as bytes (DUMP payloads), not decoded to str."""
+
+    def __init__(self, port, host="127.0.0.1", timeout=30.0, raw=False):
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buf = b""
+        self.raw = raw
 
     def close(self):
         self.sock.close()
@@ -60,7 +64,7 @@ class Redis:
             while len(self.buf) < n + 2:
                 self._fill()
             s, self.buf = self.buf[:n], self.buf[n + 2:]
-            return s.decode(errors="replace")
+            return s if self.raw else s.decode(errors="replace")
         if t == b"*":
             n = int(rest)
             if n < 0:

@@ -6,59 +6,21 @@ a key being migrated to its new owner (ASK), and the windows the module
 wrote migrate like any sorted set or hash: after the slot moved, the new
 owner goes on counting where the old one stopped, TTLs included."""
 import os
-import random
-import socket
 import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from harness import Harness, MODULE_SO, REDIS_SERVER, REDIS_START_SECS, wait_for, wait_port  # noqa: E402
 import resp  # noqa: E402
 import harness  # noqa: E402
+from t_cluster import cluster_ports, key_slot  # noqa: E402
 
 # (these tests choose where the module is loaded: not SPOA_TEST_REDIS_ENGINE)
 harness.FORCED_ENGINE = ""
 
 D = "RATELIMIT.DECIDE"
-
-
-def crc16(data):
-    crc = 0
-    for b in data:
-        crc ^= b << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) & 0xFFFF if crc & 0x8000 else (crc << 1) & 0xFFFF
-    return crc
-
-
-def key_slot(key):
-    k = key.encode()
-    o = k.find(b"{")
-    if o >= 0:
-        c = k.find(b"}", o + 1)
-        if c > o + 1:
-            k = k[o + 1:c]
-    return crc16(k) % 16384
-
-
-def bindable(port):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", port))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
-def port_pair():
-    """A free port whose bus port (+10000) is free too, below the ephemeral range."""
-    while True:
-        p = random.randint(11000, 22700)
-        if bindable(p) and bindable(p + 10000):
-            return p
 
 
 h = Harness()
@@ -68,7 +30,7 @@ if not os.path.exists(MODULE_SO):
 ports = []
 for name in ("a", "b"):
     for _ in range(5):
-        p = port_pair()
+        p = cluster_ports(1)[0]
         d = os.path.join(h.tmp, "node-" + name)
         os.makedirs(d, exist_ok=True)
         proc = h.spawn([REDIS_SERVER, "--port", str(p), "--bind", "127.0.0.1", "--cluster-enabled", "yes",

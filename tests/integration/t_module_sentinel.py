@@ -26,20 +26,11 @@ if not os.path.exists(MODULE_SO):
     h.done()
 
 
-def cli(port, *args):
-    out = subprocess.run(["redis-cli", "-p", str(port)] + [str(x) for x in args],
-                         capture_output=True, text=True, timeout=10)
-    return out.stdout.strip()
+cli = harness.rcli
 
 
 def wait_until(what, pred, secs=30):
-    end = time.time() + secs
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    h.fail("timed out waiting: " + what)
-    return False
+    return h.wait_until(what, pred, secs)
 
 
 conf = os.path.join(h.tmp, "agent.conf")

@@ -17,7 +17,6 @@ a real redis-server.
   variables, and -c's checks of precision."""
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import harness  # noqa: E402
 from harness import Harness  # noqa: E402
+import resp  # noqa: E402
 import spop  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -32,46 +32,9 @@ SCRIPT = open(os.path.join(ROOT, "lua", "sliding_window.lua")).read()
 RET = "best_retry, best - 1 }"
 
 
-class Resp:
-    """A minimal RESP2 client: enough for EVALSHA, DUMP/RESTORE and friends
-    without a redis-cli process per call."""
-
-    def __init__(self, port):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.f = self.s.makefile("rb")
-
-    def __call__(self, *args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            a = a if isinstance(a, bytes) else str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        self.s.sendall(b"".join(out))
-        return self._read()
-
-    def _read(self):
-        line = self.f.readline()[:-2]
-        t, rest = line[:1], line[1:]
-        if t == b"+":
-            return rest.decode()
-        if t == b"-":
-            return RuntimeError(rest.decode())
-        if t == b":":
-            return int(rest)
-        if t == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            data = self.f.read(n + 2)[:-2]
-            return data
-        if t == b"*":
-            n = int(rest)
-            return None if n < 0 else [self._read() for _ in range(n)]
-        raise RuntimeError("bad reply %r" % line)
-
-
 h = Harness()
 h.start_redis()
-r = Resp(h.redis_port)
+r = resp.Redis(h.redis_port, raw=True).call
 
 # Test copies: one returns the Redis time it decided at (7th element), one
 # reads its clock from a hash the test sets.
@@ -102,7 +65,7 @@ def property_run(name, keys, wins, secs, max_cost, rate):
     while time.monotonic() < end:
         cost = rnd.randint(1, max_cost)
         rep = ev(TIMED, keys, cost, wins)
-        if isinstance(rep, Exception):
+        if isinstance(rep, resp.Err):
             h.fail("%s: script error %s" % (name, rep))
             return
         decisions += 1
@@ -231,12 +194,12 @@ r("SET", "ballast", "x" * 1000000)
 r("CONFIG", "SET", "maxmemory-policy", "noeviction")
 r("CONFIG", "SET", "maxmemory", "1mb")
 rep = ev(CLOCKED, ["o:limit:b1:acc"], 1, [(10, 3600000, 60000)])
-h.check("oom: the bucketed admission is refused with OOM", isinstance(rep, Exception) and
+h.check("oom: the bucketed admission is refused with OOM", isinstance(rep, resp.Err) and
         "OOM" in str(rep), repr(rep))
 h.eq("oom: nothing written, not even the trim", 1, r("HLEN", "o:limit:b1:acc"))
 rep = ev(CLOCKED, ["o:limit:b1:new"], 1, [(10, 3600000, 60000)])
 h.eq("oom: no key created for a new account", (True, 0),
-     (isinstance(rep, Exception), r("EXISTS", "o:limit:b1:new")))
+     (isinstance(rep, resp.Err), r("EXISTS", "o:limit:b1:new")))
 r("CONFIG", "SET", "maxmemory", "0")
 r("DEL", "ballast")
 

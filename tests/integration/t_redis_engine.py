@@ -24,11 +24,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness, free_port, wait_port  # noqa: E402
+from harness import Harness  # noqa: E402
 import harness as u  # noqa: E402
 import spop  # noqa: E402
 
-AGENT = os.environ.get("AGENT", os.path.join(u.ROOT, "spoa", "ratelimit-spoa"))
+AGENT = u.AGENT
 MODULE = os.path.join(u.ROOT, "module", "ratelimit.so")
 h = Harness()
 
@@ -42,14 +42,9 @@ def redis(name, *extra):
 rcli = u.rcli
 
 
-def conf(name, url, extra):
-    port, mport = free_port(), free_port()
-    path = os.path.join(h.tmp, "%s.conf" % name)
-    with open(path, "w") as f:
-        f.write(u.force_threads("listen 127.0.0.1:%d\nredis %s\nmetrics 127.0.0.1:%d\n"
-                                "redis-timeout 1s\ndeny-cache off\npolicy transfer 3/10s\n%s"
-                                % (port, url, mport, extra)))
-    return path, port, mport
+def body(url, extra):
+    return u.force_threads("redis %s\nredis-timeout 1s\ndeny-cache off\npolicy transfer 3/10s\n%s"
+                           % (url, extra))
 
 
 def agent(name, url, extra="redis-engine auto\n"):
@@ -57,17 +52,10 @@ def agent(name, url, extra="redis-engine auto\n"):
     pinned (auto by default, as a config without the directive): this test
     is about the choice itself, so make integration-module's forced engine
     (SPOA_TEST_REDIS_ENGINE) must not replace it."""
-    path, port, mport = conf(name, url, extra)
-    log = os.path.join(h.tmp, "%s.log" % name)
-    p = h.spawn([AGENT, "-f", path], log)
-    if not wait_port(port) or not wait_port(mport):
-        raise RuntimeError("agent %s did not start" % name)
-    return p, port, mport, log
+    return h.spawn_side_agent(name, body(url, extra))
 
 
-def text(log):
-    with open(log, errors="replace") as f:
-        return f.read()
+text = u.read_text
 
 
 def engine_gauge(mport):
@@ -105,10 +93,10 @@ URL = "redis://127.0.0.1:%d/0" % plain
 
 # -- -c knows the directive --------------------------------------------------------
 for v in ("auto", "script", "module"):
-    path, _, _ = conf("c-" + v, URL, "redis-engine %s\n" % v)
+    path, _, _ = h.side_agent_conf("c-" + v, body(URL, "redis-engine %s\n" % v))
     r = subprocess.run([AGENT, "-c", "-f", path], capture_output=True, text=True)
     h.eq("-c: redis-engine %s is valid" % v, 0, r.returncode)
-path, _, _ = conf("c-bad", URL, "redis-engine lua\n")
+path, _, _ = h.side_agent_conf("c-bad", body(URL, "redis-engine lua\n"))
 r = subprocess.run([AGENT, "-c", "-f", path], capture_output=True, text=True)
 h.check("-c: redis-engine lua is refused, naming the choices",
         r.returncode == 1 and "redis-engine must be auto, script or module" in r.stderr, r.stderr)

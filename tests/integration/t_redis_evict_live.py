@@ -24,11 +24,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness, free_port, wait_port  # noqa: E402
+from harness import Harness  # noqa: E402
 import harness as u  # noqa: E402
 import spop  # noqa: E402
 
-AGENT = os.environ.get("AGENT", os.path.join(u.ROOT, "spoa", "ratelimit-spoa"))
 LIMIT = 20
 ACCOUNTS = ["ACC-%02d" % i for i in range(40)]
 THREADS = 2
@@ -54,22 +53,12 @@ def info(port, section, field, user=None):
 def agent(name, url):
     """An agent on <url> with its own log and metrics; returns (proc, port,
     metrics port, log path)."""
-    port, mport = free_port(), free_port()
-    path = os.path.join(h.tmp, "%s.conf" % name)
-    log = os.path.join(h.tmp, "%s.log" % name)
-    with open(path, "w") as f:
-        f.write(u.force_threads("listen 127.0.0.1:%d\nredis %s\nmetrics 127.0.0.1:%d\n"
-                                "redis-timeout 1s\nthreads %d\npolicy transfer %d/1m\ndeny-cache off\n"
-                                % (port, url, mport, THREADS, LIMIT)))
-    p = h.spawn([AGENT, "-f", path], log)
-    if not wait_port(port) or not wait_port(mport):
-        raise RuntimeError("agent %s did not start" % name)
-    return p, port, mport, log
+    return h.spawn_side_agent(name, u.force_threads(
+        "redis %s\nredis-timeout 1s\nthreads %d\npolicy transfer %d/1m\ndeny-cache off\n"
+        % (url, THREADS, LIMIT)))
 
 
-def text(log):
-    with open(log, errors="replace") as f:
-        return f.read()
+text = u.read_text
 
 
 def metric(mport, name, **labels):

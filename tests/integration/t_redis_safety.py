@@ -23,11 +23,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness, free_port, wait_port  # noqa: E402
+from harness import Harness  # noqa: E402
 import harness as u  # noqa: E402
 import spop  # noqa: E402
 
-AGENT = os.environ.get("AGENT", os.path.join(u.ROOT, "spoa", "ratelimit-spoa"))
 h = Harness()
 
 
@@ -42,21 +41,10 @@ rcli = u.rcli
 def agent(name, url, extra=""):
     """An agent on <url> with its own log and metrics; returns (proc, port,
     metrics port, log path)."""
-    port, mport = free_port(), free_port()
-    path = os.path.join(h.tmp, "%s.conf" % name)
-    log = os.path.join(h.tmp, "%s.log" % name)
-    with open(path, "w") as f:
-        f.write("listen 127.0.0.1:%d\nredis %s\nmetrics 127.0.0.1:%d\nredis-timeout 1s\n"
-                "policy transfer 3/10s\n%s" % (port, url, mport, extra))
-    p = h.spawn([AGENT, "-f", path], log)
-    if not wait_port(port) or not wait_port(mport):
-        raise RuntimeError("agent %s did not start" % name)
-    return p, port, mport, log
+    return h.spawn_side_agent(name, "redis %s\nredis-timeout 1s\npolicy transfer 3/10s\n%s" % (url, extra))
 
 
-def text(log):
-    with open(log, errors="replace") as f:
-        return f.read()
+text = u.read_text
 
 
 def count(log, needle):

@@ -44,14 +44,7 @@ def master_addr(sport):
     return cli(sport, "SENTINEL", "get-master-addr-by-name", MASTER, auth=False).split()
 
 
-def wait_until(what, pred, secs=20):
-    end = time.time() + secs
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    h.fail("timed out waiting: " + what)
-    return False
+wait_until = h.wait_until
 
 
 p1, p2 = free_port(), free_port()
