@@ -732,6 +732,16 @@ def wait_replicated(info, timeout=15.0):
     return bool(wait_for(lambda: replicas_caught_up(info(), target), timeout, 0.1))
 
 
+def statuses(port, key, n):
+    """<n> decisions for <key> (default policy) on a new connection to the
+    agent on <port>: their (status, reason)s."""
+    c = spop.Conn().connect("127.0.0.1", port)
+    c.hello()
+    out = [c.ratelimit(key)["actions"] for _ in range(n)]
+    c.close()
+    return [(a["status"], a.get("reason")) for a in out]
+
+
 def read_text(path):
     """<path>'s text ("" while it does not exist)."""
     try:

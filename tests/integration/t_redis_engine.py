@@ -73,12 +73,7 @@ def readyz(mport):
         return None
 
 
-def statuses(port, key, n):
-    c = spop.Conn().connect("127.0.0.1", port)
-    c.hello()
-    out = [c.ratelimit(key)["actions"] for _ in range(n)]
-    c.close()
-    return [(a["status"], a.get("reason")) for a in out]
+statuses = u.statuses
 
 
 def command_info_calls(port):

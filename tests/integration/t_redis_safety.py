@@ -58,12 +58,7 @@ def metric(mport, name, **labels):
         return None
 
 
-def statuses(port, key, n):
-    c = spop.Conn().connect("127.0.0.1", port)
-    c.hello()
-    out = [c.ratelimit(key)["actions"] for _ in range(n)]
-    c.close()
-    return [(a["status"], a.get("reason")) for a in out]
+statuses = u.statuses
 
 
 # -- eviction policy volatile-lru: refused -------------------------------------------
