@@ -19,8 +19,9 @@
 #include "redis_url.h"
 
 /* The identity kinds the shipped HAProxy block puts before an account
- * ("jwt:ACC-1001"): a routes map's third word, an override key's prefix. */
-static const char *const identity_kinds[] = { "jwt", "key", "cert" };
+ * ("jwt:ACC-1001", "ip:192.0.2.7"): a routes map's third word, an override
+ * key's prefix. */
+static const char *const identity_kinds[] = { "jwt", "key", "cert", "ip" };
 
 /* The URL shapes a bad `redis` setting is told about. */
 static const char config_redis_shapes[] =

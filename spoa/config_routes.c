@@ -5,6 +5,7 @@
  * hides behind an earlier prefix. Reads the map's file; calls the reader
  * (config_lex) and the parser's policy lookup, never the other way.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,43 +16,70 @@
 #include "config_lex.h"
 #include "decimal.h"
 
+/* The failure modes a route may name as its fifth word: what HAProxy does
+ * when the agent gives no answer at all (down, frozen, refusing). */
+static const char *const routes_on_agent_error[] = { "closed", "open" };
+
 /* One line of a routes map: "<METHOD></path prefix> <policy> [<identity>
- * [<cost>]]" (haproxy/routes.map). Returns 0 or -1 with the error set. */
+ * [<cost> [closed|open]]]", "* ..." (the default line) or "<key> -" (an
+ * exemption) (haproxy/routes.map). Returns 0 or -1 with the error set. */
 static int routes_check_line(struct config_lex *x, const struct config *c,
                              const struct word *w, int n)
 {
+	const struct window_policy *p;
 	const char *slash;
 	size_t i;
 	uint64_t cost = 0;
+	bool dflt;
 
 	if (n < 1 || !w[0].p)
 		return config_parse_fail(x, "internal: empty route line");   /* for the analyzer */
+	dflt = config_word_is(w[0], "*");
 	slash = memchr(w[0].p, '/', w[0].len);
 
-	if (!slash || slash == w[0].p)
-		return config_parse_fail(x, "route '%.*s' must be <METHOD>/<path prefix>, e.g. POST/transfers",
+	if (!dflt && (!slash || slash == w[0].p))
+		return config_parse_fail(x, "route '%.*s' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)",
 		                  config_word_plen(w[0]), w[0].p);
-	for (i = 0; w[0].p + i < slash; i++)
+	for (i = 0; !dflt && w[0].p + i < slash; i++)
 		if (w[0].p[i] < 'A' || w[0].p[i] > 'Z')
 			return config_parse_fail(x, "route '%.*s': the method must be upper case letters",
 			                  config_word_plen(w[0]), w[0].p);
 	if (n < 2)
 		return config_parse_fail(x, "route '%.*s' names no policy", config_word_plen(w[0]), w[0].p);
-	if (n > 4)
-		return config_parse_fail(x, "route '%.*s': too many words (<policy> [<identity> [<cost>]])",
+	if (config_word_is(w[1], "-")) {
+		if (n > 2)
+			return config_parse_fail(x, "route '%.*s': an exemption ('-') takes no other word",
+			                  config_word_plen(w[0]), w[0].p);
+		return 0;
+	}
+	if (n > 5)
+		return config_parse_fail(x, "route '%.*s': too many words (<policy> [<identity> [<cost> [closed|open]]])",
 		                  config_word_plen(w[0]), w[0].p);
-	if (!config_find_policy(c, w[1].p, w[1].len))
+	if (!(p = config_find_policy(c, w[1].p, w[1].len)))
 		return config_parse_fail(x, "route '%.*s' names policy '%.*s', which the agent's config does not define",
 		                  config_word_plen(w[0]), w[0].p, config_word_plen(w[1]), w[1].p);
 	if (n >= 3) {
 		if (config_check_identity_kind(w[2]) == -1)
-			return config_parse_fail(x, "route '%.*s': identity must be jwt, key or cert; got '%.*s'",
+			return config_parse_fail(x, "route '%.*s': identity must be jwt, key, cert or ip; got '%.*s'",
 			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[2]), w[2].p);
 	}
-	if (n == 4) {
+	if (n >= 4) {
 		if (decimal_parse(w[3].p, w[3].len, UINT32_MAX, &cost) != 0 || cost < 1)
 			return config_parse_fail(x, "route '%.*s': cost must be an integer 1..%u; got '%.*s'",
 			                  config_word_plen(w[0]), w[0].p, UINT32_MAX, config_word_plen(w[3]), w[3].p);
+	}
+	if (n == 5) {
+		for (i = 0; i < sizeof(routes_on_agent_error) / sizeof(routes_on_agent_error[0]); i++)
+			if (config_word_is(w[4], routes_on_agent_error[i]))
+				break;
+		if (i == sizeof(routes_on_agent_error) / sizeof(routes_on_agent_error[0]))
+			return config_parse_fail(x, "route '%.*s': the fifth word must be closed or open; got '%.*s'",
+			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[4]), w[4].p);
+		/* the edge passing a request the agent would refuse: never looser
+		 * without the agent than with it */
+		if (config_word_is(w[4], "open") && p->on_error != WINDOW_ON_ERROR_ALLOW)
+			return config_parse_fail(x, "route '%.*s' is open when the agent is unreachable, but policy '%.*s' is fail-closed (on-redis-error=deny): make both fail-open or neither",
+			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[1]), w[1].p);
 	}
 	return 0;
 }

@@ -915,7 +915,7 @@ static void test_override_kind_warning(void **state)
 	assert_int_equal(c.policies[0].noverrides, 1);
 	assert_int_equal(c.nwarnings, 1);
 	assert_string_equal(c.warnings, "t.conf:2: warning: override 'ACC-PARTNER' of 'payout': the key "
-	                    "has no identity kind (jwt:, key: or cert:), so it never matches a key the "
+	                    "has no identity kind (jwt:, key:, cert: or ip:), so it never matches a key the "
 	                    "shipped HAProxy block sends (e.g. 'jwt:ACC-PARTNER')\n");
 	config_release(&c);
 	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
@@ -1004,7 +1004,7 @@ static int check_routes(const char *text, char *err)
 	struct config c;
 	int rc;
 
-	assert_int_equal(parse(&c, "policy transfer 3/1s\npolicy reads 10/1m\n", err), 0);
+	assert_int_equal(parse(&c, "policy transfer 3/1s\npolicy reads 10/1m on-redis-error=allow\n", err), 0);
 	rc = config_check_routes(&c, "routes.map", text, strlen(text), err, CONFIG_ERR_LEN);
 	config_release(&c);
 	return rc;
@@ -1016,15 +1016,21 @@ static void test_routes(void **state)
 		{ "POST/transfers transfer\nPOST/exports exports\n",
 		  "routes.map:2: route 'POST/exports' names policy 'exports', which the agent's config does not define" },
 		{ "POST/transfers\n", "routes.map:1: route 'POST/transfers' names no policy" },
-		{ "/transfers transfer\n", "routes.map:1: route '/transfers' must be <METHOD>/<path prefix>, e.g. POST/transfers" },
-		{ "POST transfer\n", "routes.map:1: route 'POST' must be <METHOD>/<path prefix>, e.g. POST/transfers" },
+		{ "/transfers transfer\n", "routes.map:1: route '/transfers' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)" },
+		{ "POST transfer\n", "routes.map:1: route 'POST' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)" },
 		{ "post/x transfer\n", "routes.map:1: route 'post/x': the method must be upper case letters" },
-		{ "GET/a reads jws\n", "routes.map:1: route 'GET/a': identity must be jwt, key or cert; got 'jws'" },
+		{ "GET/a reads jws\n", "routes.map:1: route 'GET/a': identity must be jwt, key, cert or ip; got 'jws'" },
 		{ "GET/a reads key 0\n", "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '0'" },
 		{ "GET/a reads key 2x\n", "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '2x'" },
 		{ "GET/a reads key 99999999999999999999\n",
 		  "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '99999999999999999999'" },
-		{ "GET/a reads key 1 x\n", "routes.map:1: route 'GET/a': too many words (<policy> [<identity> [<cost>]])" },
+		{ "GET/a reads key 1 x\n", "routes.map:1: route 'GET/a': the fifth word must be closed or open; got 'x'" },
+		{ "GET/a reads key 1 open x\n",
+		  "routes.map:1: route 'GET/a': too many words (<policy> [<identity> [<cost> [closed|open]]])" },
+		{ "POST/t transfer jwt 1 open\n",
+		  "routes.map:1: route 'POST/t' is open when the agent is unreachable, but policy 'transfer' is fail-closed (on-redis-error=deny): make both fail-open or neither" },
+		{ "GET/healthz - jwt\n", "routes.map:1: route 'GET/healthz': an exemption ('-') takes no other word" },
+		{ "* nosuch ip\n", "routes.map:1: route '*' names policy 'nosuch', which the agent's config does not define" },
 		{ "GET/a reads # all reads\n",
 		  "routes.map:1: a comment must be a line of its own ('#' after a route is part of its value)" },
 		{ "# c\nGET/accounts/ reads\nGET/accounts/vip transfer\n",
@@ -1039,6 +1045,9 @@ static void test_routes(void **state)
 	assert_int_equal(check_routes("# routes\nPOST/transfers transfer\n"
 	                              "GET/accounts/vip transfer cert 5\n"
 	                              "\tGET/accounts/  reads  key\r\nGET/x reads", err), 4);
+	/* the default line, an exemption, the ip identity, both failure modes */
+	assert_int_equal(check_routes("GET/healthz -\nGET/accounts/ reads jwt 1 open\n"
+	                              "POST/transfers transfer jwt 1 closed\n* reads ip 1 open\n", err), 4);
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		assert_int_equal(check_routes(bad[i].text, err), -1);
 		assert_string_equal(err, bad[i].err);
