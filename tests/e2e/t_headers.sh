@@ -90,7 +90,9 @@ eq "401: no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
 eq "401: no RateLimit" "" "$(rsp_hdr RateLimit)"
 req A GET /nowhere "$(mint_token ACC-H5)"
 eq "unknown route: 404" 404 "$RSP_STATUS"
-eq "404: no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
+eq "404 of an unlisted path: decided on the default line (by address)" 20 "$(rsp_hdr RateLimit-Limit)"
+req A GET /healthz
+eq "exempt /healthz: no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
 eq "404 never asked the agent" 0 "$(rcli exists transfer:limit:v1:jwt:ACC-H5 reads:limit:v1:jwt:ACC-H5)"
 
 # The backend itself is down: HAProxy's own 503 comes after an allow, so it

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# routes.map beyond the listed paths, on the shipped demo edge:
+#   the default line "*": a path no line lists (a 404, an alias, the public
+#   endpoint) is decided, anonymously, by the client's address, counted
+#   across both instances, with RateLimit-* headers; over the limit, 429;
+#   an exemption ("GET/healthz -"): never decided, no header, no key;
+#   the ip identity: a client-supplied X-Forwarded-For changes nothing, one
+#   from a trusted proxy (RL_TRUSTED_PROXIES) names the client, IPv6 counts
+#   per /64;
+#   the canonical-path refusal still answers 400 before any of it.
+. "$(dirname "$0")/../lib.sh"
+t_setup
+start_edge A B
+
+# Anonymous: no token; the key is ip:<the client's address>.
+req A GET /public/status
+eq "unlisted path: served" 200 "$RSP_STATUS"
+eq "unlisted path: decided on the default line (RateLimit-Policy)" '"anon";q=20;w=1' "$(rsp_hdr RateLimit-Policy)"
+check "unlisted path: RateLimit-Remaining present" test -n "$(rsp_hdr RateLimit-Remaining)"
+check "unlisted path: the window is the client's address" \
+	test -n "$(rcli --scan --pattern 'anon:*ip:127.0.0.1*' | head -1)"
+req B GET /no/such/thing
+eq "a path no backend serves: 404" 404 "$RSP_STATUS"
+eq "a 404 carries the decision too" '"anon";q=20;w=1' "$(rsp_hdr RateLimit-Policy)"
+
+# One address across both instances: 24 requests in one burst, alternating.
+rcli flushall >/dev/null
+args=()
+for i in $(seq 24); do
+	if [ $((i % 2)) -eq 1 ]; then args+=(A /public/p$i); else args+=(B /public/p$i); fi
+done
+req_seq GET "" "${args[@]}"
+allowed=$(grep -c '^200 ' "$T/seq.out")
+denied=$(grep -c '^429 ' "$T/seq.out")
+eq "one address, two instances: 20 of 24 pass (the limit, not 2x)" 20 "$allowed"
+eq "one address, two instances: the rest get 429" 4 "$denied"
+eq "the 21st request names Retry-After" 1 "$(seq_hdr 21 retry-after)"
+eq "request 2 (instance B) counts after request 1 (instance A)" 18 "$(seq_hdr 2 ratelimit-remaining)"
+
+# An exemption: never decided.
+rcli flushall >/dev/null
+req A GET /healthz
+check "exempt /healthz answers 2xx ($RSP_STATUS)" grep -q '^2' <<<"$RSP_STATUS"
+eq "exempt /healthz: no RateLimit-Policy" "" "$(rsp_hdr RateLimit-Policy)"
+eq "exempt /healthz: nothing counted" 0 "$(rcli dbsize)"
+
+# A listed route still takes its own line, not the default.
+tok=$(mint_token ACC-R1)
+req A GET /accounts/ACC-R1 "$tok"
+eq "a listed route keeps its policy" '"reads";q=100;w=60' "$(rsp_hdr RateLimit-Policy)"
+req A GET /accounts/ACC-R1
+eq "a listed jwt route without a token: 401 (the default line is no way around it)" 401 "$RSP_STATUS"
+
+# X-Forwarded-For from an untrusted client is ignored. (The burst above left
+# 127.0.0.1 denied in the agent's deny cache for its Retry-After: wait it out.)
+sleep 1.2
+rcli flushall >/dev/null
+req A GET /public/x "" -H "X-Forwarded-For: 203.0.113.9"
+check "untrusted X-Forwarded-For: counted as the connection's address" \
+	test -n "$(rcli --scan --pattern '*ip:127.0.0.1*' | head -1)"
+eq "untrusted X-Forwarded-For: no window for the forged address" "" "$(rcli --scan --pattern '*203.0.113.9*' | head -1)"
+
+# The same edge behind a trusted balancer (127.0.0.1 listed).
+echo "127.0.0.1" > "$T/trusted.lst"
+RL_TRUSTED_PROXIES=$T/trusted.lst start_haproxy C
+rcli flushall >/dev/null
+req C GET /public/x "" -H "X-Forwarded-For: 198.51.100.1, 203.0.113.7"
+eq "trusted balancer: served" 200 "$RSP_STATUS"
+check "trusted balancer: the last X-Forwarded-For address is the key" \
+	test -n "$(rcli --scan --pattern '*ip:203.0.113.7*' | head -1)"
+eq "trusted balancer: not the client-written first hop" "" "$(rcli --scan --pattern '*198.51.100.1*' | head -1)"
+req C GET /public/x "" -H "X-Forwarded-For: 2001:db8:1:2:aaaa::1"
+req C GET /public/x "" -H "X-Forwarded-For: 2001:db8:1:2:bbbb::2"
+v6=$(rcli --scan --pattern '*2001:db8:1:2*' | sort -u)
+eq "IPv6: two addresses of one /64 share one window" 1 "$(grep -c . <<<"$v6")"
+check "IPv6: the key is the /64 prefix ($v6)" grep -q 'ip:2001:db8:1:2::$' <<<"$v6"
+req C GET /public/x "" -H "X-Forwarded-For: 2001:db8:1:3::1"
+eq "IPv6: another /64 is another window" 2 "$(rcli --scan --pattern '*2001:db8:1:*' | sort -u | grep -c .)"
+
+# Non-canonical spellings are refused before routing (docs/integrate.md).
+rcli flushall >/dev/null
+for p in '//public/x' '/public/../accounts/ACC-R1' '/%61ccounts/ACC-R1' '/accounts/%2e%2e/x'; do
+	req A GET "$p" "$tok" --path-as-is
+	eq "non-canonical $p: 400" 400 "$RSP_STATUS"
+done
+eq "non-canonical paths: nothing counted" 0 "$(rcli dbsize)"
+t_done
