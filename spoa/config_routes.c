@@ -20,13 +20,39 @@
  * when the agent gives no answer at all (down, frozen, refusing). */
 static const char *const routes_on_agent_error[] = { "closed", "open" };
 
+/* Split word <w> at its first '|' into <a> and <b> (<b> empty without one). */
+static void routes_split_word(struct word w, struct word *a, struct word *b)
+{
+	const char *bar = memchr(w.p, '|', w.len);
+
+	a->p = w.p;
+	a->len = bar ? (size_t)(bar - w.p) : w.len;
+	b->p = bar ? bar + 1 : w.p + w.len;
+	b->len = bar ? w.len - a->len - 1 : 0;
+}
+
+/* The policy named by <w>, or -1 with the error set for route <key>. */
+static int routes_check_policy(struct config_lex *x, const struct config *c, struct word key,
+                               struct word w, const struct window_policy **p)
+{
+	*p = config_find_policy(c, w.p, w.len);
+	if (!*p)
+		return config_parse_fail(x, "route '%.*s' names policy '%.*s', which the agent's config does not define",
+		                  config_word_plen(key), key.p, config_word_plen(w), w.p);
+	return 0;
+}
+
 /* One line of a routes map: "<METHOD></path prefix> <policy> [<identity>
  * [<cost> [closed|open]]]", "* ..." (the default line) or "<key> -" (an
- * exemption) (haproxy/routes.map). Returns 0 or -1 with the error set. */
+ * exemption) (haproxy/routes.map). An identity "jwt|ip" or "key|ip" takes
+ * the credential when the request carries one, else the address, with the
+ * policies "<for the credential>|<for the address>" (or one for both).
+ * Returns 0 or -1 with the error set. */
 static int routes_check_line(struct config_lex *x, const struct config *c,
                              const struct word *w, int n)
 {
-	const struct window_policy *p;
+	const struct window_policy *p, *p2 = NULL;
+	struct word pol, pol2, id, id2;
 	const char *slash;
 	size_t i;
 	uint64_t cost = 0;
@@ -55,14 +81,23 @@ static int routes_check_line(struct config_lex *x, const struct config *c,
 	if (n > 5)
 		return config_parse_fail(x, "route '%.*s': too many words (<policy> [<identity> [<cost> [closed|open]]])",
 		                  config_word_plen(w[0]), w[0].p);
-	if (!(p = config_find_policy(c, w[1].p, w[1].len)))
-		return config_parse_fail(x, "route '%.*s' names policy '%.*s', which the agent's config does not define",
+	routes_split_word(w[1], &pol, &pol2);
+	if (routes_check_policy(x, c, w[0], pol, &p) == -1)
+		return -1;
+	if (pol2.len && routes_check_policy(x, c, w[0], pol2, &p2) == -1)
+		return -1;
+	id.len = id2.len = 0;
+	if (n >= 3)
+		routes_split_word(w[2], &id, &id2);
+	if (id2.len && (!(config_word_is(id, "jwt") || config_word_is(id, "key")) || !config_word_is(id2, "ip")))
+		return config_parse_fail(x, "route '%.*s': an identity with a fallback is jwt|ip or key|ip; got '%.*s'",
+		                  config_word_plen(w[0]), w[0].p, config_word_plen(w[2]), w[2].p);
+	if (n >= 3 && !id2.len && config_check_identity_kind(w[2]) == -1)
+		return config_parse_fail(x, "route '%.*s': identity must be jwt, key, cert, ip, jwt|ip or key|ip; got '%.*s'",
+		                  config_word_plen(w[0]), w[0].p, config_word_plen(w[2]), w[2].p);
+	if (p2 && !id2.len)
+		return config_parse_fail(x, "route '%.*s': two policies ('%.*s') need an identity with a fallback (jwt|ip or key|ip)",
 		                  config_word_plen(w[0]), w[0].p, config_word_plen(w[1]), w[1].p);
-	if (n >= 3) {
-		if (config_check_identity_kind(w[2]) == -1)
-			return config_parse_fail(x, "route '%.*s': identity must be jwt, key, cert or ip; got '%.*s'",
-			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[2]), w[2].p);
-	}
 	if (n >= 4) {
 		if (decimal_parse(w[3].p, w[3].len, UINT32_MAX, &cost) != 0 || cost < 1)
 			return config_parse_fail(x, "route '%.*s': cost must be an integer 1..%u; got '%.*s'",
@@ -77,9 +112,12 @@ static int routes_check_line(struct config_lex *x, const struct config *c,
 			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[4]), w[4].p);
 		/* the edge passing a request the agent would refuse: never looser
 		 * without the agent than with it */
-		if (config_word_is(w[4], "open") && p->on_error != WINDOW_ON_ERROR_ALLOW)
+		if (config_word_is(w[4], "open") &&
+		    (p->on_error != WINDOW_ON_ERROR_ALLOW || (p2 && p2->on_error != WINDOW_ON_ERROR_ALLOW)))
 			return config_parse_fail(x, "route '%.*s' is open when the agent is unreachable, but policy '%.*s' is fail-closed (on-redis-error=deny): make both fail-open or neither",
-			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[1]), w[1].p);
+			                  config_word_plen(w[0]), w[0].p,
+			                  config_word_plen(p->on_error != WINDOW_ON_ERROR_ALLOW ? pol : pol2),
+			                  (p->on_error != WINDOW_ON_ERROR_ALLOW ? pol : pol2).p);
 	}
 	return 0;
 }

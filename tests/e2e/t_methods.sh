@@ -34,8 +34,9 @@ export RL_APIKEYS_MAP=$T/apikeys.map
 export RL_TLS_BIND=127.0.0.1:$TLS_PORT RL_TLS_CERT=$T/pki/edge-server.bundle RL_TLS_CA=$T/pki/client-ca.pem
 
 # One account per probe, so no probe meets another's window.
-# (The default line "*" and the exemptions "-" are t_routes.sh's.)
-routes=$(sed -e 's/#.*//' "$ROOT/haproxy/routes.map" | awk 'NF >= 2 && $1 != "*" && $2 != "-"')
+# (The default line "*", the exemptions "-" and the identities with a
+# fallback "jwt|ip" are t_routes.sh's.)
+routes=$(sed -e 's/#.*//' "$ROOT/haproxy/routes.map" | awk 'NF >= 2 && $1 != "*" && $2 != "-" && $3 !~ /\|/')
 n=0
 while read -r key _ id _; do
 	for m in HEAD OPTIONS FOO; do

@@ -37,6 +37,10 @@ eq "one address, two instances: the rest get 429" 4 "$denied"
 eq "the 21st request names Retry-After" 1 "$(seq_hdr 21 retry-after)"
 eq "request 2 (instance B) counts after request 1 (instance A)" 18 "$(seq_hdr 2 ratelimit-remaining)"
 
+# The burst left 127.0.0.1 denied in the agent's deny cache for its
+# Retry-After (1 s): wait it out before asking as that address again.
+sleep 1.2
+
 # An exemption: never decided.
 rcli flushall >/dev/null
 req A GET /healthz
@@ -51,9 +55,19 @@ eq "a listed route keeps its policy" '"reads";q=100;w=60' "$(rsp_hdr RateLimit-P
 req A GET /accounts/ACC-R1
 eq "a listed jwt route without a token: 401 (the default line is no way around it)" 401 "$RSP_STATUS"
 
-# X-Forwarded-For from an untrusted client is ignored. (The burst above left
-# 127.0.0.1 denied in the agent's deny cache for its Retry-After: wait it out.)
-sleep 1.2
+# jwt|ip: the account with a token (its own policy), the address without,
+# 401 for an invalid token (never a quiet downgrade to anonymous).
+req A GET /public/search "$tok"
+eq "jwt|ip with a token: 200" 200 "$RSP_STATUS"
+eq "jwt|ip with a token: the account's policy" '"reads";q=100;w=60' "$(rsp_hdr RateLimit-Policy)"
+check "jwt|ip with a token: counted for the account" test -n "$(rcli --scan --pattern 'reads:*jwt:ACC-R1*' | head -1)"
+req B GET /public/search
+eq "jwt|ip without a token: 200" 200 "$RSP_STATUS"
+eq "jwt|ip without a token: the address's policy" '"anon";q=20;w=1' "$(rsp_hdr RateLimit-Policy)"
+req A GET /public/search "not.a.token"
+eq "jwt|ip with an invalid token: 401" 401 "$RSP_STATUS"
+
+# X-Forwarded-For from an untrusted client is ignored.
 rcli flushall >/dev/null
 req A GET /public/x "" -H "X-Forwarded-For: 203.0.113.9"
 check "untrusted X-Forwarded-For: counted as the connection's address" \

@@ -1019,7 +1019,7 @@ static void test_routes(void **state)
 		{ "/transfers transfer\n", "routes.map:1: route '/transfers' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)" },
 		{ "POST transfer\n", "routes.map:1: route 'POST' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)" },
 		{ "post/x transfer\n", "routes.map:1: route 'post/x': the method must be upper case letters" },
-		{ "GET/a reads jws\n", "routes.map:1: route 'GET/a': identity must be jwt, key, cert or ip; got 'jws'" },
+		{ "GET/a reads jws\n", "routes.map:1: route 'GET/a': identity must be jwt, key, cert, ip, jwt|ip or key|ip; got 'jws'" },
 		{ "GET/a reads key 0\n", "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '0'" },
 		{ "GET/a reads key 2x\n", "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '2x'" },
 		{ "GET/a reads key 99999999999999999999\n",
@@ -1031,6 +1031,13 @@ static void test_routes(void **state)
 		  "routes.map:1: route 'POST/t' is open when the agent is unreachable, but policy 'transfer' is fail-closed (on-redis-error=deny): make both fail-open or neither" },
 		{ "GET/healthz - jwt\n", "routes.map:1: route 'GET/healthz': an exemption ('-') takes no other word" },
 		{ "* nosuch ip\n", "routes.map:1: route '*' names policy 'nosuch', which the agent's config does not define" },
+		{ "GET/s reads|nosuch jwt|ip\n", "routes.map:1: route 'GET/s' names policy 'nosuch', which the agent's config does not define" },
+		{ "GET/s reads cert|ip\n", "routes.map:1: route 'GET/s': an identity with a fallback is jwt|ip or key|ip; got 'cert|ip'" },
+		{ "GET/s reads jwt|key\n", "routes.map:1: route 'GET/s': an identity with a fallback is jwt|ip or key|ip; got 'jwt|key'" },
+		{ "GET/s reads|reads jwt\n",
+		  "routes.map:1: route 'GET/s': two policies ('reads|reads') need an identity with a fallback (jwt|ip or key|ip)" },
+		{ "GET/s reads|transfer jwt|ip 1 open\n",
+		  "routes.map:1: route 'GET/s' is open when the agent is unreachable, but policy 'transfer' is fail-closed (on-redis-error=deny): make both fail-open or neither" },
 		{ "GET/a reads # all reads\n",
 		  "routes.map:1: a comment must be a line of its own ('#' after a route is part of its value)" },
 		{ "# c\nGET/accounts/ reads\nGET/accounts/vip transfer\n",
@@ -1047,7 +1054,8 @@ static void test_routes(void **state)
 	                              "\tGET/accounts/  reads  key\r\nGET/x reads", err), 4);
 	/* the default line, an exemption, the ip identity, both failure modes */
 	assert_int_equal(check_routes("GET/healthz -\nGET/accounts/ reads jwt 1 open\n"
-	                              "POST/transfers transfer jwt 1 closed\n* reads ip 1 open\n", err), 4);
+	                              "POST/transfers transfer jwt 1 closed\n* reads ip 1 open\n"
+	                              "GET/search transfer|reads jwt|ip\nGET/find reads key|ip 2 open\n", err), 6);
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		assert_int_equal(check_routes(bad[i].text, err), -1);
 		assert_string_equal(err, bad[i].err);
