@@ -98,4 +98,27 @@ for p in '//public/x' '/public/../accounts/ACC-R1' '/%61ccounts/ACC-R1' '/accoun
 	eq "non-canonical $p: 400" 400 "$RSP_STATUS"
 done
 eq "non-canonical paths: nothing counted" 0 "$(rcli dbsize)"
+# A site that silences its logs (set-log-level silent before the block,
+# option dontlog-normal) still logs the limiter's 401, 429 and 503.
+sed -e 's|^    # === ratelimit-spoa block|    option dontlog-normal\n    http-request set-log-level silent\n&|' \
+	"$HAPROXY_FILES/haproxy.cfg" > "$T/quiet.cfg"
+check "the quiet edge config has the site's rules" grep -q 'set-log-level silent' "$T/quiet.cfg"
+start_haproxy Q "$T/quiet.cfg"
+sleep 1.2   # the bursts above: 127.0.0.1 out of the deny cache
+rcli flushall >/dev/null
+req Q GET /public/ok
+eq "quiet edge: an allowed request passes" 200 "$RSP_STATUS"
+req Q GET /accounts/ACC-R1
+eq "quiet edge: 401" 401 "$RSP_STATUS"
+args=(); for i in $(seq 22); do args+=(Q /public/q$i); done
+req_seq GET "" "${args[@]}"
+eq "quiet edge: the 21st anonymous request is 429" 429 "$(seq_status 21)"
+stop_agent
+req Q POST /transfers "$tok"
+eq "quiet edge, agent stopped: 503" 503 "$RSP_STATUS"
+sleep 0.5
+check "quiet edge: the 401 is logged" grep -q '" 401 \| 401 [0-9]* "GET /accounts/ACC-R1' "$T/haproxy-Q.log"
+check "quiet edge: a 429 is logged" grep -q ' 429 [0-9]* "GET /public/q' "$T/haproxy-Q.log"
+check "quiet edge: the 503 is logged" grep -q ' 503 [0-9]* "POST /transfers' "$T/haproxy-Q.log"
+eq "quiet edge: the allowed request stays silent (the site's choice)" 0 "$(grep -c 'GET /public/ok ' "$T/haproxy-Q.log")"
 t_done
