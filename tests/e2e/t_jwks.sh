@@ -9,7 +9,9 @@
 . "$(dirname "$0")/../lib.sh"
 t_setup
 J=$ROOT/tools/jwt.sh
-JWKS=$ROOT/tools/ratelimit-jwks
+# The command under test: the tree's, or an installed one (tools/deb-test.sh:
+# RATELIMIT_JWKS=/usr/sbin/ratelimit-jwks).
+JWKS=${RATELIMIT_JWKS:-$ROOT/tools/ratelimit-jwks}
 for k in old new; do "$J" keygen "$T/$k" >/dev/null; done
 "$J" keygen "$T/ec" --ec >/dev/null
 
@@ -187,8 +189,8 @@ expect "one key again: a token without kid" 201 "" "$(mint new "")"
 eq "old key withdrawn: one key file left" 1 "$(find "$T/jwks" -name 'k-*.pem' | wc -l)"
 
 # --- haproxy -c: clean with -dW; RL_JWKS_MAP excludes RL_JWT_KEY<n> ------------
-hcheck() { env RL_HAPROXY_DIR="$ROOT/haproxy" RL_ADMIN_SOCK="$T/c.sock" RL_JWKS_MAP="$T/jwks/kid.map" "$@" \
-	"$HAPROXY" -c -dW -f "$ROOT/haproxy/haproxy.cfg" -f "$T/jwks/keys.cfg" 2>&1; }
+hcheck() { env RL_HAPROXY_DIR="$HAPROXY_FILES" RL_ADMIN_SOCK="$T/c.sock" RL_JWKS_MAP="$T/jwks/kid.map" "$@" \
+	"$HAPROXY" -c -dW -f "$HAPROXY_FILES/haproxy.cfg" -f "$T/jwks/keys.cfg" 2>&1; }
 out=$(hcheck); rc=$?
 eq "haproxy -c -dW with RL_JWKS_MAP and keys.cfg: passes" 0 "$rc"
 eq "haproxy -c -dW: no warning" "" "$(grep -v 'Configuration file is valid\|version is\|path to executable' <<<"$out")"
