@@ -109,23 +109,10 @@ expect "the old key's kid with HS256 keyed by its public key" 401 algorithm-not-
 expect "the old kid, signed by another key" 401 invalid-signature "$(mint new 2026-01)"
 
 # --- Rotation under load ----------------------------------------------------
-# Three client loops, a new connection per request, tokens of the old key;
-# bounded: they stop at $T/stop or after 3000 requests each.
-url="http://127.0.0.1:$HAP_PORT_A/transfers"
-loop_pids=()
-for _ in 1 2 3; do
-	(
-		for _ in $(seq 3000); do
-			[ -e "$T/stop" ] && break
-			curl -s -m 10 -o /dev/null -X POST -H "Authorization: Bearer $old" -w '%{http_code}\n' "$url"
-		done
-	) >> "$T/loop.out" 2>&1 &
-	loop_pids+=($!)
-done
-wait_lines() { local n=$1; for _ in $(seq 600); do [ "$(wc -l < "$T/loop.out")" -ge "$n" ] && return 0; sleep 0.05; done; return 1; }
-workers() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v m="$1" '$4 == m { print $1 }'; }
-wait_lines 20
-w1=$(workers "$master")
+# Client loops (load_start: bounded) with tokens of the old key throughout.
+load_start POST "http://127.0.0.1:$HAP_PORT_A/transfers" "$old"
+load_wait 20
+w1=$(hap_workers "$master")
 check "master-worker: one worker ($w1)" test -n "$w1"
 
 publish old:2026-01 new:2026-07 ec:ec-1
@@ -134,36 +121,25 @@ eq "new kid published: exit 0" 0 $?
 check "new kid published: reloaded" grep -q reloaded "$T/jwks.out"
 check "new kid published: the map names it" grep -q '^2026-07 RS256 ' "$T/jwks/kid.map"
 check "several keys: no line for tokens without kid" test -z "$(grep '^\*' "$T/jwks/kid.map")"
-# The reload is done when a new worker serves and the old one has left.
-reloaded() {
-	local w
-	for _ in $(seq 400); do
-		w=$(workers "$master")
-		[ -n "$w" ] && ! grep -qx "$w1" <<<"$w" && return 0
-		sleep 0.05
-	done
-	return 1
-}
-check "the reload replaced the worker" reloaded
+check "the reload replaced the worker" wait_new_worker "$master" "$w1"
 before=$(wc -l < "$T/loop.out")
 expect "after the run: the new kid passes" 201 "" "$(mint new 2026-07)"
 expect "after the run: an ES256 kid passes" 201 "" "$(mint ec ec-1 --alg ES256)"
 expect "after the run: the old kid still passes" 201 "" "$(mint old 2026-01)"
 expect "several keys: a token without kid" 401 missing-kid "$(mint new "")"
 expect "RS256 token naming the ES256 key" 401 unknown-key "$(mint new ec-1)"
-w2=$(workers "$master")
+w2=$(hap_workers "$master")
 jwks --reload-cmd "kill -USR2 $master"
 eq "same keys again: exit 0" 0 $?
 check "same keys again: no reload" grep -q 'unchanged, no reload' "$T/jwks.out"
-eq "same keys again: the same worker" "$w2" "$(workers "$master")"
-wait_lines $((before + 20))
-touch "$T/stop"
-wait "${loop_pids[@]}"
+eq "same keys again: the same worker" "$w2" "$(hap_workers "$master")"
+load_wait $((before + 20))
+load_stop
 
 total=$(wc -l < "$T/loop.out")
-echo "# $total requests with the old key across the rotation: $(sort "$T/loop.out" | uniq -c | xargs)"
+echo "# $total requests with the old key across the rotation: $(cut -d' ' -f1 "$T/loop.out" | sort | uniq -c | xargs)"
 check "load ran before and after the reload ($total requests)" test "$total" -ge 40
-eq "every request of the load answered 201 (none dropped, no 401)" 0 "$(grep -vc '^201$' "$T/loop.out")"
+eq "every request of the load answered 201 (none dropped, no 401)" 0 "$(grep -vc '^201 ' "$T/loop.out")"
 
 # --- A document refused changes nothing ---------------------------------------
 sum() { cat "$T/jwks/kid.map" "$T/jwks/keys.cfg" | md5sum; }
@@ -175,14 +151,13 @@ echo '{"keys":[{"kty":"RSA","kid":"x","n":"!!","e":"AQAB"}]}' > "$T/jwks.json"
 jwks --reload-cmd "kill -USR2 $master"
 eq "a malformed key: exit 1" 1 $?
 eq "refusals: the map and cfg unchanged" "$s" "$(sum)"
-eq "refusals: the same worker" "$w2" "$(workers "$master")"
+eq "refusals: the same worker" "$w2" "$(hap_workers "$master")"
 
 # --- The old key withdrawn: one key left, tokens without kid take it ----------
 publish new:2026-07
 jwks --reload-cmd "kill -USR2 $master"
 eq "old key withdrawn: exit 0" 0 $?
-w1=$w2
-check "old key withdrawn: reloaded" reloaded
+check "old key withdrawn: reloaded" wait_new_worker "$master" "$w2"
 expect "old key withdrawn: its token" 401 unknown-key "$old"
 expect "old key withdrawn: the new kid" 201 "" "$(mint new 2026-07)"
 expect "one key again: a token without kid" 201 "" "$(mint new "")"
