@@ -181,6 +181,10 @@ for what, body in (("not JSON", "{"), ("no usable key", '{"keys":[]}'),
     h.check(what + ": refused, nothing written (says so)", "refused, nothing written" in text, text)
     h.eq(what + ": the files unchanged", snap, snapshot())
 h.eq("refused documents: no reload", 1, reloads())
+p = subprocess.run([sys.executable, TOOL, "--source", src, "--dir", os.path.join(h.tmp, "a $x")],
+                   capture_output=True, text=True, timeout=60)
+h.check("a --dir HAProxy would read otherwise ($, space) is refused, nothing made",
+        p.returncode == 2 and "--dir" in p.stderr and not os.path.exists(os.path.join(h.tmp, "a $x")), p.stderr)
 rc, text = run(source="http://127.0.0.1:1/jwks.json")
 h.check("an http:// URL is refused", rc == 1 and "https://" in text, text)
 
