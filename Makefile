@@ -403,15 +403,20 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 # made: the Debian package's ratelimit-spoa, debian/ratelimit-spoa.sysusers).
 SERVICE_USER   ?=
 CONF           := $(DESTDIR)$(SYSCONFDIR)/ratelimit-spoa/ratelimit-spoa.conf
+JWKS_CONF      := $(DESTDIR)$(SYSCONFDIR)/ratelimit-spoa/ratelimit-jwks.conf
 HAPROXY_EXAMPLES := haproxy/haproxy.cfg haproxy/spoe-ratelimit.conf \
                     haproxy/ratelimit-block.cfg haproxy/ratelimit-agent.cfg \
                     haproxy/routes.map haproxy/apikeys.map \
                     haproxy/backend.cfg
 # Monitoring files, installed under DATADIR/<their directory under etc/>.
 OPS_FILES := etc/prometheus/ratelimit-spoa.rules.yml etc/grafana/ratelimit-spoa.json
+# ratelimit-jwks: the edge's JWT keys from an identity provider's JWKS
+# (python3 with python3-cryptography), its service and timer, its man page.
+JWKS_UNITS := ratelimit-jwks.service ratelimit-jwks.timer
 INSTALLED := $(SBINDIR)/ratelimit-spoa $(BINDIR)/spoa-bench $(MODULEDIR)/ratelimit.so \
              $(DATADIR)/sliding_window.lua $(SYSTEMDUNITDIR)/ratelimit-spoa.service \
              $(MAN8DIR)/ratelimit-spoa.8 \
+             $(SBINDIR)/ratelimit-jwks $(addprefix $(SYSTEMDUNITDIR)/,$(JWKS_UNITS)) $(MAN8DIR)/ratelimit-jwks.8 \
              $(addprefix $(DATADIR)/,$(HAPROXY_EXAMPLES) $(wildcard haproxy/errors/*.json)) \
              $(addprefix $(DATADIR)/,$(patsubst etc/%,%,$(OPS_FILES))) \
              $(addprefix $(DOCDIR)/,$(notdir $(wildcard docs/*.md)))
@@ -441,6 +446,21 @@ install: $(AGENT) $(BENCH) $(MODULE_SO)
 		-e 's|/etc/ratelimit\\-spoa/|$(SYSCONFDIR)/ratelimit\\-spoa/|g' \
 		docs/ratelimit-spoa.8 > $(DESTDIR)$(MAN8DIR)/ratelimit-spoa.8
 	chmod 644 $(DESTDIR)$(MAN8DIR)/ratelimit-spoa.8
+	install -Dm755 tools/ratelimit-jwks $(DESTDIR)$(SBINDIR)/ratelimit-jwks
+	$(Q)if [ -e $(JWKS_CONF) ]; then \
+		install -Dm644 etc/ratelimit-jwks.conf $(JWKS_CONF).dist; \
+		echo "install: kept $(JWKS_CONF); the new default is $(JWKS_CONF).dist"; \
+	else \
+		install -Dm644 etc/ratelimit-jwks.conf $(JWKS_CONF); \
+	fi
+	$(Q)for u in $(JWKS_UNITS); do \
+		sed -e 's|/usr/local/sbin/|$(SBINDIR)/|g' -e 's|/etc/ratelimit-spoa/|$(SYSCONFDIR)/ratelimit-spoa/|g' \
+			etc/$$u > $(DESTDIR)$(SYSTEMDUNITDIR)/$$u && chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$u || exit 1; done
+	sed -e 's|"ratelimit-spoa [0-9][^"]*"|"ratelimit-spoa $(VERSION)"|' \
+		-e 's|/usr/local/share/doc/ratelimit\\-spoa/|$(DOCDIR)/|g' \
+		-e 's|/etc/ratelimit\\-spoa/|$(SYSCONFDIR)/ratelimit\\-spoa/|g' \
+		docs/ratelimit-jwks.8 > $(DESTDIR)$(MAN8DIR)/ratelimit-jwks.8
+	chmod 644 $(DESTDIR)$(MAN8DIR)/ratelimit-jwks.8
 	$(Q)for f in $(HAPROXY_EXAMPLES) haproxy/errors/*.json; do \
 		install -Dm644 $$f $(DESTDIR)$(DATADIR)/$$f || exit 1; done
 	$(Q)for f in $(OPS_FILES); do \

@@ -224,7 +224,7 @@ start_haproxy() {
 	# leeway (see haproxy/haproxy.cfg)
 	local v
 	for v in RL_JWT_ES256_PUBKEY RL_TLS_BIND RL_TLS_CERT RL_TLS_CA RL_JWT_ISSUER RL_JWT_AUDIENCE \
-		RL_JWT_LEEWAY RL_JWT_KEY{1..4} RL_JWT_KID{1..4} RL_JWT_ALG{1..4} RL_TRUSTED_PROXIES RL_IPV6_PREFIX; do
+		RL_JWT_LEEWAY RL_JWT_KEY{1..4} RL_JWT_KID{1..4} RL_JWT_ALG{1..4} RL_TRUSTED_PROXIES RL_IPV6_PREFIX RL_JWKS_MAP; do
 		[ -n "${!v:-}" ] && echo "export $v=${!v}" >> "$T/haproxy-$name.env"
 	done
 	echo "$cfg" > "$T/haproxy-$name.cfgpath"
@@ -243,6 +243,43 @@ reload_haproxy() {
 	printf -v "HAP_PID_$name" '%s' "$_HAP_NEW_PID"
 	HAP_OLD_PID=$old
 }
+
+# hap_workers MASTER: the PIDs of the workers of master-worker HAProxy MASTER.
+# (cat, not awk on the files: mawk stops at a process that exited meanwhile)
+hap_workers() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v m="$1" '$4 == m { print $1 }'; }
+
+# wait_new_worker MASTER OLD: until MASTER has a worker and OLD is not one of
+# them (a reload done; 20 s at most).
+wait_new_worker() {
+	local w
+	for _ in $(seq 200); do
+		w=$(hap_workers "$1")
+		[ -n "$w" ] && ! grep -qx "$2" <<<"$w" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# load_start METHOD URL TOKEN: three client loops, a new connection per
+# request as independent clients would (several decisions in flight); line
+# "<status> <RateLimit-Limit>" per response in $T/loop.out. Bounded: 3000
+# requests a loop, or load_stop.
+load_start() {
+	LOAD_PIDS=()
+	for _ in 1 2 3; do
+		(
+			for _ in $(seq 3000); do
+				[ -e "$T/stop" ] && break
+				curl -s -m 10 -o /dev/null -X "$1" -H "Authorization: Bearer $3" \
+					-w '%{http_code} %header{ratelimit-limit}\n' "$2"
+			done
+		) >> "$T/loop.out" 2>&1 &
+		LOAD_PIDS+=($!)
+	done
+}
+# load_wait N: until $T/loop.out has N lines (30 s at most; counted, not timed).
+load_wait() { for _ in $(seq 600); do [ "$(wc -l < "$T/loop.out")" -ge "$1" ] && return 0; sleep 0.05; done; return 1; }
+load_stop() { touch "$T/stop"; wait "${LOAD_PIDS[@]}"; }
 
 stop_haproxy() {
 	local v="HAP_PID_$1"

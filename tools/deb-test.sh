@@ -9,7 +9,9 @@
 #   3. apt-get install ./build/deb-prev/*.deb: the system user, the unit
 #      enabled and not started, systemd-analyze verify, the man pages, the
 #      installed agent accepts its shipped config (-c, and --routes with the
-#      shipped routes map);
+#      shipped routes map); ratelimit-jwks, its conffile, its service and
+#      timer (verified, not enabled), and the command turning a JWKS into the
+#      kid map;
 #   4. edits the conffile as an operator would (redis-timeout 1s, a comment),
 #      then apt-get install ./build/deb/*.deb: the edit is kept, no prompt;
 #   5. runs the installed agent, as the package's user, with the installed
@@ -17,7 +19,8 @@
 #      redis-server on an ephemeral loopback port: SPOP decisions, then the
 #      acceptance story (tests/e2e/t_story.sh) through the installed HAProxy
 #      files (/usr/share/ratelimit-spoa/haproxy), and docs/integrate.md's
-#      steps on them (tests/e2e/t_integrate.sh);
+#      steps on them (tests/e2e/t_integrate.sh), and a JWKS rotation under
+#      load with the installed ratelimit-jwks (tests/e2e/t_jwks.sh);
 #   6. the Redis module package: installed where Debian's Redis loads
 #      modules, not enabled in /etc/redis/redis.conf, loads into a
 #      redis-server;
@@ -130,7 +133,7 @@ if command -v systemd-analyze >/dev/null; then
 else
 	echo "# skipped systemd-analyze verify: not installed"
 fi
-for page in ratelimit-spoa.8 spoa-bench.1; do
+for page in ratelimit-spoa.8 ratelimit-jwks.8 spoa-bench.1; do
 	f=$(dpkg -L ratelimit-spoa ratelimit-spoa-bench | grep "/man/man./$page.gz$" || true)
 	out=$(zcat "$f" 2>&1 | groff -man -Tutf8 -ww -z 2>&1); rc=$?
 	eq "man page $page: installed, groff -ww clean" "0:" "$rc:$out"
@@ -150,6 +153,35 @@ done
 for f in grafana/ratelimit-spoa.json prometheus/ratelimit-spoa.rules.yml sliding_window.lua; do
 	check "installed $SHARE/$f" test -f "$SHARE/$f"
 done
+# ratelimit-jwks: the command, its settings (a conffile), its service and
+# timer (installed, neither enabled nor started: it needs the IdP's URL).
+eq "/etc/ratelimit-spoa/ratelimit-jwks.conf is a conffile" 1 \
+	"$(dpkg-query -W -f='${Conffiles}\n' ratelimit-spoa | grep -c ' /etc/ratelimit-spoa/ratelimit-jwks.conf ')"
+for u in ratelimit-jwks.service ratelimit-jwks.timer; do
+	jf=$(dpkg -L ratelimit-spoa | grep "/systemd/system/$u$")
+	check "installed $u" test -n "$jf"
+	if [ -n "$jf" ] && command -v systemd-analyze >/dev/null; then
+		out=$(systemd-analyze verify "$jf" 2>&1); rc=$?
+		eq "systemd-analyze verify $jf: clean ($out)" "0:" "$rc:$out"
+	fi
+done
+check "ratelimit-jwks.timer is not enabled on install" test ! -e /etc/systemd/system/timers.target.wants/ratelimit-jwks.timer
+check "ratelimit-jwks.service runs /usr/sbin/ratelimit-jwks" \
+	grep -q '^ExecStart=/usr/sbin/ratelimit-jwks ' /lib/systemd/system/ratelimit-jwks.service
+"$ROOT/tools/jwt.sh" keygen "$T/jwks-key" >/dev/null
+python3 - "$T/jwks-key/jwt-public.pem" > "$T/jwks.json" <<'PY'
+import base64, json, sys
+from cryptography.hazmat.primitives import serialization
+n = serialization.load_pem_public_key(open(sys.argv[1], "rb").read()).public_numbers()
+b = lambda i: base64.urlsafe_b64encode(i.to_bytes((i.bit_length() + 7) // 8, "big")).rstrip(b"=").decode()
+print(json.dumps({"keys": [{"kty": "RSA", "kid": "deb-1", "use": "sig", "n": b(n.n), "e": b(n.e)}]}))
+PY
+out=$(/usr/sbin/ratelimit-jwks --source "$T/jwks.json" --dir "$T/jwks-out" --reload-cmd '' 2>&1); rc=$?
+eq "the installed ratelimit-jwks turns a JWKS into the kid map: $out" "0 deb-1 RS256" \
+	"$rc $(grep -v '^#' "$T/jwks-out/kid.map" 2>/dev/null | grep '^deb-1 ' | cut -d' ' -f1,2)"
+check "... and its key file is the JWK's key" cmp -s <(openssl pkey -pubin -in "$T/jwks-key/jwt-public.pem" -outform DER) \
+	<(openssl pkey -pubin -in "$(grep '^deb-1 ' "$T/jwks-out/kid.map" | cut -d' ' -f3)" -outform DER)
+
 out=$(/usr/sbin/ratelimit-spoa -c -f "$CONF" 2>&1); rc=$?
 eq "the installed agent accepts its shipped config (-c): $out" 0 "$rc"
 out=$(/usr/sbin/ratelimit-spoa -c -f "$CONF" --routes "$SHARE/haproxy/routes.map" 2>&1); rc=$?
@@ -207,6 +239,16 @@ eq "the story, with the installed agent, config and HAProxy files (t_story.sh: $
 out=$(AGENT=/usr/sbin/ratelimit-spoa HAPROXY_FILES=$SHARE/haproxy timeout 300 bash tests/e2e/t_integrate.sh 2>&1); rc=$?
 echo "$out" | grep -E '^(not ok|# t_integrate)' | sed 's/^/#   /'
 eq "integrate.md's steps with the installed HAProxy files and agent (t_integrate.sh: $(echo "$out" | grep -c '^ok') checks)" \
+	0 "$rc"
+[ $rc = 0 ] || echo "$out" | tail -n 40 | sed 's/^/#   /'
+
+# JWKS rotation under load (tests/e2e/t_jwks.sh) with the installed
+# ratelimit-jwks, block and agent (on the test's own policies: the load
+# must not meet the shipped transfer 3/1s).
+out=$(AGENT=/usr/sbin/ratelimit-spoa HAPROXY_FILES=$SHARE/haproxy RATELIMIT_JWKS=/usr/sbin/ratelimit-jwks \
+	timeout 300 bash tests/e2e/t_jwks.sh 2>&1); rc=$?
+echo "$out" | grep -E '^(not ok|# t_jwks|# [0-9]+ requests)' | sed 's/^/#   /'
+eq "JWKS rotation under load with the installed ratelimit-jwks (t_jwks.sh: $(echo "$out" | grep -c '^ok') checks)" \
 	0 "$rc"
 [ $rc = 0 ] || echo "$out" | tail -n 40 | sed 's/^/#   /'
 

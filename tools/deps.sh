@@ -43,7 +43,7 @@ why() {
 	libcmocka-dev)   echo "unit tests (make test)" ;;
 	wrk)             echo "HTTP load for make bench" ;;
 	gnuplot-nox)     echo "make bench's graphs" ;;
-	python3-cryptography) echo "make bench signs 10,000 JWTs in one process" ;;
+	python3-cryptography) echo "make bench signs 10,000 JWTs in one process; tools/ratelimit-jwks (JWK -> PEM) and its tests" ;;
 	python3-yaml)    echo "the e2e check of compose.yaml" ;;
 	valgrind)        echo "make valgrind; make bench (i) counts Redis instructions with callgrind" ;;
 	cppcheck)        echo "make lint" ;;

@@ -25,29 +25,16 @@ start_haproxy A
 tok=$(mint_token ACC-RELOAD)
 url="http://127.0.0.1:$HAP_PORT_A/transfers"
 
-# Client loops: a new connection per request, as independent clients would;
-# several at once, so HAProxy has several decisions in flight.
-loop_pids=()
-for _ in 1 2 3; do
-	(
-		while [ ! -e "$T/stop" ]; do
-			curl -s -m 10 -o /dev/null -X POST -H "Authorization: Bearer $tok" \
-				-w '%{http_code} %header{ratelimit-limit}\n' "$url"
-		done
-	) >> "$T/loop.out" 2>&1 &
-	loop_pids+=($!)
-done
-
-# Let some traffic through, reload, let more through (counted, not timed).
-wait_lines() { local n=$1; for _ in $(seq 400); do [ "$(wc -l < "$T/loop.out")" -ge "$n" ] && return 0; sleep 0.05; done; return 1; }
-wait_lines 20
+# Client loops (load_start), then: let some traffic through, reload, let
+# more through (counted, not timed).
+load_start POST "$url" "$tok"
+load_wait 20
 old_pid=$HAP_PID_A
 reload_haproxy A
 before=$(wc -l < "$T/loop.out")
 check "the old process hands over and exits" wait_gone "$old_pid" 40
-wait_lines $((before + 20))
-touch "$T/stop"
-wait "${loop_pids[@]}"
+load_wait $((before + 20))
+load_stop
 
 total=$(wc -l < "$T/loop.out")
 echo "# $total requests across the reload: $(cut -d' ' -f1 "$T/loop.out" | sort | uniq -c | xargs)"
@@ -72,26 +59,14 @@ eq "after a second reload: still deciding" 100000 "$(rsp_hdr RateLimit-Limit)"
 # reload sends SIGUSR2): the master re-executes its own binary, which must
 # start again as it is (a binary that runs only through a wrapper, such as
 # ld.so --library-path, loses its libraries there and the master exits).
-# (cat, not awk on the files: mawk stops at a process that exited meanwhile)
-workers() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v m="$1" '$4 == m { print $1 }'; }
 start_haproxy M "$ROOT/haproxy/haproxy.cfg" -W
 master=$HAP_PID_M
 req M POST /transfers "$tok"
 eq "master-worker: decided by the agent" 100000 "$(rsp_hdr RateLimit-Limit)"
-w1=$(workers "$master")
+w1=$(hap_workers "$master")
 check "master-worker: one worker ($w1)" test -n "$w1"
 kill -USR2 "$master"
-# (a new worker and the old one gone; polled, 20 s at most)
-new_worker() {
-	local w
-	for _ in $(seq 200); do
-		w=$(workers "$master")
-		[ -n "$w" ] && ! grep -qx "$w1" <<<"$w" && return 0
-		sleep 0.1
-	done
-	return 1
-}
-check "master-worker: a reload replaces the worker" new_worker
+check "master-worker: a reload replaces the worker" wait_new_worker "$master" "$w1"
 check "master-worker: the master survives its re-exec" kill -0 "$master"
 req M POST /transfers "$tok"
 eq "master-worker: after the reload, decided by the agent" 100000 "$(rsp_hdr RateLimit-Limit)"

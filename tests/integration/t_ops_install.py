@@ -66,6 +66,11 @@ expect = {
     "/usr/local/share/ratelimit-spoa/grafana/ratelimit-spoa.json": 0o644,
     "/usr/local/share/doc/ratelimit-spoa/configuration.md": 0o644,
     "/usr/local/share/doc/ratelimit-spoa/operations.md": 0o644,
+    "/usr/local/sbin/ratelimit-jwks": 0o755,
+    "/etc/ratelimit-spoa/ratelimit-jwks.conf": 0o644,
+    "/usr/local/lib/systemd/system/ratelimit-jwks.service": 0o644,
+    "/usr/local/lib/systemd/system/ratelimit-jwks.timer": 0o644,
+    "/usr/local/share/man/man8/ratelimit-jwks.8": 0o644,
 }
 got = {f: (mode(L(f)) if os.path.isfile(L(f)) else None) for f in expect}
 h.eq("laid out with the right modes", expect, got)
@@ -245,7 +250,8 @@ p = make("uninstall", "PREFIX=/usr/local", destdir=D)
 h.eq("make uninstall exits 0", 0, p.returncode)
 left = sorted(os.path.relpath(os.path.join(dp, f), D) for dp, _, fs in os.walk(D) for f in fs)
 h.eq("uninstall leaves only the site's config",
-     ["etc/ratelimit-spoa/ratelimit-spoa.conf", "etc/ratelimit-spoa/ratelimit-spoa.conf.dist"], left)
+     ["etc/ratelimit-spoa/ratelimit-jwks.conf", "etc/ratelimit-spoa/ratelimit-jwks.conf.dist",
+      "etc/ratelimit-spoa/ratelimit-spoa.conf", "etc/ratelimit-spoa/ratelimit-spoa.conf.dist"], left)
 
 # -- PREFIX=/usr: the unit and the man page follow -------------------------------------------------------
 D2 = os.path.join(h.tmp, "root-usr")
@@ -255,6 +261,9 @@ with open(os.path.join(D2, "usr/lib/systemd/system/ratelimit-spoa.service")) as 
     unit2 = f.read()
 h.check("PREFIX=/usr: ExecStart=/usr/sbin/ratelimit-spoa", "ExecStart=/usr/sbin/ratelimit-spoa -f" in unit2)
 h.check("PREFIX=/usr: no /usr/local left in the unit", "/usr/local" not in unit2)
+with open(os.path.join(D2, "usr/lib/systemd/system/ratelimit-jwks.service")) as f:
+    h.check("PREFIX=/usr: ratelimit-jwks.service runs /usr/sbin/ratelimit-jwks",
+            "ExecStart=/usr/sbin/ratelimit-jwks " in f.read())
 with open(os.path.join(D2, "usr/share/man/man8/ratelimit-spoa.8")) as f:
     h.check("PREFIX=/usr: the man page names /usr/share/ratelimit-spoa", "/usr/share/ratelimit-spoa/" in f.read())
 h.done()
