@@ -318,6 +318,9 @@ void limiter_call_finish(struct limiter *l, struct limiter_link *k,
 	} else if (c->cacheable && d.status == WINDOW_DENY) {
 		deny_cache_store(&l->cache, c->policy.name, c->policy.name_len, c->key, c->key_len,
 		                 c->cost, c->sent_us, &d, now);
+	} else if (c->cacheable) {
+		/* an admission changed the window a cached deny describes */
+		deny_cache_forget(&l->cache, c->policy.name, c->policy.name_len, c->key, c->key_len);
 	}
 	limiter_call_answer(c, &d);
 }
