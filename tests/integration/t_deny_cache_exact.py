@@ -11,7 +11,8 @@ later Retry-After (8), where the cache once answered remaining 1 and 6.
 No clock is asserted: each answer of A is compared with T's answers just
 before and just after it on the same key (denials change nothing in
 Redis), so its Retry-After must lie between them and its remaining equal
-theirs, however slow the machine.
+theirs, however slow the machine. The same runs on a two-window policy
+and on a bucketed one (precision=), which the cache answers as exactly.
 
 Across agents (the admission sent to agent B, which A cannot see), the
 cached answer of A is stale by that admission until the entry's reset:
@@ -29,7 +30,10 @@ import harness as u  # noqa: E402
 from harness import Harness  # noqa: E402
 import spop  # noqa: E402
 
-POLICY = "threads 1\nredis-timeout 5s\npolicy p 5/10s\n"
+POLICY = ("threads 1\nredis-timeout 5s\npolicy p 5/10s\n"
+          "policy m 5/10s 6/30s\npolicy b 5/10s precision=1s\n")
+# the account's policy: S and X the issue's, M two windows, B buckets
+POL = {"S": "p", "X": "p", "M": "m", "B": "b"}
 h = Harness()
 h.start_redis()
 h.start_agent(POLICY, ready=True)                        # A: deny-cache on (default)
@@ -48,11 +52,12 @@ for c in (a, t, b):
 
 
 def ask(c, key, cost):
-    return c.ratelimit(key, policy="p", cost=cost)["actions"]
+    return c.ratelimit(key, policy=POL[key], cost=cost)["actions"]
 
 
 def cache_answers():
-    return u.scrape(h.metrics_port).get("local_cache_answers_total", policy="p") or 0
+    m = u.scrape(h.metrics_port)
+    return sum(m.get("local_cache_answers_total", policy=p) or 0 for p in set(POL.values()))
 
 
 def sandwiched(what, key, cost):
@@ -75,18 +80,20 @@ def sandwiched(what, key, cost):
     return got, before
 
 
-# Two accounts on one timeline: S (every request through A) and X (the
-# cost-1 admission at t=4.2 goes through B, another agent).
-for key in ("S", "X"):
+# Accounts on one timeline: S (every request through A), X (the cost-1
+# admission at t=4.2 goes through B, another agent), and M and B as S on
+# a two-window policy and a bucketed one (cached under the same rules).
+KEYS = ("S", "X", "M", "B")
+for key in KEYS:
     h.eq("%s t=0 cost 1: allowed" % key, "allow", ask(a, key, 1).get("status"))
 time.sleep(2)
-for key in ("S", "X"):
+for key in KEYS:
     h.eq("%s t=2 cost 2: allowed" % key, "allow", ask(a, key, 2).get("status"))
 time.sleep(2)
-for key in ("S", "X"):
+for key in KEYS:
     h.eq("%s t=4 cost 1: allowed" % key, "allow", ask(a, key, 1).get("status"))
 time.sleep(0.1)
-for key in ("S", "X"):
+for key in KEYS:
     d = ask(a, key, 2)   # asks Redis, and is cached
     h.check("%s t=4.1 cost 2: denied, remaining 1" % key,
             d.get("status") == "deny" and d.get("remaining") == 1, d)
@@ -104,6 +111,16 @@ h.check("S: remaining 0, as with deny-cache off (the cache once said 1)",
 hits1 = cache_answers()
 sandwiched("S cost 2 again (cached anew, exact)", "S", 2)
 h.eq("that answer came from the cache", hits1 + 1, cache_answers())
+
+# the same on two windows and on buckets: every answer of A equals the truth
+for key in ("M", "B"):
+    sandwiched("%s cached cost 2" % key, key, 2)
+    d = ask(a, key, 1)
+    h.check("%s cost 1 through A: allowed" % key, d.get("status") == "allow", d)
+    sandwiched("%s cost 2 after A's own admission" % key, key, 2)
+    hits = cache_answers()
+    sandwiched("%s cost 2 again (cached anew)" % key, key, 2)
+    h.eq("%s: that answer came from the cache" % key, hits + 1, cache_answers())
 
 # across agents: the admission goes through B, which A cannot see
 d = ask(b, "X", 1)
