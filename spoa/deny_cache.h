@@ -17,8 +17,8 @@
  * but by an admission), and an admission this agent sees on the key, or
  * any call this agent sends for it, empties it. Deadlines count from when
  * the request was sent, before Redis read its clock, so an entry ends no
- * later than Redis's numbers do. Admissions by other agents are not seen:
- * with mixed costs or several windows they can make the true remaining
+ * later than Redis's numbers do. Admissions by other agents (or other
+ * workers) are not seen: with mixed costs they can make the true remaining
  * lower and Retry-After later than cached, until the entry's reset.
  */
 #ifndef SPOA_DENY_CACHE_H
