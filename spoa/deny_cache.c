@@ -10,8 +10,9 @@
 struct deny_cache_entry {
 	uint64_t hash;                  /* 0 = empty slot */
 	int64_t deadline_us;            /* monotonic: the request may pass from here */
-	int64_t reset_us;               /* monotonic: the oldest entry leaves */
-	uint64_t cost;                  /* denied cost; a smaller one may fit earlier */
+	int64_t reset_us;               /* monotonic: the oldest entry leaves, and
+	                                 * with it the numbers below may change */
+	uint64_t cost;                  /* denied cost: the only one answered */
 	int64_t limit;
 	int64_t remaining;
 	unsigned window;
@@ -102,44 +103,67 @@ size_t deny_cache_bytes(const struct deny_cache *dc)
 	return dc->slots ? (size_t)dc->nslots * sizeof(struct deny_cache_entry) : 0;
 }
 
-/* Borrows <name> and <key> for the call. See deny_cache.h. */
-bool deny_cache_lookup(struct deny_cache *dc, const char *name, size_t name_len,
-                       const char *key, size_t key_len, uint64_t cost, int64_t now,
-                       struct window_decision *d)
+/* The slot of <dc> holding (<name>, <key>), or NULL. Borrows <name> and
+ * <key> for the call. */
+static struct deny_cache_entry *deny_cache_find(struct deny_cache *dc, const char *name,
+                                                size_t name_len, const char *key, size_t key_len)
 {
 	uint64_t h;
 	unsigned i;
 
 	if (!dc->slots)
-		return false;
+		return NULL;
 	h = deny_cache_hash(dc, name, name_len, key, key_len);
 	for (i = 0; i < DENY_CACHE_PROBES; i++) {
 		struct deny_cache_entry *e = &dc->slots[(h + i) & (dc->nslots - 1)];
-		int64_t left;
 
-		if (!deny_cache_match(e, h, name, name_len, key, key_len))
-			continue;
-		if (e->deadline_us <= now) {
-			e->hash = 0;
-			return false;
-		}
-		if (cost < e->cost)
-			return false;
-		left = e->deadline_us - now;
-		memset(d, 0, sizeof(*d));
-		d->status = WINDOW_DENY;
-		d->has_quota = true;
-		d->limit = e->limit;
-		d->remaining = e->remaining;
-		d->retry_after_us = left;
-		d->retry_after = window_us_to_s_ceil(left);
-		if (d->retry_after < 1)
-			d->retry_after = 1;
-		d->reset = e->reset_us > now ? window_us_to_s_ceil(e->reset_us - now) : 0;
-		d->window = e->window;
-		return true;
+		if (deny_cache_match(e, h, name, name_len, key, key_len))
+			return e;
 	}
-	return false;
+	return NULL;
+}
+
+/* Borrows <name> and <key> for the call. See deny_cache.h. */
+bool deny_cache_lookup(struct deny_cache *dc, const char *name, size_t name_len,
+                       const char *key, size_t key_len, uint64_t cost, int64_t now,
+                       struct window_decision *d)
+{
+	struct deny_cache_entry *e = deny_cache_find(dc, name, name_len, key, key_len);
+	int64_t left;
+
+	if (!e)
+		return false;
+	/* Another cost has another Retry-After (and may even pass); once the
+	 * reset passed, an entry left the window and remaining grew. Either
+	 * way Redis answers, and its answer may change the window: empty. */
+	if (cost != e->cost || e->deadline_us <= now || e->reset_us <= now) {
+		e->hash = 0;
+		return false;
+	}
+	left = e->deadline_us - now;
+	memset(d, 0, sizeof(*d));
+	d->status = WINDOW_DENY;
+	d->has_quota = true;
+	d->limit = e->limit;
+	d->remaining = e->remaining;
+	d->retry_after_us = left;
+	d->retry_after = window_us_to_s_ceil(left);
+	if (d->retry_after < 1)
+		d->retry_after = 1;
+	d->reset_us = e->reset_us - now;
+	d->reset = window_us_to_s_ceil(d->reset_us);
+	d->window = e->window;
+	return true;
+}
+
+/* Borrows <name> and <key> for the call. See deny_cache.h. */
+void deny_cache_forget(struct deny_cache *dc, const char *name, size_t name_len,
+                       const char *key, size_t key_len)
+{
+	struct deny_cache_entry *e = deny_cache_find(dc, name, name_len, key, key_len);
+
+	if (e)
+		e->hash = 0;
 }
 
 /* Copies <name> and <key> into the table <dc> owns (mapped on the first
@@ -149,11 +173,13 @@ void deny_cache_store(struct deny_cache *dc, const char *name, size_t name_len,
                       const struct window_decision *d, int64_t now)
 {
 	struct deny_cache_entry *same = NULL, *unused = NULL, *oldest = NULL, *e;
-	int64_t reset_us;
+	int64_t until;
 	uint64_t h;
 	unsigned i;
 
-	if (d->retry_after_us <= 0 || sent_us + d->retry_after_us <= now)
+	/* the entry answers until its deadline or its reset, the first */
+	until = d->reset_us < d->retry_after_us ? d->reset_us : d->retry_after_us;
+	if (until <= 0 || sent_us + until <= now)
 		return;
 	if (name_len > WINDOW_NAME_MAX || key_len > WINDOW_KEY_MAX)
 		return;
@@ -173,7 +199,7 @@ void deny_cache_store(struct deny_cache *dc, const char *name, size_t name_len,
 			same = e;
 			break;
 		}
-		if (e->hash == 0 || e->deadline_us <= now) {
+		if (e->hash == 0 || e->deadline_us <= now || e->reset_us <= now) {
 			if (!unused)
 				unused = e;
 		} else if (!oldest || e->deadline_us < oldest->deadline_us) {
@@ -183,13 +209,9 @@ void deny_cache_store(struct deny_cache *dc, const char *name, size_t name_len,
 	e = same ? same : unused ? unused : oldest;
 	e->hash = h;
 	e->deadline_us = sent_us + d->retry_after_us;
-	if (e->deadline_us > dc->live_until)
-		dc->live_until = e->deadline_us;
-	/* <reset> came rounded up to seconds: never past the retry deadline */
-	reset_us = d->reset * 1000000;
-	if (reset_us > d->retry_after_us || reset_us < 0)
-		reset_us = d->retry_after_us;
-	e->reset_us = sent_us + reset_us;
+	e->reset_us = sent_us + d->reset_us;
+	if (sent_us + until > dc->live_until)
+		dc->live_until = sent_us + until;
 	e->cost = cost;
 	e->limit = d->limit;
 	e->remaining = d->remaining;

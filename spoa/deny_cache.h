@@ -7,9 +7,19 @@
  * deny_cache_trim() once no entry in it can be live, so an idle worker
  * holds none of it; open addressing over DENY_CACHE_PROBES slots, hashed
  * with a per-cache seed so that keys chosen by clients cannot aim at one
- * probe window. An entry only ever expires early: its deadline counts from
- * when the request was sent, before Redis read its clock, so the cache
- * never denies what Redis would allow.
+ * probe window.
+ *
+ * An answer from the cache is the one Redis would give (see
+ * docs/configuration.md, deny-cache): an entry answers only the cost it
+ * was denied for (another cost has another Retry-After), only before the
+ * first entry of its deciding window leaves (its reset: until then the
+ * window's count, so remaining and every retry deadline, cannot change
+ * but by an admission), and an admission this agent sees on the key, or
+ * any call this agent sends for it, empties it. Deadlines count from when
+ * the request was sent, before Redis read its clock, so an entry ends no
+ * later than Redis's numbers do. Admissions by other agents (or other
+ * workers) are not seen: with mixed costs they can make the true remaining
+ * lower and Retry-After later than cached, until the entry's reset.
  */
 #ifndef SPOA_DENY_CACHE_H
 #define SPOA_DENY_CACHE_H
@@ -57,17 +67,24 @@ size_t deny_cache_bytes(const struct deny_cache *dc);
 /*
  * Is (<name>, <key>) known to be denied for <cost> at <now>? Fills <d>
  * with a deny whose retry_after and reset count down from the cached
- * deadlines. Borrows <name> and <key> for the call only. Entries found
- * expired are emptied on the way.
+ * deadlines. Borrows <name> and <key> for the call only. An entry it
+ * cannot answer exactly (another cost, past its deadline or reset) is
+ * emptied: the call the caller sends instead may change the window.
  */
 bool deny_cache_lookup(struct deny_cache *dc, const char *name, size_t name_len,
                        const char *key, size_t key_len, uint64_t cost, int64_t now,
                        struct window_decision *d);
 
+/* Forget (<name>, <key>): this agent saw Redis admit a request on it.
+ * Borrows <name> and <key> for the call only. */
+void deny_cache_forget(struct deny_cache *dc, const char *name, size_t name_len,
+                       const char *key, size_t key_len);
+
 /*
  * Remember that (<name>, <key>) was denied <cost> by <d> for a request
  * sent at <sent_us> (copied into the table, which <dc> owns): it cannot
- * pass before <sent_us> + retry_after. Replaces the same key's entry, else
+ * pass before <sent_us> + retry_after_us, and its numbers hold until
+ * <sent_us> + reset_us, whichever comes first. Replaces the same key's entry, else
  * an empty or expired slot, else the entry that expires first. Nothing is
  * stored when the deny already expired or memory runs out.
  */

@@ -301,9 +301,13 @@ void limiter_call_finish(struct limiter *l, struct limiter_link *k,
 		/* The deadline answered first (error/redis-timeout), yet Redis ran
 		 * the script: an admission it recorded is one the client never got.
 		 * Counted so that operators can size redis-timeout. */
-		if (window_decide_reply(&c->policy, view, &d) == 0 && d.status == WINDOW_ALLOW &&
-		    l->metrics)
-			metrics_add(&l->metrics->late_admissions, 1);
+		if (window_decide_reply(&c->policy, view, &d) == 0 && d.status == WINDOW_ALLOW) {
+			if (l->metrics)
+				metrics_add(&l->metrics->late_admissions, 1);
+			if (c->cacheable)   /* it changed the window all the same */
+				deny_cache_forget(&l->cache, c->policy.name, c->policy.name_len,
+				                  c->key, c->key_len);
+		}
 		return;
 	}
 
@@ -318,6 +322,9 @@ void limiter_call_finish(struct limiter *l, struct limiter_link *k,
 	} else if (c->cacheable && d.status == WINDOW_DENY) {
 		deny_cache_store(&l->cache, c->policy.name, c->policy.name_len, c->key, c->key_len,
 		                 c->cost, c->sent_us, &d, now);
+	} else if (c->cacheable) {
+		/* an admission changed the window a cached deny describes */
+		deny_cache_forget(&l->cache, c->policy.name, c->policy.name_len, c->key, c->key_len);
 	}
 	limiter_call_answer(c, &d);
 }

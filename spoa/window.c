@@ -462,6 +462,7 @@ int window_decide_reply(const struct window_policy *p, const struct window_reply
 	d->limit = r->v[1];
 	d->remaining = r->v[2];
 	d->reset = window_us_to_s_ceil(r->v[3]);
+	d->reset_us = r->v[3];
 	d->window = (unsigned)r->v[5];
 	if (r->v[0] == 1) {
 		d->status = WINDOW_ALLOW;

@@ -105,6 +105,7 @@ struct window_decision {
 	int64_t reset;                 /* seconds, rounded up */
 	int64_t retry_after;           /* seconds, rounded up, >= 1 when denied */
 	int64_t retry_after_us;        /* raw, for the local deny cache */
+	int64_t reset_us;              /* raw, for the local deny cache */
 	unsigned window;               /* index of the deciding window */
 };
 

@@ -143,9 +143,13 @@ h.eq("... answered from the local cache (counted)", cached0 + 1, cache_answers("
 h.eq("... without a Redis call", calls0, redis_calls())
 h.check("... logged at debug", u.log_count(h, "event=deny_cache_hit policy=slow") >= 1, "no log line")
 d = act(a.ratelimit("ACC-CACHE", policy="slow", cost=2))
-h.eq("a larger cost: deny from the cache too", ("deny", cached0 + 2),
+h.eq("a larger cost (another retry_after): deny from Redis, not the cache", ("deny", cached0 + 1),
      (d["status"], cache_answers("slow")))
-h.eq("still no Redis call", calls0, redis_calls())
+h.eq("... one Redis call", calls0 + 1, redis_calls())
+d = act(a.ratelimit("ACC-CACHE", policy="slow", cost=2))
+h.eq("that cost again: deny from the cache", ("deny", cached0 + 2),
+     (d["status"], cache_answers("slow")))
+h.eq("... no Redis call", calls0 + 1, redis_calls())
 h.eq("the set holds only the 2 admitted entries", "2", rcli("ZCARD", "slow:limit:v1:ACC-CACHE", db=3))
 
 act(a.ratelimit("ACC-SH", policy="sh"))

@@ -1,7 +1,8 @@
 /*
  * test_deny_cache - the limiter's local deny cache on its own (no I/O, no
  * clock: the tests pass the monotonic time): a hit counts down from the
- * cached deadlines, a smaller cost may still pass, expiry, replacement of
+ * cached deadlines, only the cost denied is answered, an entry answers
+ * only until its reset, an admission forgets it, expiry, replacement of
  * the same key, eviction of the entry that expires first, clear, the
  * configured size, and the table given back once no entry is live.
  */
@@ -30,6 +31,7 @@ static struct window_decision deny(int64_t retry_after_us, int64_t reset_s)
 	d.retry_after_us = retry_after_us;
 	d.retry_after = window_us_to_s_ceil(retry_after_us);
 	d.reset = reset_s;
+	d.reset_us = reset_s * S;
 	d.window = 60;
 	return d;
 }
@@ -76,8 +78,9 @@ static void test_hit_counts_down(void **state)
 	assert_int_equal(d.limit, 10);
 	assert_int_equal(d.remaining, 0);
 	assert_int_equal(d.window, 60);
-	/* <reset> (60 s) is capped at the retry deadline */
-	assert_int_equal(d.reset, 4);
+	/* reset counts down from its own deadline (10 s + 60 s) */
+	assert_int_equal(d.reset, 59);
+	assert_int_equal(d.reset_us, 59 * S);
 	/* less than a second left still says 1 */
 	assert_true(lookup(&dc, "k", 1, 15 * S - 1, &d));
 	assert_int_equal(d.retry_after, 1);
@@ -95,10 +98,7 @@ static void test_expiry_and_cost(void **state)
 	(void)state;
 	deny_cache_init(&dc, 7);
 	store(&dc, "k", 5, 0, 2 * S, 0);
-	/* a smaller cost may fit earlier: ask Redis */
-	assert_false(lookup(&dc, "k", 4, S, &d));
 	assert_true(lookup(&dc, "k", 5, S, &d));
-	assert_true(lookup(&dc, "k", 6, S, &d));
 	/* at the deadline the request may pass, and the entry is emptied */
 	assert_false(lookup(&dc, "k", 5, 2 * S, &d));
 	assert_false(lookup(&dc, "k", 5, S, &d));
@@ -225,6 +225,77 @@ static void test_trim_when_none_live(void **state)
 	deny_cache_clear(&dc);
 }
 
+/* The issue's case (policy 5/10s): a deny of cost 2 is not an answer for
+ * cost 1 (it may pass) nor for cost 3 (it waits longer); asking Redis
+ * empties the entry, since that call may be admitted. */
+static void test_only_the_cost_denied(void **state)
+{
+	struct deny_cache dc;
+	struct window_decision d = deny(6 * S, 6);
+
+	(void)state;
+	deny_cache_init(&dc, 11);
+	d.remaining = 1;
+	deny_cache_store(&dc, "api", 3, "k", 1, 2, 0, &d, 0);
+	assert_true(lookup(&dc, "k", 2, S / 10, &d));
+	assert_int_equal(d.remaining, 1);
+	assert_false(lookup(&dc, "k", 3, S / 10, &d));
+	assert_false(lookup(&dc, "k", 2, S / 10, &d));   /* emptied by the miss */
+	d = deny(6 * S, 6);
+	deny_cache_store(&dc, "api", 3, "k", 1, 2, 0, &d, 0);
+	assert_false(lookup(&dc, "k", 1, S / 10, &d));
+	assert_false(lookup(&dc, "k", 2, S / 10, &d));
+	deny_cache_clear(&dc);
+}
+
+/* An admission seen on the key forgets its deny; other keys keep theirs. */
+static void test_admission_forgets(void **state)
+{
+	struct deny_cache dc;
+	struct window_decision d;
+
+	(void)state;
+	deny_cache_init(&dc, 13);
+	deny_cache_forget(&dc, "api", 3, "k", 1);   /* nothing mapped: no-op */
+	store(&dc, "k", 1, 0, 5 * S, 0);
+	store(&dc, "j", 1, 0, 5 * S, 0);
+	deny_cache_forget(&dc, "api", 3, "k", 1);
+	assert_false(lookup(&dc, "k", 1, S, &d));
+	assert_true(lookup(&dc, "j", 1, S, &d));
+	deny_cache_forget(&dc, "web", 3, "j", 1);   /* another policy */
+	assert_true(lookup(&dc, "j", 1, S, &d));
+	deny_cache_clear(&dc);
+}
+
+/* Time passing: until the reset the numbers are Redis's, counted down;
+ * from the reset an entry left the window (remaining grew), so Redis is
+ * asked even though the retry deadline for this cost is later. A deny
+ * whose reset already passed when it arrives is not stored. */
+static void test_until_reset(void **state)
+{
+	struct deny_cache dc;
+	struct window_decision d = deny(8 * S, 6);
+
+	(void)state;
+	deny_cache_init(&dc, 17);
+	d.reset_us = 5 * S + S / 2;   /* the first entry leaves at 5.5 s */
+	deny_cache_store(&dc, "api", 3, "k", 1, 2, S, &d, S);
+	assert_true(lookup(&dc, "k", 2, 4 * S, &d));
+	assert_int_equal(d.retry_after_us, 5 * S);
+	assert_int_equal(d.retry_after, 5);
+	assert_int_equal(d.reset_us, 2 * S + S / 2);
+	assert_int_equal(d.reset, 3);
+	assert_true(lookup(&dc, "k", 2, 6 * S + S / 2 - 1, &d));
+	assert_false(lookup(&dc, "k", 2, 6 * S + S / 2, &d));
+	/* the trim follows the reset too */
+	assert_int_equal(deny_cache_trim(&dc, 6 * S + S / 2), 1);
+	d = deny(8 * S, 6);
+	d.reset_us = S;
+	deny_cache_store(&dc, "api", 3, "k", 1, 2, 0, &d, S);
+	assert_false(lookup(&dc, "k", 2, S, &d));
+	deny_cache_clear(&dc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -235,6 +306,9 @@ int main(void)
 		cmocka_unit_test(test_bounded),
 		cmocka_unit_test(test_size),
 		cmocka_unit_test(test_trim_when_none_live),
+		cmocka_unit_test(test_only_the_cost_denied),
+		cmocka_unit_test(test_admission_forgets),
+		cmocka_unit_test(test_until_reset),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
