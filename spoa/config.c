@@ -369,7 +369,7 @@ static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 	 * account parses but matches nothing the shipped block sends. A warning,
 	 * not an error: a site whose own HAProxy sends bare keys keeps working. */
 	if (config_check_key_kind(o->key, o->key_len) == -1)
-		parse_warn(x, "%s: the key has no identity kind (jwt:, key: or cert:), so it never "
+		parse_warn(x, "%s: the key has no identity kind (jwt:, key:, cert: or ip:), so it never "
 		           "matches a key the shipped HAProxy block sends (e.g. 'jwt:%.*s')",
 		           what, config_word_plen(w[2]) > 24 ? 24 : config_word_plen(w[2]), w[2].p);
 	warn_dead_windows(x, what, o->win, o->nwin);

@@ -37,12 +37,18 @@ check "spoe-ratelimit.conf: no message sent on an event (only via send-spoe-grou
 
 cfg=$(sed 's/#.*//' "$H/haproxy.cfg")
 check "haproxy.cfg: agent backend in mode tcp (2.6 rejects mode spop)" \
-	grep -Pzq 'backend be_ratelimit_agent\n( +[^\n]*\n)*? +mode tcp\n' <<<"$cfg"
+	grep -Pzq 'backend be_ratelimit_agent from ratelimit-agent\n( +[^\n]*\n)*? +mode tcp\n' <<<"$cfg"
 check "haproxy.cfg: option spop-check" grep -q 'option spop-check' <<<"$cfg"
 check "haproxy.cfg: no mode spop" test -z "$(grep 'mode spop' <<<"$cfg")"
 check "haproxy.cfg: send-spoe-group" grep -q 'http-request send-spoe-group ratelimit rl-check' <<<"$cfg"
 check "haproxy.cfg: 503 unless allow or deny" grep -q 'acl rl_decided var(txn.rl.status) -m str allow deny' <<<"$cfg"
-check "haproxy.cfg: never keyed by the client address" test -z "$(grep -E 'set-var\(txn\.account\) +(src|req\.hdr\(x-forwarded)' <<<"$cfg")"
+# The client's address is an account only on a route whose identity is ip
+# (routes.map), and X-Forwarded-For only from a listed trusted proxy.
+addr=$(grep -E 'set-var\(txn\.account\) +(src|req\.f?hdr(_ip)?\(x-forwarded)' <<<"$cfg")
+check "haproxy.cfg: keyed by the client address on ip routes only" \
+	test -n "$addr" -a -z "$(grep -v ' if rl_ip' <<<"$addr")"
+check "haproxy.cfg: X-Forwarded-For only from RL_TRUSTED_PROXIES" \
+	test -z "$(grep 'x-forwarded' <<<"$addr" | grep -v ' if rl_ip { src -f "${RL_TRUSTED_PROXIES}" }')"
 for v in status limit remaining reset retry_after reason window policy_hdr ratelimit_hdr; do
 	check "haproxy.cfg references txn.rl.$v (HAProxy drops unknown vars)" grep -q "var(txn\.rl\.${v}[,)]" <<<"$cfg"
 done
@@ -115,8 +121,8 @@ same_set "make help names exactly the Makefile's targets" "$phony" "$helped"
 blk=$(awk '/=== ratelimit-spoa block/,/=== end of the ratelimit-spoa block/' "$H/haproxy.cfg")
 eq "haproxy.cfg holds haproxy/ratelimit-block.cfg unchanged" "$(cat "$H/ratelimit-block.cfg")" "$blk"
 eq "haproxy.cfg holds haproxy/ratelimit-agent.cfg's backend unchanged" \
-	"$(awk '/^backend be_ratelimit_agent/{f=1} f' "$H/ratelimit-agent.cfg")" \
-	"$(awk '/^backend be_ratelimit_agent/{f=1} f' "$H/haproxy.cfg")"
+	"$(awk '/^defaults ratelimit-agent/{f=1} f' "$H/ratelimit-agent.cfg")" \
+	"$(awk '/^defaults ratelimit-agent/{f=1} f' "$H/haproxy.cfg")"
 check "haproxy.cfg knows no window (the agent formats RateLimit-Policy)" \
 	test -z "$(grep -E 'rl_window|;w=' <<<"$cfg")"
 
@@ -154,4 +160,27 @@ check "haproxy -c: with compose's names, only 'could not resolve' (init-addr non
 { cat "$ROOT/compose/agent.conf"; grep -E '^(policy|override)[[:space:]]' "$ROOT/etc/ratelimit-spoa.conf"; } > "$T/agent-compose.conf"
 out=$("$AGENT" -c -f "$T/agent-compose.conf" 2>&1); rc=$?
 eq "the agent accepts compose's mounted config + policies ($out)" 0 "$rc"
+# The agent backend beside a site's own defaults (option forwardfor, option
+# httplog, mode http): its own defaults section keeps them out, so -dW
+# (warnings fatal) stays clean.
+cat > "$T/site.cfg" <<EOF
+defaults
+    mode http
+    log stdout format raw local0
+    option httplog
+    option forwardfor
+    option dontlog-normal
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+frontend site
+    bind 127.0.0.1:$(free_port)
+    filter spoe engine ratelimit config $H/spoe-ratelimit.conf
+    default_backend app
+backend app
+    server s1 127.0.0.1:1
+EOF
+out=$(RL_HAPROXY_DIR=$H "$HAPROXY" -c -dW -f "$T/site.cfg" -f "$H/ratelimit-agent.cfg" 2>&1); rc=$?
+eq "site defaults with forwardfor/httplog + ratelimit-agent.cfg: haproxy -c -dW passes ($out)" 0 "$rc"
+check "site defaults + ratelimit-agent.cfg: no warning" test -z "$(grep -E 'WARNING|ALERT' <<<"$out")"
 t_done

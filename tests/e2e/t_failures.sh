@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Failure modes (docs/operations.md): Redis down -> transfers 503 (fail-closed)
-# while reads stay up (fail-open, RateLimit-Limit only); agent down -> 503 on
-# fail-closed routes while fail=open reads pass without RateLimit headers
-# (tests/e2e/t_failopen.sh: stopped, frozen, refusing); each recovers on its
-# own when the process comes back.
+# while reads stay up (fail-open, RateLimit-Limit only); agent down, frozen
+# (SIGSTOP) or refusing connections -> 503 on fail-closed routes, while the
+# routes routes.map marks "open" pass (no RateLimit header, reason=no-decision
+# in the log); each recovers on its own when the process comes back.
 # Recovery is polled (reconnect backoff, health checks), never timed.
 . "$(dirname "$0")/../lib.sh"
 t_setup
@@ -50,24 +50,55 @@ eq "Redis back: RateLimit headers again" 3 "$(rsp_hdr RateLimit-Limit)"
 req B GET /accounts/ACC-F1 "$tok"
 check "Redis back: reads counted again (Remaining present)" test -n "$(rsp_hdr RateLimit-Remaining)"
 
-# --- Agent down -------------------------------------------------------------
+# --- Agent down (stopped: connections refused) -------------------------------
+# agent_gone WHAT: a transfer gets 503 on both instances, the fail-open
+# routes pass (reads by account, anonymous by address) with no RateLimit
+# header, and HAProxy's log says why.
+agent_gone() {
+	local what=$1 inst
+	for inst in A B; do
+		req $inst POST /transfers "$tok"
+		eq "agent $what, $inst: transfer 503" 503 "$RSP_STATUS"
+		eq "agent $what, $inst: problem+json" application/problem+json "$(rsp_hdr Content-Type)"
+		check "agent $what, $inst: 503 body says no-decision" grep -q '"reason":"no-decision"' "$T/rsp.body"
+		req $inst GET /accounts/ACC-F1 "$tok"
+		eq "agent $what, $inst: fail-open read passes" 200 "$RSP_STATUS"
+		eq "agent $what, $inst: fail-open read has no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
+		eq "agent $what, $inst: fail-open read has no RateLimit-Policy" "" "$(rsp_hdr RateLimit-Policy)"
+		req $inst GET /public/status
+		eq "agent $what, $inst: anonymous fail-open default route passes" 200 "$RSP_STATUS"
+		req $inst GET /accounts/ACC-F1
+		eq "agent $what, $inst: still 401 without a token (identity first)" 401 "$RSP_STATUS"
+	done
+	check "agent $what: the passed read is logged with reason=no-decision" \
+		grep -q 'GET /accounts/ACC-F1 HTTP/1.1" account=ACC-F1 .* reason=no-decision' "$T/haproxy-A.log"
+}
 stop_agent
-for inst in A B; do
-	req $inst POST /transfers "$tok"
-	eq "agent down, $inst: transfer 503" 503 "$RSP_STATUS"
-	eq "agent down, $inst: problem+json" application/problem+json "$(rsp_hdr Content-Type)"
-	req $inst GET /accounts/ACC-F1 "$tok"
-	eq "agent down, $inst: fail=open read still served" 200 "$RSP_STATUS"
-	eq "agent down, $inst: fail=open read carries no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
-done
+: > "$T/haproxy-A.log"
+agent_gone stopped
 # Once the health check marks the agent DOWN, 503 no longer waits for
 # "timeout processing": the edge keeps answering, it does not hang.
 req A POST /transfers "$tok"
 eq "agent down: still 503 later" 503 "$RSP_STATUS"
+req A GET /accounts/ACC-F1 "$tok"
+eq "agent down: read still passes later" 200 "$RSP_STATUS"
 
 start_agent "$E2E_REDIS_TIMEOUT
 $(edge_policies)"
 check "agent back, A: transfers recover" until_status 201 A POST /transfers
 check "agent back, B: transfers recover" until_status 201 B POST /transfers
 eq "agent back: RateLimit headers again" 3 "$(rsp_hdr RateLimit-Limit)"
+req A GET /accounts/ACC-F1 "$tok"
+eq "agent back: reads carry RateLimit-Limit again" 100 "$(rsp_hdr RateLimit-Limit)"
+
+# --- Agent frozen (SIGSTOP: connections open, no answer) --------------------
+# HAProxy waits "timeout processing" (2s here), then the health check marks
+# the agent DOWN; both give no status, the same as an outage.
+kill -STOP "$AGENT_PID"
+: > "$T/haproxy-A.log"
+agent_gone frozen
+kill -CONT "$AGENT_PID"
+check "agent thawed, A: transfers recover" until_status 201 A POST /transfers
+check "agent thawed, B: transfers recover" until_status 201 B POST /transfers
+eq "agent thawed: RateLimit headers again" 3 "$(rsp_hdr RateLimit-Limit)"
 t_done

@@ -222,7 +222,7 @@ policy partner 2/1m"
 # The drop-in of step 4, its paths moved into $T: its Environment= lines
 # (the agent's address and a loaded machine's decision budget are the
 # test's own), the agent file its EXTRAOPTS loads, its ExecStartPre check.
-snippet drop-in | sed -e "s|/etc/haproxy/ratelimit|$D|g" -e "s|/usr/local/sbin/ratelimit-spoa|$AGENT|g" \
+snippet drop-in | sed -e "s|/etc/haproxy/ratelimit|$D|g" -e "s|/usr/sbin/ratelimit-spoa|$AGENT|g" \
 	-e "s|/etc/ratelimit-spoa/ratelimit-spoa.conf|$T/agent.conf|g" > "$T/override.conf"
 sed -n 's/^Environment=/export /p' "$T/override.conf" > "$T/dropin.env"
 out=$(bash -c "$(sed -n 's/^ExecStartPre=//p' "$T/override.conf")" 2>&1)

@@ -1,109 +1,124 @@
 #!/usr/bin/env bash
-# routes.map's forms on the demo edge (two instances), with a map of its own:
-# the default line "*" decides every unlisted path by address, in one window
-# for both instances; an exempt line ("-") is never limited; an exact line
-# ("?") takes its path only; a host-scoped line wins over host-less ones for
-# its Host; "jwt|ip anon=<policy>" counts a caller without a token by address
-# against its own policy and a caller with one by account (a bad token is
-# still 401); behind a trusted proxy the address is the last X-Forwarded-For
-# entry, IPv6 per /64, and from anyone else X-Forwarded-For is ignored; the
-# canonical-path refusal still answers 400 before any of it.
+# routes.map beyond the listed paths, on the shipped demo edge:
+#   the default line "*": a path no line lists (a 404, an alias, the public
+#   endpoint) is decided, anonymously, by the client's address, counted
+#   across both instances, with RateLimit-* headers; over the limit, 429;
+#   an exemption ("GET/healthz -"): never decided, no header, no key;
+#   the ip identity: a client-supplied X-Forwarded-For changes nothing, one
+#   from a trusted proxy (RL_TRUSTED_PROXIES) names the client, IPv6 counts
+#   per /64;
+#   the canonical-path refusal still answers 400 before any of it.
 . "$(dirname "$0")/../lib.sh"
 t_setup
+start_edge A B
 
-mkdir -p "$T/hap"
-cp -r "$ROOT/haproxy/." "$T/hap/"
-cat > "$T/hap/routes.map" <<'MAP'
-GET/status?                   -
-api.example.com:GET/accounts/ -
-GET/accounts/open?            -
-GET/accounts/                 reads     jwt|ip anon=anon fail=open
-POST/transfers                transfer
-*                             anon      ip     fail=open
-MAP
-POLICIES="policy transfer 3/1s
-policy reads 100/1m on-redis-error=allow
-policy anon 4/1m on-redis-error=allow"
-printf 'listen 127.0.0.1:1\nredis redis://127.0.0.1:1/0\n%s\n' "$POLICIES" > "$T/check.conf"
-check "the agent accepts the map (--routes)" "$AGENT" -c -f "$T/check.conf" --routes "$T/hap/routes.map"
+# Anonymous: no token; the key is ip:<the client's address>.
+req A GET /public/status
+eq "unlisted path: served" 200 "$RSP_STATUS"
+eq "unlisted path: decided on the default line (RateLimit-Policy)" '"anon";q=20;w=1' "$(rsp_hdr RateLimit-Policy)"
+check "unlisted path: RateLimit-Remaining present" test -n "$(rsp_hdr RateLimit-Remaining)"
+check "unlisted path: the window is the client's address" \
+	test -n "$(rcli --scan --pattern 'anon:*ip:127.0.0.1*' | head -1)"
+req B GET /no/such/thing
+eq "a path no backend serves: 404" 404 "$RSP_STATUS"
+eq "a 404 carries the decision too" '"anon";q=20;w=1' "$(rsp_hdr RateLimit-Policy)"
 
-HAPROXY_FILES=$T/hap
-jwt_setup
-start_redis
-start_agent "$E2E_REDIS_TIMEOUT
-$POLICIES"
-start_backend
-echo 127.0.0.1 > "$T/trusted.lst"
-# A and B trust 127.0.0.1 as a proxy, so each case below is its own
-# "client" through X-Forwarded-For (the agent remembers a denied key for its
-# Retry-After: a fresh address per case, not a deleted window).
-export RL_TRUSTED_PROXIES=$T/trusted.lst
-start_haproxy A; start_haproxy B
-unset RL_TRUSTED_PROXIES
-start_haproxy C        # trusts no proxy
-
-# --- the default line: anonymous, by address, across both instances ---------
-for i in 1 2 3 4; do
-	inst=A; [ $((i % 2)) = 0 ] && inst=B
-	req $inst GET /no/such/path "" -H "X-Forwarded-For: 192.0.2.10"
-	eq "unlisted path #$i on $inst: a decision (the demo's 404)" 404 "$RSP_STATUS"
-	eq "unlisted path #$i on $inst: RateLimit-Remaining counts over both" $((4 - i)) "$(rsp_hdr RateLimit-Remaining)"
+# One address across both instances: 24 requests in one burst, alternating.
+rcli flushall >/dev/null
+args=()
+for i in $(seq 24); do
+	if [ $((i % 2)) -eq 1 ]; then args+=(A /public/p$i); else args+=(B /public/p$i); fi
 done
-req B GET /another/path "" -H "X-Forwarded-For: 192.0.2.10"
-eq "unlisted path #5: 429 (one window for both instances)" 429 "$RSP_STATUS"
-check "unlisted path #5: Retry-After" test -n "$(rsp_hdr Retry-After)"
-eq "the window is the address's (ip:192.0.2.10)" 4 "$(rcli zcard anon:limit:v1:ip:192.0.2.10)"
+req_seq GET "" "${args[@]}"
+allowed=$(grep -c '^200 ' "$T/seq.out")
+denied=$(grep -c '^429 ' "$T/seq.out")
+eq "one address, two instances: 20 of 24 pass (the limit, not 2x)" 20 "$allowed"
+eq "one address, two instances: the rest get 429" 4 "$denied"
+eq "the 21st request names Retry-After" 1 "$(seq_hdr 21 retry-after)"
+eq "request 2 (instance B) counts after request 1 (instance A)" 18 "$(seq_hdr 2 ratelimit-remaining)"
 
-# --- exempt, exact, host-scoped ----------------------------------------------
-keys=$(rcli dbsize)
-req A GET /status "" -H "X-Forwarded-For: 192.0.2.10"
-eq "exempt /status: no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
-check "exempt /status: not refused though the address is over its limit" test "$RSP_STATUS" != 429
-req A GET /accounts/open ""
-eq "exempt exact /accounts/open: served without identity" 200 "$RSP_STATUS"
-eq "exempt exact /accounts/open: no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
-req A GET /accounts/ACC-R1 "" -H "Host: API.Example.com:8443"
-eq "host-scoped exempt line for its Host (any case, any port): served" 200 "$RSP_STATUS"
-eq "host-scoped exempt line: no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
-eq "nothing of these reached Redis" "$keys" "$(rcli dbsize)"
-req A GET /status/more "" -H "X-Forwarded-For: 192.0.2.10"
-eq "/status/more is not /status (exact): the default line refuses it (429)" 429 "$RSP_STATUS"
-req A GET /accounts/openx "$(mint_token ACC-R2)"
-eq "/accounts/openx is not /accounts/open (exact): the account's line" 200 "$RSP_STATUS"
-check "/accounts/openx: decided by reads ($(rsp_hdr RateLimit-Policy))" \
-	grep -q '^"reads";' <<<"$(rsp_hdr RateLimit-Policy)"
+# The burst left 127.0.0.1 denied in the agent's deny cache for its
+# Retry-After (1 s): wait it out before asking as that address again.
+sleep 1.2
 
-# --- the account, else the address --------------------------------------------
-req A GET /accounts/ACC-R3 "" -H "X-Forwarded-For: 192.0.2.20"
-eq "jwt|ip without a token: served" 200 "$RSP_STATUS"
-check "jwt|ip without a token: the anon policy decided ($(rsp_hdr RateLimit-Policy))" \
-	grep -q '^"anon";' <<<"$(rsp_hdr RateLimit-Policy)"
-eq "jwt|ip without a token: counted for the address" 1 "$(rcli zcard anon:limit:v1:ip:192.0.2.20)"
-eq "jwt|ip without a token: no X-Account reaches the backend" "" "$(jq -r .account "$T/rsp.body")"
-req A GET /accounts/ACC-R3 "$(mint_token ACC-R3)"
-check "jwt|ip with a token: the account's policy decided ($(rsp_hdr RateLimit-Policy))" \
-	grep -q '^"reads";' <<<"$(rsp_hdr RateLimit-Policy)"
-eq "jwt|ip with a token: X-Account is the sub" ACC-R3 "$(jq -r .account "$T/rsp.body")"
-req A GET /accounts/ACC-R3 "not.a.token"
-eq "jwt|ip with a bad token: 401 (not the address)" 401 "$RSP_STATUS"
+# An exemption: never decided.
+rcli flushall >/dev/null
+req A GET /healthz
+check "exempt /healthz answers 2xx ($RSP_STATUS)" grep -q '^2' <<<"$RSP_STATUS"
+eq "exempt /healthz: no RateLimit-Policy" "" "$(rsp_hdr RateLimit-Policy)"
+eq "exempt /healthz: nothing counted" 0 "$(rcli dbsize)"
 
-# --- the address: trusted proxies, IPv6 per /64 -------------------------------
-for xff in 2001:db8:1:2::5 2001:db8:1:2:ffff::6; do
-	req A GET /nowhere "" -H "X-Forwarded-For: 203.0.113.9, $xff"
+# A listed route still takes its own line, not the default.
+tok=$(mint_token ACC-R1)
+req A GET /accounts/ACC-R1 "$tok"
+eq "a listed route keeps its policy" '"reads";q=100;w=60' "$(rsp_hdr RateLimit-Policy)"
+req A GET /accounts/ACC-R1
+eq "a listed jwt route without a token: 401 (the default line is no way around it)" 401 "$RSP_STATUS"
+
+# jwt|ip: the account with a token (its own policy), the address without,
+# 401 for an invalid token (never a quiet downgrade to anonymous).
+req A GET /public/search "$tok"
+eq "jwt|ip with a token: 200" 200 "$RSP_STATUS"
+eq "jwt|ip with a token: the account's policy" '"reads";q=100;w=60' "$(rsp_hdr RateLimit-Policy)"
+check "jwt|ip with a token: counted for the account" test -n "$(rcli --scan --pattern 'reads:*jwt:ACC-R1*' | head -1)"
+req B GET /public/search
+eq "jwt|ip without a token: 200" 200 "$RSP_STATUS"
+eq "jwt|ip without a token: the address's policy" '"anon";q=20;w=1' "$(rsp_hdr RateLimit-Policy)"
+req A GET /public/search "not.a.token"
+eq "jwt|ip with an invalid token: 401" 401 "$RSP_STATUS"
+
+# X-Forwarded-For from an untrusted client is ignored.
+rcli flushall >/dev/null
+req A GET /public/x "" -H "X-Forwarded-For: 203.0.113.9"
+check "untrusted X-Forwarded-For: counted as the connection's address" \
+	test -n "$(rcli --scan --pattern '*ip:127.0.0.1*' | head -1)"
+eq "untrusted X-Forwarded-For: no window for the forged address" "" "$(rcli --scan --pattern '*203.0.113.9*' | head -1)"
+
+# The same edge behind a trusted balancer (127.0.0.1 listed).
+echo "127.0.0.1" > "$T/trusted.lst"
+RL_TRUSTED_PROXIES=$T/trusted.lst start_haproxy C
+rcli flushall >/dev/null
+req C GET /public/x "" -H "X-Forwarded-For: 198.51.100.1, 203.0.113.7"
+eq "trusted balancer: served" 200 "$RSP_STATUS"
+check "trusted balancer: the last X-Forwarded-For address is the key" \
+	test -n "$(rcli --scan --pattern '*ip:203.0.113.7*' | head -1)"
+eq "trusted balancer: not the client-written first hop" "" "$(rcli --scan --pattern '*198.51.100.1*' | head -1)"
+req C GET /public/x "" -H "X-Forwarded-For: 2001:db8:1:2:aaaa::1"
+req C GET /public/x "" -H "X-Forwarded-For: 2001:db8:1:2:bbbb::2"
+v6=$(rcli --scan --pattern '*2001:db8:1:2*' | sort -u)
+eq "IPv6: two addresses of one /64 share one window" 1 "$(grep -c . <<<"$v6")"
+check "IPv6: the key is the /64 prefix ($v6)" grep -q 'ip:2001:db8:1:2::$' <<<"$v6"
+req C GET /public/x "" -H "X-Forwarded-For: 2001:db8:1:3::1"
+eq "IPv6: another /64 is another window" 2 "$(rcli --scan --pattern '*2001:db8:1:*' | sort -u | grep -c .)"
+
+# Non-canonical spellings are refused before routing (docs/integrate.md).
+rcli flushall >/dev/null
+for p in '//public/x' '/public/../accounts/ACC-R1' '/%61ccounts/ACC-R1' '/accounts/%2e%2e/x'; do
+	req A GET "$p" "$tok" --path-as-is
+	eq "non-canonical $p: 400" 400 "$RSP_STATUS"
 done
-eq "behind a trusted proxy: its X-Forwarded-For hop, IPv6 per /64" 2 \
-	"$(rcli zcard anon:limit:v1:ip:2001:db8:1:2::)"
-req A GET /nowhere "" -H "X-Forwarded-For: 2001:db8:1:3::5"
-eq "another /64: another window" 1 "$(rcli zcard anon:limit:v1:ip:2001:db8:1:3::)"
-req C GET /nowhere "" -H "X-Forwarded-For: 198.51.100.7"
-eq "from an untrusted peer, X-Forwarded-For is ignored" "0 1" \
-	"$(rcli exists anon:limit:v1:ip:198.51.100.7) $(rcli zcard anon:limit:v1:ip:127.0.0.1)"
-
-# --- the canonical-path refusal still comes first ------------------------------
-keys=$(rcli dbsize)
-for p in //status /%73tatus /x/../status //no/such/path /accounts/%6fpen; do
-	RSP_STATUS=$(curl -s -m 10 --path-as-is -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HAP_PORT_A$p")
-	eq "GET $p: 400" 400 "$RSP_STATUS"
-done
-eq "the refused spellings reached no window" "$keys" "$(rcli dbsize)"
+eq "non-canonical paths: nothing counted" 0 "$(rcli dbsize)"
+# A site that silences its logs (set-log-level silent before the block,
+# option dontlog-normal) still logs the limiter's 401, 429 and 503.
+sed -e 's|^    # === ratelimit-spoa block|    option dontlog-normal\n    http-request set-log-level silent\n&|' \
+	"$HAPROXY_FILES/haproxy.cfg" > "$T/quiet.cfg"
+check "the quiet edge config has the site's rules" grep -q 'set-log-level silent' "$T/quiet.cfg"
+start_haproxy Q "$T/quiet.cfg"
+sleep 1.2   # the bursts above: 127.0.0.1 out of the deny cache
+rcli flushall >/dev/null
+req Q GET /public/ok
+eq "quiet edge: an allowed request passes" 200 "$RSP_STATUS"
+req Q GET /accounts/ACC-R1
+eq "quiet edge: 401" 401 "$RSP_STATUS"
+args=(); for i in $(seq 22); do args+=(Q /public/q$i); done
+req_seq GET "" "${args[@]}"
+eq "quiet edge: the 21st anonymous request is 429" 429 "$(seq_status 21)"
+stop_agent
+req Q POST /transfers "$tok"
+eq "quiet edge, agent stopped: 503" 503 "$RSP_STATUS"
+sleep 0.5
+check "quiet edge: the 401 is logged" grep -q '" 401 \| 401 [0-9]* "GET /accounts/ACC-R1' "$T/haproxy-Q.log"
+check "quiet edge: a 429 is logged" grep -q ' 429 [0-9]* "GET /public/q' "$T/haproxy-Q.log"
+check "quiet edge: the 503 is logged" grep -q ' 503 [0-9]* "POST /transfers' "$T/haproxy-Q.log"
+eq "quiet edge: the allowed request stays silent (the site's choice)" 0 "$(grep -c 'GET /public/ok ' "$T/haproxy-Q.log")"
 t_done

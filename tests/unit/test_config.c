@@ -915,7 +915,7 @@ static void test_override_kind_warning(void **state)
 	assert_int_equal(c.policies[0].noverrides, 1);
 	assert_int_equal(c.nwarnings, 1);
 	assert_string_equal(c.warnings, "t.conf:2: warning: override 'ACC-PARTNER' of 'payout': the key "
-	                    "has no identity kind (jwt:, key: or cert:), so it never matches a key the "
+	                    "has no identity kind (jwt:, key:, cert: or ip:), so it never matches a key the "
 	                    "shipped HAProxy block sends (e.g. 'jwt:ACC-PARTNER')\n");
 	config_release(&c);
 	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
@@ -997,8 +997,7 @@ static void test_decimal(void **state)
 	assert_int_equal(v, 12);
 }
 
-/* check_routes <text> against "policy transfer 3/1s", "policy reads 10/1m
- * on-redis-error=allow":
+/* check_routes <text> against "policy transfer 3/1s", "policy reads 10/1m":
  * the route count, or -1 with <err> set. */
 static int check_routes(const char *text, char *err)
 {
@@ -1017,29 +1016,28 @@ static void test_routes(void **state)
 		{ "POST/transfers transfer\nPOST/exports exports\n",
 		  "routes.map:2: route 'POST/exports' names policy 'exports', which the agent's config does not define" },
 		{ "POST/transfers\n", "routes.map:1: route 'POST/transfers' names no policy" },
-		{ "/transfers transfer\n", "routes.map:1: route '/transfers' must be [<host>:]<METHOD>/<path prefix>[?] or [<host>:]*, e.g. POST/transfers" },
-		{ "POST transfer\n", "routes.map:1: route 'POST' must be [<host>:]<METHOD>/<path prefix>[?] or [<host>:]*, e.g. POST/transfers" },
+		{ "/transfers transfer\n", "routes.map:1: route '/transfers' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)" },
+		{ "POST transfer\n", "routes.map:1: route 'POST' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)" },
 		{ "post/x transfer\n", "routes.map:1: route 'post/x': the method must be upper case letters" },
-		{ "GET/a reads jws\n", "routes.map:1: route 'GET/a': identity must be jwt, key, cert, ip or <jwt|key|cert>|ip; got 'jws'" },
+		{ "GET/a reads jws\n", "routes.map:1: route 'GET/a': identity must be jwt, key, cert, ip, jwt|ip or key|ip; got 'jws'" },
 		{ "GET/a reads key 0\n", "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '0'" },
 		{ "GET/a reads key 2x\n", "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '2x'" },
 		{ "GET/a reads key 99999999999999999999\n",
 		  "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '99999999999999999999'" },
-		{ "GET/a reads key 1 x\n", "routes.map:1: route 'GET/a': too many words (<policy> [<identity> [<cost>]] [anon=<policy>] [fail=open|closed])" },
-		{ "GET/a reads ip|ip\n", "routes.map:1: route 'GET/a': identity must be jwt, key, cert, ip or <jwt|key|cert>|ip; got 'ip|ip'" },
-		{ "GET/a reads jwt anon=transfer\n", "routes.map:1: route 'GET/a': anon= needs the identity <kind>|ip" },
-		{ "GET/a reads jwt|ip anon=nope\n", "routes.map:1: route 'GET/a' names anon policy 'nope', which the agent's config does not define" },
-		{ "GET/a transfer fail=open\n", "routes.map:1: route 'GET/a': fail=open, but policy 'transfer' has no on-redis-error=allow" },
-		{ "GET/a reads jwt|ip anon=transfer fail=open\n", "routes.map:1: route 'GET/a': fail=open, but policy 'transfer' has no on-redis-error=allow" },
-		{ "GET/a reads fail=maybe\n", "routes.map:1: route 'GET/a': unknown word 'fail=maybe' (anon=<policy>, fail=open or fail=closed)" },
-		{ "GET/a reads fail=open jwt\n", "routes.map:1: route 'GET/a': too many words (<policy> [<identity> [<cost>]] [anon=<policy>] [fail=open|closed])" },
-		{ "GET/a - jwt\n", "routes.map:1: route 'GET/a': an exempt route ('-') takes no other word" },
-		{ "GET/a?b reads\n", "routes.map:1: route 'GET/a?b': '?' only ends a key (the exact path)" },
-		{ "API.x:GET/a reads\n", "routes.map:1: route 'API.x:GET/a': the host must be lower case letters, digits, '.' and '-', without a port" },
-		{ ":GET/a reads\n", "routes.map:1: route ':GET/a': an empty host before ':'" },
-		{ "GET/health -\nGET/health? reads\n",
-		  "routes.map:2: route 'GET/health?' never matches: line 1 ('GET/health') comes first and is a prefix of it" },
-		{ "* reads ip\n* transfer ip\n", "routes.map:2: route '*' never matches: line 1 ('*') comes first and is a prefix of it" },
+		{ "GET/a reads key 1 x\n", "routes.map:1: route 'GET/a': the fifth word must be closed or open; got 'x'" },
+		{ "GET/a reads key 1 open x\n",
+		  "routes.map:1: route 'GET/a': too many words (<policy> [<identity> [<cost> [closed|open]]])" },
+		{ "POST/t transfer jwt 1 open\n",
+		  "routes.map:1: route 'POST/t' is open when the agent is unreachable, but policy 'transfer' is fail-closed (on-redis-error=deny): make both fail-open or neither" },
+		{ "GET/healthz - jwt\n", "routes.map:1: route 'GET/healthz': an exemption ('-') takes no other word" },
+		{ "* nosuch ip\n", "routes.map:1: route '*' names policy 'nosuch', which the agent's config does not define" },
+		{ "GET/s reads|nosuch jwt|ip\n", "routes.map:1: route 'GET/s' names policy 'nosuch', which the agent's config does not define" },
+		{ "GET/s reads cert|ip\n", "routes.map:1: route 'GET/s': an identity with a fallback is jwt|ip or key|ip; got 'cert|ip'" },
+		{ "GET/s reads jwt|key\n", "routes.map:1: route 'GET/s': an identity with a fallback is jwt|ip or key|ip; got 'jwt|key'" },
+		{ "GET/s reads|reads jwt\n",
+		  "routes.map:1: route 'GET/s': two policies ('reads|reads') need an identity with a fallback (jwt|ip or key|ip)" },
+		{ "GET/s reads|transfer jwt|ip 1 open\n",
+		  "routes.map:1: route 'GET/s' is open when the agent is unreachable, but policy 'transfer' is fail-closed (on-redis-error=deny): make both fail-open or neither" },
 		{ "GET/a reads # all reads\n",
 		  "routes.map:1: a comment must be a line of its own ('#' after a route is part of its value)" },
 		{ "# c\nGET/accounts/ reads\nGET/accounts/vip transfer\n",
@@ -1054,11 +1052,10 @@ static void test_routes(void **state)
 	assert_int_equal(check_routes("# routes\nPOST/transfers transfer\n"
 	                              "GET/accounts/vip transfer cert 5\n"
 	                              "\tGET/accounts/  reads  key\r\nGET/x reads", err), 4);
-	/* the forms of a whole API: exempt exact path, host-scoped lines, an
-	 * address identity, the account or else the address, defaults */
-	assert_int_equal(check_routes("GET/healthz? -\napi.example.com:GET/tip reads ip 2 fail=open\n"
-	                              "GET/tip reads jwt|ip anon=reads fail=open\nPOST/x transfer key|ip 3 fail=closed\n"
-	                              "api.example.com:* transfer\n* reads ip fail=open\n", err), 6);
+	/* the default line, an exemption, the ip identity, both failure modes */
+	assert_int_equal(check_routes("GET/healthz -\nGET/accounts/ reads jwt 1 open\n"
+	                              "POST/transfers transfer jwt 1 closed\n* reads ip 1 open\n"
+	                              "GET/search transfer|reads jwt|ip\nGET/find reads key|ip 2 open\n", err), 6);
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		assert_int_equal(check_routes(bad[i].text, err), -1);
 		assert_string_equal(err, bad[i].err);
