@@ -42,6 +42,51 @@ static int routes_check_policy(struct config_lex *x, const struct config *c, str
 	return 0;
 }
 
+/* Is <c> a byte of a route's host (lower case: the block lowers Host)? */
+static int routes_host_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+}
+
+/* The key of a route line: "[<host>:]*" (the default line) or
+ * "[<host>:]<METHOD>/<path prefix>[?]" ("?" at the end: that path exactly,
+ * as the block looks up "<METHOD><path>?"). Returns 0 or -1 with the error
+ * set. */
+static int routes_check_key(struct config_lex *x, struct word k)
+{
+	const char *p = k.p, *end = k.p + k.len, *colon, *slash, *q;
+
+	/* the host ends at the first ':' before the path (a path may hold ':') */
+	slash = memchr(p, '/', k.len);
+	colon = memchr(p, ':', slash ? (size_t)(slash - p) : k.len);
+	if (colon) {
+		if (colon == p)
+			return config_parse_fail(x, "route '%.*s': an empty host before ':'",
+			                         config_word_plen(k), k.p);
+		for (q = p; q < colon; q++)
+			if (!routes_host_char(*q) ||
+			    memchr(colon + 1, ':', (size_t)((slash ? slash : end) - colon - 1)))
+				return config_parse_fail(x, "route '%.*s': the host must be lower case letters, digits, '.' and '-', without a port",
+				                         config_word_plen(k), k.p);
+		p = colon + 1;
+	}
+	if (end - p == 1 && *p == '*')
+		return 0;
+	slash = memchr(p, '/', (size_t)(end - p));
+	if (!slash || slash == p)
+		return config_parse_fail(x, "route '%.*s' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)",
+		                         config_word_plen(k), k.p);
+	for (q = p; q < slash; q++)
+		if (*q < 'A' || *q > 'Z')
+			return config_parse_fail(x, "route '%.*s': the method must be upper case letters",
+			                         config_word_plen(k), k.p);
+	q = memchr(slash, '?', (size_t)(end - slash));
+	if (q && q != end - 1)
+		return config_parse_fail(x, "route '%.*s': '?' only ends a key (that path exactly)",
+		                         config_word_plen(k), k.p);
+	return 0;
+}
+
 /* One line of a routes map: "<METHOD></path prefix> <policy> [<identity>
  * [<cost> [closed|open]]]", "* ..." (the default line) or "<key> -" (an
  * exemption) (haproxy/routes.map). An identity "jwt|ip" or "key|ip" takes
@@ -53,23 +98,13 @@ static int routes_check_line(struct config_lex *x, const struct config *c,
 {
 	const struct window_policy *p, *p2 = NULL;
 	struct word pol, pol2, id, id2;
-	const char *slash;
 	size_t i;
 	uint64_t cost = 0;
-	bool dflt;
 
 	if (n < 1 || !w[0].p)
 		return config_parse_fail(x, "internal: empty route line");   /* for the analyzer */
-	dflt = config_word_is(w[0], "*");
-	slash = memchr(w[0].p, '/', w[0].len);
-
-	if (!dflt && (!slash || slash == w[0].p))
-		return config_parse_fail(x, "route '%.*s' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)",
-		                  config_word_plen(w[0]), w[0].p);
-	for (i = 0; !dflt && w[0].p + i < slash; i++)
-		if (w[0].p[i] < 'A' || w[0].p[i] > 'Z')
-			return config_parse_fail(x, "route '%.*s': the method must be upper case letters",
-			                  config_word_plen(w[0]), w[0].p);
+	if (routes_check_key(x, w[0]) == -1)
+		return -1;
 	if (n < 2)
 		return config_parse_fail(x, "route '%.*s' names no policy", config_word_plen(w[0]), w[0].p);
 	if (config_word_is(w[1], "-")) {
@@ -154,7 +189,9 @@ int config_check_routes(const struct config *c, const char *name, const char *te
 			goto out;
 		}
 		/* map_beg answers with the first line whose key begins the
-		 * request: a line behind a prefix of its own key never matches */
+		 * request: a line behind a prefix of its own key never matches
+		 * (an exact "GET/a?" behind "GET/a" too; a host's key begins
+		 * with its lower-case host, never with a host-less key) */
 		for (i = 0; i < nseen; i++) {
 			if (seen[i].len <= key.len && memcmp(seen[i].p, key.p, seen[i].len) == 0) {
 				config_parse_fail(&x, "route '%.*s' never matches: line %u ('%.*s') comes first and is a prefix of it",

@@ -1042,6 +1042,18 @@ static void test_routes(void **state)
 		  "routes.map:1: a comment must be a line of its own ('#' after a route is part of its value)" },
 		{ "# c\nGET/accounts/ reads\nGET/accounts/vip transfer\n",
 		  "routes.map:3: route 'GET/accounts/vip' never matches: line 2 ('GET/accounts/') comes first and is a prefix of it" },
+		{ "GET/a?b reads\n", "routes.map:1: route 'GET/a?b': '?' only ends a key (that path exactly)" },
+		{ "API.x:GET/a reads\n",
+		  "routes.map:1: route 'API.x:GET/a': the host must be lower case letters, digits, '.' and '-', without a port" },
+		{ "api.x:8443:GET/a reads\n",
+		  "routes.map:1: route 'api.x:8443:GET/a': the host must be lower case letters, digits, '.' and '-', without a port" },
+		{ ":GET/a reads\n", "routes.map:1: route ':GET/a': an empty host before ':'" },
+		{ "api.x:/a reads\n",
+		  "routes.map:1: route 'api.x:/a' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)" },
+		{ "GET/healthz -\nGET/healthz? reads\n",
+		  "routes.map:2: route 'GET/healthz?' never matches: line 1 ('GET/healthz') comes first and is a prefix of it" },
+		{ "api.x:GET/a reads\napi.x:GET/a/b transfer\n",
+		  "routes.map:2: route 'api.x:GET/a/b' never matches: line 1 ('api.x:GET/a') comes first and is a prefix of it" },
 	};
 	char err[CONFIG_ERR_LEN];
 	size_t i;
@@ -1052,6 +1064,10 @@ static void test_routes(void **state)
 	assert_int_equal(check_routes("# routes\nPOST/transfers transfer\n"
 	                              "GET/accounts/vip transfer cert 5\n"
 	                              "\tGET/accounts/  reads  key\r\nGET/x reads", err), 4);
+	/* exact paths and host-scoped lines, each beside its host-less or
+	 * prefix sibling (a host's lines are looked up first) */
+	assert_int_equal(check_routes("GET/healthz? -\nGET/healthz/deep reads\napi.example.com:GET/tip -\n"
+	                              "GET/tip transfer\napi.example.com:* reads ip\n* transfer ip\n", err), 6);
 	/* the default line, an exemption, the ip identity, both failure modes */
 	assert_int_equal(check_routes("GET/healthz -\nGET/accounts/ reads jwt 1 open\n"
 	                              "POST/transfers transfer jwt 1 closed\n* reads ip 1 open\n"
