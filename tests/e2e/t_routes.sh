@@ -3,7 +3,8 @@
 #   the default line "*": a path no line lists (a 404, an alias, the public
 #   endpoint) is decided, anonymously, by the client's address, counted
 #   across both instances, with RateLimit-* headers; over the limit, 429;
-#   an exemption ("GET/healthz -"): never decided, no header, no key;
+#   an exemption ("GET/healthz? -", that path exactly): never decided, no
+#   header, no key, while /healthzx still takes the default line;
 #   the ip identity: a client-supplied X-Forwarded-For changes nothing, one
 #   from a trusted proxy (RL_TRUSTED_PROXIES) names the client, IPv6 counts
 #   per /64;
@@ -47,6 +48,9 @@ req A GET /healthz
 check "exempt /healthz answers 2xx ($RSP_STATUS)" grep -q '^2' <<<"$RSP_STATUS"
 eq "exempt /healthz: no RateLimit-Policy" "" "$(rsp_hdr RateLimit-Policy)"
 eq "exempt /healthz: nothing counted" 0 "$(rcli dbsize)"
+req A GET /healthzx
+eq "/healthzx is not the exempt /healthz: the default line decides it" anon \
+	"$(rsp_hdr RateLimit-Policy | sed -n 's/^"\([^"]*\)".*/\1/p')"
 
 # A listed route still takes its own line, not the default.
 tok=$(mint_token ACC-R1)
