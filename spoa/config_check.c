@@ -19,8 +19,7 @@
 #include "redis_url.h"
 
 /* The identity kinds the shipped HAProxy block puts before an account
- * ("jwt:ACC-1001", "ip:192.0.2.7"): a routes map's third word, an override
- * key's prefix. */
+ * ("jwt:ACC-1001"): a routes map's third word, an override key's prefix. */
 static const char *const identity_kinds[] = { "jwt", "key", "cert", "ip" };
 
 /* The URL shapes a bad `redis` setting is told about. */
@@ -220,7 +219,7 @@ int config_check_redis_url(const char *s, size_t len, bool *tls, char *why, size
 	return rc;
 }
 
-/* Is the routes map's identity word <w> a known kind (jwt, key, cert)? */
+/* Is the routes map's identity word <w> a known kind (jwt, key, cert, ip)? */
 int config_check_identity_kind(struct word w)
 {
 	size_t i;

@@ -1,11 +1,11 @@
 /*
  * config_routes - an HAProxy routes map (haproxy/routes.map) checked against
  * the agent's policies (config_check_routes, see config.h): each route names
- * a policy the config defines, an identity kind and a cost, and no route
- * hides behind an earlier prefix. Reads the map's file; calls the reader
+ * a policy the config defines (or "-": exempt), an identity kind, a cost,
+ * a failure mode the policy agrees with, and no route hides behind an
+ * earlier prefix. Reads the map's file; calls the reader
  * (config_lex) and the parser's policy lookup, never the other way.
  */
-#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,56 +16,26 @@
 #include "config_lex.h"
 #include "decimal.h"
 
-/* The failure modes a route may name as its fifth word: what HAProxy does
- * when the agent gives no answer at all (down, frozen, refusing). */
-static const char *const routes_on_agent_error[] = { "closed", "open" };
-
-/* Split word <w> at its first '|' into <a> and <b> (<b> empty without one). */
-static void routes_split_word(struct word w, struct word *a, struct word *b)
-{
-	const char *bar = memchr(w.p, '|', w.len);
-
-	a->p = w.p;
-	a->len = bar ? (size_t)(bar - w.p) : w.len;
-	b->p = bar ? bar + 1 : w.p + w.len;
-	b->len = bar ? w.len - a->len - 1 : 0;
-}
-
-/* The policy named by <w>, or -1 with the error set for route <key>. */
-static int routes_check_policy(struct config_lex *x, const struct config *c, struct word key,
-                               struct word w, const struct window_policy **p)
-{
-	*p = config_find_policy(c, w.p, w.len);
-	if (!*p)
-		return config_parse_fail(x, "route '%.*s' names policy '%.*s', which the agent's config does not define",
-		                  config_word_plen(key), key.p, config_word_plen(w), w.p);
-	return 0;
-}
-
 /* Is <c> a byte of a route's host (lower case: the block lowers Host)? */
 static int routes_host_char(char c)
 {
 	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
 }
 
-/* The key of a route line: "[<host>:]*" (the default line) or
- * "[<host>:]<METHOD>/<path prefix>[?]" ("?" at the end: that path exactly,
- * as the block looks up "<METHOD><path>?"). Returns 0 or -1 with the error
- * set. */
+/* The key of a route line: "[<host>:]*" (the default) or
+ * "[<host>:]<METHOD>/<path prefix>[?]" ("?" at the end: that path exactly).
+ * Returns 0 or -1 with the error set. */
 static int routes_check_key(struct config_lex *x, struct word k)
 {
 	const char *p = k.p, *end = k.p + k.len, *colon, *slash, *q;
 
-	/* the host ends at the first ':' before the path (a path may hold ':') */
-	slash = memchr(p, '/', k.len);
-	colon = memchr(p, ':', slash ? (size_t)(slash - p) : k.len);
+	colon = memchr(p, ':', k.len);
 	if (colon) {
 		if (colon == p)
 			return config_parse_fail(x, "route '%.*s': an empty host before ':'",
 			                         config_word_plen(k), k.p);
 		for (q = p; q < colon; q++)
-			if (!routes_host_char(*q) ||
-			    memchr(colon + 1, ':', (size_t)((slash ? slash : end) - colon - 1)))
+			if (!routes_host_char(*q))
 				return config_parse_fail(x, "route '%.*s': the host must be lower case letters, digits, '.' and '-', without a port",
 				                         config_word_plen(k), k.p);
 		p = colon + 1;
@@ -74,7 +44,7 @@ static int routes_check_key(struct config_lex *x, struct word k)
 		return 0;
 	slash = memchr(p, '/', (size_t)(end - p));
 	if (!slash || slash == p)
-		return config_parse_fail(x, "route '%.*s' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)",
+		return config_parse_fail(x, "route '%.*s' must be [<host>:]<METHOD>/<path prefix>[?] or [<host>:]*, e.g. POST/transfers",
 		                         config_word_plen(k), k.p);
 	for (q = p; q < slash; q++)
 		if (*q < 'A' || *q > 'Z')
@@ -82,24 +52,37 @@ static int routes_check_key(struct config_lex *x, struct word k)
 			                         config_word_plen(k), k.p);
 	q = memchr(slash, '?', (size_t)(end - slash));
 	if (q && q != end - 1)
-		return config_parse_fail(x, "route '%.*s': '?' only ends a key (that path exactly)",
+		return config_parse_fail(x, "route '%.*s': '?' only ends a key (the exact path)",
 		                         config_word_plen(k), k.p);
 	return 0;
 }
 
-/* One line of a routes map: "<METHOD></path prefix> <policy> [<identity>
- * [<cost> [closed|open]]]", "* ..." (the default line) or "<key> -" (an
- * exemption) (haproxy/routes.map). An identity "jwt|ip" or "key|ip" takes
- * the credential when the request carries one, else the address, with the
- * policies "<for the credential>|<for the address>" (or one for both).
- * Returns 0 or -1 with the error set. */
+/* The identity word <w>: a kind, or "<kind>|ip" (the address when the
+ * request has no credential of that kind). Returns 0, 1 for "<kind>|ip",
+ * or -1. */
+static int routes_identity(struct word w)
+{
+	struct word kind = w;
+
+	if (w.len > 3 && memcmp(w.p + w.len - 3, "|ip", 3) == 0) {
+		kind.len -= 3;
+		if (config_word_is(kind, "ip") || config_check_identity_kind(kind) == -1)
+			return -1;
+		return 1;
+	}
+	return config_check_identity_kind(w) == -1 ? -1 : 0;
+}
+
+/* One line of a routes map: "<key> <policy> [<identity> [<cost>]]
+ * [anon=<policy>] [fail=open|closed]", or "<key> -" (exempt)
+ * (haproxy/routes.map). Returns 0 or -1 with the error set. */
 static int routes_check_line(struct config_lex *x, const struct config *c,
                              const struct word *w, int n)
 {
-	const struct window_policy *p, *p2 = NULL;
-	struct word pol, pol2, id, id2;
-	size_t i;
+	const struct window_policy *pol, *anon = NULL;
+	struct word v;
 	uint64_t cost = 0;
+	int i, npos = 0, or_ip = 0, fail_open = 0;
 
 	if (n < 1 || !w[0].p)
 		return config_parse_fail(x, "internal: empty route line");   /* for the analyzer */
@@ -109,51 +92,53 @@ static int routes_check_line(struct config_lex *x, const struct config *c,
 		return config_parse_fail(x, "route '%.*s' names no policy", config_word_plen(w[0]), w[0].p);
 	if (config_word_is(w[1], "-")) {
 		if (n > 2)
-			return config_parse_fail(x, "route '%.*s': an exemption ('-') takes no other word",
-			                  config_word_plen(w[0]), w[0].p);
+			return config_parse_fail(x, "route '%.*s': an exempt route ('-') takes no other word",
+			                         config_word_plen(w[0]), w[0].p);
 		return 0;
 	}
-	if (n > 5)
-		return config_parse_fail(x, "route '%.*s': too many words (<policy> [<identity> [<cost> [closed|open]]])",
-		                  config_word_plen(w[0]), w[0].p);
-	routes_split_word(w[1], &pol, &pol2);
-	if (routes_check_policy(x, c, w[0], pol, &p) == -1)
-		return -1;
-	if (pol2.len && routes_check_policy(x, c, w[0], pol2, &p2) == -1)
-		return -1;
-	id.len = id2.len = 0;
-	if (n >= 3)
-		routes_split_word(w[2], &id, &id2);
-	if (id2.len && (!(config_word_is(id, "jwt") || config_word_is(id, "key")) || !config_word_is(id2, "ip")))
-		return config_parse_fail(x, "route '%.*s': an identity with a fallback is jwt|ip or key|ip; got '%.*s'",
-		                  config_word_plen(w[0]), w[0].p, config_word_plen(w[2]), w[2].p);
-	if (n >= 3 && !id2.len && config_check_identity_kind(w[2]) == -1)
-		return config_parse_fail(x, "route '%.*s': identity must be jwt, key, cert, ip, jwt|ip or key|ip; got '%.*s'",
-		                  config_word_plen(w[0]), w[0].p, config_word_plen(w[2]), w[2].p);
-	if (p2 && !id2.len)
-		return config_parse_fail(x, "route '%.*s': two policies ('%.*s') need an identity with a fallback (jwt|ip or key|ip)",
+	pol = config_find_policy(c, w[1].p, w[1].len);
+	if (!pol)
+		return config_parse_fail(x, "route '%.*s' names policy '%.*s', which the agent's config does not define",
 		                  config_word_plen(w[0]), w[0].p, config_word_plen(w[1]), w[1].p);
-	if (n >= 4) {
-		if (decimal_parse(w[3].p, w[3].len, UINT32_MAX, &cost) != 0 || cost < 1)
-			return config_parse_fail(x, "route '%.*s': cost must be an integer 1..%u; got '%.*s'",
-			                  config_word_plen(w[0]), w[0].p, UINT32_MAX, config_word_plen(w[3]), w[3].p);
+	for (i = 2; i < n; i++) {
+		v = w[i];
+		if (!memchr(v.p, '=', v.len)) {
+			if (i != 2 + npos || npos == 2)
+				return config_parse_fail(x, "route '%.*s': too many words (<policy> [<identity> [<cost>]] [anon=<policy>] [fail=open|closed])",
+				                         config_word_plen(w[0]), w[0].p);
+			if (npos++ == 0) {
+				or_ip = routes_identity(v);
+				if (or_ip == -1)
+					return config_parse_fail(x, "route '%.*s': identity must be jwt, key, cert, ip or <jwt|key|cert>|ip; got '%.*s'",
+					                  config_word_plen(w[0]), w[0].p, config_word_plen(v), v.p);
+			} else if (decimal_parse(v.p, v.len, UINT32_MAX, &cost) != 0 || cost < 1) {
+				return config_parse_fail(x, "route '%.*s': cost must be an integer 1..%u; got '%.*s'",
+				                  config_word_plen(w[0]), w[0].p, UINT32_MAX, config_word_plen(v), v.p);
+			}
+		} else if (v.len > 5 && memcmp(v.p, "anon=", 5) == 0) {
+			if (or_ip != 1)
+				return config_parse_fail(x, "route '%.*s': anon= needs the identity <kind>|ip",
+				                         config_word_plen(w[0]), w[0].p);
+			anon = config_find_policy(c, v.p + 5, v.len - 5);
+			if (!anon)
+				return config_parse_fail(x, "route '%.*s' names anon policy '%.*s', which the agent's config does not define",
+				                         config_word_plen(w[0]), w[0].p, (int)(v.len - 5), v.p + 5);
+		} else if (config_word_is(v, "fail=open")) {
+			fail_open = 1;
+		} else if (!config_word_is(v, "fail=closed")) {
+			return config_parse_fail(x, "route '%.*s': unknown word '%.*s' (anon=<policy>, fail=open or fail=closed)",
+			                         config_word_plen(w[0]), w[0].p, config_word_plen(v), v.p);
+		}
 	}
-	if (n == 5) {
-		for (i = 0; i < sizeof(routes_on_agent_error) / sizeof(routes_on_agent_error[0]); i++)
-			if (config_word_is(w[4], routes_on_agent_error[i]))
-				break;
-		if (i == sizeof(routes_on_agent_error) / sizeof(routes_on_agent_error[0]))
-			return config_parse_fail(x, "route '%.*s': the fifth word must be closed or open; got '%.*s'",
-			                  config_word_plen(w[0]), w[0].p, config_word_plen(w[4]), w[4].p);
-		/* the edge passing a request the agent would refuse: never looser
-		 * without the agent than with it */
-		if (config_word_is(w[4], "open") &&
-		    (p->on_error != WINDOW_ON_ERROR_ALLOW || (p2 && p2->on_error != WINDOW_ON_ERROR_ALLOW)))
-			return config_parse_fail(x, "route '%.*s' is open when the agent is unreachable, but policy '%.*s' is fail-closed (on-redis-error=deny): make both fail-open or neither",
-			                  config_word_plen(w[0]), w[0].p,
-			                  config_word_plen(p->on_error != WINDOW_ON_ERROR_ALLOW ? pol : pol2),
-			                  (p->on_error != WINDOW_ON_ERROR_ALLOW ? pol : pol2).p);
-	}
+	/* fail=open passes the request when the agent cannot be asked; the
+	 * agent must do the same when Redis cannot be, or the route's failure
+	 * mode depends on which of the two is down */
+	if (fail_open && (pol->on_error != WINDOW_ON_ERROR_ALLOW ||
+	                  (anon && anon->on_error != WINDOW_ON_ERROR_ALLOW)))
+		return config_parse_fail(x, "route '%.*s': fail=open, but policy '%.*s' has no on-redis-error=allow",
+		                         config_word_plen(w[0]), w[0].p,
+		                         anon && anon->on_error != WINDOW_ON_ERROR_ALLOW ? (int)anon->name_len : config_word_plen(w[1]),
+		                         anon && anon->on_error != WINDOW_ON_ERROR_ALLOW ? anon->name : w[1].p);
 	return 0;
 }
 
@@ -190,8 +175,8 @@ int config_check_routes(const struct config *c, const char *name, const char *te
 		}
 		/* map_beg answers with the first line whose key begins the
 		 * request: a line behind a prefix of its own key never matches
-		 * (an exact "GET/a?" behind "GET/a" too; a host's key begins
-		 * with its lower-case host, never with a host-less key) */
+		 * (an exact "GET/a?" behind "GET/a" too; host-scoped keys begin
+		 * with a lower-case host, never with a host-less key) */
 		for (i = 0; i < nseen; i++) {
 			if (seen[i].len <= key.len && memcmp(seen[i].p, key.p, seen[i].len) == 0) {
 				config_parse_fail(&x, "route '%.*s' never matches: line %u ('%.*s') comes first and is a prefix of it",

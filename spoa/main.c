@@ -88,7 +88,7 @@ static const char main_usage[] =
 "                      error, exit 0 (valid) or 1 (invalid); warnings print\n"
 "                      as 'file:line: warning: reason'\n"
 "      --routes MAP    with -c: also check HAProxy's routes map (routes.map):\n"
-"                      every policy it names exists here, an 'open' route's\n"
+"                      every policy it names exists here, a fail=open route's\n"
 "                      policy is on-redis-error=allow, no line is hidden by\n"
 "                      an earlier prefix ('file:line: reason')\n"
 "      --listen ADDR   override 'listen' (host:port, [v6]:port, unix:/path)\n"

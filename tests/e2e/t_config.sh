@@ -41,14 +41,14 @@ check "haproxy.cfg: agent backend in mode tcp (2.6 rejects mode spop)" \
 check "haproxy.cfg: option spop-check" grep -q 'option spop-check' <<<"$cfg"
 check "haproxy.cfg: no mode spop" test -z "$(grep 'mode spop' <<<"$cfg")"
 check "haproxy.cfg: send-spoe-group" grep -q 'http-request send-spoe-group ratelimit rl-check' <<<"$cfg"
-check "haproxy.cfg: 503 unless allow or deny" grep -q 'acl rl_decided var(txn.rl.status) -m str allow deny' <<<"$cfg"
+check "haproxy.cfg: 503 unless allow or deny" grep -Eq 'acl rl_decided +var\(txn.rl.status\) -m str allow deny' <<<"$cfg"
 # The client's address is an account only on a route whose identity is ip
 # (routes.map), and X-Forwarded-For only from a listed trusted proxy.
-addr=$(grep -E 'set-var\(txn\.account\) +(src|req\.f?hdr(_ip)?\(x-forwarded)' <<<"$cfg")
+addr=$(grep -E 'set-var\(txn\.(account|rl_addr)\) +(src|req\.f?hdr(_ip)?\(x-forwarded)' <<<"$cfg")
 check "haproxy.cfg: keyed by the client address on ip routes only" \
 	test -n "$addr" -a -z "$(grep -v ' if rl_ip' <<<"$addr")"
 check "haproxy.cfg: X-Forwarded-For only from RL_TRUSTED_PROXIES" \
-	test -z "$(grep 'x-forwarded' <<<"$addr" | grep -v ' if rl_ip { src -f "${RL_TRUSTED_PROXIES}" }')"
+	test -z "$(grep 'x-forwarded' <<<"$addr" | grep -v ' if rl_ip { src -f "${RL_TRUSTED_PROXIES}" }$')"
 for v in status limit remaining reset retry_after reason window policy_hdr ratelimit_hdr; do
 	check "haproxy.cfg references txn.rl.$v (HAProxy drops unknown vars)" grep -q "var(txn\.rl\.${v}[,)]" <<<"$cfg"
 done

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The edge knows each route's failure mode without the agent (routes.map's
-# closed|open word). Beside t_failures.sh (agent stopped, frozen): an agent
+# fail=open|closed word). Beside t_failures.sh (agent stopped, frozen): an agent
 # address that accepts every connection and closes it at once, before and
 # after the health check marks it DOWN. An open route (GET /accounts/, the
-# default "*") passes with no RateLimit headers, logged rl=- reason=no-decision;
+# default "*") passes with no RateLimit headers, logged rl=- reason=
+# no-decision-fail-open;
 # a closed one (POST /transfers) answers 503. Then an agent that answers
 # status=error: an answer, so 503 on open routes too (docs/integrate.md).
 # Both instances.
@@ -33,8 +34,8 @@ probe() {
 }
 # logged WHAT: the open passes since the mark are in A's log.
 logged() {
-	check "$1: A logs the pass (rl=- reason=no-decision)" \
-		grep -q 'GET /accounts/ACC-FO.*policy=reads rl=- .*reason=no-decision' <(tail -n +"$mark" "$T/haproxy-A.log")
+	check "$1: A logs the pass (rl=- reason=no-decision-fail-open)" \
+		grep -q 'GET /accounts/ACC-FO.*policy=reads rl=- .*reason=no-decision-fail-open' <(tail -n +"$mark" "$T/haproxy-A.log")
 }
 
 req A GET /accounts/ACC-FO "$tok"

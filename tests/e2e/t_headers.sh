@@ -2,7 +2,7 @@
 # The response contract: RateLimit-Limit/-Remaining/-Reset and the draft's
 # RateLimit-Policy / RateLimit on every response that carries a decision
 # (backend success, backend error, HAProxy's own 429), consistent with each
-# other, and on nothing else (401, 404). Each case uses its own account, so
+# other, and on nothing else (401, an exempt path). Each case uses its own account, so
 # only the 429 case depends on requests sharing a window (one curl burst).
 . "$(dirname "$0")/../lib.sh"
 t_setup
@@ -88,12 +88,18 @@ eq "multi-window: quota-exceeded problem type" "https://iana.org/assignments/htt
 req A POST /transfers ""
 eq "401: no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
 eq "401: no RateLimit" "" "$(rsp_hdr RateLimit)"
+# An unlisted path takes routes.map's default line: counted by address, its
+# decision in the headers of the demo's 404.
 req A GET /nowhere "$(mint_token ACC-H5)"
-eq "unknown route: 404" 404 "$RSP_STATUS"
-eq "404 of an unlisted path: decided on the default line (by address)" 20 "$(rsp_hdr RateLimit-Limit)"
-req A GET /healthz
+eq "unlisted path: 404" 404 "$RSP_STATUS"
+check "unlisted path: the default route decided ($(rsp_hdr RateLimit-Policy))" \
+	grep -q '^"anon";' <<<"$(rsp_hdr RateLimit-Policy)"
+eq "unlisted path: counted by address, not by the token's account" "0 1" \
+	"$(rcli exists reads:limit:v1:jwt:ACC-H5) $(rcli exists anon:limit:v1:ip:127.0.0.1)"
+# An exempt path: no decision, no headers.
+req A GET /healthz ""
+eq "exempt /healthz: 200" 200 "$RSP_STATUS"
 eq "exempt /healthz: no RateLimit-Limit" "" "$(rsp_hdr RateLimit-Limit)"
-eq "404 never asked the agent" 0 "$(rcli exists transfer:limit:v1:jwt:ACC-H5 reads:limit:v1:jwt:ACC-H5)"
 
 # The backend itself is down: HAProxy's own 503 comes after an allow, so it
 # still carries the decision (and is not the no-decision problem document).

@@ -3,8 +3,7 @@
 #   the default line "*": a path no line lists (a 404, an alias, the public
 #   endpoint) is decided, anonymously, by the client's address, counted
 #   across both instances, with RateLimit-* headers; over the limit, 429;
-#   an exemption ("GET/healthz? -", that path exactly): never decided, no
-#   header, no key, while /healthzx still takes the default line;
+#   an exemption ("GET/healthz -"): never decided, no header, no key;
 #   the ip identity: a client-supplied X-Forwarded-For changes nothing, one
 #   from a trusted proxy (RL_TRUSTED_PROXIES) names the client, IPv6 counts
 #   per /64;
@@ -48,9 +47,24 @@ req A GET /healthz
 check "exempt /healthz answers 2xx ($RSP_STATUS)" grep -q '^2' <<<"$RSP_STATUS"
 eq "exempt /healthz: no RateLimit-Policy" "" "$(rsp_hdr RateLimit-Policy)"
 eq "exempt /healthz: nothing counted" 0 "$(rcli dbsize)"
+
+# An exact key ("?"): /healthz is exempt, /healthzx is not.
 req A GET /healthzx
-eq "/healthzx is not the exempt /healthz: the default line decides it" anon \
-	"$(rsp_hdr RateLimit-Policy | sed -n 's/^"\([^"]*\)".*/\1/p')"
+eq "exact key: /healthzx is not /healthz (decided on the default line)" '"anon";q=20;w=1' "$(rsp_hdr RateLimit-Policy)"
+
+# Host-scoped lines come before host-less ones (a copy of the files with one
+# more line: /public/ on api.example.com needs a JWT).
+cp -r "$HAPROXY_FILES" "$T/hx"
+sed -i '1i api.example.com:GET/public/ reads jwt fail=open' "$T/hx/routes.map"
+out=$("$AGENT" -c -f "$ROOT/etc/ratelimit-spoa.conf" --routes "$T/hx/routes.map" 2>&1)
+eq "the host-scoped map passes --routes ($out)" 0 "$?"
+HAPROXY_FILES=$T/hx start_haproxy H
+req H GET /public/x "" -H "Host: api.example.com"
+eq "host-scoped line: its host takes it (401 without a token)" 401 "$RSP_STATUS"
+req H GET /public/x "" -H "Host: API.Example.com:8443"
+eq "host-scoped line: Host matched in any case, without the port" 401 "$RSP_STATUS"
+req H GET /public/x "" -H "Host: www.example.com"
+eq "host-scoped line: another host falls to the host-less lines (anonymous)" 200 "$RSP_STATUS"
 
 # A listed route still takes its own line, not the default.
 tok=$(mint_token ACC-R1)

@@ -12,10 +12,10 @@ cat > "$T/hap/routes.map" <<'MAP'
 GET/status?                   -
 api.example.com:GET/accounts/ -
 GET/accounts/open?            -
-GET/accounts/                 reads     jwt  1 open
+GET/accounts/                 reads     jwt  fail=open
 POST/transfers                transfer
-api.example.com:*             reads     ip   1 open
-*                             anon      ip   1 open
+api.example.com:*             reads     ip   fail=open
+*                             anon      ip   fail=open
 MAP
 POLICIES="policy transfer 3/1s
 policy reads 100/1m on-redis-error=allow

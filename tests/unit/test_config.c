@@ -997,7 +997,8 @@ static void test_decimal(void **state)
 	assert_int_equal(v, 12);
 }
 
-/* check_routes <text> against "policy transfer 3/1s", "policy reads 10/1m":
+/* check_routes <text> against "policy transfer 3/1s", "policy reads 10/1m
+ * on-redis-error=allow":
  * the route count, or -1 with <err> set. */
 static int check_routes(const char *text, char *err)
 {
@@ -1016,44 +1017,33 @@ static void test_routes(void **state)
 		{ "POST/transfers transfer\nPOST/exports exports\n",
 		  "routes.map:2: route 'POST/exports' names policy 'exports', which the agent's config does not define" },
 		{ "POST/transfers\n", "routes.map:1: route 'POST/transfers' names no policy" },
-		{ "/transfers transfer\n", "routes.map:1: route '/transfers' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)" },
-		{ "POST transfer\n", "routes.map:1: route 'POST' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)" },
+		{ "/transfers transfer\n", "routes.map:1: route '/transfers' must be [<host>:]<METHOD>/<path prefix>[?] or [<host>:]*, e.g. POST/transfers" },
+		{ "POST transfer\n", "routes.map:1: route 'POST' must be [<host>:]<METHOD>/<path prefix>[?] or [<host>:]*, e.g. POST/transfers" },
 		{ "post/x transfer\n", "routes.map:1: route 'post/x': the method must be upper case letters" },
-		{ "GET/a reads jws\n", "routes.map:1: route 'GET/a': identity must be jwt, key, cert, ip, jwt|ip or key|ip; got 'jws'" },
+		{ "GET/a reads jws\n", "routes.map:1: route 'GET/a': identity must be jwt, key, cert, ip or <jwt|key|cert>|ip; got 'jws'" },
 		{ "GET/a reads key 0\n", "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '0'" },
 		{ "GET/a reads key 2x\n", "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '2x'" },
 		{ "GET/a reads key 99999999999999999999\n",
 		  "routes.map:1: route 'GET/a': cost must be an integer 1..4294967295; got '99999999999999999999'" },
-		{ "GET/a reads key 1 x\n", "routes.map:1: route 'GET/a': the fifth word must be closed or open; got 'x'" },
-		{ "GET/a reads key 1 open x\n",
-		  "routes.map:1: route 'GET/a': too many words (<policy> [<identity> [<cost> [closed|open]]])" },
-		{ "POST/t transfer jwt 1 open\n",
-		  "routes.map:1: route 'POST/t' is open when the agent is unreachable, but policy 'transfer' is fail-closed (on-redis-error=deny): make both fail-open or neither" },
-		{ "GET/healthz - jwt\n", "routes.map:1: route 'GET/healthz': an exemption ('-') takes no other word" },
-		{ "* nosuch ip\n", "routes.map:1: route '*' names policy 'nosuch', which the agent's config does not define" },
-		{ "GET/s reads|nosuch jwt|ip\n", "routes.map:1: route 'GET/s' names policy 'nosuch', which the agent's config does not define" },
-		{ "GET/s reads cert|ip\n", "routes.map:1: route 'GET/s': an identity with a fallback is jwt|ip or key|ip; got 'cert|ip'" },
-		{ "GET/s reads jwt|key\n", "routes.map:1: route 'GET/s': an identity with a fallback is jwt|ip or key|ip; got 'jwt|key'" },
-		{ "GET/s reads|reads jwt\n",
-		  "routes.map:1: route 'GET/s': two policies ('reads|reads') need an identity with a fallback (jwt|ip or key|ip)" },
-		{ "GET/s reads|transfer jwt|ip 1 open\n",
-		  "routes.map:1: route 'GET/s' is open when the agent is unreachable, but policy 'transfer' is fail-closed (on-redis-error=deny): make both fail-open or neither" },
+		{ "GET/a reads key 1 x\n", "routes.map:1: route 'GET/a': too many words (<policy> [<identity> [<cost>]] [anon=<policy>] [fail=open|closed])" },
+		{ "GET/a reads ip|ip\n", "routes.map:1: route 'GET/a': identity must be jwt, key, cert, ip or <jwt|key|cert>|ip; got 'ip|ip'" },
+		{ "GET/a reads jwt anon=transfer\n", "routes.map:1: route 'GET/a': anon= needs the identity <kind>|ip" },
+		{ "GET/a reads jwt|ip anon=nope\n", "routes.map:1: route 'GET/a' names anon policy 'nope', which the agent's config does not define" },
+		{ "GET/a transfer fail=open\n", "routes.map:1: route 'GET/a': fail=open, but policy 'transfer' has no on-redis-error=allow" },
+		{ "GET/a reads jwt|ip anon=transfer fail=open\n", "routes.map:1: route 'GET/a': fail=open, but policy 'transfer' has no on-redis-error=allow" },
+		{ "GET/a reads fail=maybe\n", "routes.map:1: route 'GET/a': unknown word 'fail=maybe' (anon=<policy>, fail=open or fail=closed)" },
+		{ "GET/a reads fail=open jwt\n", "routes.map:1: route 'GET/a': too many words (<policy> [<identity> [<cost>]] [anon=<policy>] [fail=open|closed])" },
+		{ "GET/a - jwt\n", "routes.map:1: route 'GET/a': an exempt route ('-') takes no other word" },
+		{ "GET/a?b reads\n", "routes.map:1: route 'GET/a?b': '?' only ends a key (the exact path)" },
+		{ "API.x:GET/a reads\n", "routes.map:1: route 'API.x:GET/a': the host must be lower case letters, digits, '.' and '-', without a port" },
+		{ ":GET/a reads\n", "routes.map:1: route ':GET/a': an empty host before ':'" },
+		{ "GET/health -\nGET/health? reads\n",
+		  "routes.map:2: route 'GET/health?' never matches: line 1 ('GET/health') comes first and is a prefix of it" },
+		{ "* reads ip\n* transfer ip\n", "routes.map:2: route '*' never matches: line 1 ('*') comes first and is a prefix of it" },
 		{ "GET/a reads # all reads\n",
 		  "routes.map:1: a comment must be a line of its own ('#' after a route is part of its value)" },
 		{ "# c\nGET/accounts/ reads\nGET/accounts/vip transfer\n",
 		  "routes.map:3: route 'GET/accounts/vip' never matches: line 2 ('GET/accounts/') comes first and is a prefix of it" },
-		{ "GET/a?b reads\n", "routes.map:1: route 'GET/a?b': '?' only ends a key (that path exactly)" },
-		{ "API.x:GET/a reads\n",
-		  "routes.map:1: route 'API.x:GET/a': the host must be lower case letters, digits, '.' and '-', without a port" },
-		{ "api.x:8443:GET/a reads\n",
-		  "routes.map:1: route 'api.x:8443:GET/a': the host must be lower case letters, digits, '.' and '-', without a port" },
-		{ ":GET/a reads\n", "routes.map:1: route ':GET/a': an empty host before ':'" },
-		{ "api.x:/a reads\n",
-		  "routes.map:1: route 'api.x:/a' must be <METHOD>/<path prefix>, e.g. POST/transfers, or * (the default line)" },
-		{ "GET/healthz -\nGET/healthz? reads\n",
-		  "routes.map:2: route 'GET/healthz?' never matches: line 1 ('GET/healthz') comes first and is a prefix of it" },
-		{ "api.x:GET/a reads\napi.x:GET/a/b transfer\n",
-		  "routes.map:2: route 'api.x:GET/a/b' never matches: line 1 ('api.x:GET/a') comes first and is a prefix of it" },
 	};
 	char err[CONFIG_ERR_LEN];
 	size_t i;
@@ -1064,14 +1054,11 @@ static void test_routes(void **state)
 	assert_int_equal(check_routes("# routes\nPOST/transfers transfer\n"
 	                              "GET/accounts/vip transfer cert 5\n"
 	                              "\tGET/accounts/  reads  key\r\nGET/x reads", err), 4);
-	/* exact paths and host-scoped lines, each beside its host-less or
-	 * prefix sibling (a host's lines are looked up first) */
-	assert_int_equal(check_routes("GET/healthz? -\nGET/healthz/deep reads\napi.example.com:GET/tip -\n"
-	                              "GET/tip transfer\napi.example.com:* reads ip\n* transfer ip\n", err), 6);
-	/* the default line, an exemption, the ip identity, both failure modes */
-	assert_int_equal(check_routes("GET/healthz -\nGET/accounts/ reads jwt 1 open\n"
-	                              "POST/transfers transfer jwt 1 closed\n* reads ip 1 open\n"
-	                              "GET/search transfer|reads jwt|ip\nGET/find reads key|ip 2 open\n", err), 6);
+	/* the forms of a whole API: exempt exact path, host-scoped lines, an
+	 * address identity, the account or else the address, defaults */
+	assert_int_equal(check_routes("GET/healthz? -\napi.example.com:GET/tip reads ip 2 fail=open\n"
+	                              "GET/tip reads jwt|ip anon=reads fail=open\nPOST/x transfer key|ip 3 fail=closed\n"
+	                              "api.example.com:* transfer\n* reads ip fail=open\n", err), 6);
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		assert_int_equal(check_routes(bad[i].text, err), -1);
 		assert_string_equal(err, bad[i].err);
