@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The edge knows each route's failure mode without the agent (routes.map's
 # fail=open|closed word). Beside t_failures.sh (agent stopped, frozen): an agent
-# address that accepts every connection and closes it at once, before and
-# after the health check marks it DOWN. An open route (GET /accounts/, the
-# default "*") passes with no RateLimit headers, logged rl=- reason=
-# no-decision-fail-open;
-# a closed one (POST /transfers) answers 503. Then an agent that answers
+# address that accepts every connection and closes it at once (asked twice:
+# whether or not the health check has marked it DOWN by then). An open route
+# (GET /accounts/, the default "*") passes with no RateLimit headers, logged
+# rl=- reason=no-decision-fail-open; a closed one (POST /transfers) answers 503. Then an agent that answers
 # status=error: an answer, so 503 on open routes too (docs/integrate.md).
 # Both instances.
 . "$(dirname "$0")/../lib.sh"
@@ -32,7 +31,7 @@ probe() {
 		eq "$what, $inst: a bad token is still 401" 401 "$RSP_STATUS"
 	done
 }
-# logged WHAT: the open passes since the mark are in A's log.
+# logged WHAT: A's log since line $mark holds an open pass of the read.
 logged() {
 	check "$1: A logs the pass (rl=- reason=no-decision-fail-open)" \
 		grep -q 'GET /accounts/ACC-FO.*policy=reads rl=- .*reason=no-decision-fail-open' <(tail -n +"$mark" "$T/haproxy-A.log")
