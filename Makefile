@@ -218,7 +218,8 @@ MODULE_SRCS   := module/ratelimit.c module/rl_args.c
 MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidden \
                  -isystem build/redismodule -Imodule
 MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py \
-                 tests/integration/t_module_cluster.py tests/integration/t_module_agents.py
+                 tests/integration/t_module_cluster.py tests/integration/t_module_agents.py \
+                 tests/integration/t_module_failalloc.py
 
 module: $(MODULE_SO) $(MODULE_TEST_SO)
 
