@@ -219,7 +219,7 @@ MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidde
                  -isystem build/redismodule -Imodule
 MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py \
                  tests/integration/t_module_cluster.py tests/integration/t_module_agents.py \
-                 tests/integration/t_module_failalloc.py
+                 tests/integration/t_module_failalloc.py tests/integration/t_contract.py
 
 module: $(MODULE_SO) $(MODULE_TEST_SO)
 

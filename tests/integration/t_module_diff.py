@@ -28,7 +28,6 @@ Knobs: DIFF_OPS=6000 (calls of the many-key stream; the one-key stream
 makes a third of that), DIFF_SEED=1 (printed: rerun a failure with it)."""
 import os
 import random
-import re
 import sys
 import time
 
@@ -36,6 +35,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from harness import Harness, MODULE_TEST_SO, ROOT  # noqa: E402
 import resp  # noqa: E402
 import harness  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests", "contract"))
+import contract  # noqa: E402
 
 # (these tests choose where the module is loaded: not SPOA_TEST_REDIS_ENGINE)
 harness.FORCED_ENGINE = ""
@@ -55,11 +56,8 @@ h.start_redis_node(replica_port, replicaof=h.redis_port)
 replica = resp.Redis(replica_port)
 
 # The script's test copy: TIME from the fake clock, expiry counted from it.
-src = open(os.path.join(ROOT, "lua", "sliding_window.lua")).read()
-clocked, n1 = re.subn(r"redis\.call\('TIME'\)", "redis.call('HMGET', 'test:clock', 's', 'us')", src)
-clocked, n2 = re.subn(r"call\('PEXPIRE', ([^,]+), ([^)]+)\)",
-                      r"call('PEXPIREAT', \1, int(math.floor(now / 1000) + \2))", clocked)
-h.eq("script copy: TIME and PEXPIRE rewritten once each", (1, 1), (n1, n2))
+clocked, counts = contract.clocked_script(open(os.path.join(ROOT, "lua", "sliding_window.lua")).read())
+h.eq("script copy: TIME and PEXPIRE rewritten once each", (1, 1), counts)
 sha = r.call("SCRIPT", "LOAD", clocked)
 h.check("script copy loads", isinstance(sha, str) and len(sha) == 40, sha)
 h.check("module loaded", "ratelimit" in str(r.call("MODULE", "LIST")), r.call("MODULE", "LIST"))
