@@ -115,5 +115,19 @@ x = r.call("RATELIMIT.DECIDE", 1, BKT, 1, 100, "10000:100")
 h.check("with memory again: admitted, remaining 59: %r" % (x,),
         isinstance(x, list) and x[0] == 1 and x[2] == 59, x)
 same("bucketed, memory again", BKT)
+# --- a bucketed window of dead fields only: holding them runs short ---------------
+DEAD = "fa:dead:{acc}"
+r.call("HSET", DEAD, *[x for i in range(20) for x in ("old%d" % i, 1)])
+before = same("dead fields setup", DEAD)
+h.eq("armed (dead fields)", 1, r.call("RATELIMIT.TEST-FAIL-ALLOC", 1))
+x = r.call("RATELIMIT.DECIDE", 1, DEAD, 1, 100, "10000:100")
+h.check("out of memory holding the dead fields: an error: %r" % (x,),
+        isinstance(x, resp.Err) and "out of memory" in str(x), x)
+h.eq("nothing written or trimmed", before, same("dead fields, out of memory", DEAD))
+r.call("RATELIMIT.TEST-FAIL-ALLOC", 0)
+x = r.call("RATELIMIT.DECIDE", 1, DEAD, 1, 100, "10000:100")
+h.check("with memory: admitted: %r" % (x,), isinstance(x, list) and x[0] == 1, x)
+after = same("dead fields trimmed", DEAD)
+h.eq("the dead fields are gone, the new bucket stays", 2, len(after[1]))
 h.eq("redis still answers", "PONG", r.call("PING"))
 h.done()
