@@ -22,6 +22,7 @@ A case, one directive a line ('#' starts a comment):
   after K ttl MS|none    none": no such key), every key of the case
   end
 T0 is 4,000,000,000 s (year 2096): no key expires under a test."""
+import os
 import re
 
 T0_S = 4000000000
@@ -228,3 +229,30 @@ def instrumented_script(src):
         out.append(code + sep + comment)
     head = "local function __cov(n) redis.call('HSET', 'test:cov', n, 1) end\n"
     return head + "\n".join(out) + "\n", marks
+
+
+def start_clocked_pair(h):
+    """For tests of the engines on the fake clock: a primary with
+    module/ratelimit-test.so loaded with test-clock, and a replica of it (a
+    real redis-server without the module). Returns their resp.Redis
+    connections (primary, replica); ends the test when the module is not
+    built."""
+    import harness
+    import resp
+    if not os.path.exists(harness.MODULE_TEST_SO):
+        h.fail("module built (make module): %s missing" % harness.MODULE_TEST_SO)
+        h.done()
+    h.start_redis(extra=["--loadmodule", harness.MODULE_TEST_SO, "test-clock"])
+    port = harness.free_port()
+    h.start_redis_node(port, replicaof=h.redis_port)
+    return resp.Redis(h.redis_port), resp.Redis(port)
+
+
+def load_clocked_script(h, r):
+    """The script's clocked test copy, loaded into <r>: (source, sha)."""
+    import harness
+    src, counts = clocked_script(open(os.path.join(harness.ROOT, "lua", "sliding_window.lua")).read())
+    h.eq("script copy: TIME and PEXPIRE rewritten once each", (1, 1), counts)
+    sha = r.call("SCRIPT", "LOAD", src)
+    h.check("script copy loads", isinstance(sha, str) and len(sha) == 40, sha)
+    return src, sha

@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "contract"))
-from harness import Harness, MODULE_TEST_SO, ROOT  # noqa: E402
+from harness import Harness, ROOT  # noqa: E402
 import contract  # noqa: E402
 import harness  # noqa: E402
 import resp  # noqa: E402
@@ -24,20 +24,10 @@ PATH = os.environ.get("CONTRACT_FILE", os.path.join(ROOT, "tests", "contract", "
 RECORD = os.environ.get("CONTRACT_RECORD") == "1"
 
 h = Harness()
-if not os.path.exists(MODULE_TEST_SO):
-    h.fail("module built (make module): %s missing" % MODULE_TEST_SO)
-    h.done()
 cases = contract.parse(PATH)
 h.check("the contract has cases (%d)" % len(cases), len(cases) > 0)
-h.start_redis(extra=["--loadmodule", MODULE_TEST_SO, "test-clock"])
-r = resp.Redis(h.redis_port)
-replica_port = harness.free_port()
-h.start_redis_node(replica_port, replicaof=h.redis_port)
-replica = resp.Redis(replica_port)
-
-src, counts = contract.clocked_script(open(os.path.join(ROOT, "lua", "sliding_window.lua")).read())
-h.eq("script copy: TIME and PEXPIRE rewritten once each", (1, 1), counts)
-sha = r.call("SCRIPT", "LOAD", src)
+r, replica = contract.start_clocked_pair(h)
+src, sha = contract.load_clocked_script(h, r)
 # The script's branches: the same cases on an instrumented copy (a third
 # engine, held to the same replies and data), then every marker must have run.
 cov_src, MARKS = contract.instrumented_script(src)

@@ -32,7 +32,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness, MODULE_TEST_SO, ROOT  # noqa: E402
+from harness import Harness, ROOT  # noqa: E402
 import resp  # noqa: E402
 import harness  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, "tests", "contract"))
@@ -45,21 +45,10 @@ OPS = int(os.environ.get("DIFF_OPS", "6000"))
 SEED = int(os.environ.get("DIFF_SEED", "1"))
 
 h = Harness()
-if not os.path.exists(MODULE_TEST_SO):
-    h.fail("module built (make module): %s missing" % MODULE_TEST_SO)
-    h.done()
-h.start_redis(extra=["--loadmodule", MODULE_TEST_SO, "test-clock"])
-r = resp.Redis(h.redis_port)
 print("# DIFF_SEED=%d DIFF_OPS=%d" % (SEED, OPS))
-replica_port = harness.free_port()
-h.start_redis_node(replica_port, replicaof=h.redis_port)
-replica = resp.Redis(replica_port)
-
+r, replica = contract.start_clocked_pair(h)
 # The script's test copy: TIME from the fake clock, expiry counted from it.
-clocked, counts = contract.clocked_script(open(os.path.join(ROOT, "lua", "sliding_window.lua")).read())
-h.eq("script copy: TIME and PEXPIRE rewritten once each", (1, 1), counts)
-sha = r.call("SCRIPT", "LOAD", clocked)
-h.check("script copy loads", isinstance(sha, str) and len(sha) == 40, sha)
+clocked, sha = contract.load_clocked_script(h, r)
 h.check("module loaded", "ratelimit" in str(r.call("MODULE", "LIST")), r.call("MODULE", "LIST"))
 
 rnd = random.Random(SEED)

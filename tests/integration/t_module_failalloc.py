@@ -16,23 +16,18 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness, MODULE_TEST_SO, free_port, wait_replicated  # noqa: E402
+from harness import Harness, ROOT, wait_replicated  # noqa: E402
 import resp  # noqa: E402
 import harness  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests", "contract"))
+import contract  # noqa: E402
 
 harness.FORCED_ENGINE = ""
 
 h = Harness()
-if not os.path.exists(MODULE_TEST_SO):
-    h.fail("module built (make module): %s missing" % MODULE_TEST_SO)
-    h.done()
-h.start_redis(extra=["--loadmodule", MODULE_TEST_SO, "test-clock"])
-r = resp.Redis(h.redis_port)
-rport = free_port()
-h.start_redis_node(rport, replicaof=h.redis_port)
-rr = resp.Redis(rport)
+r, rr = contract.start_clocked_pair(h)
 h.check("replica linked", harness.wait_for(
-    lambda: "master_link_status:up" in rr.call("INFO", "replication"), 20), rport)
+    lambda: "master_link_status:up" in rr.call("INFO", "replication"), 20))
 
 now = (int(time.time()) + 10 * 365 * 86400) * 1000000
 
