@@ -27,7 +27,9 @@
  * Load arguments: allow-eviction. A build with -DRATELIMIT_TEST_CLOCK
  * (module/ratelimit-test.so, for the tests only) also takes test-clock:
  * the time is then read from the hash test:clock (fields s, us) as the
- * script's test copies do. A production build refuses that argument. */
+ * script's test copies do, and RATELIMIT.TEST-FAIL-ALLOC makes a scratch
+ * array's growth fail (the out-of-memory paths). A production build
+ * refuses that argument and has neither. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
