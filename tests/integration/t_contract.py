@@ -74,7 +74,6 @@ def record(case, got, state):
     print("end\n")
 
 
-bad = 0
 for case in cases:
     want = contract.expected_state(case)
     for engine, prefix, cmd in ENGINES:
@@ -94,7 +93,6 @@ for case in cases:
         h.check("%s: %s: stored data" % (case.name, engine), not diff,
                 "; ".join("%s: expected [%s] got [%s]" % (k, show(want[k]), show(state[k]))
                           for k in diff))
-        bad += bool(diff) or not ok
 
 # Every then/else of the script ran in some case (test:cov holds the markers).
 ran = set(int(x) for x in r.call("HKEYS", "test:cov"))
