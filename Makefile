@@ -164,7 +164,8 @@ DEBBUILD_PKGS := build-essential pkg-config libev-dev libhiredis-dev libcmocka-d
                  debhelper dpkg-dev help2man
 DEBTEST_PKGS  := lintian redis-server redis-tools haproxy curl openssl python3 jq systemd
 
-.PHONY: check-tls integration-tls module check-module check-module-servers valgrind-module integration-module
+.PHONY: check-tls integration-tls module check-module check-module-servers valgrind-module integration-module \
+        module-coverage
 .PHONY: all test check integration e2e e2e-3.2 haproxy32 chaos sanitize tsan valgrind lint bench fuzz install \
         uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help deb deb-test
 
@@ -218,7 +219,8 @@ MODULE_SRCS   := module/ratelimit.c module/rl_args.c
 MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidden \
                  -isystem build/redismodule -Imodule
 MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py \
-                 tests/integration/t_module_cluster.py tests/integration/t_module_agents.py
+                 tests/integration/t_module_cluster.py tests/integration/t_module_agents.py \
+                 tests/integration/t_module_failalloc.py tests/integration/t_contract.py
 
 module: $(MODULE_SO) $(MODULE_TEST_SO)
 
@@ -305,6 +307,23 @@ valgrind-module: module $(AGENT) $(BENCH)
 		xargs -r grep -lE '(ratelimit|rl_args)\.c:' || true); \
 	echo "valgrind-module: $$n redis-server processes, errors in: $${bad:-none}, module leaks in: $${lost:-none}"; \
 	[ -z "$$bad" ] && [ -z "$$lost" ]
+
+# Line and branch coverage of the module (gcov) by its tests: a --coverage
+# build of ratelimit-test.so in build/cov stands in for both modules (a
+# server that does not load it with test-clock reads the real clock); gcov
+# writes build/cov/ratelimit.c.gcov ("#####": a line no test ran) and
+# prints the totals.
+MODULE_COV_SO := build/cov/ratelimit-cov.so
+module-coverage: $(MODULE_H) $(AGENT) $(BENCH)
+	$(Q)rm -rf build/cov && mkdir -p build/cov
+	$(Q)$(CC) $(MODULE_CFLAGS) -O0 --coverage -DRATELIMIT_TEST_CLOCK -shared -o $(MODULE_COV_SO) $(MODULE_SRCS)
+	$(Q)RATELIMIT_MODULE=$(CURDIR)/$(MODULE_COV_SO) RATELIMIT_MODULE_TEST=$(CURDIR)/$(MODULE_COV_SO) \
+		DIFF_OPS=1500 AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) \
+		TESTS="$(MODULE_TESTS)" tests/run.sh integration || true
+	$(Q)gcov -b -o build/cov build/cov/ratelimit-cov.so-ratelimit.gcda \
+		build/cov/ratelimit-cov.so-rl_args.gcda 2>/dev/null | grep -A4 "^File 'module/"; \
+		mv -f ratelimit.c.gcov rl_args.c.gcov build/cov/; rm -f redismodule.h.gcov; \
+		echo "module-coverage: build/cov/ratelimit.c.gcov, build/cov/rl_args.c.gcov"
 
 # Fault injection under load and resource limits (tests/chaos, ~2 min).
 chaos: $(AGENT) $(BENCH)

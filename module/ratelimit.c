@@ -27,7 +27,9 @@
  * Load arguments: allow-eviction. A build with -DRATELIMIT_TEST_CLOCK
  * (module/ratelimit-test.so, for the tests only) also takes test-clock:
  * the time is then read from the hash test:clock (fields s, us) as the
- * script's test copies do. A production build refuses that argument. */
+ * script's test copies do, and RATELIMIT.TEST-FAIL-ALLOC makes a scratch
+ * array's growth fail (the out-of-memory paths). A production build
+ * refuses that argument and has neither. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -57,6 +59,7 @@
 static int allow_eviction;
 #ifdef RATELIMIT_TEST_CLOCK
 static int test_clock;
+static long long fail_alloc_at;   /* the Nth scratch growth from now fails (0: none) */
 #endif
 
 struct rl_bucket {
@@ -105,6 +108,11 @@ static void *scratch_grow(void *arr, size_t *cap, size_t need, size_t size)
 		return arr;
 	while (n < need)
 		n *= 2;
+#ifdef RATELIMIT_TEST_CLOCK
+	/* (test build: RATELIMIT.TEST-FAIL-ALLOC makes the Nth growth fail) */
+	if (fail_alloc_at > 0 && --fail_alloc_at == 0)
+		return NULL;
+#endif
 	p = RedisModule_Realloc(arr, n * size);
 	if (p)
 		*cap = n;
@@ -373,24 +381,29 @@ static int64_t rl_ttl_ms(const struct rl_state *s, int64_t now)
 	return s->w->win_ms + 1 + ceil_div_pos(last - now, 1000);
 }
 
-/* Writes this admission's entry into log window <s>, open as <k>. */
-static void add_log(RedisModuleCtx *ctx, RedisModuleKey *k, struct rl_state *s, int64_t now,
-                    int64_t cost)
+/* Writes this admission's entry into log window <s>, open as <k>.
+ * Returns 0, or -1 when Redis refused the write (nothing written, nothing
+ * replicated). */
+static int add_log(RedisModuleCtx *ctx, RedisModuleKey *k, struct rl_state *s, int64_t now,
+                   int64_t cost)
 {
 	RedisModuleString *m;
 	char buf[48];
 	size_t len;
-	int flags = 0;
+	int flags = 0, rc = -1;
 
 	/* Above the newest entry, so that rank order stays cum order (a later
 	 * stamp only makes this entry live longer, never shorter). */
 	s->score = (s->has_top && s->top >= now) ? s->top + 1 : now;
 	len = rl_args_format_member(buf, sizeof(buf), s->cum + cost, cost);
 	m = RedisModule_CreateString(ctx, buf, len);
-	RedisModule_ZsetAdd(k, (double)s->score, m, &flags);
-	RedisModule_Replicate(ctx, "ZADD", "sls", s->name, (long long)s->score, m);
-	RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zadd", s->name);
+	if (RedisModule_ZsetAdd(k, (double)s->score, m, &flags) == REDISMODULE_OK) {
+		RedisModule_Replicate(ctx, "ZADD", "sls", s->name, (long long)s->score, m);
+		RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zadd", s->name);
+		rc = 0;
+	}
 	RedisModule_FreeString(ctx, m);
+	return rc;
 }
 
 /* Adds <cost> to the bucket of <now> in bucketed window <s>, open as <k>. */
@@ -415,32 +428,45 @@ static void trim_window(RedisModuleCtx *ctx, RedisModuleKey *k, struct rl_state 
 	size_t i, n = 0;
 
 	if (s->w->prec_ms == 0 && RedisModule_KeyType(k) == REDISMODULE_KEYTYPE_ZSET) {
+		/* All or nothing: the replicas get ZREMRANGEBYSCORE -inf cut, so
+		 * the primary removes the whole range or (short of memory for the
+		 * members) nothing; the expired entries then wait for the next
+		 * trim, harmless (nothing reads below the cut). */
+		int whole = 0;
+
 		scratch.ntrim = 0;
 		if (RedisModule_ZsetFirstInScoreRange(k, REDISMODULE_NEGATIVE_INFINITE, (double)s->cut,
 		                                      0, 0) == REDISMODULE_OK) {
-			while (!RedisModule_ZsetRangeEndReached(k)) {
-				RedisModuleString *m = RedisModule_ZsetRangeCurrentElement(k, NULL);
+			for (;;) {
+				RedisModuleString *m, **t;
 
+				if (RedisModule_ZsetRangeEndReached(k)) {
+					whole = 1;
+					break;
+				}
+				m = RedisModule_ZsetRangeCurrentElement(k, NULL);
 				if (!m)
 					break;
-				RedisModuleString **t = scratch_grow(scratch.trim, &scratch.cap_trim,
-				                                     scratch.ntrim + 1, sizeof(*scratch.trim));
-
+				t = scratch_grow(scratch.trim, &scratch.cap_trim, scratch.ntrim + 1,
+				                 sizeof(*scratch.trim));
 				if (!t) {
 					RedisModule_FreeString(ctx, m);
 					break;
 				}
 				scratch.trim = t;
 				scratch.trim[scratch.ntrim++] = m;
-				if (!RedisModule_ZsetRangeNext(k))
+				if (!RedisModule_ZsetRangeNext(k)) {
+					whole = 1;
 					break;
+				}
 			}
 		}
 		RedisModule_ZsetRangeStop(k);
 		for (i = 0; i < scratch.ntrim; i++) {
 			int deleted = 0;
 
-			RedisModule_ZsetRem(k, scratch.trim[i], &deleted);
+			if (whole)
+				RedisModule_ZsetRem(k, scratch.trim[i], &deleted);
 			n += (size_t)deleted;
 			RedisModule_FreeString(ctx, scratch.trim[i]);
 		}
@@ -465,9 +491,11 @@ static void trim_window(RedisModuleCtx *ctx, RedisModuleKey *k, struct rl_state 
 	if (ttl_ms >= 0 && RedisModule_KeyType(k) != REDISMODULE_KEYTYPE_EMPTY) {
 		long long at = (long long)(floor_div(now, 1000) + ttl_ms);
 
-		RedisModule_SetAbsExpire(k, at);
-		RedisModule_Replicate(ctx, "PEXPIREAT", "sl", s->name, at);
-		RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", s->name);
+		if (RedisModule_SetAbsExpire(k, at) == REDISMODULE_OK) {
+			RedisModule_Replicate(ctx, "PEXPIREAT", "sl", s->name, at);
+			RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire",
+			                                s->name);
+		}
 	}
 }
 
@@ -631,10 +659,15 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 			RedisModuleKey *k =
 				RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ | REDISMODULE_WRITE);
 
-			if (s->w->prec_ms)
+			if (s->w->prec_ms) {
 				add_bucket(ctx, k, s, d->cost);
-			else
-				add_log(ctx, k, s, now, d->cost);
+			} else if (add_log(ctx, k, s, now, d->cost) == -1) {
+				/* (the windows before it hold their admission, as their
+				 * replicas do: the caller sees an error, fail-closed) */
+				RedisModule_CloseKey(k);
+				err = "ERR ratelimit: the server refused the write";
+				goto fail;
+			}
 			trim_window(ctx, k, s, now, rl_ttl_ms(s, now));
 			RedisModule_CloseKey(k);
 			if (i == 0 || rem < best_rem) {
@@ -775,6 +808,27 @@ static int cmd_decide(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	return REDISMODULE_OK;
 }
 
+#ifdef RATELIMIT_TEST_CLOCK
+/* RATELIMIT.TEST-FAIL-ALLOC <n> (test build only): empties the scratch
+ * arrays, so that they grow again from nothing, and makes the <n>th growth
+ * from now on fail (0: none), as an out-of-memory Realloc would. */
+static int cmd_test_fail_alloc(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+	long long n;
+
+	if (argc != 2)
+		return RedisModule_WrongArity(ctx);
+	if (RedisModule_StringToLongLong(argv[1], &n) != REDISMODULE_OK || n < 0)
+		return RedisModule_ReplyWithError(ctx, "ERR value is not an integer or out of range");
+	RedisModule_Free(scratch.b);
+	RedisModule_Free(scratch.dead);
+	RedisModule_Free(scratch.trim);
+	memset(&scratch, 0, sizeof(scratch));
+	fail_alloc_at = n;
+	return RedisModule_ReplyWithLongLong(ctx, n);
+}
+#endif
+
 /* Every API the command needs, by name (a server lacking one is refused at
  * load with that name, never a NULL call later). */
 #define RL_REQUIRED(X)                                                                   \
@@ -827,6 +881,9 @@ RL_EXPORT int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, 
 			RedisModule_Log(ctx, "warning",
 			                "ratelimit: TEST BUILD: the time is read from the hash "
 			                "test:clock (never for production)");
+			if (RedisModule_CreateCommand(ctx, "ratelimit.test-fail-alloc", cmd_test_fail_alloc,
+			                              "write", 0, 0, 0) == REDISMODULE_ERR)
+				return REDISMODULE_ERR;
 			continue;
 #else
 			RedisModule_Log(ctx, "warning",

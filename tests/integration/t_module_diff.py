@@ -18,17 +18,25 @@ and sets the same absolute expiry. The fake clock runs ten years ahead of
 the real one, so no key expires under the test. The script's keys start
 with "s|", the module's with "m|", the rest of the name is the same.
 
-Knobs: DIFF_OPS=6000 (calls), DIFF_SEED=1."""
+Two streams: many keys (8 policies x 5 accounts), then one key (one
+policy of one window, one account: every call on the same sorted set or
+hash). A replica (a real redis-server without the module) follows the
+primary throughout: at the end it holds exactly the primary's data, both
+engines' keys, TTLs included.
+
+Knobs: DIFF_OPS=6000 (calls of the many-key stream; the one-key stream
+makes a third of that), DIFF_SEED=1 (printed: rerun a failure with it)."""
 import os
 import random
-import re
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import Harness, MODULE_TEST_SO, ROOT  # noqa: E402
+from harness import Harness, ROOT  # noqa: E402
 import resp  # noqa: E402
 import harness  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests", "contract"))
+import contract  # noqa: E402
 
 # (these tests choose where the module is loaded: not SPOA_TEST_REDIS_ENGINE)
 harness.FORCED_ENGINE = ""
@@ -37,20 +45,10 @@ OPS = int(os.environ.get("DIFF_OPS", "6000"))
 SEED = int(os.environ.get("DIFF_SEED", "1"))
 
 h = Harness()
-if not os.path.exists(MODULE_TEST_SO):
-    h.fail("module built (make module): %s missing" % MODULE_TEST_SO)
-    h.done()
-h.start_redis(extra=["--loadmodule", MODULE_TEST_SO, "test-clock"])
-r = resp.Redis(h.redis_port)
-
+print("# DIFF_SEED=%d DIFF_OPS=%d" % (SEED, OPS))
+r, replica = contract.start_clocked_pair(h)
 # The script's test copy: TIME from the fake clock, expiry counted from it.
-src = open(os.path.join(ROOT, "lua", "sliding_window.lua")).read()
-clocked, n1 = re.subn(r"redis\.call\('TIME'\)", "redis.call('HMGET', 'test:clock', 's', 'us')", src)
-clocked, n2 = re.subn(r"call\('PEXPIRE', ([^,]+), ([^)]+)\)",
-                      r"call('PEXPIREAT', \1, int(math.floor(now / 1000) + \2))", clocked)
-h.eq("script copy: TIME and PEXPIRE rewritten once each", (1, 1), (n1, n2))
-sha = r.call("SCRIPT", "LOAD", clocked)
-h.check("script copy loads", isinstance(sha, str) and len(sha) == 40, sha)
+clocked, sha = contract.load_clocked_script(h, r)
 h.check("module loaded", "ratelimit" in str(r.call("MODULE", "LIST")), r.call("MODULE", "LIST"))
 
 rnd = random.Random(SEED)
@@ -76,6 +74,7 @@ def make_policy(i):
 
 POLICIES = [make_policy(i) for i in range(8)]
 ACCOUNTS = 5
+TAG = ""          # a key-name prefix per stream
 
 
 def decision():
@@ -83,7 +82,7 @@ def decision():
     pi = rnd.randrange(len(POLICIES))
     pol = POLICIES[pi]
     acc = rnd.randrange(ACCOUNTS)
-    keys = ["p%d:%s%d:{acc-%d}" % (pi, kind, j, acc) for j, (_, _, kind) in enumerate(pol)]
+    keys = ["%sp%d:%s%d:{acc-%d}" % (TAG, pi, kind, j, acc) for j, (_, _, kind) in enumerate(pol)]
     lim = min(l for l, _, _ in pol)
     x = rnd.random()
     cost = 1 if x < 0.6 else rnd.randint(1, lim) if x < 0.97 else max(l for l, _, _ in pol) + 1
@@ -114,13 +113,14 @@ def call_pair():
     return ks, rs, rm
 
 
-def state(prefix, keys):
+def state(prefix, keys, conn=None):
+    conn = conn or r
     cmds = []
     for k in keys:
         k = prefix + k
         cmds += [["TYPE", k], ["ZRANGE", k, 0, -1, "WITHSCORES"] if ":v" in k else ["HGETALL", k],
                  ["PEXPIRETIME", k]]
-    out = r.pipeline(cmds)
+    out = conn.pipeline(cmds)
     res = []
     for i in range(0, len(out), 3):
         t, data, exp = out[i:i + 3]
@@ -130,72 +130,95 @@ def state(prefix, keys):
     return res
 
 
-mismatch_reply = mismatch_data = 0
-first_bad = None
-n_allow = n_deny = n_err = n_batch = 0
-last = None
-set_clock(now)
-for op in range(OPS):
-    # the clock, by the edges the replies name
-    x = rnd.random()
-    if last and x < 0.2:
-        allowed, _, _, reset, retry, _ = last
-        pick = rnd.choice([retry, retry - 1, reset, reset - 1, retry + 1])
-        if pick > 0:
-            now += pick
-    elif x < 0.35:
-        pass                                  # the same microsecond
-    elif x < 0.45:
-        now += 1
-    elif x < 0.49:
-        now -= rnd.randint(1, 500000)        # stepped back
-    elif x < 0.495:
-        now += 61000000 + rnd.randint(0, 5000000)   # past every window
-    elif x < 0.53:
-        now += rnd.randint(0, 2000000)
-    else:
-        now += rnd.randint(0, 5000)
+def stream(ops):
+    """<ops> random calls to both engines; the counts and the first
+    difference."""
+    global now
+    mismatch_reply = mismatch_data = 0
+    first_bad = None
+    n_allow = n_deny = n_err = n_batch = 0
+    last = None
     set_clock(now)
-    ks, rs, rm = call_pair()
-    if rs != rm:
-        mismatch_reply += 1
-        if first_bad is None:
-            first_bad = "op %d keys %s: script %r module %r" % (op, ks, rs, rm)
-    replies = rm if isinstance(rm, list) and rm and isinstance(rm[0], list) else [rm]
-    if len(replies) > 1 or (isinstance(rm, list) and rm and isinstance(rm[0], list)):
-        n_batch += 1
-    for x1 in replies:
-        if isinstance(x1, resp.Err):
-            n_err += 1
-        elif isinstance(x1, list):
-            if x1[0] == 1:
-                n_allow += 1
-            else:
-                n_deny += 1
-            last = x1
-    uniq = sorted(set(ks))
-    ss, sm = state("s|", uniq), state("m|", uniq)
-    if ss != sm:
-        mismatch_data += 1
-        if first_bad is None:
-            for k, a, b in zip(uniq, ss, sm):
-                if a != b:
-                    first_bad = "op %d key %s: script %r module %r" % (op, k, a, b)
-                    break
+    for op in range(ops):
+        # the clock, by the edges the replies name
+        x = rnd.random()
+        if last and x < 0.2:
+            allowed, _, _, reset, retry, _ = last
+            pick = rnd.choice([retry, retry - 1, reset, reset - 1, retry + 1])
+            if pick > 0:
+                now += pick
+        elif x < 0.35:
+            pass                                  # the same microsecond
+        elif x < 0.45:
+            now += 1
+        elif x < 0.49:
+            now -= rnd.randint(1, 500000)        # stepped back
+        elif x < 0.495:
+            now += 61000000 + rnd.randint(0, 5000000)   # past every window
+        elif x < 0.53:
+            now += rnd.randint(0, 2000000)
+        else:
+            now += rnd.randint(0, 5000)
+        set_clock(now)
+        ks, rs, rm = call_pair()
+        if rs != rm:
+            mismatch_reply += 1
+            if first_bad is None:
+                first_bad = "op %d keys %s: script %r module %r" % (op, ks, rs, rm)
+        replies = rm if isinstance(rm, list) and rm and isinstance(rm[0], list) else [rm]
+        if len(replies) > 1 or (isinstance(rm, list) and rm and isinstance(rm[0], list)):
+            n_batch += 1
+        for x1 in replies:
+            if isinstance(x1, resp.Err):
+                n_err += 1
+            elif isinstance(x1, list):
+                if x1[0] == 1:
+                    n_allow += 1
+                else:
+                    n_deny += 1
+                last = x1
+        uniq = sorted(set(ks))
+        ss, sm = state("s|", uniq), state("m|", uniq)
+        if ss != sm:
+            mismatch_data += 1
+            if first_bad is None:
+                for k, a, b in zip(uniq, ss, sm):
+                    if a != b:
+                        first_bad = "op %d key %s: script %r module %r" % (op, k, a, b)
+                        break
 
-print("# %d calls (%d batches): %d allowed, %d denied, %d errors" %
-      (OPS, n_batch, n_allow, n_deny, n_err))
-h.eq("identical replies over %d calls" % OPS, 0, mismatch_reply)
-h.eq("identical data (members, scores, bucket fields, TTLs) after every call", 0, mismatch_data)
-if first_bad:
-    print("# first difference: " + first_bad)
-h.check("the stream allowed and denied (%d / %d)" % (n_allow, n_deny), n_allow > OPS // 4 and n_deny > OPS // 10)
-h.eq("no decision errored (a cost above a limit is a deny)", 0, n_err)
+    return mismatch_reply, mismatch_data, first_bad, n_allow, n_deny, n_err, n_batch
+
+
+for name, ops, pols, accs in (("many keys", OPS, list(POLICIES), 5),
+                              ("one key", max(OPS // 3, 1), [[(10, "2000", "v")]], 1)):
+    POLICIES[:] = pols
+    ACCOUNTS = accs
+    TAG = "one:" if accs == 1 else ""
+    mismatch_reply, mismatch_data, first_bad, n_allow, n_deny, n_err, n_batch = stream(ops)
+    print("# %s: %d calls (%d batches): %d allowed, %d denied, %d errors" %
+          (name, ops, n_batch, n_allow, n_deny, n_err))
+    h.eq("%s: identical replies over %d calls" % (name, ops), 0, mismatch_reply)
+    h.eq("%s: identical data (members, scores, bucket fields, TTLs) after every call" % name,
+         0, mismatch_data)
+    if first_bad:
+        print("# first difference: " + first_bad)
+    h.check("%s: the stream allowed and denied (%d / %d)" % (name, n_allow, n_deny),
+            n_allow > ops // 4 and n_deny > ops // 10)
+    h.eq("%s: no decision errored (a cost above a limit is a deny)" % name, 0, n_err)
 
 # Every key of both engines, at the end: same names, same contents.
 sk = sorted(k[2:] for k in r.call("KEYS", "s|*"))
 mk = sorted(k[2:] for k in r.call("KEYS", "m|*"))
 h.eq("the same keys in both engines", sk, mk)
 h.eq("the same contents at the end", state("s|", sk), state("m|", sk))
+# The replica (no module: it applies the plain commands the module
+# replicates, and the script's effects) holds the same data.
+h.check("replica caught up", harness.wait_replicated(lambda: r.call("INFO", "replication")))
+allk = sorted(r.call("KEYS", "s|*") + r.call("KEYS", "m|*"))
+h.eq("the replica holds the same keys", allk,
+     sorted(replica.call("KEYS", "s|*") + replica.call("KEYS", "m|*")))
+h.eq("the replica holds the same contents, TTLs included (%d keys)" % len(allk),
+     state("", allk), state("", allk, replica))
 h.eq("redis still answers", "PONG", r.call("PING"))
 h.done()

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""The decision contract (issue 28): every case of tests/contract/
+decisions.txt, run on the script and on the module, gives the reply the
+file states and leaves the stored data it states (members, scores, bucket
+fields, TTLs); a replica (a real redis-server without the module) ends with
+the same data. tests/unit/test_contract.c checks the agent's reading of the
+same replies. The format and the clock: tests/contract/contract.py.
+
+CONTRACT_RECORD=1 prints each case with what the module answered and left
+in place of the expected lines (to draft a new case: review every number
+by hand before committing it; the file is the contract, not a recording)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "contract"))
+from harness import Harness, ROOT  # noqa: E402
+import contract  # noqa: E402
+import harness  # noqa: E402
+import resp  # noqa: E402
+
+harness.FORCED_ENGINE = ""
+PATH = os.environ.get("CONTRACT_FILE", os.path.join(ROOT, "tests", "contract", "decisions.txt"))
+RECORD = os.environ.get("CONTRACT_RECORD") == "1"
+
+h = Harness()
+cases = contract.parse(PATH)
+h.check("the contract has cases (%d)" % len(cases), len(cases) > 0)
+r, replica = contract.start_clocked_pair(h)
+src, sha = contract.load_clocked_script(h, r)
+# The script's branches: the same cases on an instrumented copy (a third
+# engine, held to the same replies and data), then every marker must have run.
+cov_src, MARKS = contract.instrumented_script(src)
+cov_sha = r.call("SCRIPT", "LOAD", cov_src)
+h.check("instrumented copy loads (%d branch markers)" % len(MARKS),
+        isinstance(cov_sha, str) and len(MARKS) > 40, cov_sha)
+ENGINES = (("script", "s|", lambda keys, args: ["EVALSHA", sha, len(keys)] + keys + args),
+           ("module", "m|", lambda keys, args: ["RATELIMIT.DECIDE", len(keys)] + keys + args),
+           ("script-cov", "c|", lambda keys, args: ["EVALSHA", cov_sha, len(keys)] + keys + args))
+# Lines whose branches are alternatives by server, not by case: at least
+# one of their markers must run. (How pcall sees a redis.call error inside
+# a batch: as a table {err=...} or as a string, by Redis version; Debian's
+# 7.0 gives the string.)
+EITHER = {
+    "if type(r) == 'table' and r.err then r = { err = r.err } else r = { err = 'ERR ' .. tostring(r) } end":
+        "a redis.call error inside a batch's decision, as the server raises it",
+}
+
+
+def show(st):
+    (kind, items), ttl = st
+    return "%s %s ttl %s" % (kind, " ".join(items), "none" if ttl is None else ttl)
+
+
+def record(case, got, state):
+    print("case %s" % case.name)
+    print("clock %d" % case.clock)
+    print("keys %s" % " ".join(case.keys))
+    print("args %s" % " ".join(case.args))
+    for line in open(PATH).read().splitlines()[case.line:]:
+        if line.startswith("before"):
+            print(line)
+        elif line.startswith("end") or line.startswith("case"):
+            break
+    for x in contract.replies_of(case, got):
+        if isinstance(x, resp.Err):
+            print("reply error %s" % x)
+        else:
+            print("reply %s" % " ".join(str(v) for v in x))
+    for k, ((kind, items), ttl) in state.items():
+        print("after %s %s %s" % (k, kind, " ".join(items)) if kind != "none" else "after %s none" % k)
+        if kind != "none":
+            print("after %s ttl %s" % (k, "none" if ttl is None else ttl))
+    print("end\n")
+
+
+for case in cases:
+    want = contract.expected_state(case)
+    for engine, prefix, cmd in ENGINES:
+        r.pipeline(contract.setup_cmds(case, prefix) + [contract.set_clock_cmd(case)])
+        keys = [case.key(prefix, k) for k in case.keys]
+        got = r.call(*cmd(keys, case.args))
+        state = contract.read_state(r, case, prefix)
+        if RECORD and engine == "module":
+            record(case, got, state)
+            continue
+        reps = contract.replies_of(case, got)
+        ok = len(reps) == len(case.replies) and \
+            all(contract.reply_matches(e, g) for e, g in zip(case.replies, reps))
+        h.check("%s: %s: reply %s" % (case.name, engine, got), ok,
+                "expected %s" % (case.replies,))
+        diff = [k for k in want if want[k] != state[k]]
+        h.check("%s: %s: stored data" % (case.name, engine), not diff,
+                "; ".join("%s: expected [%s] got [%s]" % (k, show(want[k]), show(state[k]))
+                          for k in diff))
+
+# Every then/else of the script ran in some case (test:cov holds the markers).
+ran = set(int(x) for x in r.call("HKEYS", "test:cov"))
+missed, either = [], {}
+for n, (ln, text) in sorted(MARKS.items()):
+    if text in EITHER:
+        either[ln] = either.get(ln, False) or n in ran
+    elif n not in ran:
+        missed.append("%d: line %d: %s" % (n, ln, text))
+missed += ["line %d: neither branch" % ln for ln, hit in either.items() if not hit]
+print("# script branches: %d of %d markers ran (%d lines of server-dependent alternatives)" %
+      (len(ran), len(MARKS), len(either)))
+if not RECORD:
+    h.eq("every branch of the script ran in some case", [], missed)
+h.check("replica caught up", harness.wait_replicated(lambda: r.call("INFO", "replication")))
+rep_bad = []
+for case in cases:
+    want = contract.expected_state(case)
+    for engine, prefix, _ in ENGINES:
+        if contract.read_state(replica, case, prefix) != want and not RECORD:
+            rep_bad.append("%s/%s" % (case.name, engine))
+h.eq("the replica holds every case's data after, both engines", [], rep_bad)
+h.eq("redis still answers", "PONG", r.call("PING"))
+h.done()
