@@ -105,7 +105,7 @@ for shape in $SHAPES; do
 		f=$(find "$T" -name "cg.$name.*.1" | head -n 1)
 		ir=
 		if [ -n "$f" ]; then
-			callgrind_annotate --inclusive=no "$f" >"$T/annotate.$name" 2>/dev/null
+			callgrind_annotate --inclusive=no --auto=no --threshold=100 "$f" >"$T/annotate.$name" 2>/dev/null
 			ir=$(awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }' "$T/annotate.$name")
 		fi
 		[ -n "$ir" ] || { echo "bench-agent-ir: $name: no count" >&2; continue; }
@@ -128,9 +128,11 @@ for shape in $SHAPES; do
 		fi
 		{
 			echo "  $name, hottest functions (self instructions per decision, % of the total):"
-			awk -v n="$N" -v top="$TOP" '/^-+$/ { sep++; next } sep >= 3 && NF >= 2 && k < top {
-				v = $1; gsub(",", "", v); if (v !~ /^[0-9]+$/) next
-				sub(/^[^ ]+ +\([^)]*\) +/, ""); printf "    %8.0f  %s\n", v / n, $0; k++ }' "$T/annotate.$name"
+			# self cost; the frames every instruction runs under (100%) left out
+			awk -v n="$N" -v top="$TOP" '/ file:function$/ { on = 1; next }
+				on && /^ *[0-9,]+ \(/ && !/\(100\.0%\)/ && k < top {
+				v = $1; gsub(",", "", v); sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "")
+				printf "    %8.0f  %s\n", v / n, $0; k++ }' "$T/annotate.$name"
 			echo "  syscalls (strace -c, every thread):"
 			sed -n '3,20p' "$T/strace.$name" | sed 's/^/    /'
 		} >>"$T/detail"
