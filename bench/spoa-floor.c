@@ -13,8 +13,8 @@
  * A bench-only program: make builds it, make install never installs it, and
  * nothing in the agent's configuration can turn the agent into it.
  *
- * Usage: spoa-floor -a 127.0.0.1:PORT [-n]    (-n: answer with one UNSET-VAR
- * only, the smallest ACK HAProxy accepts, to see what the variables cost)
+ * Usage: spoa-floor -a 127.0.0.1:PORT [-s]    (-s: set "status" only, to
+ * see what the other variables and the header rules using them cost)
  *
  * The variables, as the agent sets them for "transfer 20/1s", allowed:
  *   status=allow limit=20 remaining=19 reset=1 window=1
@@ -57,7 +57,7 @@ struct floor_conn {
 	unsigned char out[FLOOR_OUT_CAP];
 };
 
-static bool floor_unset_only;
+static bool floor_status_only;
 
 /* Frees <c> (owned by the loop's watchers since floor_on_accept()). */
 static void floor_conn_close(struct ev_loop *loop, struct floor_conn *c)
@@ -102,10 +102,8 @@ static int floor_put_ack(struct floor_conn *c, uint64_t sid, uint64_t fid)
 	if (FLOOR_OUT_CAP - c->out_len < FLOOR_ACK_ROOM)
 		return -1;
 	spop_ack_begin(&a, c->out + c->out_len, FLOOR_ACK_ROOM, sid, fid);
-	if (floor_unset_only) {
-		spop_ack_unset(&a, SPOP_SCOPE_TXN, "none");
-	} else {
-		spop_ack_set_str(&a, SPOP_SCOPE_TXN, "status", "allow", 5);
+	spop_ack_set_str(&a, SPOP_SCOPE_TXN, "status", "allow", 5);
+	if (!floor_status_only) {
 		spop_ack_set_int(&a, SPOP_SCOPE_TXN, "limit", 20);
 		spop_ack_set_int(&a, SPOP_SCOPE_TXN, "remaining", 19);
 		spop_ack_set_int(&a, SPOP_SCOPE_TXN, "reset", 1);
@@ -263,14 +261,14 @@ int main(int argc, char **argv)
 	const char *addr = NULL;
 	int opt, fd, one = 1;
 
-	while ((opt = getopt(argc, argv, "a:nh")) != -1) {
+	while ((opt = getopt(argc, argv, "a:sh")) != -1) {
 		switch (opt) {
 		case 'a': addr = optarg; break;
-		case 'n': floor_unset_only = true; break;
+		case 's': floor_status_only = true; break;
 		default:
-			fprintf(stderr, "usage: %s -a 127.0.0.1:PORT [-n]\n"
+			fprintf(stderr, "usage: %s -a 127.0.0.1:PORT [-s]\n"
 			        "  the SPOE floor of make bench: answers every NOTIFY with fixed\n"
-			        "  variables (-n: one UNSET-VAR), no other I/O. Bench only.\n", argv[0]);
+			        "  variables (-s: status only), no other I/O. Bench only.\n", argv[0]);
 			return opt == 'h' ? 0 : 2;
 		}
 	}

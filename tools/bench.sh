@@ -43,6 +43,7 @@
 #   BENCH_WRK_CONNS=128       wrk connections
 #   BENCH_SHAPE2=1x64         (c) no JWT: the second load shape, THREADSxCONNS
 #                             ('' = the reported shape only)
+#   BENCH_FLOOR_ARGS=        spoa-floor's options, e.g. -s (set status only)
 #   BENCH_JWT=1               (c): 0 skips the JWT rows and the deny-cache-off
 #                             rows (the no-JWT floor comparison only)
 #   BENCH_ACCOUNTS=10000      accounts (= tokens) in uniform runs
@@ -572,7 +573,8 @@ fi
 # The SPOE floor: the same no-JWT edge and SPOE rules, its agent
 # bench/spoa-floor (fixed answers, no Redis).
 FLOOR_PORT=$(free_port)
-"$FLOOR" -a "127.0.0.1:$FLOOR_PORT" >"$T/floor.log" 2>&1 &
+# shellcheck disable=SC2086
+"$FLOOR" -a "127.0.0.1:$FLOOR_PORT" ${BENCH_FLOOR_ARGS:-} >"$T/floor.log" 2>&1 &
 FLOOR_PID=$!
 t_track "$FLOOR_PID"
 wait_port "$FLOOR_PORT" 10 || die "spoa-floor did not start (see $T/floor.log)"

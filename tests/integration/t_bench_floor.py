@@ -52,4 +52,10 @@ with spop.Conn().connect("127.0.0.1", port) as c:
 with spop.Conn().connect("127.0.0.1", port) as c:
     c.send_raw(spop.encode_notify(1, 1, [("ratelimit", [("key", "K")])]))
     h.check("a NOTIFY before HELLO: closed", c.closed_by_peer())
+port2 = free_port()
+h.spawn([FLOOR, "-a", "127.0.0.1:%d" % port2, "-s"], os.path.join(h.tmp, "floor-s.log"))
+h.check("spoa-floor -s listens", wait_port(port2, 10))
+with spop.Conn().connect("127.0.0.1", port2) as c:
+    c.hello()
+    h.eq("-s: status only", {"status": "allow"}, c.ratelimit("ACC-1")["actions"])
 h.done()
