@@ -3,7 +3,8 @@
 # bench/spoa-floor) executes per decision, counted by callgrind: from the
 # NOTIFY's bytes in to the ACK's bytes out, Redis answering (a real
 # redis-server, the module loaded when module/ratelimit.so is built), and
-# the syscalls per decision (strace -c on a second, uncounted run).
+# the syscalls per decision (strace -c on a second, uncounted run, when
+# strace is installed).
 #
 # Why instructions: counted instructions do not drift with the load of a
 # shared box; CPU time does. What runs: the agent (threads 1) under
@@ -27,7 +28,7 @@ cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=../tests/lib.sh
 . tests/lib.sh
 t_setup
-for t in valgrind callgrind_control callgrind_annotate redis-server redis-cli strace; do
+for t in valgrind callgrind_control callgrind_annotate redis-server redis-cli; do
 	command -v "$t" >/dev/null || { echo "bench-agent-ir: $t not found (make deps)" >&2; exit 1; }
 done
 N=${BENCH_AIR_N:-20000}
@@ -36,13 +37,19 @@ SHAPES=${BENCH_AIR_SHAPES:-4x16 16x1}
 ENGINES=${BENCH_AIR_ENGINES:-floor module script}
 TOP=${BENCH_AIR_TOP:-25}
 TSV=${BENCH_AIR_TSV:-}
+# strace is optional (not in make deps): without it, no syscall column
+STRACE=$(command -v strace)
+FAILED=0
 FLOOR=${FLOOR:-$(dirname "$BENCH")/spoa-floor}
 MODULE_SO=$PWD/module/ratelimit.so
-[ -x "$AGENT" ] && [ -x "$BENCH" ] && [ -x "$FLOOR" ] || { echo "bench-agent-ir: build first (make)" >&2; exit 1; }
+if [ ! -x "$AGENT" ] || [ ! -x "$BENCH" ] || [ ! -x "$FLOOR" ]; then
+	echo "bench-agent-ir: build first (make)" >&2
+	exit 1
+fi
 if [ ! -e "$MODULE_SO" ]; then
 	echo "bench-agent-ir: no $MODULE_SO (make module): no module row" >&2
 	ENGINES=${ENGINES/module/}
-	REDIS_PORT=$(start_redis) || exit 1
+	start_redis >/dev/null || exit 1
 else
 	REDIS_PORT=$(free_port)
 	redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" \
@@ -93,12 +100,12 @@ for shape in $SHAPES; do
 		name=${e}_c${c}d$d
 		# callgrind: instructions
 		WRAP="valgrind --tool=callgrind --dump-instr=no --callgrind-out-file=$T/cg.$name.%p"
-		start "$e" "$name" || continue
+		start "$e" "$name" || { FAILED=1; continue; }
 		load "$c" "$d" "$WARM" || echo "bench-agent-ir: $name warm-up failed" >&2
 		callgrind_control -z "$PID" >/dev/null 2>&1
 		if ! load "$c" "$d" "$N"; then
 			echo "bench-agent-ir: $name: spoa-bench failed (errors in the answers?)" >&2
-			stop; continue
+			stop; FAILED=1; continue
 		fi
 		callgrind_control -d "$PID" >/dev/null 2>&1
 		stop
@@ -108,23 +115,25 @@ for shape in $SHAPES; do
 			callgrind_annotate --inclusive=no --auto=no --threshold=100 "$f" >"$T/annotate.$name" 2>/dev/null
 			ir=$(awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }' "$T/annotate.$name")
 		fi
-		[ -n "$ir" ] || { echo "bench-agent-ir: $name: no count" >&2; continue; }
+		[ -n "$ir" ] || { echo "bench-agent-ir: $name: no count" >&2; FAILED=1; continue; }
 		# strace: syscalls of every thread over the same load, warm-up excluded
-		WRAP=
-		start "$e" "$name.strace" || continue
-		load "$c" "$d" "$WARM" >/dev/null
-		strace -f -c -o "$T/strace.$name" -p "$PID" 2>/dev/null &
-		sp=$!
-		sleep 1
-		load "$c" "$d" "$N" || echo "bench-agent-ir: $name: strace run failed" >&2
-		kill -INT "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
-		stop
-		sys=$(awk '$NF == "total" { print $4 }' "$T/strace.$name" 2>/dev/null)
-		printf '%-8s %-10s %24s %20s\n' "$e" "$c x $d" "$((ir / N))" \
-			"$(awk -v s="${sys:-0}" -v n="$N" 'BEGIN { printf "%.2f", s / n }')"
+		sys=-
+		if [ -n "$STRACE" ]; then
+			WRAP=
+			start "$e" "$name.strace" || { FAILED=1; continue; }
+			load "$c" "$d" "$WARM" >/dev/null
+			"$STRACE" -f -c -o "$T/strace.$name" -p "$PID" 2>/dev/null &
+			sp=$!
+			sleep 1
+			load "$c" "$d" "$N" || echo "bench-agent-ir: $name: strace run failed" >&2
+			kill -INT "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+			stop
+			sys=$(awk -v n="$N" '$NF == "total" { printf "%.2f", $4 / n }' "$T/strace.$name" 2>/dev/null)
+		fi
+		printf '%-8s %-10s %24s %20s\n' "$e" "$c x $d" "$((ir / N))" "${sys:--}"
 		if [ -n "$TSV" ]; then
 			printf 'air_%s\t%s\n' "$name" "$((ir / N))" >>"$TSV"
-			printf 'air_sys_%s\t%s\n' "$name" "$(awk -v s="${sys:-0}" -v n="$N" 'BEGIN { printf "%.2f", s / n }')" >>"$TSV"
+			[ "${sys:--}" = - ] || printf 'air_sys_%s\t%s\n' "$name" "$sys" >>"$TSV"
 		fi
 		{
 			echo "  $name, hottest functions (self instructions per decision, % of the total):"
@@ -133,10 +142,11 @@ for shape in $SHAPES; do
 				on && /^ *[0-9,]+ \(/ && !/\(100\.0%\)/ && k < top {
 				v = $1; gsub(",", "", v); sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "")
 				printf "    %8.0f  %s\n", v / n, $0; k++ }' "$T/annotate.$name"
-			echo "  syscalls (strace -c, every thread):"
-			sed -n '3,20p' "$T/strace.$name" | sed 's/^/    /'
+			[ -z "$STRACE" ] || echo "  syscalls (strace -c, every thread):"
+			[ -z "$STRACE" ] || sed -n '3,20p' "$T/strace.$name" | sed 's/^/    /'
 		} >>"$T/detail"
 	done
 done
 echo
 cat "$T/detail" 2>/dev/null
+exit "$FAILED"
