@@ -1,8 +1,9 @@
 # ratelimit-spoa - a global rate limiter for HAProxy (SPOP agent, libev + hiredis + Redis)
 # Every target:
 #
-#   make / make all build spoa/ratelimit-spoa (the agent) and bench/spoa-bench
-#                   (the load generator that plays HAProxy)
+#   make / make all build spoa/ratelimit-spoa (the agent), bench/spoa-bench
+#                   (the load generator that plays HAProxy) and bench/spoa-floor
+#                   (make bench's SPOE floor; never installed)
 #   make demo       the two-HAProxy story end to end on loopback (installs what it needs)
 #   make up / down  keep the demo stack running / stop it
 #   make check      everything: deps, build, unit tests, integration and end-to-end tests

@@ -33,7 +33,7 @@
 # report is tools/bench-report.py; the malloc counter of (d) is bench/mcount.c,
 # built by make bench).
 # Every process it starts runs on an ephemeral 127.0.0.1 port and is stopped
-# by PID at exit. Whole run: about 8 minutes (the first one also mints
+# by PID at exit. Whole run: about 10 minutes (the first one also mints
 # 10,000 tokens, ~15 s).
 #
 # Knobs (environment):
