@@ -46,6 +46,7 @@
 struct floor_conn {
 	ev_io rw;                   /* first: the watcher is the connection */
 	ev_io ww;
+	struct floor_conn *prev, *next;     /* every open one, freed at exit */
 	int fd;
 	bool hello_done;
 	bool closing;               /* flush what is queued, then close */
@@ -58,6 +59,7 @@ struct floor_conn {
 };
 
 static bool floor_status_only;
+static struct floor_conn *floor_conns;
 
 /* Frees <c> (owned by the loop's watchers since floor_on_accept()). */
 static void floor_conn_close(struct ev_loop *loop, struct floor_conn *c)
@@ -65,6 +67,12 @@ static void floor_conn_close(struct ev_loop *loop, struct floor_conn *c)
 	ev_io_stop(loop, &c->rw);
 	ev_io_stop(loop, &c->ww);
 	close(c->fd);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		floor_conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
 	free(c);
 }
 
@@ -218,6 +226,10 @@ static void floor_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	}
 	memset(c, 0, offsetof(struct floor_conn, in));
 	c->fd = fd;
+	c->next = floor_conns;
+	if (floor_conns)
+		floor_conns->prev = c;
+	floor_conns = c;
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	ev_io_init(&c->rw, floor_on_read, fd, EV_READ);
 	ev_io_init(&c->ww, floor_on_write, fd, EV_WRITE);
@@ -290,6 +302,8 @@ int main(int argc, char **argv)
 	ev_signal_init(&sig_int, floor_on_signal, SIGINT);
 	ev_signal_start(loop, &sig_int);
 	ev_run(loop, 0);
+	while (floor_conns)
+		floor_conn_close(loop, floor_conns);
 	close(fd);
 	return 0;
 }
