@@ -1,8 +1,9 @@
 # ratelimit-spoa - a global rate limiter for HAProxy (SPOP agent, libev + hiredis + Redis)
 # Every target:
 #
-#   make / make all build spoa/ratelimit-spoa (the agent) and bench/spoa-bench
-#                   (the load generator that plays HAProxy)
+#   make / make all build spoa/ratelimit-spoa (the agent), bench/spoa-bench
+#                   (the load generator that plays HAProxy) and bench/spoa-floor
+#                   (make bench's SPOE floor; never installed)
 #   make demo       the two-HAProxy story end to end on loopback (installs what it needs)
 #   make up / down  keep the demo stack running / stop it
 #   make check      everything: deps, build, unit tests, integration and end-to-end tests
@@ -130,14 +131,18 @@ SPOA_MODULES += redis_open
 AGENT_OBJS   := $(addprefix $(BUILD)/spoa/,$(addsuffix .o,$(SPOA_MODULES)))
 MAIN_OBJ     := $(BUILD)/spoa/main.o
 BENCH_OBJ    := $(BUILD)/bench/spoa-bench.o
+# make bench's SPOE floor (bench/spoa-floor.c): built, never installed.
+FLOOR_OBJ    := $(BUILD)/bench/spoa-floor.o
 # make bench preloads it into the agent to count allocations per request.
 MCOUNT       := $(BUILD)/bench/mcount.so
 
 AGENT := spoa/ratelimit-spoa
 BENCH := bench/spoa-bench
+FLOOR := bench/spoa-floor
 ifneq ($(SANITIZE),)
 AGENT := $(BUILD)/ratelimit-spoa
 BENCH := $(BUILD)/spoa-bench
+FLOOR := $(BUILD)/spoa-floor
 endif
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
@@ -169,7 +174,7 @@ DEBTEST_PKGS  := lintian redis-server redis-tools haproxy curl openssl python3 j
 .PHONY: all test check integration e2e e2e-3.2 haproxy32 chaos sanitize tsan valgrind lint bench fuzz install \
         uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help deb deb-test
 
-all: $(AGENT) $(BENCH)
+all: $(AGENT) $(BENCH) $(FLOOR)
 
 help:
 	@awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' Makefile
@@ -202,6 +207,10 @@ $(AGENT): $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o $(FLAVOUR)
 $(BENCH): $(BENCH_OBJ) $(BUILD)/spoa/spop.o $(BUILD)/spoa/spop_write.o
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ -lev -lm -pthread
+
+$(FLOOR): $(FLOOR_OBJ) $(BUILD)/spoa/spop.o $(BUILD)/spoa/spop_write.o
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ -lev
 
 $(MCOUNT): bench/mcount.c
 	@mkdir -p $(dir $@)
@@ -377,8 +386,8 @@ valgrind: $(UNIT_TESTS)
 # Redis module (module/: its own header from build/redismodule).
 lint: $(AGENT) $(MODULE_H)
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c bench/spoa-bench.c
-	clang-tidy --quiet spoa/*.c bench/spoa-bench.c -- $(CFLAGS_BASE) -Ispoa
+		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c bench/spoa-bench.c bench/spoa-floor.c
+	clang-tidy --quiet spoa/*.c bench/spoa-bench.c bench/spoa-floor.c -- $(CFLAGS_BASE) -Ispoa
 	tools/check-calls.py --self-test
 	tools/check-calls.py --doc docs/architecture.md $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
@@ -523,7 +532,7 @@ print-deb-pkgs:
 	@echo $(DEB_PKGS)
 
 clean:
-	rm -rf build $(AGENT) $(BENCH) spoa/ratelimit-spoa bench/spoa-bench $(MODULE_SO) $(MODULE_TEST_SO)
+	rm -rf build $(AGENT) $(BENCH) $(FLOOR) spoa/ratelimit-spoa bench/spoa-bench bench/spoa-floor $(MODULE_SO) $(MODULE_TEST_SO)
 
 # (not the HAProxy 3.2 tree nor its apt state that tools/haproxy-build.sh keeps there)
 -include $(shell find build -name '*.d' -type f -not -path 'build/haproxy-*' -not -path 'build/apt-*' 2>/dev/null)

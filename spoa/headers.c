@@ -2,9 +2,9 @@
  * headers - RateLimit-Policy / RateLimit field values (see headers.h).
  */
 #include <inttypes.h>
-#include <stdio.h>
 #include <string.h>
 
+#include "decimal.h"
 #include "headers.h"
 
 int64_t headers_window_seconds(uint64_t window_ms)
@@ -45,16 +45,31 @@ static int headers_put_name(const char *name, size_t name_len,
 	return 0;
 }
 
-/* Append printf output at <dst>+<*len>. Returns 0, or -1 when it does not fit. */
+/* Append ";<k1>=<v1>;<k2>=<v2>" (one-letter keys, v1 and v2 >= 0) at
+ * <dst>+<*len>. Returns 0, or -1 when it does not fit (NUL included). */
 static int headers_put_params(char *dst, size_t cap, size_t *len,
-                              const char *k1, int64_t v1, const char *k2, int64_t v2)
+                              char k1, int64_t v1, char k2, int64_t v2)
 {
-	int n = snprintf(dst + *len, cap - *len, ";%s=%" PRId64 ";%s=%" PRId64,
-	                 k1, v1, k2, v2);
+	char d1[DECIMAL_U64_LEN], d2[DECIMAL_U64_LEN];
+	size_t n1, n2;
 
-	if (n < 0 || (size_t)n >= cap - *len)
+	if (v1 < 0 || v2 < 0)
 		return -1;
-	*len += (size_t)n;
+	n1 = decimal_format((uint64_t)v1, d1);
+	n2 = decimal_format((uint64_t)v2, d2);
+	if (6 + n1 + n2 >= cap - *len)
+		return -1;
+	dst[(*len)++] = ';';
+	dst[(*len)++] = k1;
+	dst[(*len)++] = '=';
+	memcpy(dst + *len, d1, n1);
+	*len += n1;
+	dst[(*len)++] = ';';
+	dst[(*len)++] = k2;
+	dst[(*len)++] = '=';
+	memcpy(dst + *len, d2, n2);
+	*len += n2;
+	dst[*len] = '\0';
 	return 0;
 }
 
@@ -76,8 +91,8 @@ int headers_format_policy(const char *name, size_t name_len,
 		}
 		if (lim[i].limit > INT64_MAX ||
 		    headers_put_name(name, name_len, lim, nwin, i, dst, cap, &len) == -1 ||
-		    headers_put_params(dst, cap, &len, "q", (int64_t)lim[i].limit,
-		                       "w", headers_window_seconds(lim[i].window_ms)) == -1)
+		    headers_put_params(dst, cap, &len, 'q', (int64_t)lim[i].limit,
+		                       'w', headers_window_seconds(lim[i].window_ms)) == -1)
 			return -1;
 	}
 	return (int)len;
@@ -94,7 +109,7 @@ int headers_format_ratelimit(const char *name, size_t name_len,
 	    remaining < 0 || reset_s < 0)
 		return -1;
 	if (headers_put_name(name, name_len, lim, nwin, idx, dst, cap, &len) == -1 ||
-	    headers_put_params(dst, cap, &len, "r", remaining, "t", reset_s) == -1)
+	    headers_put_params(dst, cap, &len, 'r', remaining, 't', reset_s) == -1)
 		return -1;
 	return (int)len;
 }

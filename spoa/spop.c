@@ -116,8 +116,16 @@ int spop_decode_varint(const unsigned char *p, size_t len, uint64_t *v)
 static int spop_get_varint(const unsigned char **pp, const unsigned char *end,
                            uint64_t *v)
 {
-	int n = spop_decode_varint(*pp, (size_t)(end - *pp), v);
+	int n;
 
+	/* the one-byte form here, without the call: a NOTIFY is walked twice
+	 * (validated whole, then iterated), and nearly all its varints are
+	 * lengths and small numbers */
+	if (*pp < end && **pp < 240) {
+		*v = *(*pp)++;
+		return 0;
+	}
+	n = spop_decode_varint(*pp, (size_t)(end - *pp), v);
 	if (n < 0)
 		return -1;
 	*pp += n;

@@ -34,18 +34,31 @@ static void spop_put_bytes(struct spop_writer *w, const void *src, size_t n)
 	w->len += n;
 }
 
-/* Writes byte <b> into <w>'s buffer, or latches overflow. */
+/* Writes byte <b> into <w>'s buffer, or latches overflow. Stored directly,
+ * not through memcpy: an ACK is mostly single bytes (types, scopes, short
+ * lengths and values), and the call per byte showed in the agent's count. */
 static void spop_put_byte(struct spop_writer *w, unsigned char b)
 {
-	spop_put_bytes(w, &b, 1);
+	if (w->overflow)
+		return;
+	if (w->len >= w->cap) {
+		w->overflow = true;
+		return;
+	}
+	w->dst[w->len++] = b;
 }
 
 /* Writes varint <v> into <w>'s buffer, or latches overflow. */
 static void spop_put_varint(struct spop_writer *w, uint64_t v)
 {
 	unsigned char tmp[SPOP_VARINT_MAX_LEN];
-	int n = spop_encode_varint(v, tmp, sizeof(tmp));
+	int n;
 
+	if (v < 240) {              /* one byte, the varint's own short form */
+		spop_put_byte(w, (unsigned char)v);
+		return;
+	}
+	n = spop_encode_varint(v, tmp, sizeof(tmp));
 	spop_put_bytes(w, tmp, (size_t)n);
 }
 

@@ -113,9 +113,17 @@ def c_row(label, alone, full):
 c_row(f"uniform: {R.get('accounts')} accounts, all allowed", 'alone_uniform', 'full_uniform')
 c_row(f'mixed: {mp}% of requests on {hot} accounts over their limit', 'alone_mixed', 'full_mixed')
 c_row(f'abuse: every request from {hot} accounts over their limit', 'alone_abuse', 'full_abuse')
-c_row('uniform, no JWT (identity from a plain header), script engine', 'alone_nojwt', 'full_nojwt')
-if 'wrk_full_nojwt_mod_rps' in R:
-    c_row('uniform, no JWT, module engine (RATELIMIT.DECIDE)', 'alone_nojwt', 'full_nojwt_mod')
+shape1 = f"-t{R.get('wrk_threads')} -c{R.get('wrk_conns')}"
+shape2 = R.get('shape2', '')
+for sfx, sh in (('', shape1), (f'_s{shape2}', '-t{} -c{}'.format(*shape2.split('x')) if shape2 else '')):
+    if f'wrk_alone_nojwt{sfx}_rps' not in R:
+        continue
+    if f'wrk_full_nojwt_floor{sfx}_rps' in R:
+        c_row(f'uniform, no JWT (identity from a plain header), {sh}: SPOE floor (bench/spoa-floor)',
+              f'alone_nojwt{sfx}', f'full_nojwt_floor{sfx}')
+    c_row(f'uniform, no JWT, {sh}: script engine', f'alone_nojwt{sfx}', f'full_nojwt{sfx}')
+    if f'wrk_full_nojwt_mod{sfx}_rps' in R:
+        c_row(f'uniform, no JWT, {sh}: module engine (RATELIMIT.DECIDE)', f'alone_nojwt{sfx}', f'full_nojwt_mod{sfx}')
 for scen in ('mixed', 'abuse'):
     if f'wrk_full_{scen}_nocache_rps' in R:
         c_row(f'{scen}, deny cache off', f'alone_{scen}_nc', f'full_{scen}_nocache')
@@ -181,6 +189,20 @@ def nojwt_cpu_rounds(k):
                    f"agent {R.get(f'{k}_r{i}_agent_us', '-')}, redis-server {R.get(f'{k}_r{i}_redis_us', '-')}")
         i += 1
     return '; '.join(out)
+# issue 29: the module against the SPOE floor and against HAProxy alone, at
+# both load shapes (the reported one first)
+def floor_txt(sfx):
+    return (f"{rtxt(f'wrk_full_nojwt_mod{sfx}', f'wrk_full_nojwt_floor{sfx}')} of the floor; "
+            f"script {rtxt(f'wrk_full_nojwt{sfx}', f'wrk_full_nojwt_floor{sfx}')}; "
+            f"floor {rtxt(f'wrk_full_nojwt_floor{sfx}', f'wrk_alone_nojwt{sfx}')} of HAProxy alone")
+sfx2 = f'_s{shape2}' if shape2 else None
+r_floor = ratio('wrk_full_nojwt_mod', 'wrk_full_nojwt_floor') if 'wrk_full_nojwt_floor_rps' in R else None
+r_mod70 = ratio('wrk_full_nojwt_mod', 'wrk_alone_nojwt') if 'wrk_full_nojwt_mod_rps' in R else None
+def other_shape(a, b):
+    if not sfx2 or f'{a}{sfx2}_rps' not in R:
+        return ''
+    sh = '-t{} -c{}'.format(*shape2.split('x'))
+    return f"; at {sh}: {rtxt(a + sfx2, b + sfx2)}"
 f_worst = None if not f_ratio or None in f_ratio.values() else max(f_ratio.values())
 r_mix = ratio('wrk_full_mixed', 'wrk_full_uniform')
 r_abu = ratio('wrk_full_abuse', 'wrk_alone_abuse')
@@ -216,6 +238,13 @@ targets = [
      f", worst {pct(r_mod_min)} (CPU per request: {nojwt_cpu('wrk_full_nojwt_mod')}; "
      f"script: {rtxt('wrk_full_nojwt', 'wrk_alone_nojwt')})",
      verdict(None if r_mod_min is None else r_mod_min >= 0.45), margin(r_mod_min, 0.45)),
+    (f'module no-JWT >= 0.90x the SPOE floor ({shape1})',
+     '-' if r_floor is None else floor_txt('') + other_shape('wrk_full_nojwt_mod', 'wrk_full_nojwt_floor'),
+     verdict(None if r_floor is None else r_floor >= 0.90), margin(r_floor, 0.90)),
+    (f"module no-JWT >= 0.70x HAProxy alone (no JWT), HAProxy {R.get('haproxy')} ({shape1})",
+     '-' if r_mod70 is None else rtxt('wrk_full_nojwt_mod', 'wrk_alone_nojwt')
+     + other_shape('wrk_full_nojwt_mod', 'wrk_alone_nojwt'),
+     verdict(None if r_mod70 is None else r_mod70 >= 0.70), margin(r_mod70, 0.70)),
     ('end-to-end mixed >= end-to-end uniform', 'mixed = ' + rtxt('wrk_full_mixed', 'wrk_full_uniform', 'of uniform'),
      verdict(None if r_mix is None else r_mix >= 1.0), margin(r_mix, 1.0)),
     ('end-to-end abuse >= 70% of HAProxy alone', rtxt('wrk_full_abuse', 'wrk_alone_abuse'),
@@ -261,7 +290,8 @@ print()
 print("  (c) HAProxy CPU per request, alone / e2e (us): " + ', '.join(
       f"{s} {R.get(f'wrk_alone_{s}_cpu_us', '-')} / {R.get(f'wrk_full_{s}_cpu_us', '-')}"
       for s in ('uniform', 'mixed', 'abuse')))
-for k, eng in (('wrk_full_nojwt', 'script'), ('wrk_full_nojwt_mod', 'module')):
+for k, eng in (('wrk_full_nojwt_floor', 'SPOE floor'), ('wrk_full_nojwt', 'script'),
+               ('wrk_full_nojwt_mod', 'module')):
     if k + '_rps' in R:
         print(f"  (c) no JWT, {eng}: CPU per request {nojwt_cpu(k)} (median round); by round: {nojwt_cpu_rounds(k)}")
 print()
@@ -359,12 +389,15 @@ g.append(f"HAProxy {R.get('haproxy')}'s own CPU (user + system) per request, alo
 nj = [(eng, R.get(k + '_rounds', '-'), rtxt(k, 'wrk_alone_nojwt'),
        R.get(f'wrk_alone_nojwt_r{median_round(k)}_cpu_us', '-'),
        R.get(k + '_cpu_us', '-'), R.get(k + '_agent_us', '-'), R.get(k + '_redis_us', '-'), nojwt_cpu_rounds(k))
-      for k, eng in (('wrk_full_nojwt', 'script (EVALSHA)'), ('wrk_full_nojwt_mod', 'module (RATELIMIT.DECIDE)'))
+      for k, eng in (('wrk_full_nojwt_floor', 'SPOE floor (bench/spoa-floor)'), ('wrk_full_nojwt', 'script (EVALSHA)'),
+                     ('wrk_full_nojwt_mod', 'module (RATELIMIT.DECIDE)'))
       if k + '_rps' in R]
 if nj:
-    g.append("No JWT, by Redis engine: the same edge, its agent on `redis-engine script` or `module` "
-             "(the bench's Redis loads `module/ratelimit.so`), run alone -> script -> module back to back "
-             "in each round. CPU (user + system) per request served, median round, then round by round "
+    g.append(f"No JWT, at {shape1}, by agent: the same edge and SPOE rules, its agent the SPOE floor "
+             "(`bench/spoa-floor`: every NOTIFY answered with fixed variables, no Redis; its column "
+             "*agent* is the floor program's own CPU) or the agent on `redis-engine script` or `module` "
+             "(the bench's Redis loads `module/ratelimit.so`), run alone -> floor -> script -> module back "
+             "to back in each round. CPU (user + system) per request served, median round, then round by round "
              "(HAProxy alone/e2e, agent, redis-server, µs):\n")
     g.append(md(('engine', 'e2e req/s rounds', 'e2e / alone', 'HAProxy alone µs', 'HAProxy e2e µs',
                  'agent µs', 'redis-server µs', 'by round'), nj,

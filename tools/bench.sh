@@ -10,9 +10,14 @@
 #   (c) end to end        wrk -> HAProxy alone (same JWT check, no SPOE) vs
 #                         wrk -> HAProxy + agent + Redis (haproxy/haproxy.cfg),
 #                         runs: uniform, mixed (20% on 5 abusers), abuse (100%);
-#                         and uniform without JWT, the script engine beside the
-#                         module's (module/ratelimit.so, loaded into the
-#                         bench's Redis when it exists: make bench builds it)
+#                         and uniform without JWT: HAProxy alone, the SPOE floor
+#                         (the same edge and SPOE rules talking to
+#                         bench/spoa-floor, which answers every NOTIFY with
+#                         fixed variables and does no I/O), the script engine
+#                         and the module's (module/ratelimit.so, loaded into
+#                         the bench's Redis when it exists: make bench builds
+#                         it), back to back in each round, at the reported
+#                         load shape and at a second one
 #   (d) memory            agent RSS with 1,000 idle SPOP connections, and
 #                         malloc calls per decision (an LD_PRELOAD counter)
 #   (e) profile           where the agent's cycles go (perf, when it works)
@@ -28,7 +33,7 @@
 # report is tools/bench-report.py; the malloc counter of (d) is bench/mcount.c,
 # built by make bench).
 # Every process it starts runs on an ephemeral 127.0.0.1 port and is stopped
-# by PID at exit. Whole run: about 8 minutes (the first one also mints
+# by PID at exit. Whole run: about 10 minutes (the first one also mints
 # 10,000 tokens, ~15 s).
 #
 # Knobs (environment):
@@ -36,6 +41,11 @@
 #   BENCH_ROUNDS=3            rounds of (a)-(c); each figure is the median round
 #   BENCH_WRK_THREADS=2       wrk threads
 #   BENCH_WRK_CONNS=128       wrk connections
+#   BENCH_SHAPE2=1x64         (c) no JWT: the second load shape, THREADSxCONNS
+#                             ('' = the reported shape only)
+#   BENCH_FLOOR_ARGS=        spoa-floor's options, e.g. -s (set status only)
+#   BENCH_JWT=1               (c): 0 skips the JWT rows and the deny-cache-off
+#                             rows (the no-JWT floor comparison only)
 #   BENCH_ACCOUNTS=10000      accounts (= tokens) in uniform runs
 #   BENCH_OUT=docs/benchmarks.md   report file ('' = print only)
 #   BENCH_PLOT=docs/bench.svg      plot file ('' = none)
@@ -58,6 +68,9 @@ cd "$(dirname "$0")/.." || exit 1
 SECS=${BENCH_SECS:-5}
 WRK_THREADS=${BENCH_WRK_THREADS:-2}
 WRK_CONNS=${BENCH_WRK_CONNS:-128}
+SHAPE2=${BENCH_SHAPE2-1x64}
+JWT=${BENCH_JWT:-1}
+FLOOR=${FLOOR:-$(dirname "$BENCH")/spoa-floor}
 ACCOUNTS=${BENCH_ACCOUNTS:-10000}
 OUT=${BENCH_OUT-docs/benchmarks.md}
 PLOT=${BENCH_PLOT-docs/bench.svg}
@@ -91,7 +104,7 @@ note_error() { ERRORS+=("$*"); say "  ! $*"; }
 # ---------------------------------------------------------------------------
 # Step 0: tools and binaries
 # ---------------------------------------------------------------------------
-for b in "$AGENT" "$BENCH"; do
+for b in "$AGENT" "$BENCH" "$FLOOR"; do
 	[ -x "$b" ] || die "$b is missing: run make first"
 done
 for t in redis-server redis-cli redis-benchmark "$HAPROXY" wrk python3 curl; do
@@ -529,7 +542,8 @@ scenario_args() {
 # Each round: HAProxy alone then end to end, scenario by scenario, so the
 # two sides of each ratio run back to back.
 AGENT_PORT=$MAIN_AGENT_PORT; METRICS_PORT=$MAIN_METRICS_PORT; AGENT_PID=$MAIN_AGENT_PID
-for i in $(seq "$ROUNDS"); do
+[ "$JWT" = 1 ] || say "  (BENCH_JWT=0: no JWT rows)"
+for i in $(seq "$((JWT == 1 ? ROUNDS : 0))"); do
 	for scen in uniform mixed abuse; do
 		# shellcheck disable=SC2046
 		run_wrk "alone_${scen}_r$i" "$ALONE_PORT" $(scenario_args $scen)
@@ -540,7 +554,7 @@ for i in $(seq "$ROUNDS"); do
 		flush_redis
 	done
 done
-for scen in uniform mixed abuse; do pick_median wrk "alone_$scen"; pick_median wrk "full_$scen"; done
+[ "$JWT" = 1 ] && for scen in uniform mixed abuse; do pick_median wrk "alone_$scen"; pick_median wrk "full_$scen"; done
 
 # No JWT, uniform: HAProxy alone vs HAProxy + agent + Redis, and the CPU
 # per request of each process of the limited path; with the module loaded,
@@ -556,6 +570,16 @@ if [ -n "$MODULE_SO" ]; then
 	FULL_NOJWT_MOD_PORT=$EDGE_PORT
 	AGENT_PORT=$MAIN_AGENT_PORT; METRICS_PORT=$MAIN_METRICS_PORT; AGENT_PID=$MAIN_AGENT_PID
 fi
+# The SPOE floor: the same no-JWT edge and SPOE rules, its agent
+# bench/spoa-floor (fixed answers, no Redis).
+FLOOR_PORT=$(free_port)
+# shellcheck disable=SC2086
+"$FLOOR" -a "127.0.0.1:$FLOOR_PORT" ${BENCH_FLOOR_ARGS:-} >"$T/floor.log" 2>&1 &
+FLOOR_PID=$!
+t_track "$FLOOR_PID"
+wait_port "$FLOOR_PORT" 10 || die "spoa-floor did not start (see $T/floor.log)"
+start_bench_edge full_nojwt_floor "$T/haproxy-nojwt.cfg" "$FLOOR_PORT"
+FULL_NOJWT_FLOOR_PORT=$EDGE_PORT
 # nojwt_ready PORT: until one request through a no-JWT edge gets 201.
 nojwt_ready() {
 	local code i
@@ -569,6 +593,7 @@ nojwt_ready() {
 	return 1
 }
 nojwt_ready "$FULL_NOJWT_PORT"
+nojwt_ready "$FULL_NOJWT_FLOOR_PORT"
 if [ -n "$MOD_AGENT_PID" ]; then
 	nojwt_ready "$FULL_NOJWT_MOD_PORT"
 	# the module agent must have decided with the module, not fallen back
@@ -592,20 +617,31 @@ full_nojwt() {
 	fi
 	flush_redis
 }
-for i in $(seq "$ROUNDS"); do
-	run_wrk "alone_nojwt_r$i" "$ALONE_NOJWT_PORT" 0 0 "$IDS" header
-	full_nojwt "full_nojwt_r$i" "$FULL_NOJWT_PORT" "$MAIN_AGENT_PID"
-	[ -z "$MOD_AGENT_PID" ] || full_nojwt "full_nojwt_mod_r$i" "$FULL_NOJWT_MOD_PORT" "$MOD_AGENT_PID"
+# Each round: alone, floor, script, module back to back; at the reported
+# shape (-t $WRK_THREADS -c $WRK_CONNS, keys without a suffix), then at
+# $SHAPE2 (keys ending _sTxC).
+R[shape2]=$SHAPE2
+for shape in "" $SHAPE2; do
+	sfx=${shape:+_s$shape}
+	REPORT_THREADS=$WRK_THREADS REPORT_CONNS=$WRK_CONNS
+	[ -z "$shape" ] || { WRK_THREADS=${shape%x*}; WRK_CONNS=${shape#*x}; }
+	say "    load shape -t $WRK_THREADS -c $WRK_CONNS:"
+	for i in $(seq "$ROUNDS"); do
+		run_wrk "alone_nojwt${sfx}_r$i" "$ALONE_NOJWT_PORT" 0 0 "$IDS" header
+		full_nojwt "full_nojwt_floor${sfx}_r$i" "$FULL_NOJWT_FLOOR_PORT" "$FLOOR_PID"
+		full_nojwt "full_nojwt${sfx}_r$i" "$FULL_NOJWT_PORT" "$MAIN_AGENT_PID"
+		[ -z "$MOD_AGENT_PID" ] || full_nojwt "full_nojwt_mod${sfx}_r$i" "$FULL_NOJWT_MOD_PORT" "$MOD_AGENT_PID"
+	done
+	WRK_THREADS=$REPORT_THREADS WRK_CONNS=$REPORT_CONNS
+	pick_median wrk "alone_nojwt$sfx"; pick_median wrk "full_nojwt_floor$sfx"; pick_median wrk "full_nojwt$sfx"
+	[ -z "$MOD_AGENT_PID" ] || pick_median wrk "full_nojwt_mod$sfx"
 done
-pick_median wrk alone_nojwt; pick_median wrk full_nojwt
-if [ -n "$MOD_AGENT_PID" ]; then
-	pick_median wrk full_nojwt_mod
-	AGENT_PID=$MOD_AGENT_PID stop_bench_agent
-fi
+[ -z "$MOD_AGENT_PID" ] || AGENT_PID=$MOD_AGENT_PID stop_bench_agent
+kill -TERM "$FLOOR_PID" 2>/dev/null
 R[agent_hwm_kb]=$(hwm_kb "$MAIN_AGENT_PID")
 
 # The deny cache off, for comparison (when the agent has the switch).
-if [ -n "$DENY_CACHE_OFF" ]; then
+if [ -n "$DENY_CACHE_OFF" ] && [ "$JWT" = 1 ]; then
 	say "  deny cache off ($DENY_CACHE_OFF):"
 	stop_bench_agent
 	# the edge keeps its agent address: same port

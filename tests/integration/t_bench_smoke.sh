@@ -30,4 +30,12 @@ eq "bench-redis-ir.sh exits 0" 0 "$rc"
 [ "$rc" = 0 ] || cat "$T/ir.out"
 eq "it counts instructions per decision, batched and not" 2 \
 	"$(grep -Ec "^ir_b(32|1)"$'\t'"[1-9][0-9]*\$" "$T/ir.tsv" 2>/dev/null)"
+# tools/bench-agent-ir.sh on a few decisions: the agent's and the floor's
+# instructions and syscalls per decision (callgrind, strace)
+BENCH_AIR_N=300 BENCH_AIR_WARM=100 BENCH_AIR_SHAPES=4x4 BENCH_AIR_ENGINES="floor script" \
+	BENCH_AIR_TSV="$T/air.tsv" "$ROOT/tools/bench-agent-ir.sh" >"$T/air.out" 2>&1; rc=$?
+eq "bench-agent-ir.sh exits 0" 0 "$rc"
+[ "$rc" = 0 ] || cat "$T/air.out"
+eq "it counts the floor's and the agent's instructions per decision" 2 \
+	"$(grep -Ec "^air_(floor|script)_c4d4"$'\t'"[1-9][0-9]*\$" "$T/air.tsv" 2>/dev/null)"
 t_done

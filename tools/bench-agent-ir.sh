@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# bench-agent-ir.sh - instructions the agent (and the SPOE floor,
+# bench/spoa-floor) executes per decision, counted by callgrind: from the
+# NOTIFY's bytes in to the ACK's bytes out, Redis answering (a real
+# redis-server, the module loaded when module/ratelimit.so is built), and
+# the syscalls per decision (strace -c on a second, uncounted run, when
+# strace is installed).
+#
+# Why instructions: counted instructions do not drift with the load of a
+# shared box; CPU time does. What runs: the agent (threads 1) under
+# callgrind, spoa-bench -n WARM to warm it up (connections, pools, Redis
+# keys), the counters zeroed (callgrind_control -z), spoa-bench -n N on
+# 10,000 accounts at 20/1s (all allowed, every decision reaches Redis),
+# one dump (callgrind_control -d): its total / N. Start-up and warm-up are
+# outside the count. The same for bench/spoa-floor (no Redis): what SPOP
+# alone costs in the same loop shape.
+#
+# Prints a table and the hottest functions (self, callgrind_annotate); with
+# BENCH_AIR_TSV=FILE also writes name<TAB>value lines (air_<engine>_c<C>d<D>
+# = instructions per decision, air_sys_<engine>_c<C>d<D> = syscalls per
+# decision). Knobs: BENCH_AIR_N=20000, BENCH_AIR_WARM=5000,
+# BENCH_AIR_SHAPES="4x16 16x1" (connections x depth), BENCH_AIR_ENGINES=
+# "floor module script" (module only when module/ratelimit.so is built),
+# BENCH_AIR_TOP=25 (functions listed), T_KEEP=1 keeps every dump.
+# About a minute per engine and shape.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=../tests/lib.sh
+. tests/lib.sh
+t_setup
+for t in valgrind callgrind_control callgrind_annotate redis-server redis-cli; do
+	command -v "$t" >/dev/null || { echo "bench-agent-ir: $t not found (make deps)" >&2; exit 1; }
+done
+N=${BENCH_AIR_N:-20000}
+WARM=${BENCH_AIR_WARM:-5000}
+SHAPES=${BENCH_AIR_SHAPES:-4x16 16x1}
+ENGINES=${BENCH_AIR_ENGINES:-floor module script}
+TOP=${BENCH_AIR_TOP:-25}
+TSV=${BENCH_AIR_TSV:-}
+# strace is optional (not in make deps): without it, no syscall column
+STRACE=$(command -v strace)
+FAILED=0
+FLOOR=${FLOOR:-$(dirname "$BENCH")/spoa-floor}
+MODULE_SO=$PWD/module/ratelimit.so
+if [ ! -x "$AGENT" ] || [ ! -x "$BENCH" ] || [ ! -x "$FLOOR" ]; then
+	echo "bench-agent-ir: build first (make)" >&2
+	exit 1
+fi
+if [ ! -e "$MODULE_SO" ]; then
+	echo "bench-agent-ir: no $MODULE_SO (make module): no module row" >&2
+	ENGINES=${ENGINES/module/}
+	start_redis >/dev/null || exit 1
+else
+	REDIS_PORT=$(free_port)
+	redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" \
+		--logfile "$T/redis.log" --loadmodule "$MODULE_SO" &
+	t_track $!
+	wait_port "$REDIS_PORT" || { echo "bench-agent-ir: redis did not start" >&2; exit 1; }
+fi
+
+# start ENGINE: the agent (or the floor) on a fresh port, under the command
+# in $WRAP (callgrind or strace); sets PORT and PID.
+start() {
+	local e=$1
+	PORT=$(free_port)
+	if [ "$e" = floor ]; then
+		$WRAP "$FLOOR" -a "127.0.0.1:$PORT" >"$T/$e.$2.log" 2>&1 &
+	else
+		cat >"$T/agent-$e.conf" <<-CONF
+		listen        127.0.0.1:$PORT
+		redis         redis://127.0.0.1:$REDIS_PORT/0
+		redis-timeout 10s
+		threads       1
+		log-level     warn
+		policy transfer 20/1s
+		redis-engine  $e
+		CONF
+		$WRAP "$AGENT" -f "$T/agent-$e.conf" >"$T/$e.$2.log" 2>&1 &
+	fi
+	PID=$!
+	t_track "$PID"
+	wait_port "$PORT" 60 || { echo "bench-agent-ir: $e did not start ($T/$e.$2.log)" >&2; return 1; }
+}
+
+# load C D COUNT: spoa-bench, every NOTIFY answered (allow, deny or error).
+load() {
+	"$BENCH" -a "127.0.0.1:$PORT" -c "$1" -d "$2" -n "$3" -k 10000 -p transfer --strict -q
+}
+
+stop() {
+	kill -TERM "$PID" 2>/dev/null
+	wait_gone "$PID" 30 || kill -KILL "$PID" 2>/dev/null
+	wait "$PID" 2>/dev/null
+}
+
+printf '%-8s %-10s %24s %20s\n' engine "conn x depth" "instructions/decision" "syscalls/decision"
+for shape in $SHAPES; do
+	c=${shape%x*} d=${shape#*x}
+	for e in $ENGINES; do
+		name=${e}_c${c}d$d
+		# callgrind: instructions
+		WRAP="valgrind --tool=callgrind --dump-instr=no --callgrind-out-file=$T/cg.$name.%p"
+		start "$e" "$name" || { FAILED=1; continue; }
+		load "$c" "$d" "$WARM" || echo "bench-agent-ir: $name warm-up failed" >&2
+		callgrind_control -z "$PID" >/dev/null 2>&1
+		if ! load "$c" "$d" "$N"; then
+			echo "bench-agent-ir: $name: spoa-bench failed (errors in the answers?)" >&2
+			stop; FAILED=1; continue
+		fi
+		callgrind_control -d "$PID" >/dev/null 2>&1
+		stop
+		f=$(find "$T" -name "cg.$name.*.1" | head -n 1)
+		ir=
+		if [ -n "$f" ]; then
+			callgrind_annotate --inclusive=no --auto=no --threshold=100 "$f" >"$T/annotate.$name" 2>/dev/null
+			ir=$(awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }' "$T/annotate.$name")
+		fi
+		[ -n "$ir" ] || { echo "bench-agent-ir: $name: no count" >&2; FAILED=1; continue; }
+		# strace: syscalls of every thread over the same load, warm-up excluded
+		sys=-
+		if [ -n "$STRACE" ]; then
+			WRAP=
+			start "$e" "$name.strace" || { FAILED=1; continue; }
+			load "$c" "$d" "$WARM" >/dev/null
+			"$STRACE" -f -c -o "$T/strace.$name" -p "$PID" 2>/dev/null &
+			sp=$!
+			sleep 1
+			load "$c" "$d" "$N" || echo "bench-agent-ir: $name: strace run failed" >&2
+			kill -INT "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+			stop
+			sys=$(awk -v n="$N" '$NF == "total" { printf "%.2f", $4 / n }' "$T/strace.$name" 2>/dev/null)
+		fi
+		printf '%-8s %-10s %24s %20s\n' "$e" "$c x $d" "$((ir / N))" "${sys:--}"
+		if [ -n "$TSV" ]; then
+			printf 'air_%s\t%s\n' "$name" "$((ir / N))" >>"$TSV"
+			[ "${sys:--}" = - ] || printf 'air_sys_%s\t%s\n' "$name" "$sys" >>"$TSV"
+		fi
+		{
+			echo "  $name, hottest functions (self instructions per decision, % of the total):"
+			# self cost; the frames every instruction runs under (100%) left out
+			awk -v n="$N" -v top="$TOP" '/ file:function$/ { on = 1; next }
+				on && /^ *[0-9,]+ \(/ && !/\(100\.0%\)/ && k < top {
+				v = $1; gsub(",", "", v); sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "")
+				printf "    %8.0f  %s\n", v / n, $0; k++ }' "$T/annotate.$name"
+			[ -z "$STRACE" ] || echo "  syscalls (strace -c, every thread):"
+			[ -z "$STRACE" ] || sed -n '3,20p' "$T/strace.$name" | sed 's/^/    /'
+		} >>"$T/detail"
+	done
+done
+echo
+cat "$T/detail" 2>/dev/null
+exit "$FAILED"
