@@ -41,6 +41,7 @@
 #                   source packages (cached under build/; ~4 min each the first time)
 #   make valgrind-module  the module's tests with redis-server under valgrind
 #   make integration-module  the integration suite with every agent on redis-engine module
+#   make module-coverage  gcov of the module under its tests (build/cov/*.gcov)
 #   make clean
 #   make help       this text
 #   make WITH_TLS=1 the same agent with TLS to Redis (rediss://): needs hiredis
