@@ -227,10 +227,11 @@ MODULE_SO     := module/ratelimit.so
 MODULE_TEST_SO := module/ratelimit-test.so
 MODULE_SRCS   := module/ratelimit.c module/rl_args.c
 MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidden \
-                 -isystem build/redismodule -Imodule
+                 -isystem build/redismodule -Imodule -DRL_PRODUCT_VERSION='"$(VERSION)"'
 MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py \
                  tests/integration/t_module_cluster.py tests/integration/t_module_agents.py \
-                 tests/integration/t_module_failalloc.py tests/integration/t_contract.py
+                 tests/integration/t_module_failalloc.py tests/integration/t_contract.py \
+                 tests/integration/t_module_version.py
 
 module: $(MODULE_SO) $(MODULE_TEST_SO)
 

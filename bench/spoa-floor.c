@@ -271,6 +271,7 @@ int main(int argc, char **argv)
 	ev_io accept_w;
 	ev_signal sig_term, sig_int;
 	const char *addr = NULL;
+	struct floor_conn *c, *next;
 	int opt, fd, one = 1;
 
 	while ((opt = getopt(argc, argv, "a:sh")) != -1) {
@@ -302,8 +303,10 @@ int main(int argc, char **argv)
 	ev_signal_init(&sig_int, floor_on_signal, SIGINT);
 	ev_signal_start(loop, &sig_int);
 	ev_run(loop, 0);
-	while (floor_conns)
-		floor_conn_close(loop, floor_conns);
+	for (c = floor_conns; c; c = next) {
+		next = c->next;
+		floor_conn_close(loop, c);
+	}
 	close(fd);
 	return 0;
 }

@@ -24,12 +24,21 @@
  * and admit more than the limit) unless the module was loaded with
  * allow-eviction.
  *
+ * Versions: RATELIMIT.VERSION answers [<protocol>, <product version>]; the
+ * protocol (also the module version MODULE LIST shows) names the contract
+ * of RATELIMIT.DECIDE (its arguments and replies) and only changes when
+ * that does; agents read it at connect and use the module only on a
+ * protocol they speak. A module without the command (before 1.1.0) speaks
+ * protocol 1.
+ *
  * Load arguments: allow-eviction. A build with -DRATELIMIT_TEST_CLOCK
  * (module/ratelimit-test.so, for the tests only) also takes test-clock:
  * the time is then read from the hash test:clock (fields s, us) as the
  * script's test copies do, and RATELIMIT.TEST-FAIL-ALLOC makes a scratch
- * array's growth fail (the out-of-memory paths). A production build
- * refuses that argument and has neither. */
+ * array's growth fail (the out-of-memory paths); and test-protocol=<n>
+ * (RATELIMIT.VERSION reports protocol n) and test-no-version (no
+ * RATELIMIT.VERSION, as a module before it): the agent's version checks.
+ * A production build refuses those arguments and has none of it. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,7 +50,12 @@
 #include "rl_args.h"
 
 #define RL_MODULE_NAME    "ratelimit"
+/* The protocol of RATELIMIT.DECIDE: what RATELIMIT.VERSION and MODULE LIST
+ * report. */
 #define RL_MODULE_VERSION 1
+#ifndef RL_PRODUCT_VERSION
+#define RL_PRODUCT_VERSION "unknown"
+#endif
 
 #define RL_ERR_ENTRY_TEXT "ERR sliding_window: bad entry"
 #define RL_ERR_EVICTS_TEXT                                                                   \
@@ -743,6 +757,21 @@ static void report_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 }
 
 /* RATELIMIT.DECIDE <numkeys> <key>... <arg>... */
+/* The protocol RATELIMIT.VERSION reports (a test build may report another). */
+static long long version_protocol = RL_MODULE_VERSION;
+
+/* RATELIMIT.VERSION: [<protocol>, <product version>]. */
+static int cmd_version(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+	(void)argv;
+	if (argc != 1)
+		return RedisModule_WrongArity(ctx);
+	RedisModule_ReplyWithArray(ctx, 2);
+	RedisModule_ReplyWithLongLong(ctx, version_protocol);
+	RedisModule_ReplyWithSimpleString(ctx, RL_PRODUCT_VERSION);
+	return REDISMODULE_OK;
+}
+
 static int cmd_decide(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
 	struct rl_arg stack_args[RL_STACK_ARGS], *args = stack_args;
@@ -837,6 +866,7 @@ static int cmd_test_fail_alloc(RedisModuleCtx *ctx, RedisModuleString **argv, in
 	X(ZsetRangeNext) X(ZsetRangeStop) X(ZsetRangeEndReached) X(HashGet) X(HashSet)      \
 	X(ScanKey) X(ScanCursorCreate) X(ScanCursorDestroy) X(SetAbsExpire) X(Replicate)    \
 	X(GetContextFlags) X(ReplyWithArray) X(ReplyWithLongLong) X(ReplyWithError)          \
+	X(ReplyWithSimpleString)                                                             \
 	X(WrongArity) X(StringPtrLen) X(StringToLongLong) X(CreateString)                   \
 	X(CreateStringFromLongLong) X(FreeString) X(RetainString) X(Alloc) X(Realloc)        \
 	X(Free) X(Log) X(NotifyKeyspaceEvent)
@@ -849,7 +879,7 @@ RL_EXPORT int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, 
 RL_EXPORT int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
 	const char *missing = NULL;
-	int keyspecs, i;
+	int keyspecs, i, with_version = 1;
 
 	if (RedisModule_Init(ctx, RL_MODULE_NAME, RL_MODULE_VERSION, REDISMODULE_APIVER_1) ==
 	    REDISMODULE_ERR)
@@ -891,6 +921,16 @@ RL_EXPORT int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, 
 			return REDISMODULE_ERR;
 #endif
 		}
+#ifdef RATELIMIT_TEST_CLOCK
+		if (strncasecmp(a, "test-protocol=", 14) == 0) {
+			version_protocol = strtoll(a + 14, NULL, 10);
+			continue;
+		}
+		if (strcasecmp(a, "test-no-version") == 0) {
+			with_version = 0;
+			continue;
+		}
+#endif
 		RedisModule_Log(ctx, "warning", "ratelimit: unknown load argument '%s' "
 		                "(the only one is allow-eviction)", a);
 		return REDISMODULE_ERR;
@@ -907,6 +947,9 @@ RL_EXPORT int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, 
 	}
 	if (RedisModule_CreateCommand(ctx, "ratelimit.decide", cmd_decide, "write getkeys-api", 0, 0,
 	                              0) == REDISMODULE_ERR)
+		return REDISMODULE_ERR;
+	if (with_version && RedisModule_CreateCommand(ctx, "ratelimit.version", cmd_version,
+	                                              "readonly fast", 0, 0, 0) == REDISMODULE_ERR)
 		return REDISMODULE_ERR;
 	if (keyspecs) {
 		static RedisModuleCommandKeySpec specs[] = {

@@ -39,6 +39,7 @@
 #include "window.h"
 
 #define LIMITER_MAX_HELD        65536u  /* calls hiredis may hold at once */
+#define LIMITER_MODULE_PROTOCOL 1       /* the RATELIMIT.DECIDE protocol this agent speaks */
 #define LIMITER_BATCH_MAX       CONFIG_REDIS_BATCH_MAX
 #define LIMITER_POOL_CHUNK      256u    /* calls allocated together */
 #define LIMITER_POOL_KEEP       1u      /* idle chunks kept after a burst */
@@ -81,6 +82,9 @@ struct limiter_link {
 	bool script_loading;            /* a SCRIPT LOAD is in flight */
 	const struct limiter_engine *engine;    /* what this connection's decisions use */
 	bool probe_warned;              /* said once that COMMAND INFO is refused */
+	bool probe_present;             /* COMMAND INFO found RATELIMIT.DECIDE; read by
+	                                 * the RATELIMIT.VERSION reply that follows it */
+	long long module_protocol;      /* RATELIMIT.VERSION's protocol, -1 unknown */
 	ev_timer retry;                 /* IDLE: next connect attempt */
 	ev_timer connect_timer;         /* CONNECTING: give up */
 	unsigned backoff_ms;

@@ -93,6 +93,7 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 	k->script_loading = false;
 	k->engine = &limiter_engine_script;
 	k->probe_warned = false;
+	k->module_protocol = -1;
 	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	k->attempted = false;
 	k->failures = 0;
@@ -318,7 +319,38 @@ static void limiter_link_ready(struct limiter_link *k)
 
 /*
  * COMMAND INFO ratelimit.decide answered on <ac>: does this Redis have the
- * module's command? auto: the module if so, else the script; module: the
+ * module's command? Noted for the RATELIMIT.VERSION reply right behind it
+ * (limiter_link_on_version), which decides. */
+static void limiter_link_on_probe(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct limiter_link *k = ac->data;
+	struct limiter *l = k->l;
+	const redisReply *reply = r;
+	bool only_module = l->engine_mode == LIMITER_ENGINE_ONLY_MODULE;
+
+	(void)privdata;
+	if (ac != k->ac || !reply)
+		return;
+	if (reply->type == REDIS_REPLY_ERROR) {
+		if (!k->probe_warned)
+			log_warn("redis_engine_unknown", "addr=%s reply=\"%.*s\" action=\"%s (give "
+			         "the user +command|info)\"", k->addr, (int)reply->len, reply->str,
+			         only_module ? "assuming RATELIMIT.DECIDE is there" : "using the script");
+		k->probe_warned = true;
+		k->probe_present = only_module;
+	} else {
+		k->probe_present = reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
+		                   reply->element && reply->element[0] &&
+		                   reply->element[0]->type == REDIS_REPLY_ARRAY &&
+		                   reply->element[0]->elements > 0;
+	}
+}
+
+/*
+ * RATELIMIT.VERSION answered on <ac>, after the probe above: the module is
+ * used only on a protocol this agent speaks (LIMITER_MODULE_PROTOCOL); a
+ * module without the command (unknown command: before 1.1.0) speaks
+ * protocol 1. auto: the module if present and spoken, else the script; module: the
  * module, and a Redis without it is refused (logged at error once a
  * streak, the link dropped and retried with backoff: every decision is an
  * error meanwhile, never an allow). A refused COMMAND INFO (an ACL without
@@ -327,28 +359,48 @@ static void limiter_link_ready(struct limiter_link *k)
  * At setup with redis-engine module this makes the link ready; on a ready
  * link (a reload that changed redis-engine) it switches the engine.
  */
-static void limiter_link_on_probe(redisAsyncContext *ac, void *r, void *privdata)
+static void limiter_link_on_version(redisAsyncContext *ac, void *r, void *privdata)
 {
 	struct limiter_link *k = ac->data;
 	struct limiter *l = k->l;
 	const redisReply *reply = r;
 	bool only_module = l->engine_mode == LIMITER_ENGINE_ONLY_MODULE, present;
+	long long protocol = 1;
 
 	(void)privdata;
 	if (ac != k->ac || !reply)
 		return;
 	k->quiet_since_us = limiter_now_us();
-	if (reply->type == REDIS_REPLY_ERROR) {
-		if (!k->probe_warned)
-			log_warn("redis_engine_unknown", "addr=%s reply=\"%.*s\" action=\"%s (give "
-			         "the user +command|info)\"", k->addr, (int)reply->len, reply->str,
-			         only_module ? "assuming RATELIMIT.DECIDE is there" : "using the script");
-		k->probe_warned = true;
-		present = only_module;
-	} else {
-		present = reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 && reply->element &&
-		          reply->element[0] && reply->element[0]->type == REDIS_REPLY_ARRAY &&
-		          reply->element[0]->elements > 0;
+	present = k->probe_present;
+	if (present && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+	    reply->element[0]->type == REDIS_REPLY_INTEGER) {
+		const redisReply *v = reply->element[1];
+		bool text = v->type == REDIS_REPLY_STATUS || v->type == REDIS_REPLY_STRING;
+
+		protocol = reply->element[0]->integer;
+		if (protocol != k->module_protocol)
+			log_info("module_version", "addr=%s protocol=%lld version=%.*s", k->addr, protocol,
+			         text ? (int)v->len : 1, text ? v->str : "-");
+	} else if (present && k->module_protocol != 1) {
+		log_info("module_version", "addr=%s protocol=1 version=- (no RATELIMIT.VERSION: "
+		         "a module before 1.1.0)", k->addr);
+	}
+	if (present)
+		k->module_protocol = protocol;
+	if (present && protocol != LIMITER_MODULE_PROTOCOL) {
+		if (only_module) {
+			limiter_note_error(l, k->addr, "the module speaks another protocol (redis-engine module)");
+			log_error("redis_engine_protocol", "addr=%s protocol=%lld speaks=%d action=\"refusing "
+			          "decisions until the module and the agents speak one protocol (upgrade "
+			          "order: docs/deployment.md)\"", k->addr, protocol, LIMITER_MODULE_PROTOCOL);
+			limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+			limiter_link_drop(k, "module protocol not spoken");
+			return;
+		}
+		log_warn("redis_engine_protocol", "addr=%s protocol=%lld speaks=%d action=\"using the "
+		         "script (upgrade order: docs/deployment.md)\"", k->addr, protocol,
+		         LIMITER_MODULE_PROTOCOL);
+		present = false;
 	}
 	if (only_module && !present) {
 		limiter_note_error(l, k->addr, "RATELIMIT.DECIDE not found (redis-engine module)");
@@ -367,10 +419,13 @@ static void limiter_link_on_probe(redisAsyncContext *ac, void *r, void *privdata
 		limiter_update_connected(l);
 }
 
-/* Queue COMMAND INFO ratelimit.decide on <k>'s connection. */
+/* Queue COMMAND INFO ratelimit.decide, then RATELIMIT.VERSION (answered in
+ * that order) on <k>'s connection. */
 void limiter_link_probe_engine(struct limiter_link *k)
 {
+	k->probe_present = false;
 	redisAsyncCommand(k->ac, limiter_link_on_probe, NULL, "COMMAND INFO ratelimit.decide");
+	redisAsyncCommand(k->ac, limiter_link_on_version, NULL, "RATELIMIT.VERSION");
 }
 
 /*

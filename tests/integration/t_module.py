@@ -444,6 +444,9 @@ if len(acls) >= 2:
     h.check("ACL user: and denies", isinstance(x, list) and x[0] == 0, x)
     x = c.call("COMMAND", "INFO", "ratelimit.decide")
     h.check("ACL user: COMMAND INFO (the agent's engine probe) answers", isinstance(x, list) and x and x[0], x)
+    x = c.call("RATELIMIT.VERSION")
+    h.check("ACL user: RATELIMIT.VERSION (the agent's version check) answers",
+            isinstance(x, list) and len(x) == 2 and x[0] == 1, x)
     c.close()
 h.eq("redis still answers at the end", "PONG", r.call("PING"))
 h.done()

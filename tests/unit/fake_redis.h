@@ -48,6 +48,8 @@
  * (the start of the command's description is enough). */
 #define FAKE_NO_MODULE "*1\r\n*-1\r\n"
 #define FAKE_MODULE "*1\r\n*2\r\n$16\r\nratelimit.decide\r\n:-2\r\n"
+/* RATELIMIT.VERSION of a module speaking protocol <p>. */
+#define FAKE_VERSION(p) "*2\r\n:" #p "\r\n+1.9.0\r\n"
 
 /* The SHA every fake answers SCRIPT LOAD with. */
 #define FAKE_SHA "0123456789abcdef0123456789abcdef01234567"
@@ -320,7 +322,7 @@ static void fake_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 /* Start <f> listening on 127.0.0.1 (an ephemeral port, in f->port) on
  * <loop>, with the rules every Redis of a test answers alike: ROLE master,
  * maxmemory-policy noeviction, INFO stats with evicted_keys:0, no module
- * (COMMAND INFO ratelimit.decide: nil), SCRIPT LOAD
+ * (COMMAND INFO ratelimit.decide: nil; RATELIMIT.VERSION unknown), SCRIPT LOAD
  * -> FAKE_SHA, AUTH/SELECT +OK.
  * <f> owns its sockets until fake_stop(). Returns 0 or -1. */
 static int fake_start(struct fake_redis *f, struct ev_loop *loop)
@@ -351,6 +353,7 @@ static int fake_start(struct fake_redis *f, struct ev_loop *loop)
 	fake_rule(f, "SCRIPT LOAD", "$40\r\n" FAKE_SHA "\r\n");
 	fake_rule(f, "INFO stats", FAKE_INFO(0));
 	fake_rule(f, "COMMAND INFO ratelimit.decide", FAKE_NO_MODULE);
+	fake_rule(f, "RATELIMIT.VERSION", "-ERR unknown command 'RATELIMIT.VERSION'\r\n");
 	fake_rule(f, "AUTH", "+OK\r\n");
 	fake_rule(f, "SELECT", "+OK\r\n");
 	return 0;

@@ -451,6 +451,54 @@ static void test_engine_auto_module(void **state)
 	one_stop();
 }
 
+/* The module's protocol, read at connect (RATELIMIT.VERSION): one this
+ * agent speaks (1) is used; another one is not: auto takes the script,
+ * module refuses every decision (never an allow) and asks again. A module
+ * without the command (test_engine_auto_module) speaks 1. */
+static void test_engine_protocol(void **state)
+{
+	char why[160] = "";
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
+	fake_rule(&f, "RATELIMIT.VERSION", FAKE_VERSION(1));
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:pia");
+	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
+	one_connect(1000, true);
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_MODULE]), 1);
+	assert_int_equal(ask(l, "pia").status, WINDOW_ALLOW);
+	assert_true(fake_done(&f));
+	one_stop();
+
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
+	fake_rule(&f, "RATELIMIT.VERSION", FAKE_VERSION(2));
+	fake_rule(&f, "RATELIMIT.DECIDE", REPLY_ALLOW);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:pia");
+	fake_step(&f, FAKE_SEND, REPLY_DENY);
+	one_connect(1000, true);
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 1);
+	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_MODULE]), 0);
+	assert_int_equal(ask(l, "pia").status, WINDOW_DENY);
+	assert_true(fake_done(&f));
+	assert_int_equal(fake_hits(&f, "RATELIMIT.DECIDE"), 0);
+	one_stop();
+
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
+	fake_rule(&f, "RATELIMIT.VERSION", FAKE_VERSION(2));
+	fake_rule(&f, "RATELIMIT.DECIDE", REPLY_ALLOW);
+	engine = LIMITER_ENGINE_ONLY_MODULE;
+	one_connect(1000, false);
+	WAIT(fake_hits(&f, "RATELIMIT.VERSION") >= 2);
+	assert_false(limiter_ready(l, why, sizeof(why)));
+	assert_non_null(strstr(why, "protocol"));
+	assert_int_equal(ask(l, "pia").status, WINDOW_ERROR);
+	assert_int_equal(fake_hits(&f, "RATELIMIT.DECIDE"), 0);
+	one_stop();
+}
+
 /* redis-engine auto on a Redis without the module: the script, as ever. */
 static void test_engine_auto_script(void **state)
 {
@@ -1025,6 +1073,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_eviction_evidence, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_answer_inside_check, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_engine_auto_module, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_engine_protocol, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_engine_auto_script, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_engine_module_missing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_engine_module_gone, setup, teardown),

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Agent and module versions (issue 28): the module reports its protocol and
+product version (RATELIMIT.VERSION, MODULE LIST's ver); the agent reads them
+at connect, logs both, and uses the module only on a protocol it speaks.
+
+A mixed-version fleet, each side on a real redis-server:
+  this module                    -> module_version protocol=1, the module decides
+  a module before 1.1.0          -> (no RATELIMIT.VERSION) protocol 1, the module
+  a module of another protocol,  -> redis-engine auto: the script decides;
+                                    redis-engine module: every decision an
+                                    error, never an allow; not ready
+The last two are module/ratelimit-test.so loaded with test-no-version and
+test-protocol=2 (test builds only)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import Harness, MODULE_SO, MODULE_TEST_SO, wait_for  # noqa: E402
+import harness  # noqa: E402
+import spop  # noqa: E402
+
+harness.FORCED_ENGINE = ""   # each case names its engine and its module
+h = Harness()
+for so in (MODULE_SO, MODULE_TEST_SO):
+    if not os.path.exists(so):
+        h.fail("module built (make module): %s missing" % so)
+        h.done()
+
+version = open(os.path.join(harness.ROOT, "VERSION")).read().strip()
+
+
+def commandstats(port, name):
+    return harness.engine_calls(harness.rcli(port, "INFO", "commandstats"), ("cmdstat_" + name,))
+
+
+def one_case(name, module_args, engine):
+    """A Redis loading the module with <module_args>, an agent on
+    redis-engine <engine>; (the decision's status and reason, the agent's
+    log, the Redis port)."""
+    port = h.spawn_redis(name, ["--loadmodule"] + module_args, module=False)
+    p, aport, _, log = h.spawn_side_agent("agent-" + name,
+                                          "redis redis://127.0.0.1:%d/0\nredis-timeout 2s\n"
+                                          "redis-engine %s\npolicy transfer 3/1s\n" % (port, engine))
+    wait_for(lambda: "redis_connected" in harness.read_text(log) or
+             "redis_engine_protocol" in harness.read_text(log), 10)
+    c = spop.Conn().connect("127.0.0.1", aport)
+    c.hello()
+    v = c.ratelimit("ACC-V-%s" % name)["actions"]
+    c.close()
+    h.stop(p)
+    return v, harness.read_text(log), port
+
+
+# The module reports itself.
+port = h.spawn_redis("plain", ["--loadmodule", MODULE_SO], module=False)
+h.eq("RATELIMIT.VERSION: protocol and product version", "1\n" + version,
+     harness.rcli(port, "RATELIMIT.VERSION"))
+h.check("MODULE LIST: ver is the protocol", "ratelimit\nver\n1\n" in harness.rcli(port, "MODULE", "LIST"),
+        harness.rcli(port, "MODULE", "LIST"))
+
+v, log, rport = one_case("current", [MODULE_SO], "auto")
+h.eq("current module: allowed", "allow", v and v.get("status"))
+h.check("current module: the agent logs both versions",
+        "event=module_version addr=127.0.0.1:%d/0 protocol=1 version=%s" % (rport, version) in log, log)
+h.check("current module: the module decided", commandstats(rport, "ratelimit.decide") >= 1)
+h.eq("current module: the script never ran", 0, commandstats(rport, "evalsha") + commandstats(rport, "eval"))
+
+v, log, rport = one_case("old", [MODULE_TEST_SO, "test-no-version"], "module")
+h.eq("module before 1.1.0 (no RATELIMIT.VERSION): allowed on redis-engine module", "allow",
+     v and v.get("status"))
+h.check("module before 1.1.0: logged as protocol 1", "protocol=1 version=- (no RATELIMIT.VERSION" in log, log)
+h.check("module before 1.1.0: the module decided", commandstats(rport, "ratelimit.decide") >= 1)
+
+v, log, rport = one_case("newer-auto", [MODULE_TEST_SO, "test-protocol=2"], "auto")
+h.eq("another protocol, redis-engine auto: allowed", "allow", v and v.get("status"))
+h.check("another protocol, auto: warned, with the upgrade order",
+        "level=warn event=redis_engine_protocol" in log and "protocol=2 speaks=1" in log, log)
+h.eq("another protocol, auto: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
+h.check("another protocol, auto: the script decided", commandstats(rport, "evalsha") +
+        commandstats(rport, "eval") >= 1)
+
+v, log, rport = one_case("newer-module", [MODULE_TEST_SO, "test-protocol=2"], "module")
+h.eq("another protocol, redis-engine module: an error, never an allow", "error", v and v.get("status"))
+h.eq("another protocol, module: the reason", "redis-unavailable", v and v.get("reason"))
+h.check("another protocol, module: logged at error",
+        "level=error event=redis_engine_protocol" in log and "protocol=2 speaks=1" in log, log)
+h.eq("another protocol, module: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
+h.done()
