@@ -39,13 +39,13 @@ def one_case(name, module_args, engine):
     log, the Redis port)."""
     port = h.spawn_redis(name, ["--loadmodule"] + module_args, module=False)
     p, aport, _, log = h.spawn_side_agent("agent-" + name,
-                                          "redis redis://127.0.0.1:%d/0\nredis-timeout 2s\n"
+                                          "redis redis://127.0.0.1:%d/0\nredis-timeout 5s\n"
                                           "redis-engine %s\npolicy transfer 3/1s\n" % (port, engine))
     wait_for(lambda: "redis_connected" in harness.read_text(log) or
-             "redis_engine_protocol" in harness.read_text(log), 10)
+             "redis_engine_protocol" in harness.read_text(log), harness.REDIS_START_SECS)
     c = spop.Conn().connect("127.0.0.1", aport)
     c.hello()
-    v = c.ratelimit("ACC-V-%s" % name)["actions"]
+    v = c.ratelimit("ACC-V-%s" % name, timeout=15)["actions"]
     c.close()
     h.stop(p)
     return v, harness.read_text(log), port
