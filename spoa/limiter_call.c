@@ -314,10 +314,13 @@ void limiter_call_finish(struct limiter *l, struct limiter_link *k,
 	if (l->metrics)
 		metrics_observe_redis_latency(l->metrics, (uint64_t)(now - c->sent_us));
 	if (window_decide_reply(&c->policy, view, &d) == -1) {
-		/* over maxmemory: fail-closed like any Redis error, named apart */
-		bool oom = d.reason == WINDOW_REASON_REDIS_OOM;
+		/* over maxmemory, or the module refusing on an evicting Redis:
+		 * fail-closed like any Redis error, each named apart */
+		enum metrics_redis_error kind = d.reason == WINDOW_REASON_REDIS_OOM ? METRICS_REDIS_ERR_OOM :
+		                              d.reason == WINDOW_REASON_REDIS_EVICTS ? METRICS_REDIS_ERR_EVICTS :
+		                              METRICS_REDIS_ERR_SCRIPT;
 
-		limiter_count_error(l, oom ? METRICS_REDIS_ERR_OOM : METRICS_REDIS_ERR_SCRIPT);
+		limiter_count_error(l, kind);
 		limiter_warn_reply(k, view, d.reason);
 	} else if (c->cacheable && d.status == WINDOW_DENY) {
 		deny_cache_store(&l->cache, c->policy.name, c->policy.name_len, c->key, c->key_len,

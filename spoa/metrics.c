@@ -49,6 +49,7 @@ static const char *const redis_err_names[METRICS_REDIS_ERR_COUNT] = {
 	[METRICS_REDIS_ERR_SCRIPT]   = "script",
 	[METRICS_REDIS_ERR_NOSCRIPT] = "noscript",
 	[METRICS_REDIS_ERR_OOM]      = "oom",
+	[METRICS_REDIS_ERR_EVICTS]   = "evicts",
 };
 
 static const char *const reload_names[METRICS_RELOAD_COUNT] = {

@@ -27,6 +27,7 @@ enum metrics_redis_error {
 	METRICS_REDIS_ERR_SCRIPT,      /* error reply or bad shape */
 	METRICS_REDIS_ERR_NOSCRIPT,
 	METRICS_REDIS_ERR_OOM,         /* Redis over maxmemory refused a write */
+	METRICS_REDIS_ERR_EVICTS,      /* the module refused: maxmemory-policy evicts */
 	METRICS_REDIS_ERR_COUNT
 };
 

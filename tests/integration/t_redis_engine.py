@@ -251,5 +251,8 @@ h.eq("... nothing written", "0", rcli(mod, "EXISTS", "transfer:limit:v1:EVICTS")
 h.check("... logged redis_evicts_keys at warn with the module's reply",
         u.wait_for(lambda: "level=warn event=redis_evicts_keys" in text(log) and "EVICTS" in text(log), 5),
         text(log)[-500:])
+m = u.scrape(mport)
+h.eq("... counted as redis_errors_total{kind=\"evicts\"} (3 refusals), not as script errors",
+     (3, 0), (m.get("redis_errors_total", kind="evicts"), m.get("redis_errors_total", kind="script")))
 h.stop(p)
 h.done()
