@@ -54,19 +54,8 @@ h.check("the ACK's reason variable is window_reason_str() (same strings as the t
 h.check("errors_total's reason label is window_reason_str() (same strings)",
         re.search(r'errors_total\{reason=\\"%s\\"\}.*?window_reason_str', read("spoa", "metrics.c"), re.S))
 
-# Every other list of the agent's reasons in the docs names exactly the same
-# set: protocol.md's reason table and its `reason` variable row, and the
-# errors_total row of operations.md's metrics table.
-proto = read("docs", "protocol.md")
-psec = proto.split("## The `ratelimit` message and its answer\n", 1)
-h.check("protocol.md has the ratelimit message section", len(psec) == 2)
-ptable = {l.strip("|").split("|")[0].strip().strip("`")
-          for l in psec[-1].split("\n## ", 1)[0].splitlines() if l.startswith("| `")}
-h.eq("protocol.md's reason table lists exactly the agent's reasons", sorted(agent_reasons), sorted(ptable))
-prow = [l for l in proto.splitlines() if l.startswith("| `reason` | STR |")]
-h.check("protocol.md has the reason variable row", len(prow) == 1, prow)
-pvals = set(re.findall(r"`([a-z-]+)`", prow[0].split("|")[4])) if prow else set()
-h.eq("protocol.md's reason variable lists exactly the agent's reasons", sorted(agent_reasons), sorted(pvals))
+# operations.md's errors_total row names exactly the same set (protocol.md's
+# lists: tests/unit/test_reasons.c).
 orow = [l for l in doc.splitlines() if l.startswith("| `errors_total` |")]
 h.check("operations.md has the errors_total row", len(orow) == 1, orow)
 ocell = orow[0].split("|")[4] if orow else ""
