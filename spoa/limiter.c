@@ -152,6 +152,7 @@ static int limiter_check_now(struct limiter *l, const struct window_policy *p,
 	unsigned nwin;
 	int64_t now;
 	int first;
+	bool ready;
 
 	if (l->closing || !p || !cb)
 		return -1;
@@ -179,16 +180,17 @@ static int limiter_check_now(struct limiter *l, const struct window_policy *p,
 	}
 
 	/* Step 3: the link that serves the key (a cluster: the primary of its
-	 * slot); without a ready one, or over the bound, no queue. */
+	 * slot). One not ready yet (start-up, a reconnect) is waited for, up
+	 * to the call's deadline, when it can be ready by then; a decision
+	 * never connects anything itself. */
 	k = limiter_route(l, a.argv[3], a.argvlen[3]);
-	if (!k || k->state != LIMITER_ST_READY || !k->ac) {
-		if (l->cluster && !k)
-			limiter_topo_refresh(l, "slot without primary");
+	ready = k && k->state == LIMITER_ST_READY && k->ac;
+	if (!ready && !limiter_call_may_wait(l, k)) {
 		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
 		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
 		return limiter_defer(l, cb, arg, &d);
 	}
-	if (k->evicts && !l->allow_eviction) {
+	if (ready && k->evicts && !l->allow_eviction) {
 		/* the link's eviction poll sees it fixed (limiter_link.c) */
 		window_decide_error(p, WINDOW_REASON_REDIS_EVICTS, &d);
 		return limiter_defer(l, cb, arg, &d);
@@ -216,6 +218,14 @@ static int limiter_check_now(struct limiter *l, const struct window_policy *p,
 	c->policy.noverrides = 0;
 	memcpy(c->key, key, key_len);
 	c->key_len = key_len;
+	if (!ready) {
+		if (limiter_call_queue(l, c, k) == 0)
+			return 0;   /* sent when its link is ready (limiter_wake) */
+		limiter_call_put(c);
+		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
+		return limiter_defer(l, cb, arg, &d);
+	}
 	if (l->batch > 1 && !l->cluster) {
 		/* batched: sent by limiter_flush() before the loop next waits
 		 * (or now, when the batch is full); its deadline runs from now */
@@ -294,7 +304,7 @@ static int limiter_backend_start(struct limiter *l, char *err, size_t errlen)
 		snprintf(k->addr, sizeof(k->addr), "%s", u->addr);
 		l->main_link = k;
 		limiter_update_connected(l);
-		limiter_link_connect(k);
+		limiter_link_start(k);
 		return 0;
 	}
 
@@ -391,6 +401,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	l->park.data = l;
 	ev_prepare_init(&l->flush, limiter_on_flush);
 	l->flush.data = l;
+	l->wake = limiter_wake;
 	limiter_set_batch(l, s->batch);
 	limiter_set_connected(l, false);
 	if (limiter_backend_start(l, err, errlen) == -1) {
@@ -551,6 +562,7 @@ void limiter_free(struct limiter *l)
 	l->closing = true;
 	limiter_flush(l);   /* calls not sent yet: "unavailable" */
 	ev_prepare_stop(l->loop, &l->flush);
+	limiter_call_unwait_all(l);   /* no link will be ready for them */
 	/* answers every call hiredis holds with a NULL reply */
 	limiter_backend_stop(l, "shutdown");
 	limiter_on_park(l->loop, &l->park, 0);

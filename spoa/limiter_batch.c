@@ -137,10 +137,15 @@ void limiter_flush(struct limiter *l)
 		/* alone: exactly the call redis-batch 1 sends */
 		struct limiter_call *c = l->queue[0];
 
-		if (!l->closing && c->cb && limiter_call_send(l, c, k, false) == 0)
-			c->redirects = 0;
-		else
+		if (l->closing || !c->cb || limiter_call_send(l, c, k, false) == -1)
 			limiter_call_fail(l, c, true);
+		return;
+	}
+	if (!l->closing && k->state != LIMITER_ST_READY) {
+		/* the link went since they were queued: each waits for it */
+		for (i = 0; i < n; i++)
+			if (!l->queue[i]->cb || limiter_call_send(l, l->queue[i], k, false) == -1)
+				limiter_call_fail(l, l->queue[i], true);
 		return;
 	}
 	b = limiter_batch_get(l);

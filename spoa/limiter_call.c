@@ -91,6 +91,8 @@ struct limiter_call *limiter_call_get(struct limiter *l)
 	l->free_calls = c->next;
 	c->chunk->nfree--;
 	c->next = NULL;
+	c->waiting = false;
+	c->pinned = false;
 	c->l = l;
 	return c;
 }
@@ -132,14 +134,15 @@ void limiter_call_answer(struct limiter_call *c, const struct window_decision *d
 }
 
 /*
- * (Re-)send call <c> as EVALSHA on link <k> (ASKING first when <asking>),
- * or on the link its key routes to when <k> is NULL. The link may still be
- * connecting: hiredis sends once its setup is through. Returns 0 when
- * hiredis holds <c>, -1 when it could not be sent (a link known to evict
- * keys: <c> answered redis-evicts-keys already).
+ * Send call <c> on link <k> (ASKING first when <asking>), or on the link
+ * its key routes to when <k> is NULL, with the link's engine. Returns 0
+ * when hiredis holds <c>; 1 when that link is not ready (nothing done:
+ * the caller may let <c> wait for it, <*to> says which, NULL: the key's
+ * slot has no primary yet); -1 when it could not be sent (a link known to
+ * evict keys: <c> answered redis-evicts-keys already).
  */
-int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
-                      bool asking)
+static int limiter_call_send_to(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
+                                bool asking, struct limiter_link **to)
 {
 	struct window_args a;
 	enum window_reason why;
@@ -149,8 +152,9 @@ int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_
 		return -1;
 	if (!k)
 		k = limiter_route(l, a.argv[3], a.argvlen[3]);
-	if (!k || !k->ac)
-		return -1;
+	*to = k;
+	if (!k || k->state != LIMITER_ST_READY || !k->ac)
+		return 1;
 	if (k->evicts && !l->allow_eviction) {
 		/* A redirect or a re-route may name a node known to evict keys:
 		 * the refusal limiter_check() gives for one, answered here (the
@@ -169,12 +173,130 @@ int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_
 	                          a.argvlen + first) != REDIS_OK)
 		return -1;
 	c->engine = k->engine;
-	c->redirects++;
 	c->asking = asking;
 	c->retried = false;
 	c->link = k;
 	limiter_link_hold(k);
 	return 0;
+}
+
+/* <c> (armed, not held by hiredis) waits on <l>'s list for link <k>:
+ * pinned to it when <asking> (an ASK names one node), else for whichever
+ * link its key routes to when one is ready. Returns 0, or -1 when the
+ * list is full (LIMITER_WAIT_MAX: the caller answers <c>). */
+static int limiter_call_wait(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
+                             bool asking)
+{
+	if (l->nwaiting >= LIMITER_WAIT_MAX || l->closing || !c->cb)
+		return -1;
+	c->waiting = true;
+	c->pinned = asking && k;
+	c->asking = asking;
+	c->link = k;
+	c->next = NULL;
+	c->prev = l->waiting_tail;
+	if (l->waiting_tail)
+		l->waiting_tail->next = c;
+	else
+		l->waiting = c;
+	l->waiting_tail = c;
+	l->nwaiting++;
+	return 0;
+}
+
+/* Take <c> off <l>'s waiting list. */
+static void limiter_call_unwait(struct limiter *l, struct limiter_call *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		l->waiting = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	else
+		l->waiting_tail = c->prev;
+	c->next = c->prev = NULL;
+	c->waiting = false;
+	c->pinned = false;
+	l->nwaiting--;
+}
+
+/* Send <c> as limiter_call_send_to() does, or, when its link is not ready,
+ * let it wait for that link (its deadline running). Returns 0 (sent, or
+ * waiting), or -1: neither (the caller answers <c> and recycles it). */
+int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
+                      bool asking)
+{
+	struct limiter_link *to;
+	int rc = limiter_call_send_to(l, c, k, asking, &to);
+
+	if (rc == 1)
+		rc = limiter_call_wait(l, c, to, asking);
+	return rc;
+}
+
+/* See limiter_call.h. */
+bool limiter_call_may_wait(const struct limiter *l, const struct limiter_link *k)
+{
+	int64_t within = (int64_t)l->timeout_ms * 1000;
+	unsigned i;
+
+	if (l->closing || l->nwaiting >= LIMITER_WAIT_MAX)
+		return false;
+	if (k)
+		return limiter_link_soon(k, within);
+	for (i = 0; i < l->nlinks; i++)
+		if (limiter_link_soon(l->links[i], within))
+			return true;
+	return false;
+}
+
+/* See limiter_call.h. */
+int limiter_call_queue(struct limiter *l, struct limiter_call *c, struct limiter_link *k)
+{
+	limiter_call_arm(l, c);
+	if (limiter_call_wait(l, c, k, false) == 0)
+		return 0;
+	l->unanswered--;
+	ev_timer_stop(l->loop, &c->deadline);
+	return -1;
+}
+
+/*
+ * A link became ready, or the cluster's map moved (l->wake): send every
+ * waiting call whose link is ready now, in the order they came (two
+ * decisions on one key reach Redis as they arrived). The others wait on;
+ * a call whose link went is routed by its key again.
+ */
+void limiter_wake(struct limiter *l)
+{
+	struct limiter_call *c, *next;
+	struct limiter_link *to;
+
+	for (c = l->waiting; c; c = next) {
+		struct limiter_link *k = c->pinned && c->link->in_use ? c->link : NULL;
+		int rc;
+
+		next = c->next;
+		c->sent_us = limiter_now_us();   /* its Redis latency runs from now */
+		rc = limiter_call_send_to(l, c, k, k ? c->asking : false, &to);
+		if (rc == 1)
+			continue;
+		limiter_call_unwait(l, c);
+		if (rc == -1)
+			limiter_call_fail(l, c, false);
+	}
+}
+
+/* See limiter_call.h: at limiter_free(), nothing will be ready. */
+void limiter_call_unwait_all(struct limiter *l)
+{
+	struct limiter_call *c;
+
+	while ((c = l->waiting)) {
+		limiter_call_unwait(l, c);
+		limiter_call_fail(l, c, false);
+	}
 }
 
 /*
@@ -233,6 +355,7 @@ void limiter_on_park(struct ev_loop *loop, ev_timer *w, int revents)
 	for (; c; c = next) {
 		next = c->next;
 		c->next = NULL;
+		c->redirects++;
 		if (c->cb && !l->closing && limiter_call_send(l, c, NULL, false) == 0)
 			continue;
 		if (c->cb) {
@@ -379,8 +502,9 @@ void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 
 			switch (limiter_cluster_redirect(l, c, reply, &to, &asking)) {
 			case LIMITER_REDIRECT_SEND:
+				c->redirects++;
 				if (limiter_call_send(l, c, to, asking) == 0)
-					return;   /* hiredis holds it again */
+					return;   /* hiredis holds it again, or it waits for <to> */
 				break;
 			case LIMITER_REDIRECT_PARK:
 				limiter_call_park(l, c);
@@ -481,6 +605,13 @@ static void limiter_on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 
 	(void)loop;
 	(void)revents;
+	if (c->waiting) {
+		/* never sent: no link was ready within its deadline (start-up,
+		 * a reconnect), nothing recorded; hiredis does not hold it */
+		limiter_call_unwait(l, c);
+		limiter_call_fail(l, c, false);
+		return;
+	}
 	limiter_count_error(l, METRICS_REDIS_ERR_TIMEOUT);
 	window_decide_error(&c->policy, WINDOW_REASON_REDIS_TIMEOUT, &d);
 	limiter_call_answer(c, &d);

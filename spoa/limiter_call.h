@@ -28,10 +28,24 @@ struct limiter_call *limiter_call_get(struct limiter *l);
 void limiter_call_put(struct limiter_call *c);
 /* Answer <c> with <d>, once: later answers of the same call are no-ops. */
 void limiter_call_answer(struct limiter_call *c, const struct window_decision *d);
-/* (Re-)send <c> on link <k> (its key's link when NULL), ASKING first when
- * <asking>. 0: hiredis holds <c>; -1: not sent. */
+/* Send <c> on link <k> (its key's link when NULL), ASKING first when
+ * <asking>; a link not ready yet: <c> waits for it (l->waiting) within its
+ * deadline. 0: hiredis holds <c>, or it waits; -1: neither (the caller
+ * answers it). */
 int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
                       bool asking);
+/* May a decision for link <k> (NULL: its slot has no primary yet) wait for
+ * it: the waiting list has room, and a link can be ready within <l>'s
+ * timeout (it is connecting, or its next attempt comes by then)? */
+bool limiter_call_may_wait(const struct limiter *l, const struct limiter_link *k);
+/* <c>, filled, waits for link <k> (NULL: its key's) from now, its deadline
+ * armed. 0, or -1 when the list is full (<c> untouched: the caller answers
+ * and recycles it). */
+int limiter_call_queue(struct limiter *l, struct limiter_call *c, struct limiter_link *k);
+/* l->wake: send the waiting calls whose link is ready now. */
+void limiter_wake(struct limiter *l);
+/* Answer every waiting call "unavailable" (limiter_free()). */
+void limiter_call_unwait_all(struct limiter *l);
 /* hiredis: call <privdata> handed back on <ac> with its reply <r>
  * (borrowed), or NULL when the connection is gone. */
 void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata);

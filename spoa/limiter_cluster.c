@@ -15,7 +15,9 @@
 #include "limiter_link.h"
 #include "log.h"
 
-/* The link of map node <idx>, connecting it if new; NULL when out of links. */
+/* The link of map node <idx>, made when new (it connects on its own
+ * time); NULL when out of links. Never on a decision's path: the map's
+ * reply and a redirect's make links, a decision only reads cl->route. */
 static struct limiter_link *limiter_cluster_link(struct limiter *l, unsigned idx)
 {
 	struct limiter_cluster *cl = l->cluster;
@@ -27,7 +29,7 @@ static struct limiter_link *limiter_cluster_link(struct limiter *l, unsigned idx
 	k = limiter_link_get(l, n->host, n->port, false);
 	cl->route[idx] = k;
 	if (k && !k->attempted)
-		limiter_link_connect(k);
+		limiter_link_start(k);
 	return k;
 }
 
@@ -53,6 +55,8 @@ static void limiter_cluster_apply(struct limiter *l)
 			limiter_link_retire(k, "not a primary in the slot map");
 	}
 	limiter_update_connected(l);
+	if (l->wake)
+		l->wake(l);   /* calls that waited for a slot's primary */
 }
 
 /* No link can answer CLUSTER SLOTS: (re)connect the seeds of the URL. */
@@ -65,7 +69,7 @@ static void limiter_cluster_seed(struct limiter *l)
 		                                          l->url.hosts[i].port, false);
 
 		if (k && !k->attempted)
-			limiter_link_connect(k);
+			limiter_link_start(k);
 	}
 }
 
@@ -222,7 +226,9 @@ static void limiter_cluster_on_tick(struct ev_loop *loop, ev_timer *w, int reven
 }
 
 /* The link serving the Redis key <key>/<len> now: the only one, or the
- * primary of the key's slot (NULL while the slot has none). */
+ * primary of the key's slot. NULL while the slot has none: the map is
+ * then asked for again on the next tick (nothing is connected or sent
+ * here, a decision may be asking). */
 struct limiter_link *limiter_route(struct limiter *l, const char *key, size_t len)
 {
 	struct limiter_cluster *cl = l->cluster;
@@ -230,12 +236,12 @@ struct limiter_link *limiter_route(struct limiter *l, const char *key, size_t le
 
 	if (!cl)
 		return l->main_link;
-	if (!cl->have_map)
+	idx = cl->have_map ? cl->map.slot_node[cluster_key_slot(key, len)] : CLUSTER_NO_NODE;
+	if (idx == CLUSTER_NO_NODE || idx >= cl->map.nnodes || !cl->route[idx]) {
+		cl->topo_dirty = true;
 		return NULL;
-	idx = cl->map.slot_node[cluster_key_slot(key, len)];
-	if (idx == CLUSTER_NO_NODE || idx >= cl->map.nnodes)
-		return NULL;
-	return limiter_cluster_link(l, idx);
+	}
+	return cl->route[idx];
 }
 
 
@@ -267,7 +273,7 @@ enum limiter_redirect limiter_cluster_redirect(struct limiter *l, const struct l
 	} else {
 		k = limiter_link_get(l, rd.to.host, rd.to.port, false);
 		if (k && !k->attempted)
-			limiter_link_connect(k);
+			limiter_link_start(k);
 	}
 	log_debug("cluster_redirect", "kind=%s slot=%u from=%s to=%s:%d",
 	          cluster_reply_kind_str(rd.kind), rd.slot, c->link->addr, rd.to.host, rd.to.port);

@@ -39,6 +39,8 @@
 #include "window.h"
 
 #define LIMITER_MAX_HELD        65536u  /* calls hiredis may hold at once */
+#define LIMITER_WAIT_MAX        4096u   /* calls waiting for a link to be ready
+                                         * (592 bytes each on x86-64: 2.4 MiB per worker) */
 #define LIMITER_MODULE_PROTOCOL 1       /* the RATELIMIT.DECIDE protocol this agent speaks */
 #define LIMITER_BATCH_MAX       CONFIG_REDIS_BATCH_MAX
 #define LIMITER_POOL_CHUNK      256u    /* calls allocated together */
@@ -114,7 +116,8 @@ struct limiter_link {
 
 struct limiter_call {
 	struct limiter *l;
-	struct limiter_call *next;      /* pool freelist, or the parked list */
+	struct limiter_call *next;      /* pool freelist, the parked list, or the waiting list */
+	struct limiter_call *prev;      /* the waiting list (doubly linked: a deadline unlinks) */
 	limiter_cb cb;                  /* NULL once answered */
 	void *arg;
 	ev_timer deadline;
@@ -122,6 +125,8 @@ struct limiter_call {
 	bool retried;                   /* already re-sent as EVAL */
 	bool asking;                    /* last sent after ASKING */
 	bool cacheable;                 /* a deny may go to the deny cache */
+	bool waiting;                   /* on l->waiting: no link was ready for it yet */
+	bool pinned;                    /* waits for <link> (an ASK target), not its key's link */
 	unsigned redirects;             /* MOVED/ASK/TRYAGAIN hops so far */
 	struct limiter_link *link;      /* where hiredis holds it */
 	const struct limiter_engine *engine;    /* what it was last sent with */
@@ -255,6 +260,13 @@ struct limiter {
 	ev_timer kick;                  /* deliver queued answers */
 	ev_timer park;                  /* re-send calls parked by TRYAGAIN */
 	struct limiter_call *parked;
+	/* calls that arrived while their link was not ready (start-up, a
+	 * reconnect): sent when a link becomes ready, answered
+	 * "unavailable" at their deadline; at most LIMITER_WAIT_MAX */
+	struct limiter_call *waiting, *waiting_tail;
+	unsigned nwaiting;
+	/* a link became ready, or the topology moved: send what waits */
+	void (*wake)(struct limiter *l);
 	bool closing;                   /* inside limiter_free() */
 	bool in_check;                  /* inside limiter_check(): answers are deferred */
 	bool stopping;                  /* a planned stop (shutdown, reload): links close at info */

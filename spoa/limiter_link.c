@@ -37,6 +37,7 @@ static const char *limiter_state_str(enum limiter_state s)
 static void limiter_link_on_retry(struct ev_loop *loop, ev_timer *w, int revents);
 static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents);
 static void limiter_link_connect_next(struct limiter_link *k);
+static void limiter_link_connect(struct limiter_link *k);
 
 /* Point <k> at <host>:<port> (<is_unix>: <host> is a socket path). */
 void limiter_link_set_target(struct limiter_link *k, const char *host, int port,
@@ -315,6 +316,8 @@ static void limiter_link_ready(struct limiter_link *k)
 	limiter_update_connected(l);
 	if (l->topo && l->topo->on_ready)
 		l->topo->on_ready(k);
+	if (l->wake)
+		l->wake(l);   /* calls that waited for a link */
 }
 
 /*
@@ -695,13 +698,13 @@ void limiter_link_stop_resolving(struct limiter_link *k)
 }
 
 /*
- * Start one connection attempt on <k>: ask a sentinel first when the
- * primary is not known; resolve a host name again, off the loop (a managed
- * endpoint's address changes on failover; an address literal needs no
- * lookup); then limiter_link_connect_next(). The connect timer bounds the
- * lookup too.
+ * One connection attempt on <k>, from its retry timer only: ask a sentinel
+ * first when the primary is not known; resolve a host name again, off the
+ * loop (a managed endpoint's address changes on failover; an address
+ * literal needs no lookup); then limiter_link_connect_next(). The connect
+ * timer bounds the lookup too.
  */
-void limiter_link_connect(struct limiter_link *k)
+static void limiter_link_connect(struct limiter_link *k)
 {
 	struct limiter *l = k->l;
 
@@ -735,4 +738,43 @@ void limiter_link_connect(struct limiter_link *k)
 		return;
 	}
 	limiter_link_arm_connect_timer(k);
+}
+
+/* Connect <k> on its own time: its retry timer, due now. Whoever calls this
+ * (a start, a topology that named a new address) never runs the connect
+ * itself, so a decision never waits on one. */
+void limiter_link_start(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+
+	if (!k->in_use || l->closing || k->state != LIMITER_ST_IDLE)
+		return;
+	ev_timer_stop(l->loop, &k->retry);
+	ev_timer_set(&k->retry, 0., 0.);
+	ev_timer_start(l->loop, &k->retry);
+}
+
+/* Point <k> at <host>:<port> (a sentinel named the primary) and connect
+ * there on its own time; <fresh>: a new primary, the backoff starts over. */
+void limiter_link_move(struct limiter_link *k, const char *host, int port, bool fresh)
+{
+	limiter_link_set_target(k, host, port, false);
+	k->state = LIMITER_ST_IDLE;
+	if (fresh)
+		k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
+	ev_timer_stop(k->l->loop, &k->connect_timer);
+	limiter_link_start(k);
+}
+
+/* Can <k> be ready within <within_us>: it is, or an attempt is under way,
+ * or its next attempt starts by then (a link in a long backoff cannot). */
+bool limiter_link_soon(const struct limiter_link *k, int64_t within_us)
+{
+	ev_timer *retry = (ev_timer *)&k->retry;   /* ev_timer_remaining() only reads */
+
+	if (!k->in_use)
+		return false;
+	if (k->state != LIMITER_ST_IDLE)
+		return true;
+	return ev_is_active(retry) && ev_timer_remaining(k->l->loop, retry) * 1e6 < (double)within_us;
 }

@@ -31,8 +31,15 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
                                       bool is_unix);
 /* Point <k> at <host>:<port> (<is_unix>: <host> is a socket path). */
 void limiter_link_set_target(struct limiter_link *k, const char *host, int port, bool is_unix);
-/* Start one connection attempt and the setup sequence on <k>. */
-void limiter_link_connect(struct limiter_link *k);
+/* Connect <k> (and run its setup) on its own retry timer, due now: never
+ * inside the caller. */
+void limiter_link_start(struct limiter_link *k);
+/* Point <k> at <host>:<port> (TCP) and connect there on its own time;
+ * <fresh>: a new primary, the backoff starts over. */
+void limiter_link_move(struct limiter_link *k, const char *host, int port, bool fresh);
+/* Can <k> be ready within <within_us> (ready, connecting, or its next
+ * attempt due by then)? */
+bool limiter_link_soon(const struct limiter_link *k, int64_t within_us);
 /* Close <k>'s connection now (its calls come back "unavailable"). */
 void limiter_link_drop(struct limiter_link *k, const char *why);
 /* Stop using <k>: drop it and stop its timers; the struct stays. */

@@ -117,11 +117,8 @@ static void limiter_sentinel_on_addr(redisAsyncContext *ac, void *r, void *privd
 	}
 	if (strcmp(host, k->host) != 0 || (int)port != k->port)
 		log_info("sentinel_primary", "master=%s addr=%s:%d", l->url.master, host, (int)port);
-	limiter_link_set_target(k, host, (int)port, false);
 	s->master_known = true;
-	k->state = LIMITER_ST_IDLE;
-	ev_timer_stop(l->loop, &k->connect_timer);
-	limiter_link_connect(k);
+	limiter_link_move(k, host, (int)port, false);
 }
 
 /* Ask sentinel <idx> at <ip> where the primary of the URL's master is. */
@@ -307,13 +304,8 @@ static void limiter_sentinel_on_switch(redisAsyncContext *ac, void *r, void *pri
 		s->query = NULL;
 		redisAsyncFree(q);
 	}
-	limiter_link_set_target(k, newh, newp, false);
 	s->master_known = true;
-	k->state = LIMITER_ST_IDLE;
-	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
-	ev_timer_stop(l->loop, &k->retry);
-	ev_timer_stop(l->loop, &k->connect_timer);
-	limiter_link_connect(k);
+	limiter_link_move(k, newh, newp, true);
 }
 
 /* Subscribe to +switch-master on sentinel <idx> at <ip>. */
@@ -493,6 +485,6 @@ int limiter_sentinel_start(struct limiter *l)
 	l->main_link = k;
 	limiter_update_connected(l);
 	limiter_sentinel_subscribe(l);
-	limiter_link_connect(k);
+	limiter_link_start(k);
 	return 0;
 }
