@@ -26,69 +26,69 @@ int limiter_defer(struct limiter *l, limiter_cb cb, void *arg,
 {
 	struct limiter_answer *a;
 
-	if (l->nanswers == l->answers_cap) {
-		size_t cap = l->answers_cap ? l->answers_cap * 2 : 64;
+	if (l->calls.nanswers == l->calls.answers_cap) {
+		size_t cap = l->calls.answers_cap ? l->calls.answers_cap * 2 : 64;
 
-		a = realloc(l->answers, cap * sizeof(*a));
+		a = realloc(l->calls.answers, cap * sizeof(*a));
 		if (!a)
 			return -1;
-		l->answers = a;
-		l->answers_cap = cap;
+		l->calls.answers = a;
+		l->calls.answers_cap = cap;
 	}
-	a = &l->answers[l->nanswers++];
+	a = &l->calls.answers[l->calls.nanswers++];
 	a->cb = cb;
 	a->arg = arg;
 	a->d = *d;
-	if (!ev_is_active(&l->kick))
-		ev_timer_start(l->loop, &l->kick);
+	if (!ev_is_active(&l->calls.kick))
+		ev_timer_start(l->loop, &l->calls.kick);
 	return 0;
 }
 
 /* Deliver the answers queued before this iteration. A callback may queue
  * new ones (it may call limiter_check()); they wait for the next round. */
-void limiter_on_kick(struct ev_loop *loop, ev_timer *w, int revents)
+static void limiter_on_kick(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct limiter *l = w->data;
-	size_t n = l->nanswers, i;
+	size_t n = l->calls.nanswers, i;
 
 	(void)loop;
 	(void)revents;
 	for (i = 0; i < n; i++) {
 		/* a copy: a callback may grow (move) the array */
-		struct limiter_answer a = l->answers[i];
+		struct limiter_answer a = l->calls.answers[i];
 
 		a.cb(a.arg, &a.d);
 	}
-	memmove(l->answers, l->answers + n, (l->nanswers - n) * sizeof(*l->answers));
-	l->nanswers -= n;
-	if (l->nanswers && !ev_is_active(&l->kick))
-		ev_timer_start(l->loop, &l->kick);
+	memmove(l->calls.answers, l->calls.answers + n, (l->calls.nanswers - n) * sizeof(*l->calls.answers));
+	l->calls.nanswers -= n;
+	if (l->calls.nanswers && !ev_is_active(&l->calls.kick))
+		ev_timer_start(l->loop, &l->calls.kick);
 }
 
 /* Take a call from <l>'s pool, growing it by a chunk when empty; the pool
  * owns the memory (freed by limiter_free()). NULL when memory runs out. */
-struct limiter_call *limiter_call_get(struct limiter *l)
+static struct limiter_call *limiter_call_get(struct limiter *l)
 {
 	struct limiter_call *c;
 
-	if (!l->free_calls) {
+	if (!l->calls.free) {
 		struct limiter_chunk *ch = calloc(1, sizeof(*ch));
 		unsigned i;
 
 		if (!ch)
 			return NULL;
-		ch->next = l->chunks;
-		l->chunks = ch;
+		ch->next = l->calls.chunks;
+		l->calls.chunks = ch;
 		for (i = LIMITER_POOL_CHUNK; i-- > 0;) {
 			ch->calls[i].chunk = ch;
-			ch->calls[i].next = l->free_calls;
-			l->free_calls = &ch->calls[i];
+			ch->calls[i].next = l->calls.free;
+			l->calls.free = &ch->calls[i];
 		}
 		ch->nfree = LIMITER_POOL_CHUNK;
-		l->ncalls += LIMITER_POOL_CHUNK;
+		l->calls.n += LIMITER_POOL_CHUNK;
 	}
-	c = l->free_calls;
-	l->free_calls = c->next;
+	c = l->calls.free;
+	l->calls.free = c->next;
 	c->chunk->nfree--;
 	c->next = NULL;
 	c->waiting = false;
@@ -105,8 +105,8 @@ void limiter_call_put(struct limiter_call *c)
 
 	c->cb = NULL;
 	c->arg = NULL;
-	c->next = l->free_calls;
-	l->free_calls = c;
+	c->next = l->calls.free;
+	l->calls.free = c;
 	c->chunk->nfree++;
 }
 
@@ -118,7 +118,7 @@ void limiter_call_put(struct limiter_call *c)
  * (hiredis guards the same hazard with REDIS_IN_CALLBACK). Only when the
  * queue cannot grow (out of memory) is it delivered at once.
  */
-void limiter_call_answer(struct limiter_call *c, const struct window_decision *d)
+static void limiter_call_answer(struct limiter_call *c, const struct window_decision *d)
 {
 	struct limiter *l = c->l;
 	limiter_cb cb = c->cb;
@@ -127,7 +127,7 @@ void limiter_call_answer(struct limiter_call *c, const struct window_decision *d
 		return;
 	c->cb = NULL;
 	ev_timer_stop(l->loop, &c->deadline);
-	l->unanswered--;
+	l->calls.unanswered--;
 	if (l->in_check && limiter_defer(l, cb, c->arg, d) == 0)
 		return;
 	cb(c->arg, d);
@@ -155,7 +155,7 @@ static int limiter_call_send_to(struct limiter *l, struct limiter_call *c, struc
 	*to = k;
 	if (!k || k->state != LIMITER_ST_READY || !k->ac)
 		return 1;
-	if (k->evicts && !l->allow_eviction) {
+	if (limiter_link_refuses(k)) {
 		/* A redirect or a re-route may name a node known to evict keys:
 		 * the refusal limiter_check() gives for one, answered here (the
 		 * caller's own answer is then a no-op). A node still connecting
@@ -166,7 +166,7 @@ static int limiter_call_send_to(struct limiter *l, struct limiter_call *c, struc
 		limiter_call_answer(c, &d);
 		return -1;
 	}
-	first = limiter_engine_apply(k->engine, l, false, a.argv, a.argvlen);
+	first = limiter_engine_apply(k->engine, &l->script, false, a.argv, a.argvlen);
 	if (asking && redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK)
 		return -1;
 	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a.argc - first, a.argv + first,
@@ -187,20 +187,20 @@ static int limiter_call_send_to(struct limiter *l, struct limiter_call *c, struc
 static int limiter_call_wait(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
                              bool asking)
 {
-	if (l->nwaiting >= LIMITER_WAIT_MAX || l->closing || !c->cb)
+	if (l->calls.nwaiting >= LIMITER_WAIT_MAX || l->closing || !c->cb)
 		return -1;
 	c->waiting = true;
 	c->pinned = asking && k;
 	c->asking = asking;
 	c->link = k;
 	c->next = NULL;
-	c->prev = l->waiting_tail;
-	if (l->waiting_tail)
-		l->waiting_tail->next = c;
+	c->prev = l->calls.waiting_tail;
+	if (l->calls.waiting_tail)
+		l->calls.waiting_tail->next = c;
 	else
-		l->waiting = c;
-	l->waiting_tail = c;
-	l->nwaiting++;
+		l->calls.waiting = c;
+	l->calls.waiting_tail = c;
+	l->calls.nwaiting++;
 	return 0;
 }
 
@@ -210,15 +210,15 @@ static void limiter_call_unwait(struct limiter *l, struct limiter_call *c)
 	if (c->prev)
 		c->prev->next = c->next;
 	else
-		l->waiting = c->next;
+		l->calls.waiting = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
 	else
-		l->waiting_tail = c->prev;
+		l->calls.waiting_tail = c->prev;
 	c->next = c->prev = NULL;
 	c->waiting = false;
 	c->pinned = false;
-	l->nwaiting--;
+	l->calls.nwaiting--;
 }
 
 /* Send <c> as limiter_call_send_to() does, or, when its link is not ready,
@@ -239,27 +239,10 @@ int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_
 bool limiter_call_may_wait(const struct limiter *l, const struct limiter_link *k)
 {
 	int64_t within = (int64_t)l->timeout_ms * 1000;
-	unsigned i;
 
-	if (l->closing || l->nwaiting >= LIMITER_WAIT_MAX)
+	if (l->closing || l->calls.nwaiting >= LIMITER_WAIT_MAX)
 		return false;
-	if (k)
-		return limiter_link_soon(k, within);
-	for (i = 0; i < l->nlinks; i++)
-		if (limiter_link_soon(l->links[i], within))
-			return true;
-	return false;
-}
-
-/* See limiter_call.h. */
-int limiter_call_queue(struct limiter *l, struct limiter_call *c, struct limiter_link *k)
-{
-	limiter_call_arm(l, c);
-	if (limiter_call_wait(l, c, k, false) == 0)
-		return 0;
-	l->unanswered--;
-	ev_timer_stop(l->loop, &c->deadline);
-	return -1;
+	return k ? limiter_link_soon(k, within) : limiter_links_soon(l, within);
 }
 
 /*
@@ -273,7 +256,7 @@ void limiter_wake(struct limiter *l)
 	struct limiter_call *c, *next;
 	struct limiter_link *to;
 
-	for (c = l->waiting; c; c = next) {
+	for (c = l->calls.waiting; c; c = next) {
 		struct limiter_link *k = c->pinned && c->link->in_use ? c->link : NULL;
 		int rc;
 
@@ -293,7 +276,7 @@ void limiter_call_unwait_all(struct limiter *l)
 {
 	struct limiter_call *c;
 
-	while ((c = l->waiting)) {
+	while ((c = l->calls.waiting)) {
 		limiter_call_unwait(l, c);
 		limiter_call_fail(l, c, false);
 	}
@@ -316,7 +299,7 @@ static int limiter_call_retry_eval(struct limiter *l, struct limiter_link *k,
 	if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, &a,
 	                      &why) == -1)
 		return -1;
-	limiter_engine_apply(&limiter_engine_script, l, true, a.argv, a.argvlen);
+	limiter_engine_apply(&limiter_engine_script, &l->script, true, a.argv, a.argvlen);
 	if (c->asking && redisAsyncCommand(ac, NULL, NULL, "ASKING") != REDIS_OK)
 		return -1;
 	if (redisAsyncCommandArgv(ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK)
@@ -331,27 +314,27 @@ static int limiter_call_retry_eval(struct limiter *l, struct limiter_link *k,
 
 /* TRYAGAIN (the keys of a slot are mid-migration): park <c>; the park
  * timer re-sends it LIMITER_TRYAGAIN_MS later, its deadline still running. */
-void limiter_call_park(struct limiter *l, struct limiter_call *c)
+static void limiter_call_park(struct limiter *l, struct limiter_call *c)
 {
-	c->next = l->parked;
-	l->parked = c;
-	if (!ev_is_active(&l->park)) {
-		ev_timer_set(&l->park, LIMITER_TRYAGAIN_MS / 1000.0, 0.);
-		ev_timer_start(l->loop, &l->park);
+	c->next = l->calls.parked;
+	l->calls.parked = c;
+	if (!ev_is_active(&l->calls.park)) {
+		ev_timer_set(&l->calls.park, LIMITER_TRYAGAIN_MS / 1000.0, 0.);
+		ev_timer_start(l->loop, &l->calls.park);
 	}
 }
 
 /* Re-send the parked calls that still wait (else answer "unavailable"),
  * return the others to the pool. */
-void limiter_on_park(struct ev_loop *loop, ev_timer *w, int revents)
+static void limiter_on_park(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct limiter *l = w->data;
-	struct limiter_call *c = l->parked, *next;
+	struct limiter_call *c = l->calls.parked, *next;
 	struct window_decision d;
 
 	(void)loop;
 	(void)revents;
-	l->parked = NULL;
+	l->calls.parked = NULL;
 	for (; c; c = next) {
 		next = c->next;
 		c->next = NULL;
@@ -428,7 +411,7 @@ void limiter_call_finish(struct limiter *l, struct limiter_link *k,
 			if (l->metrics)
 				metrics_add(&l->metrics->late_admissions, 1);
 			if (c->cacheable)   /* it changed the window all the same */
-				deny_cache_forget(&l->cache, c->policy.name, c->policy.name_len,
+				deny_cache_forget(&l->calls.cache, c->policy.name, c->policy.name_len,
 				                  c->key, c->key_len);
 		}
 		return;
@@ -446,11 +429,11 @@ void limiter_call_finish(struct limiter *l, struct limiter_link *k,
 		limiter_count_error(l, kind);
 		limiter_warn_reply(k, view, d.reason);
 	} else if (c->cacheable && d.status == WINDOW_DENY) {
-		deny_cache_store(&l->cache, c->policy.name, c->policy.name_len, c->key, c->key_len,
+		deny_cache_store(&l->calls.cache, c->policy.name, c->policy.name_len, c->key, c->key_len,
 		                 c->cost, c->sent_us, &d, now);
 	} else if (c->cacheable) {
 		/* an admission changed the window a cached deny describes */
-		deny_cache_forget(&l->cache, c->policy.name, c->policy.name_len, c->key, c->key_len);
+		deny_cache_forget(&l->calls.cache, c->policy.name, c->policy.name_len, c->key, c->key_len);
 	}
 	limiter_call_answer(c, &d);
 }
@@ -473,8 +456,7 @@ void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 	struct window_decision d;
 	int64_t now = limiter_now_us();
 
-	k->held--;
-	l->held--;
+	limiter_link_release(k, 1);
 	if (!reply) {
 		/* Sent, and the connection is lost before the reply: Redis may
 		 * have run it. Counted whether it is answered now (unavailable)
@@ -491,7 +473,7 @@ void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 		}
 		goto recycle;
 	}
-	k->quiet_since_us = now;
+	limiter_link_heard(k, now);
 	limiter_reply_view(reply, &view);
 	if (reply->type == REDIS_REPLY_ERROR) {
 		switch (cluster_classify_error(reply->str, reply->len)) {
@@ -582,7 +564,7 @@ void limiter_call_fail(struct limiter *l, struct limiter_call *c, bool defer)
 		if (defer) {
 			c->cb = NULL;
 			ev_timer_stop(l->loop, &c->deadline);
-			l->unanswered--;
+			l->calls.unanswered--;
 			if (limiter_defer(l, cb, c->arg, &d) == -1)
 				cb(c->arg, &d);
 		} else {
@@ -615,19 +597,245 @@ static void limiter_on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 	limiter_count_error(l, METRICS_REDIS_ERR_TIMEOUT);
 	window_decide_error(&c->policy, WINDOW_REASON_REDIS_TIMEOUT, &d);
 	limiter_call_answer(c, &d);
-	/* <c> may be recycled by limiter_link_drop() below: not used after this */
-	if (k && k->ac && k->held > 0 &&
-	    limiter_now_us() - k->quiet_since_us >= limiter_stall_us(l)) {
-		log_warn("redis_stalled", "addr=%s waiting=%u", k->addr, k->held);
-		limiter_link_drop(k, "no reply within the stall limit");
-	}
+	/* <c> may be recycled by the link's drop: not used after this */
+	if (k)
+		limiter_link_check_stall(k);
 }
 
 /* <c> waits for its answer from now: count it, arm its deadline. */
-void limiter_call_arm(struct limiter *l, struct limiter_call *c)
+static void limiter_call_arm(struct limiter *l, struct limiter_call *c)
 {
-	l->unanswered++;
+	l->calls.unanswered++;
 	ev_timer_init(&c->deadline, limiter_on_deadline, (double)l->timeout_ms / 1000.0, 0.);
 	c->deadline.data = c;
 	ev_timer_start(l->loop, &c->deadline);
+}
+
+/* ------------------------------------------------------------------ */
+/* a decision's call, from limiter_check() on                           */
+
+/* Index of policy <p> in the table the settings gave, or UINT_MAX. */
+static unsigned limiter_call_policy_index(const struct limiter_calls *cs,
+                                          const struct window_policy *p)
+{
+	size_t i;
+
+	for (i = 0; i < cs->npolicies; i++)
+		if (cs->policy_name_len[i] == p->name_len &&
+		    memcmp(cs->policy_names[i], p->name, p->name_len) == 0)
+			return (unsigned)i;
+	return UINT_MAX;
+}
+
+/* See limiter_call.h: the deny cache's lookup site. */
+bool limiter_call_cached(struct limiter *l, const struct window_policy *p, const char *key,
+                         size_t key_len, uint64_t cost, struct window_decision *d)
+{
+	struct limiter_calls *cs = &l->calls;
+	unsigned idx;
+
+	if (!cs->cache_on || p->shadow ||
+	    !deny_cache_lookup(&cs->cache, p->name, p->name_len, key, key_len, cost,
+	                       limiter_now_us(), d))
+		return false;
+	idx = limiter_call_policy_index(cs, p);
+	if (l->metrics && idx < CONFIG_MAX_POLICIES)
+		metrics_add(&l->metrics->cache_denies[idx], 1);
+	log_debug("deny_cache_hit", "policy=%.*s retry_after=%lld", (int)p->name_len,
+	          p->name, (long long)d->retry_after);
+	return true;
+}
+
+/* Answer <cb>/<arg> with <p>'s error decision for <why> on the next loop
+ * iteration (a refused call counted as such). Returns limiter_defer()'s. */
+static int limiter_call_refuse(struct limiter *l, const struct window_policy *p,
+                               enum window_reason why, limiter_cb cb, void *arg)
+{
+	struct window_decision d;
+
+	if (why == WINDOW_REASON_REDIS_UNAVAILABLE)
+		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
+	window_decide_error(p, why, &d);
+	return limiter_defer(l, cb, arg, &d);
+}
+
+/* See limiter_call.h. Borrows <p> and <key>: the call keeps copies. */
+int limiter_call_take(struct limiter *l, const struct window_policy *p, const char *key,
+                      size_t key_len, uint64_t cost, const struct window_args *a,
+                      limiter_cb cb, void *arg, struct limiter_call **out)
+{
+	struct limiter_link *k = limiter_route(l, a->argv[3], a->argvlen[3]);
+	bool ready = k && k->state == LIMITER_ST_READY && k->ac;
+	const struct window_limit *lim;
+	struct limiter_call *c;
+	unsigned nwin;
+
+	*out = NULL;
+	/* a link not ready is waited for when it can be ready within the
+	 * deadline; a decision never connects anything itself */
+	if (!ready && !limiter_call_may_wait(l, k))
+		return limiter_call_refuse(l, p, WINDOW_REASON_REDIS_UNAVAILABLE, cb, arg);
+	if (ready && limiter_link_refuses(k))   /* its watch sees it fixed */
+		return limiter_call_refuse(l, p, WINDOW_REASON_REDIS_EVICTS, cb, arg);
+	if (l->links.held >= LIMITER_MAX_HELD || !(c = limiter_call_get(l)))
+		return limiter_call_refuse(l, p, WINDOW_REASON_OVERLOAD, cb, arg);
+	c->cb = cb;
+	c->arg = arg;
+	c->sent_us = limiter_now_us();
+	c->retried = false;
+	c->asking = false;
+	c->redirects = 0;
+	c->link = k;
+	c->cacheable = l->calls.cache_on && !p->shadow;
+	c->cost = cost;
+	c->policy = *p;
+	lim = window_limits_for(p, key, key_len, &nwin);
+	c->policy.nwin = nwin;
+	memcpy(c->policy.win, lim, nwin * sizeof(*lim));
+	c->policy.overrides = NULL;
+	c->policy.noverrides = 0;
+	memcpy(c->key, key, key_len);
+	c->key_len = key_len;
+	limiter_call_arm(l, c);
+	if (ready) {
+		*out = c;
+		return 0;
+	}
+	if (limiter_call_wait(l, c, k, false) == 0)
+		return 0;   /* sent when its link is ready (limiter_wake()) */
+	l->calls.unanswered--;
+	ev_timer_stop(l->loop, &c->deadline);
+	limiter_call_put(c);
+	return limiter_call_refuse(l, p, WINDOW_REASON_REDIS_UNAVAILABLE, cb, arg);
+}
+
+/* See limiter_call.h: <a> is the request limiter_check() built. */
+int limiter_call_start(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
+                       struct window_args *a)
+{
+	int first = limiter_engine_apply(k->engine, &l->script, false, a->argv, a->argvlen);
+
+	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a->argc - first, a->argv + first,
+	                          a->argvlen + first) != REDIS_OK) {
+		limiter_call_fail(l, c, true);
+		return 0;
+	}
+	c->engine = k->engine;
+	limiter_link_hold(k);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* the calls' life with the limiter's                                   */
+
+/* See limiter_call.h. */
+void limiter_calls_init(struct limiter *l, uint64_t seed)
+{
+	ev_timer_init(&l->calls.kick, limiter_on_kick, 0., 0.);
+	l->calls.kick.data = l;
+	ev_timer_init(&l->calls.park, limiter_on_park, 0., 0.);
+	l->calls.park.data = l;
+	deny_cache_init(&l->calls.cache, seed);
+	l->calls.cache_on = true;
+}
+
+/* See limiter_call.h: the names are copied, nothing stays borrowed. */
+void limiter_calls_set_policies(struct limiter *l, const struct window_policy *policies,
+                                size_t n)
+{
+	struct limiter_calls *cs = &l->calls;
+	size_t i;
+
+	if (!policies)
+		n = 0;
+	if (n > CONFIG_MAX_POLICIES)
+		n = CONFIG_MAX_POLICIES;
+	for (i = 0; i < n; i++) {
+		size_t len = policies[i].name_len;
+
+		if (len > WINDOW_NAME_MAX)
+			len = WINDOW_NAME_MAX;
+		memcpy(cs->policy_names[i], policies[i].name, len);
+		cs->policy_name_len[i] = len;
+	}
+	cs->npolicies = n;
+	/* limits or policies may have changed what a cached deny means */
+	deny_cache_clear(&cs->cache);
+}
+
+/* See limiter_call.h: off, or a new size, frees the cache's table. */
+void limiter_calls_set_cache(struct limiter *l, bool on, unsigned size)
+{
+	l->calls.cache_on = on;
+	deny_cache_set_size(&l->calls.cache, size);
+	if (!on)
+		deny_cache_clear(&l->calls.cache);
+}
+
+/*
+ * Give memory back after a burst: every chunk of the pool whose calls are
+ * all free is freed, except the newest LIMITER_POOL_KEEP (the calls in use
+ * now stay where they are), an empty answer queue is dropped, and the deny
+ * cache's table once every entry in it expired. Returns the blocks freed.
+ */
+unsigned limiter_calls_trim(struct limiter *l)
+{
+	struct limiter_calls *cs = &l->calls;
+	struct limiter_chunk *ch, **pp;
+	struct limiter_call **cp;
+	unsigned kept = 0, ntrim = 0;
+
+	for (ch = cs->chunks; ch; ch = ch->next) {
+		ch->trim = kept >= LIMITER_POOL_KEEP && ch->nfree == LIMITER_POOL_CHUNK;
+		if (ch->trim)
+			ntrim++;
+		else
+			kept++;
+	}
+	if (ntrim) {
+		for (cp = &cs->free; *cp;) {
+			if ((*cp)->chunk->trim)
+				*cp = (*cp)->next;
+			else
+				cp = &(*cp)->next;
+		}
+		for (pp = &cs->chunks; (ch = *pp);) {
+			if (ch->trim) {
+				*pp = ch->next;
+				free(ch);
+			} else {
+				pp = &ch->next;
+			}
+		}
+		cs->n -= ntrim * LIMITER_POOL_CHUNK;
+	}
+	if (cs->nanswers == 0 && cs->answers_cap > LIMITER_ANSWERS_KEEP) {
+		free(cs->answers);
+		cs->answers = NULL;
+		cs->answers_cap = 0;
+		ntrim++;
+	}
+	return ntrim + deny_cache_trim(&cs->cache, limiter_now_us());
+}
+
+/* See limiter_call.h. Frees what the calls own: the pool's chunks, the
+ * answer queue, the deny cache. */
+void limiter_calls_free(struct limiter *l)
+{
+	struct limiter_calls *cs = &l->calls;
+	struct limiter_chunk *ch;
+
+	limiter_on_park(l->loop, &cs->park, 0);
+	ev_timer_stop(l->loop, &cs->park);
+	ev_timer_stop(l->loop, &cs->kick);
+	while (cs->nanswers)
+		limiter_on_kick(l->loop, &cs->kick, 0);
+	ev_timer_stop(l->loop, &cs->kick);
+	while ((ch = cs->chunks)) {
+		cs->chunks = ch->next;
+		free(ch);
+	}
+	free(cs->answers);
+	cs->answers = NULL;
+	deny_cache_clear(&cs->cache);
 }

@@ -43,8 +43,8 @@ static void limiter_cluster_apply(struct limiter *l)
 	memset(cl->route, 0, sizeof(cl->route));
 	for (i = 0; i < cl->map.nnodes; i++)
 		limiter_cluster_link(l, i);
-	for (i = 0; i < l->nlinks; i++) {
-		struct limiter_link *k = l->links[i];
+	for (i = 0; i < l->links.n; i++) {
+		struct limiter_link *k = l->links.all[i];
 		bool routed = false;
 
 		if (!k || !k->in_use)
@@ -192,8 +192,8 @@ void limiter_topo_refresh(struct limiter *l, const char *why)
 	if (cl->topo_ac || now - cl->topo_last_us < LIMITER_TOPO_MIN_MS * 1000)
 		return;
 	/* a different node each time: one with a stale view cannot hold us */
-	for (i = 0; i < l->nlinks && !k; i++) {
-		struct limiter_link *x = l->links[(i + (unsigned)l->counter) % l->nlinks];
+	for (i = 0; i < l->links.n && !k; i++) {
+		struct limiter_link *x = l->links.all[(i + (unsigned)l->counter) % l->links.n];
 
 		if (x->in_use && x->state == LIMITER_ST_READY && x->ac)
 			k = x;
@@ -220,9 +220,9 @@ static void limiter_cluster_on_tick(struct ev_loop *loop, ev_timer *w, int reven
 	(void)revents;
 	if (!cl)
 		return;
-	if (!l->connected || cl->topo_dirty ||
+	if (!l->health.connected || cl->topo_dirty ||
 	    limiter_now_us() - cl->topo_last_us >= LIMITER_TOPO_IDLE_MS * 1000)
-		limiter_topo_refresh(l, l->connected ? "timer" : "primary missing");
+		limiter_topo_refresh(l, l->health.connected ? "timer" : "primary missing");
 }
 
 /* The link serving the Redis key <key>/<len> now: the only one, or the
@@ -235,7 +235,7 @@ struct limiter_link *limiter_route(struct limiter *l, const char *key, size_t le
 	unsigned idx;
 
 	if (!cl)
-		return l->main_link;
+		return l->links.main;
 	idx = cl->have_map ? cl->map.slot_node[cluster_key_slot(key, len)] : CLUSTER_NO_NODE;
 	if (idx == CLUSTER_NO_NODE || idx >= cl->map.nnodes || !cl->route[idx]) {
 		cl->topo_dirty = true;
@@ -346,11 +346,12 @@ int limiter_cluster_start(struct limiter *l)
 	return 0;
 }
 
-/* Frees l->cluster. */
+/* Frees l->cluster and unhooks it from the links (l->topo). */
 void limiter_cluster_stop(struct limiter *l)
 {
 	if (!l->cluster)
 		return;
 	ev_timer_stop(l->loop, &l->cluster->topo);
 	free(l->cluster); l->cluster = NULL;
+	l->topo = NULL;
 }

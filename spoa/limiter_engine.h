@@ -19,7 +19,7 @@
 
 #include "window.h"
 
-struct limiter;
+struct limiter_script;
 
 enum limiter_engine_id {
 	LIMITER_ENGINE_SCRIPT = 0,
@@ -32,9 +32,9 @@ struct limiter_engine {
 	const char *name;               /* "script", "module": logs, the metric */
 	/* The first two words of a request, where window.c lays out
 	 * "EVALSHA" <sha> (window_build_args(), window_build_batch()), for
-	 * <l>'s script SHA and source (borrowed from <l>); <full>: the source
+	 * the script's SHA and source <sc> (borrowed); <full>: the source
 	 * instead of the SHA (after NOSCRIPT). <*skip> of them are not sent. */
-	void (*head)(const struct limiter *l, bool full, const char **cmd, size_t *cmd_len,
+	void (*head)(const struct limiter_script *sc, bool full, const char **cmd, size_t *cmd_len,
 	             const char **head, size_t *head_len, int *skip);
 	/* Does reply <v> say the engine is not on this server (NOSCRIPT: the
 	 * script cache is empty; an unknown command: no module)? */
@@ -45,15 +45,23 @@ extern const struct limiter_engine limiter_engine_script;
 extern const struct limiter_engine limiter_engine_module;
 
 /* Make the request window.c laid out in <argv>/<argvlen> (one decision or
- * a batch) engine <e>'s, for <l> (<full> as in head()). The words to send
- * start at the index returned. */
-static inline int limiter_engine_apply(const struct limiter_engine *e, const struct limiter *l,
-                                       bool full, const char **argv, size_t *argvlen)
+ * a batch) engine <e>'s, with the script <sc> (<full> as in head()). The
+ * words to send start at the index returned. */
+static inline int limiter_engine_apply(const struct limiter_engine *e,
+                                       const struct limiter_script *sc, bool full,
+                                       const char **argv, size_t *argvlen)
 {
 	int skip;
 
-	e->head(l, full, &argv[0], &argvlen[0], &argv[1], &argvlen[1], &skip);
+	e->head(sc, full, &argv[0], &argvlen[0], &argv[1], &argvlen[1], &skip);
 	return skip;
 }
+
+/* The script engine's state (struct limiter_script, l->script, owned by
+ * limiter_engine_script.c): the source <text>/<len> (borrowed from the
+ * settings until the next one), true when it differs from the last; the
+ * SHA a SCRIPT LOAD answered, 0 or -1 when it cannot be one. */
+bool limiter_script_set(struct limiter_script *sc, const char *text, size_t len);
+int limiter_script_set_sha(struct limiter_script *sc, const char *sha, size_t len);
 
 #endif /* SPOA_LIMITER_ENGINE_H */

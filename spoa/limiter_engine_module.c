@@ -15,10 +15,10 @@
 
 /* window.c's "EVALSHA" <sha> becomes RATELIMIT.DECIDE alone: the first
  * word is not sent. */
-static void limiter_module_head(const struct limiter *l, bool full, const char **cmd,
+static void limiter_module_head(const struct limiter_script *sc, bool full, const char **cmd,
                                 size_t *cmd_len, const char **head, size_t *head_len, int *skip)
 {
-	(void)l;
+	(void)sc;
 	(void)full;
 	*cmd = "";
 	*cmd_len = 0;

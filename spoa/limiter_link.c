@@ -64,8 +64,8 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 	struct limiter_link *k, *spare = NULL;
 	unsigned i;
 
-	for (i = 0; i < l->nlinks; i++) {
-		k = l->links[i];
+	for (i = 0; i < l->links.n; i++) {
+		k = l->links.all[i];
 		if (k->in_use && k->port == port && k->is_unix == is_unix &&
 		    strcmp(k->host, host) == 0)
 			return k;
@@ -73,7 +73,7 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 			spare = k;
 	}
 	if (!spare) {
-		if (l->nlinks >= LIMITER_LINKS_MAX)
+		if (l->links.n >= LIMITER_LINKS_MAX)
 			return NULL;
 		spare = calloc(1, sizeof(*spare));
 		if (!spare)
@@ -83,10 +83,8 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 		spare->retry.data = spare;
 		ev_timer_init(&spare->connect_timer, limiter_link_on_connect_timeout, 1., 0.);
 		spare->connect_timer.data = spare;
-		ev_init(&spare->evict_poll, limiter_link_on_evict_poll);
-		spare->evict_poll.repeat = LIMITER_EVICT_POLL_MS / 1000.0;
-		spare->evict_poll.data = spare;
-		l->links[l->nlinks++] = spare;
+		limiter_link_watch_init(spare);
+		l->links.all[l->links.n++] = spare;
 	}
 	k = spare;
 	k->in_use = true;
@@ -98,13 +96,7 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	k->attempted = false;
 	k->failures = 0;
-	k->evicts = false;
-	k->policy_evicts = false;
-	k->evict_asking = false;
-	k->info_asking = false;
-	k->info_warned = false;
-	k->evicted_base = -1;
-	k->evicted_seen_us = 0;
+	limiter_link_watch_reset(k);
 	limiter_link_set_target(k, host, port, is_unix);
 	return k;
 }
@@ -113,18 +105,29 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 void limiter_link_hold(struct limiter_link *k)
 {
 	if (k->held == 0)
-		k->quiet_since_us = limiter_now_us();
+		limiter_link_heard(k, limiter_now_us());
 	k->held++;
-	k->l->held++;
+	k->l->links.held++;
 }
 
-/* Arm <k>'s retry timer: 100 ms doubling to 2 s, each wait drawn in
- * [d/2, d] so threads and agents do not reconnect in step. */
+/* A wait drawn in [<d>/2, <d>] ms from <l>'s jitter generator (xorshift64*),
+ * so that threads and agents do not reconnect in step. */
+unsigned limiter_link_jitter(struct limiter *l, unsigned d)
+{
+	uint64_t *x = &l->links.rng;
+
+	*x ^= *x >> 12;
+	*x ^= *x << 25;
+	*x ^= *x >> 27;
+	return d / 2 + (unsigned)((*x * 0x2545f4914f6cdd1dULL) % (d / 2 + 1));
+}
+
+/* Arm <k>'s retry timer: 100 ms doubling to 2 s, with jitter. */
 void limiter_link_schedule_retry(struct limiter_link *k)
 {
 	struct limiter *l = k->l;
 	unsigned d = k->backoff_ms;
-	unsigned wait = d / 2 + (unsigned)(limiter_rand(l) % (d / 2 + 1));
+	unsigned wait = limiter_link_jitter(l, d);
 
 	if (l->closing || !k->in_use)
 		return;
@@ -142,10 +145,8 @@ void limiter_link_lost(struct limiter_link *k)
 	k->ac = NULL;
 	k->state = LIMITER_ST_IDLE;
 	k->script_loading = false;
-	k->evict_asking = false;
-	k->info_asking = false;
+	limiter_link_watch_stop(k);
 	ev_timer_stop(l->loop, &k->connect_timer);
-	ev_timer_stop(l->loop, &k->evict_poll);
 	if (l->topo && l->topo->on_lost)
 		l->topo->on_lost(k);
 	limiter_update_connected(l);
@@ -187,7 +188,7 @@ void limiter_link_retire(struct limiter_link *k, const char *why)
 	limiter_update_eviction(k->l);
 	ev_timer_stop(k->l->loop, &k->retry);
 	ev_timer_stop(k->l->loop, &k->connect_timer);
-	ev_timer_stop(k->l->loop, &k->evict_poll);
+	limiter_link_watch_stop(k);
 }
 
 /* One failed connect attempt, at warn (traffic is refused meanwhile);
@@ -248,7 +249,7 @@ static void limiter_link_on_setup_reply(redisAsyncContext *ac, void *r, void *pr
 
 	if (ac != k->ac || !reply)
 		return;
-	k->quiet_since_us = limiter_now_us();
+	limiter_link_heard(k, limiter_now_us());
 	if (reply->type == REDIS_REPLY_STATUS && reply->str && strcmp(reply->str, "OK") == 0)
 		return;
 	limiter_note_error(k->l, k->addr, strcmp(what, "auth") == 0 ? "AUTH refused" : "SELECT refused");
@@ -280,7 +281,7 @@ static void limiter_link_on_role(redisAsyncContext *ac, void *r, void *privdata)
 	(void)privdata;
 	if (ac != k->ac || !reply)
 		return;
-	k->quiet_since_us = limiter_now_us();
+	limiter_link_heard(k, limiter_now_us());
 	if (reply->type == REDIS_REPLY_ERROR && !(k->l->topo && k->l->topo->role_required)) {
 		log_warn("redis_role_unknown", "addr=%s reply=\"%.*s\" action=\"assuming a primary\"",
 		         k->addr, (int)reply->len, reply->str);
@@ -310,9 +311,9 @@ static void limiter_link_ready(struct limiter_link *k)
 	k->state = LIMITER_ST_READY;
 	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	log_info("redis_connected", "addr=%s attempts=%u engine=%s script=%s", k->addr,
-	         k->failures + 1, k->engine->name, l->sha[0] ? l->sha : "-");
+	         k->failures + 1, k->engine->name, l->script.sha[0] ? l->script.sha : "-");
 	k->failures = 0;
-	ev_timer_again(l->loop, &k->evict_poll);
+	limiter_link_watch_poll(k);
 	limiter_update_connected(l);
 	if (l->topo && l->topo->on_ready)
 		l->topo->on_ready(k);
@@ -373,7 +374,7 @@ static void limiter_link_on_version(redisAsyncContext *ac, void *r, void *privda
 	(void)privdata;
 	if (ac != k->ac || !reply)
 		return;
-	k->quiet_since_us = limiter_now_us();
+	limiter_link_heard(k, limiter_now_us());
 	present = k->probe_present;
 	if (present && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
 	    reply->element[0]->type == REDIS_REPLY_INTEGER) {
@@ -424,7 +425,7 @@ static void limiter_link_on_version(redisAsyncContext *ac, void *r, void *privda
 
 /* Queue COMMAND INFO ratelimit.decide, then RATELIMIT.VERSION (answered in
  * that order) on <k>'s connection. */
-void limiter_link_probe_engine(struct limiter_link *k)
+static void limiter_link_probe_engine(struct limiter_link *k)
 {
 	k->probe_present = false;
 	redisAsyncCommand(k->ac, limiter_link_on_probe, NULL, "COMMAND INFO ratelimit.decide");
@@ -472,10 +473,10 @@ static void limiter_link_on_script_load(redisAsyncContext *ac, void *r, void *pr
 	(void)privdata;
 	if (ac != k->ac || !reply)
 		return;
-	k->quiet_since_us = limiter_now_us();
+	limiter_link_heard(k, limiter_now_us());
 	k->script_loading = false;
-	if (reply->type != REDIS_REPLY_STRING || reply->len == 0 ||
-	    reply->len >= sizeof(l->sha)) {
+	if (reply->type != REDIS_REPLY_STRING ||
+	    limiter_script_set_sha(&l->script, reply->str, reply->len) == -1) {
 		if (k->state != LIMITER_ST_CONNECTING || k->failures++ == 0)
 			log_warn("redis_script_load_failed", "addr=%s reply=\"%.*s\"", k->addr,
 			         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
@@ -486,8 +487,6 @@ static void limiter_link_on_script_load(redisAsyncContext *ac, void *r, void *pr
 			limiter_link_drop(k, "script load failed");
 		return;
 	}
-	memcpy(l->sha, reply->str, reply->len);
-	l->sha[reply->len] = '\0';
 	if (k->state == LIMITER_ST_CONNECTING)
 		limiter_link_ready(k);
 }
@@ -496,8 +495,8 @@ static void limiter_link_on_script_load(redisAsyncContext *ac, void *r, void *pr
 int limiter_link_send_script_load(struct limiter_link *k)
 {
 	const struct limiter *l = k->l;
-	const char *argv[3] = { "SCRIPT", "LOAD", l->script };
-	size_t argvlen[3] = { 6, 4, l->script_len };
+	const char *argv[3] = { "SCRIPT", "LOAD", l->script.text };
+	size_t argvlen[3] = { 6, 4, l->script.len };
 
 	if (redisAsyncCommandArgv(k->ac, limiter_link_on_script_load, NULL, 3, argv,
 	                          argvlen) != REDIS_OK)
@@ -584,12 +583,7 @@ static void limiter_link_send_setup(struct limiter_link *k)
 	/* a cluster's seeds may be replicas: CLUSTER SLOTS names the primaries */
 	if (!(l->topo && l->topo->skip_role))
 		redisAsyncCommand(ac, limiter_link_on_role, NULL, "ROLE");
-	k->config_refused = false;
-	k->info_refused = false;
-	k->info_asking = false;
-	k->evicted_base = -1;
-	limiter_link_ask_eviction(k);
-	limiter_link_ask_info(k);
+	limiter_link_watch_start(k);
 	/* the engine: asked at every connection (a failover may lose the
 	 * module); redis-engine module needs no script, and is ready once
 	 * the command is found */
@@ -777,4 +771,123 @@ bool limiter_link_soon(const struct limiter_link *k, int64_t within_us)
 	if (k->state != LIMITER_ST_IDLE)
 		return true;
 	return ev_is_active(retry) && ev_timer_remaining(k->l->loop, retry) * 1e6 < (double)within_us;
+}
+
+/* Can a link of <l> be ready within <within_us> (the key's slot has no
+ * primary yet: any link that may answer CLUSTER SLOTS in time)? */
+bool limiter_links_soon(const struct limiter *l, int64_t within_us)
+{
+	unsigned i;
+
+	for (i = 0; i < l->links.n; i++)
+		if (limiter_link_soon(l->links.all[i], within_us))
+			return true;
+	return false;
+}
+
+/* hiredis handed back <n> calls held on <k>. */
+void limiter_link_release(struct limiter_link *k, unsigned n)
+{
+	k->held -= n;
+	k->l->links.held -= n;
+}
+
+/* An attempt of <k> failed where its topology worked (a sentinel's answer
+ * unusable): count it, back off. */
+void limiter_link_fail(struct limiter_link *k)
+{
+	k->failures++;
+	limiter_link_lost(k);
+}
+
+/* <k>'s attempt is under way where its topology works (a sentinel asked or
+ * its name resolved): CONNECTING, bounded by the connect timer. */
+void limiter_link_await(struct limiter_link *k)
+{
+	k->state = LIMITER_ST_CONNECTING;
+	limiter_link_arm_connect_timer(k);
+}
+
+/* The one link of <l> (redis://, unix://, sentinel://'s primary) to
+ * <host>:<port>, shown as <addr>; it connects on its own time. NULL when
+ * memory runs out. */
+struct limiter_link *limiter_link_start_main(struct limiter *l, const char *host, int port,
+                                             bool is_unix, const char *addr)
+{
+	struct limiter_link *k = limiter_link_get(l, host, port, is_unix);
+
+	if (!k)
+		return NULL;
+	snprintf(k->addr, sizeof(k->addr), "%s", addr);
+	l->links.main = k;
+	limiter_update_connected(l);
+	limiter_link_start(k);
+	return k;
+}
+
+/* Retire every link of <l> in use (<why> for the log): each call hiredis
+ * holds is answered "unavailable" before this returns. */
+void limiter_links_retire_all(struct limiter *l, const char *why)
+{
+	unsigned i;
+
+	l->links.main = NULL;
+	for (i = 0; i < l->links.n; i++)
+		if (l->links.all[i]->in_use)
+			limiter_link_retire(l->links.all[i], why);
+}
+
+/* A reload on the same Redis (limiter_reconfigure()): a new script is
+ * loaded on each ready link (calls in flight keep the old SHA, which Redis
+ * still knows), a new redis-engine asked again (the script alone needs no
+ * asking), and the eviction policy asked again. */
+void limiter_links_reconfigure(struct limiter *l, bool script_changed, bool engine_changed)
+{
+	unsigned i;
+
+	for (i = 0; i < l->links.n; i++) {
+		struct limiter_link *k = l->links.all[i];
+
+		if (!k->in_use || k->state != LIMITER_ST_READY || !k->ac)
+			continue;
+		if ((script_changed || engine_changed) && l->engine_mode != LIMITER_ENGINE_ONLY_MODULE)
+			limiter_link_send_script_load(k);
+		if (engine_changed && l->engine_mode == LIMITER_ENGINE_ONLY_SCRIPT)
+			k->engine = &limiter_engine_script;
+		else if (engine_changed)
+			limiter_link_probe_engine(k);
+		limiter_link_watch_recheck(k);
+	}
+	if (engine_changed)
+		limiter_update_connected(l);
+}
+
+/* Free every link struct of <l> (limiter_free(), once they are retired). */
+void limiter_links_free(struct limiter *l)
+{
+	unsigned i;
+
+	for (i = 0; i < l->links.n; i++) {
+		free(l->links.all[i]);
+		l->links.all[i] = NULL;
+	}
+	l->links.n = 0;
+}
+
+/* A call's deadline passed on <k>: if nothing at all has been answered on
+ * it for the stall limit while calls wait, that Redis is frozen: drop it
+ * (its calls come back "unavailable"; new ones no longer pile up). */
+void limiter_link_check_stall(struct limiter_link *k)
+{
+	if (k->ac && k->held > 0 &&
+	    limiter_now_us() - k->quiet_since_us >= limiter_stall_us(k->l)) {
+		log_warn("redis_stalled", "addr=%s waiting=%u", k->addr, k->held);
+		limiter_link_drop(k, "no reply within the stall limit");
+	}
+}
+
+/* The links of <l>, before the first: <seed> for the backoff's jitter. */
+void limiter_links_init(struct limiter *l, uint64_t seed)
+{
+	l->links.rng = seed ? seed : 0x9e3779b97f4a7c15ULL;
 }

@@ -29,6 +29,23 @@
  * connect. NULL when LIMITER_LINKS_MAX are in use or memory runs out. */
 struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int port,
                                       bool is_unix);
+/* The one link of <l> (l->links.main: redis://, unix://, sentinel://) to
+ * <host>:<port>, shown as <addr>, started. NULL when memory runs out. */
+struct limiter_link *limiter_link_start_main(struct limiter *l, const char *host, int port,
+                                             bool is_unix, const char *addr);
+/* The links of <l>, before the first: <seed> for the backoff's jitter. */
+void limiter_links_init(struct limiter *l, uint64_t seed);
+/* Retire every link of <l> in use (backend stop). */
+void limiter_links_retire_all(struct limiter *l, const char *why);
+/* A reload on the same Redis: reload a changed script, ask a changed
+ * redis-engine again, ask the eviction policy again, on each ready link. */
+void limiter_links_reconfigure(struct limiter *l, bool script_changed, bool engine_changed);
+/* Free the link structs of <l> (limiter_free(), after the retire). */
+void limiter_links_free(struct limiter *l);
+/* Can any link of <l> be ready within <within_us>? */
+bool limiter_links_soon(const struct limiter *l, int64_t within_us);
+/* A wait in [<d>/2, <d>] ms from <l>'s jitter generator (l->links.rng). */
+unsigned limiter_link_jitter(struct limiter *l, unsigned d);
 /* Point <k> at <host>:<port> (<is_unix>: <host> is a socket path). */
 void limiter_link_set_target(struct limiter_link *k, const char *host, int port, bool is_unix);
 /* Connect <k> (and run its setup) on its own retry timer, due now: never
@@ -54,8 +71,15 @@ void limiter_link_schedule_retry(struct limiter_link *k);
 void limiter_link_log_failure(struct limiter_link *k, const char *why);
 /* hiredis now holds one more call on <k>. */
 void limiter_link_hold(struct limiter_link *k);
-/* Queue COMMAND INFO ratelimit.decide on <k> (redis-engine). */
-void limiter_link_probe_engine(struct limiter_link *k);
+/* hiredis handed back <n> calls held on <k>. */
+void limiter_link_release(struct limiter_link *k, unsigned n);
+/* A call's deadline passed on <k>: drop it if it stalled (nothing
+ * answered for the stall limit while calls wait). */
+void limiter_link_check_stall(struct limiter_link *k);
+/* A topology's part of <k>'s attempt: under way (CONNECTING, the connect
+ * timer armed), or failed (counted, backing off). */
+void limiter_link_await(struct limiter_link *k);
+void limiter_link_fail(struct limiter_link *k);
 /* <k>'s module answered "unknown command" on <ac>: true when the call may
  * be re-sent with the script (auto), false when it is answered as it is
  * (redis-engine module: <k> is dropped and asks again). */

@@ -406,10 +406,10 @@ static void test_no_answer_inside_check(void **state)
 	batch = 4;
 	one_connect(1000, true);
 	a = start(l, "ivan");
-	assert_int_equal(l->nqueued, 1);
-	other = *l->main_link;
-	other.evicts = true;
-	l->queue[0]->link = &other;
+	assert_int_equal(l->batch.nqueued, 1);
+	other = *l->links.main;
+	other.watch.evicts = true;
+	l->batch.queue[0]->link = &other;
 	b = start(l, "judy");   /* flushes "ivan" to <other>: refused */
 	assert_int_equal(a->n, 0);
 	WAIT(a->n == 1 && b->n == 1);
@@ -577,12 +577,12 @@ static void test_wait_first_connect(void **state)
 	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
 	one_connect(3000, false);
 	a = start(l, "olga");
-	assert_null(l->main_link->ac);
-	assert_int_equal(l->nwaiting, 1);
+	assert_null(l->links.main->ac);
+	assert_int_equal(l->calls.nwaiting, 1);
 	WAIT(a->n == 1);
 	assert_int_equal(a->d.status, WINDOW_ALLOW);
 	assert_int_equal(a->d.remaining, 9);
-	assert_int_equal(l->nwaiting, 0);
+	assert_int_equal(l->calls.nwaiting, 0);
 	assert_int_equal(atomic_load(&metrics.redis_errors[METRICS_REDIS_ERR_REFUSED]), 0);
 	assert_true(fake_done(&f));
 	one_stop();
@@ -601,14 +601,14 @@ static void test_wait_deadline(void **state)
 	          "$9\r\nconnected\r\n:0\r\n");
 	one_connect(3000, false);
 	a = start(l, "pia");
-	WAIT(fake_hits(&f, "ROLE") >= 1 && l->main_link->state == LIMITER_ST_IDLE);
+	WAIT(fake_hits(&f, "ROLE") >= 1 && l->links.main->state == LIMITER_ST_IDLE);
 	/* the first attempt failed; the next one comes within the deadline */
 	assert_int_equal(a->n, 0);
 	WAIT(a->n == 1);
 	assert_int_equal(a->d.status, WINDOW_ERROR);
 	assert_int_equal(a->d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
 	assert_true(f.nconns >= 2);
-	assert_int_equal(l->nwaiting, 0);
+	assert_int_equal(l->calls.nwaiting, 0);
 	assert_int_equal(fake_count(&f, "EVALSHA"), 0);
 	one_stop();
 }
@@ -633,7 +633,7 @@ static void test_wait_bound(void **state)
 		snprintf(key, sizeof(key), "w%u", i);
 		over = start(l, key);
 	}
-	assert_int_equal(l->nwaiting, LIMITER_WAIT_MAX);
+	assert_int_equal(l->calls.nwaiting, LIMITER_WAIT_MAX);
 	WAIT(over->n == 1);
 	assert_int_equal(over->d.status, WINDOW_ERROR);
 	assert_int_equal(over->d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
@@ -1146,7 +1146,7 @@ static void test_cluster_wait_map(void **state)
 	fake_step(&c.a, FAKE_SEND, REPLY_ALLOW);
 	c.l = new_limiter_on(&c.a, "cluster", 3000);
 	a = start(c.l, "nina");
-	assert_int_equal(c.l->nwaiting, 1);
+	assert_int_equal(c.l->calls.nwaiting, 1);
 	WAIT(a->n == 1);
 	assert_int_equal(a->d.status, WINDOW_ALLOW);
 	assert_true(fake_done(&c.a));
