@@ -46,6 +46,24 @@ static uint64_t limiter_random64(uint64_t salt)
 	return v ? v : 0x9e3779b97f4a7c15ULL;
 }
 
+/* The engines redis-engine <mode> runs on <l>'s links (l->engines): the
+ * module's probe before the script's SCRIPT LOAD (auto), one of them
+ * alone (script, module); a new connection decides with the script until
+ * the probe says (auto), with the module from the start (module). */
+static void limiter_choose_engines(struct limiter *l, enum limiter_engine_mode mode)
+{
+	l->engine_mode = mode;
+	l->engines.all[LIMITER_ENGINE_SCRIPT] = &limiter_engine_script;
+	l->engines.all[LIMITER_ENGINE_MODULE] = &limiter_engine_module;
+	l->engines.n = 0;
+	if (mode != LIMITER_ENGINE_ONLY_SCRIPT)
+		l->engines.setup[l->engines.n++] = &limiter_engine_module;
+	if (mode != LIMITER_ENGINE_ONLY_MODULE)
+		l->engines.setup[l->engines.n++] = &limiter_engine_script;
+	l->engines.first = mode == LIMITER_ENGINE_ONLY_MODULE ? &limiter_engine_module :
+	                   &limiter_engine_script;
+}
+
 /* Give memory back after a burst: each part its own (the call pool, the
  * answer queue and the deny cache; the idle batches). Contract in
  * limiter.h. */
@@ -63,6 +81,7 @@ static int limiter_check_now(struct limiter *l, const struct window_policy *p,
 	struct window_args a;
 	struct window_decision d;
 	enum window_reason why;
+	int rc;
 
 	if (l->closing || !p || !cb)
 		return -1;
@@ -78,8 +97,8 @@ static int limiter_check_now(struct limiter *l, const struct window_policy *p,
 	}
 
 	/* Step 2: an account known to be denied is answered here. */
-	if (limiter_call_cached(l, p, key, key_len, cost, &d))
-		return limiter_defer(l, cb, arg, &d);
+	if (limiter_call_cached(l, p, key, key_len, cost, cb, arg, &rc))
+		return rc;
 
 	/* Step 3: the call, to the link that serves the key: sent, batched,
 	 * waiting for that link, or refused (limiter_batch.c, limiter_call.c).
@@ -195,7 +214,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	l->metrics = s->metrics;
 	l->instance = limiter_random64((uint64_t)(uintptr_t)l);
 	l->allow_eviction = s->allow_eviction;
-	l->engine_mode = s->engine;
+	limiter_choose_engines(l, s->engine);
 	l->standby = s->standby;
 	if (s->tls)
 		l->tls_cfg = *s->tls;
@@ -243,7 +262,7 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 	l->timeout_ms = s->timeout_ms ? s->timeout_ms : 1;
 	l->allow_eviction = s->allow_eviction;
 	engine_changed = s->engine != l->engine_mode;
-	l->engine_mode = s->engine;
+	limiter_choose_engines(l, s->engine);
 	limiter_batch_set_size(l, s->batch);
 	/* limits or policies may have changed what a cached deny means */
 	limiter_calls_set_policies(l, s->policies, s->npolicies);

@@ -112,8 +112,9 @@ static int limiter_batch_send(struct limiter *l, struct limiter_batch *b, bool e
 		return -1;
 	b->engine = e;
 	b->retried = eval;
+	limiter_link_hold_n(k, b->n);
 	for (i = 0; i < b->n; i++)
-		limiter_link_hold(k);
+		b->calls[i]->engine = e;   /* each is answered by this engine */
 	return 0;
 }
 
@@ -209,8 +210,7 @@ static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdat
 			break;
 		}
 	}
-	if (b->engine->missing(&view) &&
-	    (b->engine->id != LIMITER_ENGINE_MODULE || limiter_link_engine_gone(k, ac))) {
+	if (b->engine->missing(&view) && b->engine->gone(k, ac)) {
 		/* NOSCRIPT, or the module gone (auto): keep the calls that still
 		 * wait, re-send them as EVAL; the module gone under redis-engine
 		 * module: each call is answered with the error, below */
@@ -222,18 +222,12 @@ static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdat
 				limiter_call_put(b->calls[i]);
 		}
 		b->n = waiting;
-		if (!waiting || b->retried || ac != k->ac || limiter_batch_send(l, b, true) == -1) {
-			if (!k->script_loading && ac == k->ac && k->state == LIMITER_ST_READY)
-				limiter_link_send_script_load(k);
-			if (!waiting) {
-				limiter_batch_put(b);
-				return;
-			}
-		} else {
-			if (!k->script_loading && k->state == LIMITER_ST_READY)
-				limiter_link_send_script_load(k);
-			return;   /* hiredis holds it again */
+		if (!waiting) {
+			limiter_batch_put(b);
+			return;
 		}
+		if (!b->retried && ac == k->ac && limiter_batch_send(l, b, true) == 0)
+			return;   /* hiredis holds it again */
 	}
 	for (i = 0; i < b->n; i++) {
 		struct limiter_call *c = b->calls[i];

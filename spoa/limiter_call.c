@@ -235,8 +235,10 @@ int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_
 	return rc;
 }
 
-/* See limiter_call.h. */
-bool limiter_call_may_wait(const struct limiter *l, const struct limiter_link *k)
+/* May a decision for link <k> (NULL: its slot has no primary yet) wait for
+ * it: the waiting list has room, and a link can be ready within <l>'s
+ * timeout (it is connecting, or its next attempt comes by then)? */
+static bool limiter_call_may_wait(const struct limiter *l, const struct limiter_link *k)
 {
 	int64_t within = (int64_t)l->timeout_ms * 1000;
 
@@ -285,8 +287,8 @@ void limiter_call_unwait_all(struct limiter *l)
 /*
  * Re-send call <c> as EVAL with the full script on link <k>, whose context
  * <ac> answered NOSCRIPT (Redis lost its script cache: restarted, failed
- * over, SCRIPT FLUSH), and re-load the script there once so later calls
- * find it again. Returns 0, or -1 when it cannot be sent.
+ * over, SCRIPT FLUSH; the engine loads it again) or found the module gone.
+ * Returns 0, or -1 when it cannot be sent.
  */
 static int limiter_call_retry_eval(struct limiter *l, struct limiter_link *k,
                                    redisAsyncContext *ac, struct limiter_call *c)
@@ -307,8 +309,6 @@ static int limiter_call_retry_eval(struct limiter *l, struct limiter_link *k,
 	c->retried = true;
 	c->engine = &limiter_engine_script;
 	limiter_link_hold(k);
-	if (!k->script_loading && k->state == LIMITER_ST_READY)
-		limiter_link_send_script_load(k);
 	return 0;
 }
 
@@ -402,12 +402,16 @@ void limiter_call_finish(struct limiter *l, struct limiter_link *k,
                                 int64_t now)
 {
 	struct window_decision d;
+	int rc = window_decide_reply(&c->policy, view, &d);
 
+	if (l->metrics)   /* by the engine that answered (its id is its metrics index) */
+		metrics_add(&l->metrics->redis_replies[c->engine->id][rc == 0 ? METRICS_REPLY_DECISION :
+		            METRICS_REPLY_ERROR], 1);
 	if (!c->cb) {
 		/* The deadline answered first (error/redis-timeout), yet Redis ran
 		 * the script: an admission it recorded is one the client never got.
 		 * Counted so that operators can size redis-timeout. */
-		if (window_decide_reply(&c->policy, view, &d) == 0 && d.status == WINDOW_ALLOW) {
+		if (rc == 0 && d.status == WINDOW_ALLOW) {
 			if (l->metrics)
 				metrics_add(&l->metrics->late_admissions, 1);
 			if (c->cacheable)   /* it changed the window all the same */
@@ -419,7 +423,7 @@ void limiter_call_finish(struct limiter *l, struct limiter_link *k,
 
 	if (l->metrics)
 		metrics_observe_redis_latency(l->metrics, (uint64_t)(now - c->sent_us));
-	if (window_decide_reply(&c->policy, view, &d) == -1) {
+	if (rc == -1) {
 		/* over maxmemory, or the module refusing on an evicting Redis:
 		 * fail-closed like any Redis error, each named apart */
 		enum metrics_redis_error kind = d.reason == WINDOW_REASON_REDIS_OOM ? METRICS_REDIS_ERR_OOM :
@@ -517,22 +521,16 @@ void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 		}
 	}
 	if (c->engine->missing(&view)) {
-		/* NOSCRIPT: Redis lost its script cache; or the module's command
-		 * is gone: the script takes over (auto), or the call is answered
-		 * with the error (redis-engine module) */
+		/* NOSCRIPT: Redis lost its script cache (the engine loads it
+		 * again); or the module's command is gone: the script takes over
+		 * (auto), or the call is answered with the error (module) */
 		limiter_count_error(l, METRICS_REDIS_ERR_NOSCRIPT);
-		if (c->engine->id == LIMITER_ENGINE_MODULE && !limiter_link_engine_gone(k, ac))
+		if (!c->engine->gone(k, ac))
 			goto finish;
-		if (!c->cb) {
-			/* answered already: nothing to retry, but reload for the others */
-			if (!k->script_loading && ac == k->ac && k->state == LIMITER_ST_READY)
-				limiter_link_send_script_load(k);
-			goto recycle;
-		}
-		if (!c->retried) {
-			if (limiter_call_retry_eval(l, k, ac, c) == 0)
-				return;   /* hiredis holds it again */
-		}
+		if (!c->cb)
+			goto recycle;   /* answered already: nothing to retry */
+		if (!c->retried && limiter_call_retry_eval(l, k, ac, c) == 0)
+			return;   /* hiredis holds it again */
 	}
 finish:
 	limiter_call_finish(l, k, c, &view, now);
@@ -614,35 +612,28 @@ static void limiter_call_arm(struct limiter *l, struct limiter_call *c)
 /* ------------------------------------------------------------------ */
 /* a decision's call, from limiter_check() on                           */
 
-/* Index of policy <p> in the table the settings gave, or UINT_MAX. */
-static unsigned limiter_call_policy_index(const struct limiter_calls *cs,
-                                          const struct window_policy *p)
-{
-	size_t i;
-
-	for (i = 0; i < cs->npolicies; i++)
-		if (cs->policy_name_len[i] == p->name_len &&
-		    memcmp(cs->policy_names[i], p->name, p->name_len) == 0)
-			return (unsigned)i;
-	return UINT_MAX;
-}
-
-/* See limiter_call.h: the deny cache's lookup site. */
+/* See limiter_call.h: the deny cache's lookup site. The hit is counted
+ * in cache_denies[index of <p> in the settings' table]. */
 bool limiter_call_cached(struct limiter *l, const struct window_policy *p, const char *key,
-                         size_t key_len, uint64_t cost, struct window_decision *d)
+                         size_t key_len, uint64_t cost, limiter_cb cb, void *arg, int *rc)
 {
 	struct limiter_calls *cs = &l->calls;
-	unsigned idx;
+	struct window_decision d;
+	size_t i;
 
 	if (!cs->cache_on || p->shadow ||
 	    !deny_cache_lookup(&cs->cache, p->name, p->name_len, key, key_len, cost,
-	                       limiter_now_us(), d))
+	                       limiter_now_us(), &d))
 		return false;
-	idx = limiter_call_policy_index(cs, p);
-	if (l->metrics && idx < CONFIG_MAX_POLICIES)
-		metrics_add(&l->metrics->cache_denies[idx], 1);
+	*rc = limiter_defer(l, cb, arg, &d);
 	log_debug("deny_cache_hit", "policy=%.*s retry_after=%lld", (int)p->name_len,
-	          p->name, (long long)d->retry_after);
+	          p->name, (long long)d.retry_after);
+	for (i = 0; i < cs->npolicies && l->metrics; i++)
+		if (cs->policy_name_len[i] == p->name_len &&
+		    memcmp(cs->policy_names[i], p->name, p->name_len) == 0) {
+			metrics_add(&l->metrics->cache_denies[i], 1);
+			break;
+		}
 	return true;
 }
 
@@ -666,19 +657,24 @@ int limiter_call_take(struct limiter *l, const struct window_policy *p, const ch
 {
 	struct limiter_link *k = limiter_route(l, a->argv[3], a->argvlen[3]);
 	bool ready = k && k->state == LIMITER_ST_READY && k->ac;
+	enum window_reason why = WINDOW_REASON_NONE;
 	const struct window_limit *lim;
-	struct limiter_call *c;
+	struct limiter_call *c = NULL;
 	unsigned nwin;
 
 	*out = NULL;
 	/* a link not ready is waited for when it can be ready within the
 	 * deadline; a decision never connects anything itself */
 	if (!ready && !limiter_call_may_wait(l, k))
-		return limiter_call_refuse(l, p, WINDOW_REASON_REDIS_UNAVAILABLE, cb, arg);
-	if (ready && limiter_link_refuses(k))   /* its watch sees it fixed */
-		return limiter_call_refuse(l, p, WINDOW_REASON_REDIS_EVICTS, cb, arg);
-	if (l->links.held >= LIMITER_MAX_HELD || !(c = limiter_call_get(l)))
-		return limiter_call_refuse(l, p, WINDOW_REASON_OVERLOAD, cb, arg);
+		why = WINDOW_REASON_REDIS_UNAVAILABLE;
+	else if (ready && limiter_link_refuses(k))   /* its watch sees it fixed */
+		why = WINDOW_REASON_REDIS_EVICTS;
+	lim = window_limits_for(p, key, key_len, &nwin);
+	if (why == WINDOW_REASON_NONE &&
+	    (l->links.held >= LIMITER_MAX_HELD || !(c = limiter_call_get(l))))
+		why = WINDOW_REASON_OVERLOAD;
+	if (!c)
+		return limiter_call_refuse(l, p, why, cb, arg);
 	c->cb = cb;
 	c->arg = arg;
 	c->sent_us = limiter_now_us();
@@ -689,7 +685,6 @@ int limiter_call_take(struct limiter *l, const struct window_policy *p, const ch
 	c->cacheable = l->calls.cache_on && !p->shadow;
 	c->cost = cost;
 	c->policy = *p;
-	lim = window_limits_for(p, key, key_len, &nwin);
 	c->policy.nwin = nwin;
 	memcpy(c->policy.win, lim, nwin * sizeof(*lim));
 	c->policy.overrides = NULL;

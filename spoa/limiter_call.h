@@ -37,9 +37,10 @@ void limiter_calls_free(struct limiter *l);
 int limiter_defer(struct limiter *l, limiter_cb cb, void *arg, const struct window_decision *d);
 
 /* Is the account <key> of policy <p> known to be denied for <cost>? Then
- * <d> is the cached answer (counted in cache_denies). */
+ * the cached answer is queued for <cb>/<arg> (counted in cache_denies),
+ * limiter_defer()'s result in <*rc>. */
 bool limiter_call_cached(struct limiter *l, const struct window_policy *p, const char *key,
-                         size_t key_len, uint64_t cost, struct window_decision *d);
+                         size_t key_len, uint64_t cost, limiter_cb cb, void *arg, int *rc);
 /* A call for the decision limiter_check() validated (<a>: its request,
  * borrowed), its deadline armed. <*out> is the call to send now on its
  * link (c->link, ready); NULL when it was answered without Redis (no link
@@ -60,10 +61,6 @@ int limiter_call_start(struct limiter *l, struct limiter_call *c, struct limiter
  * (the caller answers it). */
 int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
                       bool asking);
-/* May a decision for link <k> (NULL: its slot has no primary yet) wait for
- * it: the waiting list has room, and a link can be ready within <l>'s
- * timeout (it is connecting, or its next attempt comes by then)? */
-bool limiter_call_may_wait(const struct limiter *l, const struct limiter_link *k);
 /* l->wake: send the waiting calls whose link is ready now. */
 void limiter_wake(struct limiter *l);
 /* Answer every waiting call "unavailable" (limiter_free()). */

@@ -19,6 +19,11 @@
 /* ------------------------------------------------------------------ */
 /* gauges                                                              */
 
+_Static_assert((int)LIMITER_ENGINE_SCRIPT == (int)METRICS_ENGINE_SCRIPT &&
+               (int)LIMITER_ENGINE_MODULE == (int)METRICS_ENGINE_MODULE &&
+               (int)LIMITER_ENGINE_COUNT == (int)METRICS_ENGINE_COUNT,
+               "an engine's id is its metrics index");
+
 /* Set <l>'s connected gauge to <up>. */
 void limiter_set_connected(struct limiter *l, bool up)
 {
@@ -46,8 +51,7 @@ void limiter_update_connected(struct limiter *l)
 		const struct limiter_link *k = l->links.all[i];
 
 		if (k->in_use && k->state == LIMITER_ST_READY)
-			engines[k->engine->id == LIMITER_ENGINE_MODULE ? METRICS_ENGINE_MODULE :
-			        METRICS_ENGINE_SCRIPT] = true;
+			engines[k->engine->id] = true;   /* the same order (limiter_engine.h) */
 	}
 	for (i = 0; l->metrics && !l->standby && i < METRICS_ENGINE_COUNT; i++)
 		atomic_store_explicit(&l->metrics->redis_engine[i], engines[i] ? 1 : 0,

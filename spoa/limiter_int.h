@@ -83,6 +83,8 @@ enum limiter_state {
  *   part                              owner
  *   struct limiter_link               limiter_link.c (one connection)
  *     .watch (limiter_link_watch)     limiter_health.c (its eviction watch)
+ *     .script (limiter_link_script)   limiter_engine_script.c (a load in flight)
+ *     .module (limiter_link_module)   limiter_engine_module.c (probe, protocol)
  *   struct limiter_links   l->links   limiter_link.c (every link, the held count)
  *   struct limiter_calls   l->calls   limiter_call.c (pool, answers, waiting, parked,
  *                                     the deny cache)
@@ -93,7 +95,8 @@ enum limiter_state {
  *   struct limiter_script  l->script  limiter_engine_script.c (source, SHA)
  *   struct limiter_cluster l->cluster limiter_cluster.c (with l->topo while on)
  *   struct limiter_sentinel l->sentinel limiter_sentinel.c (with l->topo while on)
- *   the rest of struct limiter        limiter.c (settings, lifecycle)
+ *   the rest of struct limiter        limiter.c (settings, lifecycle, the engines
+ *                                     redis-engine runs: l->engines)
  */
 
 /* A link's eviction watch (limiter_health.c owns it, the link resets it
@@ -112,6 +115,18 @@ struct limiter_link_watch {
 	ev_timer poll;                  /* READY: LIMITER_EVICT_POLL_MS, repeating */
 };
 
+/* What the engines keep per link, each its own (limiter_engine_script.c,
+ * limiter_engine_module.c), reset by their link_reset op. */
+struct limiter_link_script {
+	bool loading;                   /* a SCRIPT LOAD is in flight */
+};
+struct limiter_link_module {
+	bool probe_warned;              /* said once that COMMAND INFO is refused */
+	bool probe_present;             /* COMMAND INFO found RATELIMIT.DECIDE; read by
+	                                 * the RATELIMIT.VERSION reply that follows it */
+	long long protocol;             /* RATELIMIT.VERSION's protocol, -1 unknown */
+};
+
 /* One connection to one Redis server (the only one, a sentinel's primary,
  * or a cluster primary), owned by limiter_link.c. <addr> is what logs show:
  * never a password. */
@@ -124,12 +139,11 @@ struct limiter_link {
 	char host[REDIS_URL_HOST_MAX];  /* TCP host, or the unix socket path */
 	int port;
 	char addr[REDIS_URL_ADDR_MAX];
-	bool script_loading;            /* a SCRIPT LOAD is in flight */
-	const struct limiter_engine *engine;    /* what this connection's decisions use */
-	bool probe_warned;              /* said once that COMMAND INFO is refused */
-	bool probe_present;             /* COMMAND INFO found RATELIMIT.DECIDE; read by
-	                                 * the RATELIMIT.VERSION reply that follows it */
-	long long module_protocol;      /* RATELIMIT.VERSION's protocol, -1 unknown */
+	const struct limiter_engine *engine;    /* what this connection's decisions use
+	                                         * (set by the engines' setup) */
+	unsigned setup_pending;         /* engines whose part of the setup is not through */
+	struct limiter_link_script script;  /* limiter_engine_script.c's */
+	struct limiter_link_module module;  /* limiter_engine_module.c's */
 	ev_timer retry;                 /* IDLE: next connect attempt */
 	ev_timer connect_timer;         /* CONNECTING: give up */
 	unsigned backoff_ms;
@@ -349,6 +363,14 @@ struct limiter {
 	/* limiter.c sets it: a link became ready, or the topology moved
 	 * (limiter_wake(), limiter_call.c's: send what waits) */
 	void (*wake)(struct limiter *l);
+	/* limiter.c, from redis-engine: the engines a link runs; the link
+	 * reaches them only through this table and k->engine, never by name */
+	struct {
+		const struct limiter_engine *first;     /* a new connection's, until its setup says */
+		const struct limiter_engine *setup[LIMITER_ENGINE_COUNT];   /* whose setup runs, in order */
+		unsigned n;
+		const struct limiter_engine *all[LIMITER_ENGINE_COUNT];
+	} engines;
 
 	struct limiter_links links;     /* limiter_link.c */
 	struct limiter_calls calls;     /* limiter_call.c */

@@ -89,10 +89,9 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 	k = spare;
 	k->in_use = true;
 	k->state = LIMITER_ST_IDLE;
-	k->script_loading = false;
-	k->engine = &limiter_engine_script;
-	k->probe_warned = false;
-	k->module_protocol = -1;
+	k->engine = l->engines.first;
+	for (i = 0; i < LIMITER_ENGINE_COUNT; i++)
+		l->engines.all[i]->link_reset(k);
 	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	k->attempted = false;
 	k->failures = 0;
@@ -104,10 +103,16 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 /* hiredis now holds one more call on <k>. */
 void limiter_link_hold(struct limiter_link *k)
 {
+	limiter_link_hold_n(k, 1);
+}
+
+/* hiredis now holds <n> more calls on <k> (a batch). */
+void limiter_link_hold_n(struct limiter_link *k, unsigned n)
+{
 	if (k->held == 0)
 		limiter_link_heard(k, limiter_now_us());
-	k->held++;
-	k->l->links.held++;
+	k->held += n;
+	k->l->links.held += n;
 }
 
 /* A wait drawn in [<d>/2, <d>] ms from <l>'s jitter generator (xorshift64*),
@@ -144,7 +149,6 @@ void limiter_link_lost(struct limiter_link *k)
 
 	k->ac = NULL;
 	k->state = LIMITER_ST_IDLE;
-	k->script_loading = false;
 	limiter_link_watch_stop(k);
 	ev_timer_stop(l->loop, &k->connect_timer);
 	if (l->topo && l->topo->on_lost)
@@ -321,188 +325,20 @@ static void limiter_link_ready(struct limiter_link *k)
 		l->wake(l);   /* calls that waited for a link */
 }
 
-/*
- * COMMAND INFO ratelimit.decide answered on <ac>: does this Redis have the
- * module's command? Noted for the RATELIMIT.VERSION reply right behind it
- * (limiter_link_on_version), which decides. */
-static void limiter_link_on_probe(redisAsyncContext *ac, void *r, void *privdata)
+/* One engine's part of <k>'s setup is through (limiter_engine.h): once
+ * every part is, <k> is ready. A ready link (asked again by a reload)
+ * stays as it is. */
+void limiter_link_setup_done(struct limiter_link *k)
 {
-	struct limiter_link *k = ac->data;
-	struct limiter *l = k->l;
-	const redisReply *reply = r;
-	bool only_module = l->engine_mode == LIMITER_ENGINE_ONLY_MODULE;
-
-	(void)privdata;
-	if (ac != k->ac || !reply)
-		return;
-	if (reply->type == REDIS_REPLY_ERROR) {
-		if (!k->probe_warned)
-			log_warn("redis_engine_unknown", "addr=%s reply=\"%.*s\" action=\"%s (give "
-			         "the user +command|info)\"", k->addr, (int)reply->len, reply->str,
-			         only_module ? "assuming RATELIMIT.DECIDE is there" : "using the script");
-		k->probe_warned = true;
-		k->probe_present = only_module;
-	} else {
-		k->probe_present = reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
-		                   reply->element && reply->element[0] &&
-		                   reply->element[0]->type == REDIS_REPLY_ARRAY &&
-		                   reply->element[0]->elements > 0;
-	}
-}
-
-/*
- * RATELIMIT.VERSION answered on <ac>, after the probe above: the module is
- * used only on a protocol this agent speaks (LIMITER_MODULE_PROTOCOL); a
- * module without the command (unknown command: before 1.1.0) speaks
- * protocol 1. auto: the module if present and spoken, else the script; module: the
- * module, and a Redis without it is refused (logged at error once a
- * streak, the link dropped and retried with backoff: every decision is an
- * error meanwhile, never an allow). A refused COMMAND INFO (an ACL without
- * +command|info) cannot tell: a warning once; auto keeps the script,
- * module assumes the command (a missing one fails every call closed).
- * At setup with redis-engine module this makes the link ready; on a ready
- * link (a reload that changed redis-engine) it switches the engine.
- */
-static void limiter_link_on_version(redisAsyncContext *ac, void *r, void *privdata)
-{
-	struct limiter_link *k = ac->data;
-	struct limiter *l = k->l;
-	const redisReply *reply = r;
-	bool only_module = l->engine_mode == LIMITER_ENGINE_ONLY_MODULE, present;
-	long long protocol = 1;
-
-	(void)privdata;
-	if (ac != k->ac || !reply)
-		return;
-	limiter_link_heard(k, limiter_now_us());
-	present = k->probe_present;
-	if (present && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-	    reply->element[0]->type == REDIS_REPLY_INTEGER) {
-		const redisReply *v = reply->element[1];
-		bool text = v->type == REDIS_REPLY_STATUS || v->type == REDIS_REPLY_STRING;
-
-		protocol = reply->element[0]->integer;
-		if (protocol != k->module_protocol)
-			log_info("module_version", "addr=%s protocol=%lld version=%.*s", k->addr, protocol,
-			         text ? (int)v->len : 1, text ? v->str : "-");
-	} else if (present && k->module_protocol != 1) {
-		log_info("module_version", "addr=%s protocol=1 version=- (no RATELIMIT.VERSION: "
-		         "a module before 1.1.0)", k->addr);
-	}
-	if (present)
-		k->module_protocol = protocol;
-	if (present && protocol != LIMITER_MODULE_PROTOCOL) {
-		if (only_module) {
-			limiter_note_error(l, k->addr, "the module speaks another protocol (redis-engine module)");
-			log_error("redis_engine_protocol", "addr=%s protocol=%lld speaks=%d action=\"refusing "
-			          "decisions until the module and the agents speak one protocol (upgrade "
-			          "order: docs/deployment.md)\"", k->addr, protocol, LIMITER_MODULE_PROTOCOL);
-			limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
-			limiter_link_drop(k, "module protocol not spoken");
-			return;
-		}
-		log_warn("redis_engine_protocol", "addr=%s protocol=%lld speaks=%d action=\"using the "
-		         "script (upgrade order: docs/deployment.md)\"", k->addr, protocol,
-		         LIMITER_MODULE_PROTOCOL);
-		present = false;
-	}
-	if (only_module && !present) {
-		limiter_note_error(l, k->addr, "RATELIMIT.DECIDE not found (redis-engine module)");
-		if (k->state == LIMITER_ST_READY || k->failures++ == 0)
-			log_error("redis_engine_missing", "addr=%s engine=module action=\"refusing "
-			          "decisions until Redis has the module (loadmodule, MODULE LOAD); "
-			          "retrying with backoff\"", k->addr);
-		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
-		limiter_link_drop(k, "RATELIMIT.DECIDE not found");
-		return;
-	}
-	k->engine = present ? &limiter_engine_module : &limiter_engine_script;
-	if (k->state == LIMITER_ST_CONNECTING && only_module)
-		limiter_link_ready(k);
-	else if (k->state == LIMITER_ST_READY)
-		limiter_update_connected(l);
-}
-
-/* Queue COMMAND INFO ratelimit.decide, then RATELIMIT.VERSION (answered in
- * that order) on <k>'s connection. */
-static void limiter_link_probe_engine(struct limiter_link *k)
-{
-	k->probe_present = false;
-	redisAsyncCommand(k->ac, limiter_link_on_probe, NULL, "COMMAND INFO ratelimit.decide");
-	redisAsyncCommand(k->ac, limiter_link_on_version, NULL, "RATELIMIT.VERSION");
-}
-
-/*
- * A call sent to <k> with the module was answered "unknown command" on
- * <ac> (MODULE UNLOAD at runtime, or a failover to a Redis without it).
- * auto: <k> decides with the script from now on (logged at warn) and the
- * caller re-sends as EVAL: true. module: logged at error, <k> dropped so
- * that its next setup asks again (and refuses until the module is back):
- * false, the caller answers the call with the error. Never an allow.
- */
-bool limiter_link_engine_gone(struct limiter_link *k, const redisAsyncContext *ac)
-{
-	struct limiter *l = k->l;
-
-	if (l->engine_mode != LIMITER_ENGINE_ONLY_MODULE) {
-		if (ac == k->ac && k->engine == &limiter_engine_module) {
-			log_warn("redis_engine_missing", "addr=%s engine=module action=\"RATELIMIT.DECIDE "
-			         "is gone: deciding with the script\"", k->addr);
-			k->engine = &limiter_engine_script;
-			limiter_update_connected(l);
-		}
-		return true;
-	}
-	if (ac == k->ac) {
-		limiter_note_error(l, k->addr, "RATELIMIT.DECIDE is gone (redis-engine module)");
-		log_error("redis_engine_missing", "addr=%s engine=module action=\"RATELIMIT.DECIDE is "
-		          "gone: refusing decisions until Redis has the module\"", k->addr);
-		limiter_link_drop(k, "RATELIMIT.DECIDE is gone");
-	}
-	return false;
-}
-
-/* SCRIPT LOAD answered: at setup this makes the link ready; later (after a
- * NOSCRIPT, or a reload with a new script) it refreshes the SHA. */
-static void limiter_link_on_script_load(redisAsyncContext *ac, void *r, void *privdata)
-{
-	struct limiter_link *k = ac->data;
-	struct limiter *l = k->l;
-	const redisReply *reply = r;
-
-	(void)privdata;
-	if (ac != k->ac || !reply)
-		return;
-	limiter_link_heard(k, limiter_now_us());
-	k->script_loading = false;
-	if (reply->type != REDIS_REPLY_STRING ||
-	    limiter_script_set_sha(&l->script, reply->str, reply->len) == -1) {
-		if (k->state != LIMITER_ST_CONNECTING || k->failures++ == 0)
-			log_warn("redis_script_load_failed", "addr=%s reply=\"%.*s\"", k->addr,
-			         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
-			         reply->type == REDIS_REPLY_ERROR ? reply->str : "");
-		limiter_count_error(l, METRICS_REDIS_ERR_SCRIPT);
-		limiter_note_error(l, k->addr, "SCRIPT LOAD failed");
-		if (k->state == LIMITER_ST_CONNECTING)
-			limiter_link_drop(k, "script load failed");
-		return;
-	}
-	if (k->state == LIMITER_ST_CONNECTING)
+	if (k->state == LIMITER_ST_CONNECTING && k->setup_pending > 0 && --k->setup_pending == 0)
 		limiter_link_ready(k);
 }
 
-/* Queue SCRIPT LOAD on <k>'s connection. Returns 0 or -1. */
-int limiter_link_send_script_load(struct limiter_link *k)
+/* One more failed step of <k>'s attempts: true for the first of a streak
+ * (a misconfiguration repeats on every attempt: said once). */
+bool limiter_link_count_failure(struct limiter_link *k)
 {
-	const struct limiter *l = k->l;
-	const char *argv[3] = { "SCRIPT", "LOAD", l->script.text };
-	size_t argvlen[3] = { 6, 4, l->script.len };
-
-	if (redisAsyncCommandArgv(k->ac, limiter_link_on_script_load, NULL, 3, argv,
-	                          argvlen) != REDIS_OK)
-		return -1;
-	k->script_loading = true;
-	return 0;
+	return k->failures++ == 0;
 }
 
 /* CONNECTING lasted longer than the stall limit (e.g. a frozen Redis that
@@ -560,6 +396,7 @@ static void limiter_link_send_setup(struct limiter_link *k)
 	struct limiter *l = k->l;
 	const struct redis_url *u = &l->url;
 	redisAsyncContext *ac = k->ac;
+	unsigned i;
 
 	if (u->has_pass) {
 		/* "AUTH user pass" (ACL) or "AUTH pass" */
@@ -584,15 +421,13 @@ static void limiter_link_send_setup(struct limiter_link *k)
 	if (!(l->topo && l->topo->skip_role))
 		redisAsyncCommand(ac, limiter_link_on_role, NULL, "ROLE");
 	limiter_link_watch_start(k);
-	/* the engine: asked at every connection (a failover may lose the
-	 * module); redis-engine module needs no script, and is ready once
-	 * the command is found */
-	k->engine = l->engine_mode == LIMITER_ENGINE_ONLY_MODULE ? &limiter_engine_module :
-	            &limiter_engine_script;
-	if (l->engine_mode != LIMITER_ENGINE_ONLY_SCRIPT)
-		limiter_link_probe_engine(k);
-	if (l->engine_mode != LIMITER_ENGINE_ONLY_MODULE)
-		limiter_link_send_script_load(k);
+	/* the engines' parts (redis-engine: the module's probe, the script's
+	 * SCRIPT LOAD), asked at every connection (a failover may lose the
+	 * module); the link is ready once each said so */
+	k->engine = l->engines.first;
+	k->setup_pending = l->engines.n;
+	for (i = 0; i < l->engines.n; i++)
+		l->engines.setup[i]->setup(k);
 }
 
 /* (Re)arm <k>'s connect timer: the stall limit from now. */
@@ -837,25 +672,23 @@ void limiter_links_retire_all(struct limiter *l, const char *why)
 			limiter_link_retire(l->links.all[i], why);
 }
 
-/* A reload on the same Redis (limiter_reconfigure()): a new script is
- * loaded on each ready link (calls in flight keep the old SHA, which Redis
- * still knows), a new redis-engine asked again (the script alone needs no
- * asking), and the eviction policy asked again. */
+/* A reload on the same Redis (limiter_reconfigure()): a new script or a
+ * new redis-engine runs the engines' setup again on each ready link (calls
+ * in flight keep the old SHA, which Redis still knows; the script alone
+ * needs no asking), and the eviction policy is asked again. */
 void limiter_links_reconfigure(struct limiter *l, bool script_changed, bool engine_changed)
 {
-	unsigned i;
+	unsigned i, e;
 
 	for (i = 0; i < l->links.n; i++) {
 		struct limiter_link *k = l->links.all[i];
 
 		if (!k->in_use || k->state != LIMITER_ST_READY || !k->ac)
 			continue;
-		if ((script_changed || engine_changed) && l->engine_mode != LIMITER_ENGINE_ONLY_MODULE)
-			limiter_link_send_script_load(k);
 		if (engine_changed && l->engine_mode == LIMITER_ENGINE_ONLY_SCRIPT)
-			k->engine = &limiter_engine_script;
-		else if (engine_changed)
-			limiter_link_probe_engine(k);
+			k->engine = l->engines.first;
+		for (e = 0; e < l->engines.n && (script_changed || engine_changed); e++)
+			l->engines.setup[e]->setup(k);
 		limiter_link_watch_recheck(k);
 	}
 	if (engine_changed)

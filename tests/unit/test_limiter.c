@@ -442,10 +442,16 @@ static void test_engine_auto_module(void **state)
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_MODULE]), 1);
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 0);
 	assert_int_equal(ask(l, "kate").status, WINDOW_ALLOW);
+	assert_int_equal(metrics.redis_replies[METRICS_ENGINE_MODULE][METRICS_REPLY_DECISION], 1);
 	assert_int_equal(ask(l, "kate").status, WINDOW_DENY);
 	limiter_set_deny_cache(l, false, 0);
 	assert_int_equal(ask(l, "kate").status, WINDOW_DENY);
 	assert_true(fake_done(&f));
+	/* each reply counted under the engine that gave it: the unknown
+	 * command was not an answer (re-sent as EVAL) */
+	assert_int_equal(metrics.redis_replies[METRICS_ENGINE_MODULE][METRICS_REPLY_DECISION], 1);
+	assert_int_equal(metrics.redis_replies[METRICS_ENGINE_MODULE][METRICS_REPLY_ERROR], 0);
+	assert_int_equal(metrics.redis_replies[METRICS_ENGINE_SCRIPT][METRICS_REPLY_DECISION], 2);
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_MODULE]), 0);
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 1);
 	one_stop();
@@ -918,6 +924,9 @@ static void test_batch_module(void **state)
 	assert_int_equal(b[2]->d.status, WINDOW_ALLOW);
 	assert_true(fake_done(&f));
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 1);
+	/* a batch's replies, each under the engine that answered it */
+	assert_int_equal(metrics.redis_replies[METRICS_ENGINE_MODULE][METRICS_REPLY_DECISION], 3);
+	assert_int_equal(metrics.redis_replies[METRICS_ENGINE_SCRIPT][METRICS_REPLY_DECISION], 3);
 	one_stop();
 }
 
