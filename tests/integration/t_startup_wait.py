@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
 """Decisions sent during start-up, before the agent's Redis link is set up:
 they wait for the link up to their deadline (redis-timeout) and are
-answered from Redis once it is reachable within it, in the order they came;
-with no Redis within the deadline they are refused with the documented
-reason (redis-unavailable: error on a fail-closed policy, allow on a
-fail-open one), only once the deadline has passed. No /readyz wait here:
-that gap is what this file tests."""
+answered from Redis once it is reachable within it, in the order they came
+(one Redis; sentinel://, the sentinel started after the decisions;
+cluster://, every node frozen while the agent starts, thawed after them); with no Redis within the
+deadline they are refused with the documented reason (redis-unavailable:
+error on a fail-closed policy, allow on a fail-open one), only once the
+deadline has passed. No /readyz wait here: that gap is what this file
+tests."""
 import os
+import signal
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from harness import Harness, free_port  # noqa: E402
 import spop  # noqa: E402
+from t_cluster import Cluster  # noqa: E402
 
 h = Harness()
 
@@ -81,5 +85,50 @@ h.eq("no Redis: fail-closed -> error, fail-open -> allow, both redis-unavailable
 # a lower bound only: a loaded machine can make it later, never earlier
 h.check("no Redis: refused only once the deadline (3 s) has passed", elapsed >= 2.9,
         "answered after %.2f s" % elapsed)
+c.close()
+h.stop(proc)
+
+# -- sentinel://: the sentinel that names the primary comes up later --------
+primary, sport = free_port(), free_port()
+h.start_redis_node(primary)
+proc, port, mport, log = h.spawn_side_agent("sentinel", """threads 1
+redis sentinel://127.0.0.1:%d/rlstart
+redis-timeout 20s
+policy startup 3/1m
+""" % sport)
+c = conn(port)
+sids = [send(c, "ACC-SENT", "startup") for _ in range(4)]
+time.sleep(0.5)   # the agent asks a sentinel that is not there yet
+h.start_sentinel(sport, primary, "rlstart")
+h.eq("sentinel://: decisions sent before the sentinel was up are answered from the primary "
+     "it names, in order", [("allow", None)] * 3 + [("deny", None)], [answer(c, s) for s in sids])
+c.close()
+h.stop(proc)
+
+# -- cluster://: no node answers while the agent starts ---------------------
+# Every node frozen (SIGSTOP: the kernel still accepts the connections, no
+# setup reply and no slot map comes), long enough for the decisions to be
+# sent; a node timeout of 15 s keeps the nodes from failing each other over
+# the pause.
+cl = Cluster(h, node_timeout=15000)
+for p in cl.ports:
+    os.kill(cl.procs[p].pid, signal.SIGSTOP)
+try:
+    proc, port, mport, log = h.spawn_side_agent("cluster", """threads 1
+redis cluster://%s
+redis-timeout 20s
+policy startup 3/1m
+""" % cl.seeds())
+    c = conn(port)
+    sids = [send(c, "ACC-CLUSTER", "startup") for _ in range(4)]
+    time.sleep(0.5)
+finally:
+    for p in cl.ports:
+        os.kill(cl.procs[p].pid, signal.SIGCONT)
+h.eq("cluster://: decisions sent before the agent had a slot map are answered once it has "
+     "one and the slot's primary, in order", [("allow", None)] * 3 + [("deny", None)],
+     [answer(c, s) for s in sids])
+h.eq("cluster://: the three admissions are recorded on the slot's primary", "3",
+     cl.rcli("ZCARD", "startup:limit:v1:ACC-CLUSTER"))
 c.close()
 h.done()
