@@ -31,7 +31,14 @@ eq "bench-redis-ir.sh exits 0" 0 "$rc"
 eq "it counts instructions per decision, batched and not" 2 \
 	"$(grep -Ec "^ir_b(32|1)"$'\t'"[1-9][0-9]*\$" "$T/ir.tsv" 2>/dev/null)"
 # tools/bench-agent-ir.sh on a few decisions: the agent's and the floor's
-# instructions and syscalls per decision (callgrind, strace)
+# instructions and syscalls per decision (callgrind, strace). Valgrind
+# cannot run a sanitizer build (make sanitize, make tsan): there, only the
+# checks above.
+if ldd "$AGENT" 2>/dev/null | grep -Eq 'lib(a|t)san'; then
+	echo "# bench-agent-ir.sh skipped: $AGENT is a sanitizer build (valgrind cannot run it)"
+	t_done
+	exit
+fi
 BENCH_AIR_N=300 BENCH_AIR_WARM=100 BENCH_AIR_SHAPES=4x4 BENCH_AIR_ENGINES="floor script" \
 	BENCH_AIR_TSV="$T/air.tsv" "$ROOT/tools/bench-agent-ir.sh" >"$T/air.out" 2>&1; rc=$?
 eq "bench-agent-ir.sh exits 0" 0 "$rc"

@@ -997,6 +997,29 @@ static void test_decimal(void **state)
 	assert_int_equal(v, 12);
 }
 
+/* decimal_format: every length, the edges, and no byte past its length. */
+static void test_decimal_format(void **state)
+{
+	static const struct { uint64_t v; const char *s; } cases[] = {
+		{ 0, "0" }, { 9, "9" }, { 10, "10" }, { 99, "99" }, { 100, "100" },
+		{ 1234567890, "1234567890" }, { UINT64_MAX, "18446744073709551615" },
+	};
+	char buf[DECIMAL_U64_LEN + 1];
+	size_t i, n;
+	uint64_t back;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memset(buf, '#', sizeof(buf));
+		n = decimal_format(cases[i].v, buf);
+		assert_int_equal(n, strlen(cases[i].s));
+		assert_memory_equal(buf, cases[i].s, n);
+		assert_int_equal(buf[n], '#');
+		assert_int_equal(decimal_parse(buf, n, UINT64_MAX, &back), 0);
+		assert_true(back == cases[i].v);
+	}
+}
+
 /* check_routes <text> against "policy transfer 3/1s", "policy reads 10/1m
  * on-redis-error=allow":
  * the route count, or -1 with <err> set. */
@@ -1086,6 +1109,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_decimal),
+		cmocka_unit_test(test_decimal_format),
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_strings),
 		cmocka_unit_test(test_durations),

@@ -113,6 +113,10 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 		}
 	}
 	fclose(f);
+	/* an error's text lives in its pair, which realloc may have moved */
+	for (size_t i = 0; i < *n; i++)
+		if (all[i].reply.kind == WINDOW_REPLY_ERROR)
+			all[i].reply.str = all[i].err;
 	return all;
 }
 
