@@ -46,95 +46,30 @@ static uint64_t limiter_random64(uint64_t salt)
 	return v ? v : 0x9e3779b97f4a7c15ULL;
 }
 
-/*
- * Give memory back after a burst: every chunk of <l>'s pool whose calls are
- * all free is freed, except the newest LIMITER_POOL_KEEP (the calls in use
- * now stay where they are), idle batches above LIMITER_BATCH_KEEP (those
- * in flight are not on the freelist), and an empty answer queue is dropped.
- * Contract in limiter.h.
- */
+/* The engines redis-engine <mode> runs on <l>'s links (l->engines): the
+ * module's probe before the script's SCRIPT LOAD (auto), one of them
+ * alone (script, module); a new connection decides with the script until
+ * the probe says (auto), with the module from the start (module). */
+static void limiter_choose_engines(struct limiter *l, enum limiter_engine_mode mode)
+{
+	l->engine_mode = mode;
+	l->engines.all[LIMITER_ENGINE_SCRIPT] = &limiter_engine_script;
+	l->engines.all[LIMITER_ENGINE_MODULE] = &limiter_engine_module;
+	l->engines.n = 0;
+	if (mode != LIMITER_ENGINE_ONLY_SCRIPT)
+		l->engines.setup[l->engines.n++] = &limiter_engine_module;
+	if (mode != LIMITER_ENGINE_ONLY_MODULE)
+		l->engines.setup[l->engines.n++] = &limiter_engine_script;
+	l->engines.first = mode == LIMITER_ENGINE_ONLY_MODULE ? &limiter_engine_module :
+	                   &limiter_engine_script;
+}
+
+/* Give memory back after a burst: each part its own (the call pool, the
+ * answer queue and the deny cache; the idle batches). Contract in
+ * limiter.h. */
 unsigned limiter_trim(struct limiter *l)
 {
-	struct limiter_chunk *ch, **pp;
-	struct limiter_call **cp;
-	struct limiter_batch *b, **bp;
-	unsigned kept = 0, ntrim = 0;
-
-	for (ch = l->chunks; ch; ch = ch->next) {
-		ch->trim = kept >= LIMITER_POOL_KEEP && ch->nfree == LIMITER_POOL_CHUNK;
-		if (ch->trim)
-			ntrim++;
-		else
-			kept++;
-	}
-	if (ntrim) {
-		for (cp = &l->free_calls; *cp;) {
-			if ((*cp)->chunk->trim)
-				*cp = (*cp)->next;
-			else
-				cp = &(*cp)->next;
-		}
-		for (pp = &l->chunks; (ch = *pp);) {
-			if (ch->trim) {
-				*pp = ch->next;
-				free(ch);
-			} else {
-				pp = &ch->next;
-			}
-		}
-		l->ncalls -= ntrim * LIMITER_POOL_CHUNK;
-	}
-	kept = 0;
-	bp = &l->free_batches;
-	while ((b = *bp) != NULL) {
-		if (kept < LIMITER_BATCH_KEEP) {
-			kept++;
-			bp = &b->next;
-		} else {
-			*bp = b->next;
-			free(b);
-			ntrim++;
-		}
-	}
-	if (l->nanswers == 0 && l->answers_cap > LIMITER_ANSWERS_KEEP) {
-		free(l->answers);
-		l->answers = NULL;
-		l->answers_cap = 0;
-		ntrim++;
-	}
-	/* the deny cache's table, once every entry in it expired */
-	ntrim += deny_cache_trim(&l->cache, limiter_now_us());
-	return ntrim;
-}
-
-/* Index of policy <p> in the table given by the settings, or UINT_MAX. */
-static unsigned limiter_policy_index(const struct limiter *l, const struct window_policy *p)
-{
-	size_t i;
-
-	for (i = 0; i < l->npolicies; i++)
-		if (l->policy_name_len[i] == p->name_len &&
-		    memcmp(l->policy_names[i], p->name, p->name_len) == 0)
-			return (unsigned)i;
-	return UINT_MAX;
-}
-
-/* Copy the policy names of <s> into <l> (nothing stays borrowed). */
-static void limiter_copy_policy_names(struct limiter *l, const struct limiter_settings *s)
-{
-	size_t i, n = s->policies ? s->npolicies : 0;
-
-	if (n > CONFIG_MAX_POLICIES)
-		n = CONFIG_MAX_POLICIES;
-	for (i = 0; i < n; i++) {
-		size_t len = s->policies[i].name_len;
-
-		if (len > WINDOW_NAME_MAX)
-			len = WINDOW_NAME_MAX;
-		memcpy(l->policy_names[i], s->policies[i].name, len);
-		l->policy_name_len[i] = len;
-	}
-	l->npolicies = n;
+	return limiter_calls_trim(l) + limiter_batch_trim(l);
 }
 
 /* Borrows <p> and <key> for the call only: a call sent to Redis keeps its
@@ -145,20 +80,16 @@ static int limiter_check_now(struct limiter *l, const struct window_policy *p,
 {
 	struct window_args a;
 	struct window_decision d;
-	struct limiter_call *c;
-	struct limiter_link *k;
 	enum window_reason why;
-	const struct window_limit *lim;
-	unsigned nwin;
-	int64_t now;
-	int first;
+	int rc;
 
 	if (l->closing || !p || !cb)
 		return -1;
-
-	/* Step 1: the request itself must be valid (never fails open). */
 	l->counter++;
-	if (window_build_args(p, l->sha, key, key_len, cost, &a, &why) == -1) {
+
+	/* Step 1: the request itself must be valid (never fails open). Its
+	 * head ("EVALSHA" <sha>) is the engine's, made where it is sent. */
+	if (window_build_args(p, "", key, key_len, cost, &a, &why) == -1) {
 		window_decide_error(p, why, &d);
 		if (why == WINDOW_REASON_BAD_KEY || why == WINDOW_REASON_BAD_COST)
 			d.status = WINDOW_ERROR;
@@ -166,81 +97,13 @@ static int limiter_check_now(struct limiter *l, const struct window_policy *p,
 	}
 
 	/* Step 2: an account known to be denied is answered here. */
-	now = limiter_now_us();
-	if (l->cache_on && !p->shadow &&
-	    deny_cache_lookup(&l->cache, p->name, p->name_len, key, key_len, cost, now, &d)) {
-		unsigned idx = limiter_policy_index(l, p);
+	if (limiter_call_cached(l, p, key, key_len, cost, cb, arg, &rc))
+		return rc;
 
-		if (l->metrics && idx < CONFIG_MAX_POLICIES)
-			metrics_add(&l->metrics->cache_denies[idx], 1);
-		log_debug("deny_cache_hit", "policy=%.*s retry_after=%lld", (int)p->name_len,
-		          p->name, (long long)d.retry_after);
-		return limiter_defer(l, cb, arg, &d);
-	}
-
-	/* Step 3: the link that serves the key (a cluster: the primary of its
-	 * slot); without a ready one, or over the bound, no queue. */
-	k = limiter_route(l, a.argv[3], a.argvlen[3]);
-	if (!k || k->state != LIMITER_ST_READY || !k->ac) {
-		if (l->cluster && !k)
-			limiter_topo_refresh(l, "slot without primary");
-		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
-		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
-		return limiter_defer(l, cb, arg, &d);
-	}
-	if (k->evicts && !l->allow_eviction) {
-		/* the link's eviction poll sees it fixed (limiter_link.c) */
-		window_decide_error(p, WINDOW_REASON_REDIS_EVICTS, &d);
-		return limiter_defer(l, cb, arg, &d);
-	}
-	if (l->held >= LIMITER_MAX_HELD || !(c = limiter_call_get(l))) {
-		window_decide_error(p, WINDOW_REASON_OVERLOAD, &d);
-		return limiter_defer(l, cb, arg, &d);
-	}
-
-	/* Step 4: send, and arm the call's own deadline. */
-	c->cb = cb;
-	c->arg = arg;
-	c->sent_us = now;
-	c->retried = false;
-	c->asking = false;
-	c->redirects = 0;
-	c->link = k;
-	c->cacheable = l->cache_on && !p->shadow;
-	c->cost = cost;
-	c->policy = *p;
-	lim = window_limits_for(p, key, key_len, &nwin);
-	c->policy.nwin = nwin;
-	memcpy(c->policy.win, lim, nwin * sizeof(*lim));
-	c->policy.overrides = NULL;
-	c->policy.noverrides = 0;
-	memcpy(c->key, key, key_len);
-	c->key_len = key_len;
-	if (l->batch > 1 && !l->cluster) {
-		/* batched: sent by limiter_flush() before the loop next waits
-		 * (or now, when the batch is full); its deadline runs from now */
-		if (l->nqueued && l->queue[0]->link != k)
-			limiter_flush(l);   /* the primary moved (sentinel) */
-		limiter_call_arm(l, c);
-		l->queue[l->nqueued++] = c;
-		if (l->nqueued >= l->batch)
-			limiter_flush(l);
-		else if (!ev_is_active(&l->flush))
-			ev_prepare_start(l->loop, &l->flush);
-		return 0;
-	}
-	first = limiter_engine_apply(k->engine, l, false, a.argv, a.argvlen);
-	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a.argc - first, a.argv + first,
-	                          a.argvlen + first) != REDIS_OK) {
-		limiter_call_put(c);
-		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
-		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
-		return limiter_defer(l, cb, arg, &d);
-	}
-	c->engine = k->engine;
-	limiter_link_hold(k);
-	limiter_call_arm(l, c);
-	return 0;
+	/* Step 3: the call, to the link that serves the key: sent, batched,
+	 * waiting for that link, or refused (limiter_batch.c, limiter_call.c).
+	 * A decision never connects anything itself. */
+	return limiter_batch_submit(l, p, key, key_len, cost, &a, cb, arg);
 }
 
 /* limiter_check_now() with every answer it gives deferred (l->in_check):
@@ -269,7 +132,6 @@ int limiter_check(struct limiter *l, const struct window_policy *p,
 static int limiter_backend_start(struct limiter *l, char *err, size_t errlen)
 {
 	const struct redis_url *u = &l->url;
-	struct limiter_link *k;
 
 	if (u->tls) {
 		/* one TLS context per limiter generation: certificates read now */
@@ -287,14 +149,10 @@ static int limiter_backend_start(struct limiter *l, char *err, size_t errlen)
 			goto fail;
 		return 0;
 	default:
-		k = limiter_link_get(l, u->hosts[0].host, u->hosts[0].port, u->mode == REDIS_URL_UNIX);
-		if (!k)
-			goto fail;
 		/* the address as before: with its db */
-		snprintf(k->addr, sizeof(k->addr), "%s", u->addr);
-		l->main_link = k;
-		limiter_update_connected(l);
-		limiter_link_connect(k);
+		if (!limiter_link_start_main(l, u->hosts[0].host, u->hosts[0].port,
+		                             u->mode == REDIS_URL_UNIX, u->addr))
+			goto fail;
 		return 0;
 	}
 
@@ -308,18 +166,11 @@ fail:
  * allocated (retired) until limiter_free(). */
 static void limiter_backend_stop(struct limiter *l, const char *why)
 {
-	unsigned i;
-
 	l->stopping = true;
 	limiter_sentinel_stop(l);
-	l->main_link = NULL;
-	for (i = 0; i < l->nlinks; i++)
-		if (l->links[i]->in_use)
-			limiter_link_retire(l->links[i], why);
-	l->stopping = false;
-	l->topo = NULL;
 	limiter_cluster_stop(l);
-	free(l->sentinel); l->sentinel = NULL;
+	limiter_links_retire_all(l, why);
+	l->stopping = false;
 	redis_tls_free(l->tls); l->tls = NULL;
 	limiter_set_connected(l, false);
 }
@@ -334,12 +185,6 @@ static int limiter_parse_url(const char *s, struct redis_url *u, char *err, size
 		return 0;
 	snprintf(err, errlen, "redis: %s", why);
 	return -1;
-}
-
-/* redis-batch <n> for <l> (0 and 1: one script call per decision). */
-static void limiter_set_batch(struct limiter *l, unsigned n)
-{
-	l->batch = n < 1 ? 1 : n > LIMITER_BATCH_MAX ? LIMITER_BATCH_MAX : n;
 }
 
 /* Allocates the limiter; the caller owns it and frees it with limiter_free(). */
@@ -365,17 +210,12 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	}
 	l->loop = loop;
 	l->timeout_ms = s->timeout_ms ? s->timeout_ms : 1;
-	l->script = s->script;
-	l->script_len = s->script_len;
+	limiter_script_set(&l->script, s->script, s->script_len);
 	l->metrics = s->metrics;
 	l->instance = limiter_random64((uint64_t)(uintptr_t)l);
-	l->rng = limiter_random64(l->instance ^ 0x5bd1e995u);
-	deny_cache_init(&l->cache, limiter_random64(l->rng));
-	l->cache_on = true;
 	l->allow_eviction = s->allow_eviction;
-	l->engine_mode = s->engine;
+	limiter_choose_engines(l, s->engine);
 	l->standby = s->standby;
-	limiter_copy_policy_names(l, s);
 	if (s->tls)
 		l->tls_cfg = *s->tls;
 	l->resolver = resolve_new(loop);
@@ -385,13 +225,11 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 		free(l);
 		return NULL;
 	}
-	ev_timer_init(&l->kick, limiter_on_kick, 0., 0.);
-	l->kick.data = l;
-	ev_timer_init(&l->park, limiter_on_park, 0., 0.);
-	l->park.data = l;
-	ev_prepare_init(&l->flush, limiter_on_flush);
-	l->flush.data = l;
-	limiter_set_batch(l, s->batch);
+	limiter_links_init(l, limiter_random64(l->instance ^ 0x5bd1e995u));
+	limiter_calls_init(l, limiter_random64(l->instance ^ 0x2545f491u));
+	limiter_calls_set_policies(l, s->policies, s->npolicies);
+	limiter_batch_init(l, s->batch);
+	l->wake = limiter_wake;
 	limiter_set_connected(l, false);
 	if (limiter_backend_start(l, err, errlen) == -1) {
 		limiter_free(l);
@@ -408,7 +246,6 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 {
 	struct redis_url u;
 	bool script_changed, engine_changed;
-	unsigned i;
 	int rc = 0;
 
 	if (!s || !s->script || !s->script_len) {
@@ -421,19 +258,14 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 		rc = -1;
 		goto out;
 	}
-	script_changed = s->script_len != l->script_len ||
-	                 memcmp(s->script, l->script, s->script_len) != 0;
-	l->script = s->script;
-	l->script_len = s->script_len;
+	script_changed = limiter_script_set(&l->script, s->script, s->script_len);
 	l->timeout_ms = s->timeout_ms ? s->timeout_ms : 1;
 	l->allow_eviction = s->allow_eviction;
 	engine_changed = s->engine != l->engine_mode;
-	l->engine_mode = s->engine;
-	limiter_flush(l);   /* calls queued under the old settings go as they were */
-	limiter_set_batch(l, s->batch);
-	limiter_copy_policy_names(l, s);
+	limiter_choose_engines(l, s->engine);
+	limiter_batch_set_size(l, s->batch);
 	/* limits or policies may have changed what a cached deny means */
-	deny_cache_clear(&l->cache);
+	limiter_calls_set_policies(l, s->policies, s->npolicies);
 
 	if (!redis_url_same(&u, &l->url)) {
 		log_info("redis_address_changed", "from=%s to=%s", l->url.addr, u.addr);
@@ -444,36 +276,8 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 			l->tls_cfg = *s->tls;
 		rc = limiter_backend_start(l, err, errlen);
 	} else {
-		/* calls in flight keep the old SHA, which Redis still knows; a
-		 * link that ran the module only has none yet */
-		for (i = 0; i < l->nlinks && (script_changed || engine_changed); i++) {
-			struct limiter_link *k = l->links[i];
-
-			if (k->in_use && k->state == LIMITER_ST_READY &&
-			    l->engine_mode != LIMITER_ENGINE_ONLY_MODULE)
-				limiter_link_send_script_load(k);
-		}
-		/* redis-engine changed: each ready link asks again (the script
-		 * alone needs no asking) */
-		for (i = 0; i < l->nlinks && engine_changed; i++) {
-			struct limiter_link *k = l->links[i];
-
-			if (!k->in_use || k->state != LIMITER_ST_READY || !k->ac)
-				continue;
-			if (l->engine_mode == LIMITER_ENGINE_ONLY_SCRIPT)
-				k->engine = &limiter_engine_script;
-			else
-				limiter_link_probe_engine(k);
-		}
-		if (engine_changed)
-			limiter_update_connected(l);
-		/* a reload is when an operator expects a fixed Redis to be seen */
-		for (i = 0; i < l->nlinks; i++) {
-			struct limiter_link *k = l->links[i];
-
-			if (k->in_use && k->state == LIMITER_ST_READY && k->ac && !k->evict_asking)
-				limiter_link_ask_eviction(k);
-		}
+		/* a reload is also when an operator expects a fixed Redis to be seen */
+		limiter_links_reconfigure(l, script_changed, engine_changed);
 	}
 out:
 	redis_url_wipe(&u);
@@ -483,10 +287,7 @@ out:
 /* Turning <on> off, or a new <size>, frees the cache table of <l>. */
 void limiter_set_deny_cache(struct limiter *l, bool on, unsigned size)
 {
-	l->cache_on = on;
-	deny_cache_set_size(&l->cache, size);
-	if (!on)
-		deny_cache_clear(&l->cache);
+	limiter_calls_set_cache(l, on, size);
 }
 
 /* Parses <url> and its secrets (the environment, password files) and
@@ -509,10 +310,10 @@ int limiter_same_redis(const struct limiter *l, const char *url, char *err, size
 /* See limiter.h. */
 bool limiter_ready(const struct limiter *l, char *why, size_t whylen)
 {
-	if (l->connected && (!l->evicting || l->allow_eviction))
+	if (l->health.connected && (!l->health.evicting || l->allow_eviction))
 		return true;
-	snprintf(why, whylen, "%s", l->last_error[0] ? l->last_error :
-	         l->connected ? "maxmemory-policy is not noeviction" : "not connected yet");
+	snprintf(why, whylen, "%s", l->health.last_error[0] ? l->health.last_error :
+	         l->health.connected ? "maxmemory-policy is not noeviction" : "not connected yet");
 	return false;
 }
 
@@ -521,7 +322,7 @@ void limiter_set_standby(struct limiter *l, bool standby)
 {
 	l->standby = standby;
 	if (!standby) {
-		limiter_set_connected(l, l->connected);
+		limiter_set_connected(l, l->health.connected);
 		limiter_update_eviction(l);
 	}
 }
@@ -536,48 +337,23 @@ const char *limiter_addr(const struct limiter *l)
  * answers queued for the next loop iteration. */
 unsigned limiter_pending(const struct limiter *l)
 {
-	return l->unanswered + (unsigned)l->nanswers;
+	return l->calls.unanswered + (unsigned)l->calls.nanswers;
 }
 
 /* Frees <l> and everything it owns; every call still waiting is answered
  * first (Redis calls with "unavailable", queued answers with theirs). */
 void limiter_free(struct limiter *l)
 {
-	struct limiter_chunk *ch;
-	unsigned i;
-
 	if (!l)
 		return;
 	l->closing = true;
 	limiter_flush(l);   /* calls not sent yet: "unavailable" */
-	ev_prepare_stop(l->loop, &l->flush);
+	limiter_call_unwait_all(l);   /* no link will be ready for them */
 	/* answers every call hiredis holds with a NULL reply */
 	limiter_backend_stop(l, "shutdown");
-	limiter_on_park(l->loop, &l->park, 0);
-	ev_timer_stop(l->loop, &l->park);
-	ev_timer_stop(l->loop, &l->kick);
-	while (l->nanswers)
-		limiter_on_kick(l->loop, &l->kick, 0);
-	ev_timer_stop(l->loop, &l->kick);
-	for (i = 0; i < l->nlinks; i++) {
-		free(l->links[i]); l->links[i] = NULL;
-	}
-	while ((ch = l->chunks)) {
-		l->chunks = ch->next;
-		free(ch);
-	}
-	free(l->answers); l->answers = NULL;
-	while (l->free_batches) {
-		struct limiter_batch *b = l->free_batches;
-
-		l->free_batches = b->next;
-		free(b);
-	}
-	free(l->bargs); l->bargs = NULL;
-	free(l->bargv); l->bargv = NULL;
-	free(l->bargvlen); l->bargvlen = NULL;
-	free(l->bnums); l->bnums = NULL;
-	deny_cache_clear(&l->cache);
+	limiter_calls_free(l);
+	limiter_batch_free(l);
+	limiter_links_free(l);
 	resolve_free(l->resolver);
 	redis_url_wipe(&l->url);
 	free(l);

@@ -9,9 +9,14 @@
  * Callback contract: limiter_check() either returns -1 and never calls <cb>,
  * or returns 0 and calls <cb> exactly once: on the reply, on the deadline, on
  * disconnect, or from limiter_free(); never before limiter_check() has
- * returned (an answer given inside it is queued). While Redis is away it
- * answers at once (through <cb>, on the next loop iteration) with the
- * policy's error decision: no queue grows.
+ * returned (an answer given inside it is queued). limiter_check() never
+ * connects: links connect, reconnect and set up on their own timers. A
+ * decision whose link is not ready yet (start-up, a reconnect) waits for
+ * it, within its deadline, on a bounded list (LIMITER_WAIT_MAX), and is
+ * answered with the policy's error decision (redis-unavailable) when the
+ * deadline passes first; when the link cannot be ready by then (its next
+ * attempt comes later) or the list is full, that answer comes at once (on
+ * the next loop iteration).
  */
 #ifndef SPOA_LIMITER_H
 #define SPOA_LIMITER_H
@@ -58,7 +63,8 @@ struct limiter_settings {
 	size_t npolicies;
 };
 
-/* Create a limiter on <loop> and start connecting. Returns NULL with <err>
+/* Create a limiter on <loop>; its links connect from the loop's first
+ * iteration on (decisions made before wait for them). Returns NULL with <err>
  * on a bad URL or allocation failure. Caller frees with limiter_free(). */
 struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings *s,
                             char *err, size_t errlen);

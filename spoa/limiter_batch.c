@@ -22,10 +22,10 @@ static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdat
  * when memory runs out. */
 static struct limiter_batch *limiter_batch_get(struct limiter *l)
 {
-	struct limiter_batch *b = l->free_batches;
+	struct limiter_batch *b = l->batch.free;
 
 	if (b)
-		l->free_batches = b->next;
+		l->batch.free = b->next;
 	else if (!(b = malloc(sizeof(*b))))
 		return NULL;
 	b->l = l;
@@ -38,8 +38,8 @@ static struct limiter_batch *limiter_batch_get(struct limiter *l)
 /* Give <b> back to its limiter's pool (hiredis no longer holds it). */
 static void limiter_batch_put(struct limiter_batch *b)
 {
-	b->next = b->l->free_batches;
-	b->l->free_batches = b;
+	b->next = b->l->batch.free;
+	b->l->batch.free = b;
 }
 
 /* limiter_call_fail() each call of <b> (<defer> as there), and give <b>
@@ -62,23 +62,23 @@ static int limiter_batch_scratch(struct limiter *l, size_t n)
 	size_t *vl;
 	char *nums;
 
-	if (n <= l->bcap)
+	if (n <= l->batch.cap)
 		return 0;
-	a = realloc(l->bargs, n * sizeof(*a));
+	a = realloc(l->batch.args, n * sizeof(*a));
 	if (a)
-		l->bargs = a;
-	v = realloc(l->bargv, WINDOW_BATCH_ARGC(n) * sizeof(*v));
+		l->batch.args = a;
+	v = realloc(l->batch.argv, WINDOW_BATCH_ARGC(n) * sizeof(*v));
 	if (v)
-		l->bargv = v;
-	vl = realloc(l->bargvlen, WINDOW_BATCH_ARGC(n) * sizeof(*vl));
+		l->batch.argv = v;
+	vl = realloc(l->batch.argvlen, WINDOW_BATCH_ARGC(n) * sizeof(*vl));
 	if (vl)
-		l->bargvlen = vl;
-	nums = realloc(l->bnums, WINDOW_BATCH_NUMS(n));
+		l->batch.argvlen = vl;
+	nums = realloc(l->batch.nums, WINDOW_BATCH_NUMS(n));
 	if (nums)
-		l->bnums = nums;
+		l->batch.nums = nums;
 	if (!a || !v || !vl || !nums)
 		return -1;
-	l->bcap = n;
+	l->batch.cap = n;
 	return 0;
 }
 
@@ -99,21 +99,22 @@ static int limiter_batch_send(struct limiter *l, struct limiter_batch *b, bool e
 		struct limiter_call *c = b->calls[i];
 
 		if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost,
-		                      &l->bargs[i], &why) == -1)
+		                      &l->batch.args[i], &why) == -1)
 			return -1;
 	}
-	argc = window_build_batch(l->bargs, b->n, "EVALSHA", "", 0, l->bargv, l->bargvlen, l->bnums);
+	argc = window_build_batch(l->batch.args, b->n, "EVALSHA", "", 0, l->batch.argv, l->batch.argvlen, l->batch.nums);
 	if (argc == -1)
 		return -1;
 	e = eval ? &limiter_engine_script : k->engine;
-	first = limiter_engine_apply(e, l, eval, l->bargv, l->bargvlen);
-	if (redisAsyncCommandArgv(k->ac, limiter_on_batch_reply, b, argc - first, l->bargv + first,
-	                          l->bargvlen + first) != REDIS_OK)
+	first = limiter_engine_apply(e, &l->script, eval, l->batch.argv, l->batch.argvlen);
+	if (redisAsyncCommandArgv(k->ac, limiter_on_batch_reply, b, argc - first, l->batch.argv + first,
+	                          l->batch.argvlen + first) != REDIS_OK)
 		return -1;
 	b->engine = e;
 	b->retried = eval;
+	limiter_link_hold_n(k, b->n);
 	for (i = 0; i < b->n; i++)
-		limiter_link_hold(k);
+		b->calls[i]->engine = e;   /* each is answered by this engine */
 	return 0;
 }
 
@@ -127,37 +128,42 @@ void limiter_flush(struct limiter *l)
 {
 	struct limiter_link *k;
 	struct limiter_batch *b;
-	unsigned i, n = l->nqueued;
+	unsigned i, n = l->batch.nqueued;
 
 	if (n == 0)
 		return;
-	l->nqueued = 0;
-	k = l->queue[0]->link;
+	l->batch.nqueued = 0;
+	k = l->batch.queue[0]->link;
 	if (n == 1) {
 		/* alone: exactly the call redis-batch 1 sends */
-		struct limiter_call *c = l->queue[0];
+		struct limiter_call *c = l->batch.queue[0];
 
-		if (!l->closing && c->cb && limiter_call_send(l, c, k, false) == 0)
-			c->redirects = 0;
-		else
+		if (l->closing || !c->cb || limiter_call_send(l, c, k, false) == -1)
 			limiter_call_fail(l, c, true);
+		return;
+	}
+	if (!l->closing && k->state != LIMITER_ST_READY) {
+		/* the link went since they were queued: each waits for it */
+		for (i = 0; i < n; i++)
+			if (!l->batch.queue[i]->cb || limiter_call_send(l, l->batch.queue[i], k, false) == -1)
+				limiter_call_fail(l, l->batch.queue[i], true);
 		return;
 	}
 	b = limiter_batch_get(l);
 	if (!b) {
 		for (i = 0; i < n; i++)
-			limiter_call_fail(l, l->queue[i], true);
+			limiter_call_fail(l, l->batch.queue[i], true);
 		return;
 	}
 	b->link = k;
 	b->n = n;
-	memcpy(b->calls, l->queue, n * sizeof(b->calls[0]));
+	memcpy(b->calls, l->batch.queue, n * sizeof(b->calls[0]));
 	if (l->closing || limiter_batch_send(l, b, false) == -1)
 		limiter_batch_fail(b, true);
 }
 
 /* The loop is about to wait: send this iteration's calls. */
-void limiter_on_flush(struct ev_loop *loop, ev_prepare *w, int revents)
+static void limiter_on_flush(struct ev_loop *loop, ev_prepare *w, int revents)
 {
 	struct limiter *l = w->data;
 
@@ -183,15 +189,14 @@ static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdat
 	int64_t now = limiter_now_us();
 	unsigned i, waiting = 0;
 
-	k->held -= b->n;
-	l->held -= b->n;
+	limiter_link_release(k, b->n);
 	if (!reply) {
 		/* as for one call: each may or may not have been recorded */
 		if (l->metrics)
 			metrics_add(&l->metrics->unknown_outcome, b->n);
 		goto unavailable;
 	}
-	k->quiet_since_us = now;
+	limiter_link_heard(k, now);
 	limiter_reply_view(reply, &view);
 	if (reply->type == REDIS_REPLY_ERROR) {
 		switch (cluster_classify_error(reply->str, reply->len)) {
@@ -205,8 +210,7 @@ static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdat
 			break;
 		}
 	}
-	if (b->engine->missing(&view) &&
-	    (b->engine->id != LIMITER_ENGINE_MODULE || limiter_link_engine_gone(k, ac))) {
+	if (b->engine->missing(&view) && b->engine->gone(k, ac)) {
 		/* NOSCRIPT, or the module gone (auto): keep the calls that still
 		 * wait, re-send them as EVAL; the module gone under redis-engine
 		 * module: each call is answered with the error, below */
@@ -218,18 +222,12 @@ static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdat
 				limiter_call_put(b->calls[i]);
 		}
 		b->n = waiting;
-		if (!waiting || b->retried || ac != k->ac || limiter_batch_send(l, b, true) == -1) {
-			if (!k->script_loading && ac == k->ac && k->state == LIMITER_ST_READY)
-				limiter_link_send_script_load(k);
-			if (!waiting) {
-				limiter_batch_put(b);
-				return;
-			}
-		} else {
-			if (!k->script_loading && k->state == LIMITER_ST_READY)
-				limiter_link_send_script_load(k);
-			return;   /* hiredis holds it again */
+		if (!waiting) {
+			limiter_batch_put(b);
+			return;
 		}
+		if (!b->retried && ac == k->ac && limiter_batch_send(l, b, true) == 0)
+			return;   /* hiredis holds it again */
 	}
 	for (i = 0; i < b->n; i++) {
 		struct limiter_call *c = b->calls[i];
@@ -248,4 +246,91 @@ static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdat
 unavailable:
 	/* as for one call: a lost connection, or a Redis that cannot write */
 	limiter_batch_fail(b, false);
+}
+
+/* ------------------------------------------------------------------ */
+/* the batcher's life with the limiter's                                */
+
+/* See limiter_batch.h. */
+void limiter_batch_init(struct limiter *l, unsigned size)
+{
+	ev_prepare_init(&l->batch.flush, limiter_on_flush);
+	l->batch.flush.data = l;
+	limiter_batch_set_size(l, size);
+}
+
+/* See limiter_batch.h. */
+void limiter_batch_set_size(struct limiter *l, unsigned n)
+{
+	limiter_flush(l);   /* calls queued under the old size go as they were */
+	l->batch.size = n < 1 ? 1 : n > LIMITER_BATCH_MAX ? LIMITER_BATCH_MAX : n;
+}
+
+/*
+ * See limiter_batch.h: a decision limiter_check() validated (<a>, its
+ * request) goes to the call layer, which takes a call or answers it
+ * without Redis; a call for a ready link is then sent now, or queued for
+ * this loop iteration's batch (sent by limiter_flush() before the loop
+ * next waits, or now when the batch is full; its deadline runs from now).
+ */
+int limiter_batch_submit(struct limiter *l, const struct window_policy *p, const char *key,
+                         size_t key_len, uint64_t cost, struct window_args *a,
+                         limiter_cb cb, void *arg)
+{
+	struct limiter_call *c;
+	struct limiter_batcher *bq = &l->batch;
+
+	if (limiter_call_take(l, p, key, key_len, cost, a, cb, arg, &c) == -1)
+		return -1;
+	if (!c)
+		return 0;   /* answered without Redis, or waiting for its link */
+	if (bq->size <= 1 || l->cluster)
+		return limiter_call_start(l, c, c->link, a);
+	if (bq->nqueued && bq->queue[0]->link != c->link)
+		limiter_flush(l);   /* the primary moved (sentinel) */
+	bq->queue[bq->nqueued++] = c;
+	if (bq->nqueued >= bq->size)
+		limiter_flush(l);
+	else if (!ev_is_active(&bq->flush))
+		ev_prepare_start(l->loop, &bq->flush);
+	return 0;
+}
+
+/* See limiter_batch.h: idle batches above LIMITER_BATCH_KEEP (those in
+ * flight are not on the freelist). */
+unsigned limiter_batch_trim(struct limiter *l)
+{
+	struct limiter_batch *b, **bp = &l->batch.free;
+	unsigned kept = 0, ntrim = 0;
+
+	while ((b = *bp) != NULL) {
+		if (kept < LIMITER_BATCH_KEEP) {
+			kept++;
+			bp = &b->next;
+		} else {
+			*bp = b->next;
+			free(b);
+			ntrim++;
+		}
+	}
+	return ntrim;
+}
+
+/* See limiter_batch.h: what is queued is answered "unavailable" first. */
+void limiter_batch_free(struct limiter *l)
+{
+	struct limiter_batcher *bq = &l->batch;
+
+	limiter_flush(l);
+	ev_prepare_stop(l->loop, &bq->flush);
+	while (bq->free) {
+		struct limiter_batch *b = bq->free;
+
+		bq->free = b->next;
+		free(b);
+	}
+	free(bq->args); bq->args = NULL;
+	free(bq->argv); bq->argv = NULL;
+	free(bq->argvlen); bq->argvlen = NULL;
+	free(bq->nums); bq->nums = NULL;
 }

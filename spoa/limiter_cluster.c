@@ -15,7 +15,9 @@
 #include "limiter_link.h"
 #include "log.h"
 
-/* The link of map node <idx>, connecting it if new; NULL when out of links. */
+/* The link of map node <idx>, made when new (it connects on its own
+ * time); NULL when out of links. Never on a decision's path: the map's
+ * reply and a redirect's make links, a decision only reads cl->route. */
 static struct limiter_link *limiter_cluster_link(struct limiter *l, unsigned idx)
 {
 	struct limiter_cluster *cl = l->cluster;
@@ -27,7 +29,7 @@ static struct limiter_link *limiter_cluster_link(struct limiter *l, unsigned idx
 	k = limiter_link_get(l, n->host, n->port, false);
 	cl->route[idx] = k;
 	if (k && !k->attempted)
-		limiter_link_connect(k);
+		limiter_link_start(k);
 	return k;
 }
 
@@ -41,8 +43,8 @@ static void limiter_cluster_apply(struct limiter *l)
 	memset(cl->route, 0, sizeof(cl->route));
 	for (i = 0; i < cl->map.nnodes; i++)
 		limiter_cluster_link(l, i);
-	for (i = 0; i < l->nlinks; i++) {
-		struct limiter_link *k = l->links[i];
+	for (i = 0; i < l->links.n; i++) {
+		struct limiter_link *k = l->links.all[i];
 		bool routed = false;
 
 		if (!k || !k->in_use)
@@ -53,6 +55,8 @@ static void limiter_cluster_apply(struct limiter *l)
 			limiter_link_retire(k, "not a primary in the slot map");
 	}
 	limiter_update_connected(l);
+	if (l->wake)
+		l->wake(l);   /* calls that waited for a slot's primary */
 }
 
 /* No link can answer CLUSTER SLOTS: (re)connect the seeds of the URL. */
@@ -65,7 +69,7 @@ static void limiter_cluster_seed(struct limiter *l)
 		                                          l->url.hosts[i].port, false);
 
 		if (k && !k->attempted)
-			limiter_link_connect(k);
+			limiter_link_start(k);
 	}
 }
 
@@ -188,8 +192,8 @@ void limiter_topo_refresh(struct limiter *l, const char *why)
 	if (cl->topo_ac || now - cl->topo_last_us < LIMITER_TOPO_MIN_MS * 1000)
 		return;
 	/* a different node each time: one with a stale view cannot hold us */
-	for (i = 0; i < l->nlinks && !k; i++) {
-		struct limiter_link *x = l->links[(i + (unsigned)l->counter) % l->nlinks];
+	for (i = 0; i < l->links.n && !k; i++) {
+		struct limiter_link *x = l->links.all[(i + (unsigned)l->counter) % l->links.n];
 
 		if (x->in_use && x->state == LIMITER_ST_READY && x->ac)
 			k = x;
@@ -216,26 +220,28 @@ static void limiter_cluster_on_tick(struct ev_loop *loop, ev_timer *w, int reven
 	(void)revents;
 	if (!cl)
 		return;
-	if (!l->connected || cl->topo_dirty ||
+	if (!l->health.connected || cl->topo_dirty ||
 	    limiter_now_us() - cl->topo_last_us >= LIMITER_TOPO_IDLE_MS * 1000)
-		limiter_topo_refresh(l, l->connected ? "timer" : "primary missing");
+		limiter_topo_refresh(l, l->health.connected ? "timer" : "primary missing");
 }
 
 /* The link serving the Redis key <key>/<len> now: the only one, or the
- * primary of the key's slot (NULL while the slot has none). */
+ * primary of the key's slot. NULL while the slot has none: the map is
+ * then asked for again on the next tick (nothing is connected or sent
+ * here, a decision may be asking). */
 struct limiter_link *limiter_route(struct limiter *l, const char *key, size_t len)
 {
 	struct limiter_cluster *cl = l->cluster;
 	unsigned idx;
 
 	if (!cl)
-		return l->main_link;
-	if (!cl->have_map)
+		return l->links.main;
+	idx = cl->have_map ? cl->map.slot_node[cluster_key_slot(key, len)] : CLUSTER_NO_NODE;
+	if (idx == CLUSTER_NO_NODE || idx >= cl->map.nnodes || !cl->route[idx]) {
+		cl->topo_dirty = true;
 		return NULL;
-	idx = cl->map.slot_node[cluster_key_slot(key, len)];
-	if (idx == CLUSTER_NO_NODE || idx >= cl->map.nnodes)
-		return NULL;
-	return limiter_cluster_link(l, idx);
+	}
+	return cl->route[idx];
 }
 
 
@@ -267,7 +273,7 @@ enum limiter_redirect limiter_cluster_redirect(struct limiter *l, const struct l
 	} else {
 		k = limiter_link_get(l, rd.to.host, rd.to.port, false);
 		if (k && !k->attempted)
-			limiter_link_connect(k);
+			limiter_link_start(k);
 	}
 	log_debug("cluster_redirect", "kind=%s slot=%u from=%s to=%s:%d",
 	          cluster_reply_kind_str(rd.kind), rd.slot, c->link->addr, rd.to.host, rd.to.port);
@@ -340,11 +346,12 @@ int limiter_cluster_start(struct limiter *l)
 	return 0;
 }
 
-/* Frees l->cluster. */
+/* Frees l->cluster and unhooks it from the links (l->topo). */
 void limiter_cluster_stop(struct limiter *l)
 {
 	if (!l->cluster)
 		return;
 	ev_timer_stop(l->loop, &l->cluster->topo);
 	free(l->cluster); l->cluster = NULL;
+	l->topo = NULL;
 }

@@ -17,7 +17,8 @@
  * limiter_cluster_stop()): the refresh timer and the seeds' links.
  * Returns 0, or -1 when memory runs out. */
 int limiter_cluster_start(struct limiter *l);
-/* Stop the refresh timer and free l->cluster (the links stay <l>'s). */
+/* Stop the refresh timer, free l->cluster and unhook it from the links
+ * (l->topo); the links stay <l>'s. */
 void limiter_cluster_stop(struct limiter *l);
 /* Ask for a new slot map soon (<why> for the debug log). */
 void limiter_topo_refresh(struct limiter *l, const char *why);

@@ -7,9 +7,12 @@
  *           lua/sliding_window.lua: limiter_engine_script.c
  *   module  RATELIMIT.DECIDE of the Redis module (module/):
  *           limiter_engine_module.c
- * A link's engine (k->engine) is set at every (re)connect; a call and a
- * batch remember the engine they were sent with. Leaf: the engines call
- * nothing of the limiter.
+ * A link's engine (k->engine) is set at every (re)connect by the engines'
+ * own part of the setup (load, probe: setup()); a call and a batch remember
+ * the engine they were sent with, and a "missing" answer goes to its
+ * gone(). The engines sit above the link (they queue their setup on it and
+ * report through limiter_link_setup_done()); the link reaches them only
+ * through l->engines and k->engine, never by name.
  */
 #ifndef SPOA_LIMITER_ENGINE_H
 #define SPOA_LIMITER_ENGINE_H
@@ -19,7 +22,9 @@
 
 #include "window.h"
 
-struct limiter;
+struct limiter_link;
+struct limiter_script;
+struct redisAsyncContext;
 
 enum limiter_engine_id {
 	LIMITER_ENGINE_SCRIPT = 0,
@@ -32,28 +37,50 @@ struct limiter_engine {
 	const char *name;               /* "script", "module": logs, the metric */
 	/* The first two words of a request, where window.c lays out
 	 * "EVALSHA" <sha> (window_build_args(), window_build_batch()), for
-	 * <l>'s script SHA and source (borrowed from <l>); <full>: the source
+	 * the script's SHA and source <sc> (borrowed); <full>: the source
 	 * instead of the SHA (after NOSCRIPT). <*skip> of them are not sent. */
-	void (*head)(const struct limiter *l, bool full, const char **cmd, size_t *cmd_len,
+	void (*head)(const struct limiter_script *sc, bool full, const char **cmd, size_t *cmd_len,
 	             const char **head, size_t *head_len, int *skip);
 	/* Does reply <v> say the engine is not on this server (NOSCRIPT: the
 	 * script cache is empty; an unknown command: no module)? */
 	bool (*missing)(const struct window_reply *v);
+	/* The engine's part of link <k>'s setup on its new connection (the
+	 * script: SCRIPT LOAD; the module: COMMAND INFO + RATELIMIT.VERSION,
+	 * whose verdict under redis-engine sets k->engine), or again on a
+	 * ready link (a reload). It tells limiter_link_setup_done() when its
+	 * part is through, or drops the link. */
+	void (*setup)(struct limiter_link *k);
+	/* A call sent with this engine on <k> was answered "missing" on <ac>:
+	 * the engine's remedy (reload the script; the module gone: the script
+	 * from now on, or the link dropped under redis-engine module). True
+	 * when the call may be re-sent with the script (EVAL). */
+	bool (*gone)(struct limiter_link *k, const struct redisAsyncContext *ac);
+	/* A link struct gets a new target: forget what the engine kept of the
+	 * last one (k->script, k->module). */
+	void (*link_reset)(struct limiter_link *k);
 };
 
 extern const struct limiter_engine limiter_engine_script;
 extern const struct limiter_engine limiter_engine_module;
 
 /* Make the request window.c laid out in <argv>/<argvlen> (one decision or
- * a batch) engine <e>'s, for <l> (<full> as in head()). The words to send
- * start at the index returned. */
-static inline int limiter_engine_apply(const struct limiter_engine *e, const struct limiter *l,
-                                       bool full, const char **argv, size_t *argvlen)
+ * a batch) engine <e>'s, with the script <sc> (<full> as in head()). The
+ * words to send start at the index returned. */
+static inline int limiter_engine_apply(const struct limiter_engine *e,
+                                       const struct limiter_script *sc, bool full,
+                                       const char **argv, size_t *argvlen)
 {
 	int skip;
 
-	e->head(l, full, &argv[0], &argvlen[0], &argv[1], &argvlen[1], &skip);
+	e->head(sc, full, &argv[0], &argvlen[0], &argv[1], &argvlen[1], &skip);
 	return skip;
 }
+
+/* The script engine's state (struct limiter_script, l->script, owned by
+ * limiter_engine_script.c): the source <text>/<len> (borrowed from the
+ * settings until the next one), true when it differs from the last; the
+ * SHA a SCRIPT LOAD answered, 0 or -1 when it cannot be one. */
+bool limiter_script_set(struct limiter_script *sc, const char *text, size_t len);
+int limiter_script_set_sha(struct limiter_script *sc, const char *sha, size_t len);
 
 #endif /* SPOA_LIMITER_ENGINE_H */

@@ -20,11 +20,16 @@ void limiter_update_connected(struct limiter *l);
 void limiter_update_eviction(struct limiter *l);
 /* Remember why <l>'s last attempt failed (<what> about <addr>). */
 void limiter_note_error(struct limiter *l, const char *addr, const char *what);
-/* Queue CONFIG GET maxmemory-policy on <k>. */
-void limiter_link_ask_eviction(struct limiter_link *k);
-/* Queue INFO stats on <k>, unless refused or one waits. */
-void limiter_link_ask_info(struct limiter_link *k);
-/* libev: <k>'s eviction poll (k->evict_poll, repeating). */
-void limiter_link_on_evict_poll(struct ev_loop *loop, ev_timer *w, int revents);
+/* <k>'s eviction watch (k->watch, owned here) at the link's moments: made,
+ * a new target, a new connection's setup, ready (the poll), a reload, lost. */
+void limiter_link_watch_init(struct limiter_link *k);
+void limiter_link_watch_reset(struct limiter_link *k);
+void limiter_link_watch_start(struct limiter_link *k);
+void limiter_link_watch_poll(struct limiter_link *k);
+void limiter_link_watch_recheck(struct limiter_link *k);
+void limiter_link_watch_stop(struct limiter_link *k);
+/* Does <k> refuse decisions: its Redis may evict keys and
+ * redis-allow-eviction is off? */
+bool limiter_link_refuses(const struct limiter_link *k);
 
 #endif /* SPOA_LIMITER_HEALTH_H */

@@ -1,12 +1,16 @@
 /*
  * limiter_int - what the limiter's own files share, and nobody else:
  *   limiter.c          limiter_check() and the lifecycle (limiter.h)
- *   limiter_call.c     calls: the pool, answers, send, reply, deadlines
+ *   limiter_call.c     calls: the pool, answers, waiting, send, reply, deadlines
  *   limiter_batch.c    redis-batch: a loop iteration's calls as one
  *   limiter_link.c     one connection's life: connect, setup, backoff, stall, retire
+ *   limiter_health.c   the gauges and each link's eviction watch
+ *   limiter_engine_*.c how a decision is asked (limiter_engine.h)
  *   limiter_sentinel.c where a sentinel says the primary is, +switch-master
  *   limiter_cluster.c  Redis Cluster: the slot map's links, routing, redirects
  *   deny_cache.c       (pure, its own header) accounts known to be denied
+ * Which file owns which part of the state: the table above struct
+ * limiter_link_watch below.
  * Single-threaded: everything here runs on the one loop of the limiter's
  * worker thread.
  *
@@ -39,6 +43,8 @@
 #include "window.h"
 
 #define LIMITER_MAX_HELD        65536u  /* calls hiredis may hold at once */
+#define LIMITER_WAIT_MAX        4096u   /* calls waiting for a link to be ready
+                                         * (592 bytes each on x86-64: 2.4 MiB per worker) */
 #define LIMITER_MODULE_PROTOCOL 1       /* the RATELIMIT.DECIDE protocol this agent speaks */
 #define LIMITER_BATCH_MAX       CONFIG_REDIS_BATCH_MAX
 #define LIMITER_POOL_CHUNK      256u    /* calls allocated together */
@@ -68,32 +74,35 @@ enum limiter_state {
 };
 
 
-/* One connection to one Redis server (the only one, a sentinel's primary,
- * or a cluster primary). <addr> is what logs show: never a password. */
-struct limiter_link {
-	struct limiter *l;
-	enum limiter_state state;
-	redisAsyncContext *ac;          /* NULL when IDLE */
-	bool in_use;                    /* false: retired, may be reused */
-	bool is_unix;
-	char host[REDIS_URL_HOST_MAX];  /* TCP host, or the unix socket path */
-	int port;
-	char addr[REDIS_URL_ADDR_MAX];
-	bool script_loading;            /* a SCRIPT LOAD is in flight */
-	const struct limiter_engine *engine;    /* what this connection's decisions use */
-	bool probe_warned;              /* said once that COMMAND INFO is refused */
-	bool probe_present;             /* COMMAND INFO found RATELIMIT.DECIDE; read by
-	                                 * the RATELIMIT.VERSION reply that follows it */
-	long long module_protocol;      /* RATELIMIT.VERSION's protocol, -1 unknown */
-	ev_timer retry;                 /* IDLE: next connect attempt */
-	ev_timer connect_timer;         /* CONNECTING: give up */
-	unsigned backoff_ms;
-	bool attempted;                 /* a first connect was tried */
-	unsigned failures;              /* failed attempts since last ready */
-	unsigned held;                  /* calls hiredis holds on this link */
-	int64_t quiet_since_us;         /* last reply, or when <held> left 0 */
-	/* Eviction (limiter_link.c): <evicts> is what decisions see, true
-	 * while the policy evicts or evicted_keys grew within the hold time. */
+/*
+ * The limiter's state, by the file that owns it: only the owner writes a
+ * part (the others read it, or call the owner's functions); each part is
+ * its own struct, named below, and struct limiter at the end is only the
+ * sum of the parts.
+ *
+ *   part                              owner
+ *   struct limiter_link               limiter_link.c (one connection)
+ *     .watch (limiter_link_watch)     limiter_health.c (its eviction watch)
+ *     .script (limiter_link_script)   limiter_engine_script.c (a load in flight)
+ *     .module (limiter_link_module)   limiter_engine_module.c (probe, protocol)
+ *   struct limiter_links   l->links   limiter_link.c (every link, the held count)
+ *   struct limiter_calls   l->calls   limiter_call.c (pool, answers, waiting, parked,
+ *                                     the deny cache)
+ *   struct limiter_call, _chunk       limiter_call.c
+ *   struct limiter_batcher l->batch   limiter_batch.c (redis-batch's queue)
+ *   struct limiter_batch              limiter_batch.c
+ *   struct limiter_health  l->health  limiter_health.c (gauges, last error)
+ *   struct limiter_script  l->script  limiter_engine_script.c (source, SHA)
+ *   struct limiter_cluster l->cluster limiter_cluster.c (with l->topo while on)
+ *   struct limiter_sentinel l->sentinel limiter_sentinel.c (with l->topo while on)
+ *   the rest of struct limiter        limiter.c (settings, lifecycle, the engines
+ *                                     redis-engine runs: l->engines)
+ */
+
+/* A link's eviction watch (limiter_health.c owns it, the link resets it
+ * through limiter_link_watch_reset()): <evicts> is what decisions see,
+ * true while the policy evicts or evicted_keys grew within the hold time. */
+struct limiter_link_watch {
 	bool evicts;
 	bool policy_evicts;             /* CONFIG GET: maxmemory-policy is not noeviction */
 	bool evict_asking;              /* a CONFIG GET maxmemory-policy is in flight */
@@ -103,7 +112,46 @@ struct limiter_link {
 	bool info_warned;               /* said so once for this link */
 	long long evicted_base;         /* evicted_keys last seen, -1: none yet */
 	int64_t evicted_seen_us;        /* when it last grew, 0: never */
-	ev_timer evict_poll;            /* READY: LIMITER_EVICT_POLL_MS, repeating */
+	ev_timer poll;                  /* READY: LIMITER_EVICT_POLL_MS, repeating */
+};
+
+/* What the engines keep per link, each its own (limiter_engine_script.c,
+ * limiter_engine_module.c), reset by their link_reset op. */
+struct limiter_link_script {
+	bool loading;                   /* a SCRIPT LOAD is in flight */
+};
+struct limiter_link_module {
+	bool probe_warned;              /* said once that COMMAND INFO is refused */
+	bool probe_present;             /* COMMAND INFO found RATELIMIT.DECIDE; read by
+	                                 * the RATELIMIT.VERSION reply that follows it */
+	long long protocol;             /* RATELIMIT.VERSION's protocol, -1 unknown */
+};
+
+/* One connection to one Redis server (the only one, a sentinel's primary,
+ * or a cluster primary), owned by limiter_link.c. <addr> is what logs show:
+ * never a password. */
+struct limiter_link {
+	struct limiter *l;
+	enum limiter_state state;
+	redisAsyncContext *ac;          /* NULL when IDLE */
+	bool in_use;                    /* false: retired, may be reused */
+	bool is_unix;
+	char host[REDIS_URL_HOST_MAX];  /* TCP host, or the unix socket path */
+	int port;
+	char addr[REDIS_URL_ADDR_MAX];
+	const struct limiter_engine *engine;    /* what this connection's decisions use
+	                                         * (set by the engines' setup) */
+	unsigned setup_pending;         /* engines whose part of the setup is not through */
+	struct limiter_link_script script;  /* limiter_engine_script.c's */
+	struct limiter_link_module module;  /* limiter_engine_module.c's */
+	ev_timer retry;                 /* IDLE: next connect attempt */
+	ev_timer connect_timer;         /* CONNECTING: give up */
+	unsigned backoff_ms;
+	bool attempted;                 /* a first connect was tried */
+	unsigned failures;              /* failed attempts since last ready */
+	unsigned held;                  /* calls hiredis holds on this link */
+	int64_t quiet_since_us;         /* last reply, or when <held> left 0 */
+	struct limiter_link_watch watch;    /* limiter_health.c's */
 	/* A name is resolved before every attempt (a managed endpoint moves
 	 * on failover) and each of its addresses tried in turn. */
 	struct resolve_req *resolving;  /* lookup in flight, or NULL */
@@ -112,9 +160,21 @@ struct limiter_link {
 	char ip[RESOLVE_IP_MAX];        /* the address this attempt uses */
 };
 
+/* Every link of a limiter (limiter_link.c). Link structs are never freed
+ * before limiter_free(): a retired one is reused for a new target. */
+struct limiter_links {
+	struct limiter_link *all[LIMITER_LINKS_MAX];    /* retired ones included */
+	unsigned n;                     /* allocated */
+	struct limiter_link *main;      /* the one link, unless cluster:// */
+	unsigned held;                  /* calls hiredis holds, all links */
+	uint64_t rng;                   /* xorshift state for the backoff's jitter */
+};
+
+/* One decision's call (limiter_call.c). */
 struct limiter_call {
 	struct limiter *l;
-	struct limiter_call *next;      /* pool freelist, or the parked list */
+	struct limiter_call *next;      /* pool freelist, the parked list, or the waiting list */
+	struct limiter_call *prev;      /* the waiting list (doubly linked: a deadline unlinks) */
 	limiter_cb cb;                  /* NULL once answered */
 	void *arg;
 	ev_timer deadline;
@@ -122,6 +182,8 @@ struct limiter_call {
 	bool retried;                   /* already re-sent as EVAL */
 	bool asking;                    /* last sent after ASKING */
 	bool cacheable;                 /* a deny may go to the deny cache */
+	bool waiting;                   /* on the waiting list: no link was ready for it yet */
+	bool pinned;                    /* waits for <link> (an ASK target), not its key's link */
 	unsigned redirects;             /* MOVED/ASK/TRYAGAIN hops so far */
 	struct limiter_link *link;      /* where hiredis holds it */
 	const struct limiter_engine *engine;    /* what it was last sent with */
@@ -136,24 +198,11 @@ struct limiter_call {
 	char key[WINDOW_KEY_MAX];
 };
 
-/* Calls sent together as one script call (redis-batch): hiredis holds the
- * batch as privdata; each call keeps its own deadline and is answered from
- * its element of the reply. From the limiter's batch pool (no malloc per
- * batch once warm), back there when hiredis hands it back. */
-struct limiter_batch {
-	struct limiter *l;
-	struct limiter_batch *next;     /* pool freelist */
-	struct limiter_link *link;
-	const struct limiter_engine *engine;    /* what it was last sent with */
-	bool retried;                   /* already re-sent as EVAL */
-	unsigned n;
-	struct limiter_call *calls[LIMITER_BATCH_MAX];
-};
-
+/* limiter_call.c's pool allocates calls by the chunk. */
 struct limiter_chunk {
 	struct limiter_chunk *next;
 	unsigned nfree;                 /* of its calls, on the freelist */
-	bool trim;                      /* being freed by limiter_trim() */
+	bool trim;                      /* being freed by limiter_call_trim() */
 	struct limiter_call calls[LIMITER_POOL_CHUNK];
 };
 
@@ -164,6 +213,78 @@ struct limiter_answer {
 	struct window_decision d;
 };
 
+/* The calls of a limiter (limiter_call.c): the pool, the answers queued
+ * for the next loop iteration, the calls waiting for a link, the calls
+ * parked by TRYAGAIN. */
+struct limiter_calls {
+	struct limiter_chunk *chunks;
+	struct limiter_call *free;
+	unsigned n;                     /* allocated */
+	unsigned unanswered;            /* armed and not answered yet */
+	struct limiter_answer *answers;
+	size_t nanswers, answers_cap;
+	ev_timer kick;                  /* deliver the queued answers */
+	ev_timer park;                  /* re-send calls parked by TRYAGAIN */
+	struct limiter_call *parked;
+	/* calls that arrived while their link was not ready (start-up, a
+	 * reconnect): sent when a link becomes ready (limiter_wake()),
+	 * answered "unavailable" at their deadline; at most LIMITER_WAIT_MAX */
+	struct limiter_call *waiting, *waiting_tail;
+	unsigned nwaiting;
+	/* the deny cache: the denials Redis gave, answered again without it
+	 * (looked up by limiter_call_cached(), stored from the replies), and
+	 * the policy names of its metric's index */
+	bool cache_on;
+	struct deny_cache cache;
+	size_t npolicies;
+	size_t policy_name_len[CONFIG_MAX_POLICIES];
+	char policy_names[CONFIG_MAX_POLICIES][WINDOW_NAME_MAX];
+};
+
+/* Calls sent together as one script call (redis-batch), limiter_batch.c's:
+ * hiredis holds the batch as privdata; each call keeps its own deadline and
+ * is answered from its element of the reply. From the batch pool (no
+ * malloc per batch once warm), back there when hiredis hands it back. */
+struct limiter_batch {
+	struct limiter *l;
+	struct limiter_batch *next;     /* pool freelist */
+	struct limiter_link *link;
+	const struct limiter_engine *engine;    /* what it was last sent with */
+	bool retried;                   /* already re-sent as EVAL */
+	unsigned n;
+	struct limiter_call *calls[LIMITER_BATCH_MAX];
+};
+
+/* redis-batch (limiter_batch.c): calls made in this loop iteration wait in
+ * <queue> for <flush>, an ev_prepare that runs before the loop next blocks
+ * (no added wait). <queue> holds up to <size> calls, all for one link. */
+struct limiter_batcher {
+	unsigned size;                  /* 1: one script call per decision */
+	struct limiter_call *queue[LIMITER_BATCH_MAX];
+	unsigned nqueued;
+	ev_prepare flush;
+	struct limiter_batch *free;     /* the batch pool */
+	/* scratch of a batch's arguments, grown to the largest batch */
+	struct window_args *args;
+	const char **argv;
+	size_t *argvlen;
+	char *nums;
+	size_t cap;
+};
+
+/* What the links report (limiter_health.c). */
+struct limiter_health {
+	bool connected;                 /* what the metrics gauge says */
+	bool evicting;                  /* a link in use evicts keys */
+	char last_error[160];           /* why the last attempt failed, for a reload's verdict */
+};
+
+/* The script engine's state (limiter_engine_script.c). */
+struct limiter_script {
+	const char *text;               /* lua/sliding_window.lua, borrowed from the settings */
+	size_t len;
+	char sha[LIMITER_SHA_MAX];      /* "" until a SCRIPT LOAD answered */
+};
 
 /*
  * What a topology above the links (Sentinel, Cluster) does at a link's
@@ -189,7 +310,8 @@ struct limiter_topo_ops {
 	bool (*up)(const struct limiter *l);
 };
 
-/* Redis Cluster state: the slot map and the link of each of its nodes. */
+/* Redis Cluster state (limiter_cluster.c): the slot map and the link of
+ * each of its nodes. */
 struct limiter_cluster {
 	struct cluster_map map;
 	struct cluster_map next;        /* scratch for a CLUSTER SLOTS reply */
@@ -201,7 +323,8 @@ struct limiter_cluster {
 	bool have_map;
 };
 
-/* Sentinel state: who the primary is, and the +switch-master subscription. */
+/* Sentinel state (limiter_sentinel.c): who the primary is, and the
+ * +switch-master subscription. */
 struct limiter_sentinel {
 	bool master_known;              /* the link's host/port came from a sentinel */
 	unsigned next;                  /* sentinel to ask next (round robin) */
@@ -217,78 +340,58 @@ struct limiter_sentinel {
 	unsigned query_idx, sub_idx;
 };
 
+/* One limiter: limiter.c's settings and lifecycle, and the parts the other
+ * files own (see the table above). */
 struct limiter {
+	/* limiter.c: the settings (read by all, written on new and reconfigure) */
 	struct ev_loop *loop;
 	struct redis_url url;           /* secrets included: wiped on free */
 	struct config_tls tls_cfg;      /* redis-tls-*, for a TLS URL */
 	struct redis_tls *tls;          /* the TLS context, with a TLS URL */
 	struct resolve *resolver;       /* host names, off the loop */
 	uint64_t timeout_ms;
-	const char *script;             /* borrowed from the settings */
-	size_t script_len;
-	char sha[LIMITER_SHA_MAX];      /* "" until a SCRIPT LOAD answered */
 	struct metrics *metrics;
-
-	/* every link ever made (retired ones included) */
-	struct limiter_link *links[LIMITER_LINKS_MAX];
-	unsigned nlinks;                /* allocated */
-	struct limiter_link *main_link;     /* the one link, unless cluster:// */
-	const struct limiter_topo_ops *topo;    /* sentinel:// and cluster://, else NULL */
-	struct limiter_cluster *cluster;    /* cluster:// only */
-	struct limiter_sentinel *sentinel;  /* sentinel:// only */
-
-	/* redis-batch: calls made in this loop iteration wait in <queue> for
-	 * <flush>, an ev_prepare that runs before the loop next blocks (no
-	 * added wait). <queue> holds up to <batch> calls, all for one link. */
-	unsigned batch;                 /* 1: one script call per decision */
-	struct limiter_call *queue[LIMITER_BATCH_MAX];
-	unsigned nqueued;
-	ev_prepare flush;
-	struct limiter_batch *free_batches;
-	/* scratch of a batch's arguments, grown to the largest batch */
-	struct window_args *bargs;
-	const char **bargv;
-	size_t *bargvlen;
-	char *bnums;
-	size_t bcap;
-
-	ev_timer kick;                  /* deliver queued answers */
-	ev_timer park;                  /* re-send calls parked by TRYAGAIN */
-	struct limiter_call *parked;
-	bool closing;                   /* inside limiter_free() */
-	bool in_check;                  /* inside limiter_check(): answers are deferred */
-	bool stopping;                  /* a planned stop (shutdown, reload): links close at info */
-	bool connected;                 /* what the metrics gauge says */
 	bool allow_eviction;            /* redis-allow-eviction yes */
 	enum limiter_engine_mode engine_mode;   /* redis-engine */
 	bool standby;                   /* being prepared or retired: the gauges are not ours */
-	bool evicting;                  /* a link in use evicts keys */
-	char last_error[160];           /* why the last attempt failed, for a reload's verdict */
-
-	uint64_t instance;              /* random per limiter: seeds rng */
+	/* limiter.c: the lifecycle */
+	bool closing;                   /* inside limiter_free() */
+	bool in_check;                  /* inside limiter_check(): answers are deferred */
+	bool stopping;                  /* a planned stop (shutdown, reload): links close at info */
+	uint64_t instance;              /* random per limiter: seeds the generators */
 	uint64_t counter;               /* decisions asked: rotates the topology refresh's node */
-	uint64_t rng;                   /* xorshift state for jitter */
+	/* limiter.c sets it: a link became ready, or the topology moved
+	 * (limiter_wake(), limiter_call.c's: send what waits) */
+	void (*wake)(struct limiter *l);
+	/* limiter.c, from redis-engine: the engines a link runs; the link
+	 * reaches them only through this table and k->engine, never by name */
+	struct {
+		const struct limiter_engine *first;     /* a new connection's, until its setup says */
+		const struct limiter_engine *setup[LIMITER_ENGINE_COUNT];   /* whose setup runs, in order */
+		unsigned n;
+		const struct limiter_engine *all[LIMITER_ENGINE_COUNT];
+	} engines;
 
-	/* calls */
-	struct limiter_chunk *chunks;
-	struct limiter_call *free_calls;
-	unsigned ncalls;                /* allocated */
-	unsigned held;                  /* held by hiredis */
-	unsigned unanswered;            /* held and not answered yet */
-
-	struct limiter_answer *answers;
-	size_t nanswers, answers_cap;
-
-	/* deny cache */
-	bool cache_on;
-	struct deny_cache cache;
-
-	/* policy names, for cache_denies[index] */
-	size_t npolicies;
-	size_t policy_name_len[CONFIG_MAX_POLICIES];
-	char policy_names[CONFIG_MAX_POLICIES][WINDOW_NAME_MAX];
+	struct limiter_links links;     /* limiter_link.c */
+	struct limiter_calls calls;     /* limiter_call.c */
+	struct limiter_batcher batch;   /* limiter_batch.c */
+	struct limiter_health health;   /* limiter_health.c */
+	struct limiter_script script;   /* limiter_engine_script.c */
+	/* the topology (sentinel:// and cluster://, else all NULL): set by
+	 * limiter_cluster_start()/limiter_sentinel_start(), cleared by their
+	 * stop */
+	const struct limiter_topo_ops *topo;
+	struct limiter_cluster *cluster;
+	struct limiter_sentinel *sentinel;
 };
 
+/* The link's own note that <k> heard from Redis at <now> (a reply of any
+ * kind: the stall limit counts from there); inline so that the leaves
+ * under the link (limiter_health.c) may note theirs. */
+static inline void limiter_link_heard(struct limiter_link *k, int64_t now)
+{
+	k->quiet_since_us = now;
+}
 
 /* Microseconds of CLOCK_MONOTONIC (see "Clock" above): the one clock the
  * metrics use too, signed for the limiter's differences. */
@@ -297,14 +400,6 @@ static inline int64_t limiter_now_us(void)
 	return (int64_t)metrics_now_us();
 }
 
-/* Next value of the jitter generator in <l> (xorshift64*). */
-static inline uint64_t limiter_rand(struct limiter *l)
-{
-	l->rng ^= l->rng >> 12;
-	l->rng ^= l->rng << 25;
-	l->rng ^= l->rng >> 27;
-	return l->rng * 0x2545f4914f6cdd1dULL;
-}
 
 /* The stall limit and the connect timeout: max(1 s, 10 x <l>'s timeout). */
 static inline int64_t limiter_stall_us(const struct limiter *l)

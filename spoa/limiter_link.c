@@ -37,6 +37,7 @@ static const char *limiter_state_str(enum limiter_state s)
 static void limiter_link_on_retry(struct ev_loop *loop, ev_timer *w, int revents);
 static void limiter_link_on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents);
 static void limiter_link_connect_next(struct limiter_link *k);
+static void limiter_link_connect(struct limiter_link *k);
 
 /* Point <k> at <host>:<port> (<is_unix>: <host> is a socket path). */
 void limiter_link_set_target(struct limiter_link *k, const char *host, int port,
@@ -63,8 +64,8 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 	struct limiter_link *k, *spare = NULL;
 	unsigned i;
 
-	for (i = 0; i < l->nlinks; i++) {
-		k = l->links[i];
+	for (i = 0; i < l->links.n; i++) {
+		k = l->links.all[i];
 		if (k->in_use && k->port == port && k->is_unix == is_unix &&
 		    strcmp(k->host, host) == 0)
 			return k;
@@ -72,7 +73,7 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 			spare = k;
 	}
 	if (!spare) {
-		if (l->nlinks >= LIMITER_LINKS_MAX)
+		if (l->links.n >= LIMITER_LINKS_MAX)
 			return NULL;
 		spare = calloc(1, sizeof(*spare));
 		if (!spare)
@@ -82,28 +83,19 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 		spare->retry.data = spare;
 		ev_timer_init(&spare->connect_timer, limiter_link_on_connect_timeout, 1., 0.);
 		spare->connect_timer.data = spare;
-		ev_init(&spare->evict_poll, limiter_link_on_evict_poll);
-		spare->evict_poll.repeat = LIMITER_EVICT_POLL_MS / 1000.0;
-		spare->evict_poll.data = spare;
-		l->links[l->nlinks++] = spare;
+		limiter_link_watch_init(spare);
+		l->links.all[l->links.n++] = spare;
 	}
 	k = spare;
 	k->in_use = true;
 	k->state = LIMITER_ST_IDLE;
-	k->script_loading = false;
-	k->engine = &limiter_engine_script;
-	k->probe_warned = false;
-	k->module_protocol = -1;
+	k->engine = l->engines.first;
+	for (i = 0; i < LIMITER_ENGINE_COUNT; i++)
+		l->engines.all[i]->link_reset(k);
 	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	k->attempted = false;
 	k->failures = 0;
-	k->evicts = false;
-	k->policy_evicts = false;
-	k->evict_asking = false;
-	k->info_asking = false;
-	k->info_warned = false;
-	k->evicted_base = -1;
-	k->evicted_seen_us = 0;
+	limiter_link_watch_reset(k);
 	limiter_link_set_target(k, host, port, is_unix);
 	return k;
 }
@@ -111,19 +103,36 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 /* hiredis now holds one more call on <k>. */
 void limiter_link_hold(struct limiter_link *k)
 {
-	if (k->held == 0)
-		k->quiet_since_us = limiter_now_us();
-	k->held++;
-	k->l->held++;
+	limiter_link_hold_n(k, 1);
 }
 
-/* Arm <k>'s retry timer: 100 ms doubling to 2 s, each wait drawn in
- * [d/2, d] so threads and agents do not reconnect in step. */
+/* hiredis now holds <n> more calls on <k> (a batch). */
+void limiter_link_hold_n(struct limiter_link *k, unsigned n)
+{
+	if (k->held == 0)
+		limiter_link_heard(k, limiter_now_us());
+	k->held += n;
+	k->l->links.held += n;
+}
+
+/* A wait drawn in [<d>/2, <d>] ms from <l>'s jitter generator (xorshift64*),
+ * so that threads and agents do not reconnect in step. */
+unsigned limiter_link_jitter(struct limiter *l, unsigned d)
+{
+	uint64_t *x = &l->links.rng;
+
+	*x ^= *x >> 12;
+	*x ^= *x << 25;
+	*x ^= *x >> 27;
+	return d / 2 + (unsigned)((*x * 0x2545f4914f6cdd1dULL) % (d / 2 + 1));
+}
+
+/* Arm <k>'s retry timer: 100 ms doubling to 2 s, with jitter. */
 void limiter_link_schedule_retry(struct limiter_link *k)
 {
 	struct limiter *l = k->l;
 	unsigned d = k->backoff_ms;
-	unsigned wait = d / 2 + (unsigned)(limiter_rand(l) % (d / 2 + 1));
+	unsigned wait = limiter_link_jitter(l, d);
 
 	if (l->closing || !k->in_use)
 		return;
@@ -140,11 +149,8 @@ void limiter_link_lost(struct limiter_link *k)
 
 	k->ac = NULL;
 	k->state = LIMITER_ST_IDLE;
-	k->script_loading = false;
-	k->evict_asking = false;
-	k->info_asking = false;
+	limiter_link_watch_stop(k);
 	ev_timer_stop(l->loop, &k->connect_timer);
-	ev_timer_stop(l->loop, &k->evict_poll);
 	if (l->topo && l->topo->on_lost)
 		l->topo->on_lost(k);
 	limiter_update_connected(l);
@@ -186,7 +192,7 @@ void limiter_link_retire(struct limiter_link *k, const char *why)
 	limiter_update_eviction(k->l);
 	ev_timer_stop(k->l->loop, &k->retry);
 	ev_timer_stop(k->l->loop, &k->connect_timer);
-	ev_timer_stop(k->l->loop, &k->evict_poll);
+	limiter_link_watch_stop(k);
 }
 
 /* One failed connect attempt, at warn (traffic is refused meanwhile);
@@ -247,7 +253,7 @@ static void limiter_link_on_setup_reply(redisAsyncContext *ac, void *r, void *pr
 
 	if (ac != k->ac || !reply)
 		return;
-	k->quiet_since_us = limiter_now_us();
+	limiter_link_heard(k, limiter_now_us());
 	if (reply->type == REDIS_REPLY_STATUS && reply->str && strcmp(reply->str, "OK") == 0)
 		return;
 	limiter_note_error(k->l, k->addr, strcmp(what, "auth") == 0 ? "AUTH refused" : "SELECT refused");
@@ -279,7 +285,7 @@ static void limiter_link_on_role(redisAsyncContext *ac, void *r, void *privdata)
 	(void)privdata;
 	if (ac != k->ac || !reply)
 		return;
-	k->quiet_since_us = limiter_now_us();
+	limiter_link_heard(k, limiter_now_us());
 	if (reply->type == REDIS_REPLY_ERROR && !(k->l->topo && k->l->topo->role_required)) {
 		log_warn("redis_role_unknown", "addr=%s reply=\"%.*s\" action=\"assuming a primary\"",
 		         k->addr, (int)reply->len, reply->str);
@@ -309,198 +315,30 @@ static void limiter_link_ready(struct limiter_link *k)
 	k->state = LIMITER_ST_READY;
 	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	log_info("redis_connected", "addr=%s attempts=%u engine=%s script=%s", k->addr,
-	         k->failures + 1, k->engine->name, l->sha[0] ? l->sha : "-");
+	         k->failures + 1, k->engine->name, l->script.sha[0] ? l->script.sha : "-");
 	k->failures = 0;
-	ev_timer_again(l->loop, &k->evict_poll);
+	limiter_link_watch_poll(k);
 	limiter_update_connected(l);
 	if (l->topo && l->topo->on_ready)
 		l->topo->on_ready(k);
+	if (l->wake)
+		l->wake(l);   /* calls that waited for a link */
 }
 
-/*
- * COMMAND INFO ratelimit.decide answered on <ac>: does this Redis have the
- * module's command? Noted for the RATELIMIT.VERSION reply right behind it
- * (limiter_link_on_version), which decides. */
-static void limiter_link_on_probe(redisAsyncContext *ac, void *r, void *privdata)
+/* One engine's part of <k>'s setup is through (limiter_engine.h): once
+ * every part is, <k> is ready. A ready link (asked again by a reload)
+ * stays as it is. */
+void limiter_link_setup_done(struct limiter_link *k)
 {
-	struct limiter_link *k = ac->data;
-	struct limiter *l = k->l;
-	const redisReply *reply = r;
-	bool only_module = l->engine_mode == LIMITER_ENGINE_ONLY_MODULE;
-
-	(void)privdata;
-	if (ac != k->ac || !reply)
-		return;
-	if (reply->type == REDIS_REPLY_ERROR) {
-		if (!k->probe_warned)
-			log_warn("redis_engine_unknown", "addr=%s reply=\"%.*s\" action=\"%s (give "
-			         "the user +command|info)\"", k->addr, (int)reply->len, reply->str,
-			         only_module ? "assuming RATELIMIT.DECIDE is there" : "using the script");
-		k->probe_warned = true;
-		k->probe_present = only_module;
-	} else {
-		k->probe_present = reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
-		                   reply->element && reply->element[0] &&
-		                   reply->element[0]->type == REDIS_REPLY_ARRAY &&
-		                   reply->element[0]->elements > 0;
-	}
-}
-
-/*
- * RATELIMIT.VERSION answered on <ac>, after the probe above: the module is
- * used only on a protocol this agent speaks (LIMITER_MODULE_PROTOCOL); a
- * module without the command (unknown command: before 1.1.0) speaks
- * protocol 1. auto: the module if present and spoken, else the script; module: the
- * module, and a Redis without it is refused (logged at error once a
- * streak, the link dropped and retried with backoff: every decision is an
- * error meanwhile, never an allow). A refused COMMAND INFO (an ACL without
- * +command|info) cannot tell: a warning once; auto keeps the script,
- * module assumes the command (a missing one fails every call closed).
- * At setup with redis-engine module this makes the link ready; on a ready
- * link (a reload that changed redis-engine) it switches the engine.
- */
-static void limiter_link_on_version(redisAsyncContext *ac, void *r, void *privdata)
-{
-	struct limiter_link *k = ac->data;
-	struct limiter *l = k->l;
-	const redisReply *reply = r;
-	bool only_module = l->engine_mode == LIMITER_ENGINE_ONLY_MODULE, present;
-	long long protocol = 1;
-
-	(void)privdata;
-	if (ac != k->ac || !reply)
-		return;
-	k->quiet_since_us = limiter_now_us();
-	present = k->probe_present;
-	if (present && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-	    reply->element[0]->type == REDIS_REPLY_INTEGER) {
-		const redisReply *v = reply->element[1];
-		bool text = v->type == REDIS_REPLY_STATUS || v->type == REDIS_REPLY_STRING;
-
-		protocol = reply->element[0]->integer;
-		if (protocol != k->module_protocol)
-			log_info("module_version", "addr=%s protocol=%lld version=%.*s", k->addr, protocol,
-			         text ? (int)v->len : 1, text ? v->str : "-");
-	} else if (present && k->module_protocol != 1) {
-		log_info("module_version", "addr=%s protocol=1 version=- (no RATELIMIT.VERSION: "
-		         "a module before 1.1.0)", k->addr);
-	}
-	if (present)
-		k->module_protocol = protocol;
-	if (present && protocol != LIMITER_MODULE_PROTOCOL) {
-		if (only_module) {
-			limiter_note_error(l, k->addr, "the module speaks another protocol (redis-engine module)");
-			log_error("redis_engine_protocol", "addr=%s protocol=%lld speaks=%d action=\"refusing "
-			          "decisions until the module and the agents speak one protocol (upgrade "
-			          "order: docs/deployment.md)\"", k->addr, protocol, LIMITER_MODULE_PROTOCOL);
-			limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
-			limiter_link_drop(k, "module protocol not spoken");
-			return;
-		}
-		log_warn("redis_engine_protocol", "addr=%s protocol=%lld speaks=%d action=\"using the "
-		         "script (upgrade order: docs/deployment.md)\"", k->addr, protocol,
-		         LIMITER_MODULE_PROTOCOL);
-		present = false;
-	}
-	if (only_module && !present) {
-		limiter_note_error(l, k->addr, "RATELIMIT.DECIDE not found (redis-engine module)");
-		if (k->state == LIMITER_ST_READY || k->failures++ == 0)
-			log_error("redis_engine_missing", "addr=%s engine=module action=\"refusing "
-			          "decisions until Redis has the module (loadmodule, MODULE LOAD); "
-			          "retrying with backoff\"", k->addr);
-		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
-		limiter_link_drop(k, "RATELIMIT.DECIDE not found");
-		return;
-	}
-	k->engine = present ? &limiter_engine_module : &limiter_engine_script;
-	if (k->state == LIMITER_ST_CONNECTING && only_module)
-		limiter_link_ready(k);
-	else if (k->state == LIMITER_ST_READY)
-		limiter_update_connected(l);
-}
-
-/* Queue COMMAND INFO ratelimit.decide, then RATELIMIT.VERSION (answered in
- * that order) on <k>'s connection. */
-void limiter_link_probe_engine(struct limiter_link *k)
-{
-	k->probe_present = false;
-	redisAsyncCommand(k->ac, limiter_link_on_probe, NULL, "COMMAND INFO ratelimit.decide");
-	redisAsyncCommand(k->ac, limiter_link_on_version, NULL, "RATELIMIT.VERSION");
-}
-
-/*
- * A call sent to <k> with the module was answered "unknown command" on
- * <ac> (MODULE UNLOAD at runtime, or a failover to a Redis without it).
- * auto: <k> decides with the script from now on (logged at warn) and the
- * caller re-sends as EVAL: true. module: logged at error, <k> dropped so
- * that its next setup asks again (and refuses until the module is back):
- * false, the caller answers the call with the error. Never an allow.
- */
-bool limiter_link_engine_gone(struct limiter_link *k, const redisAsyncContext *ac)
-{
-	struct limiter *l = k->l;
-
-	if (l->engine_mode != LIMITER_ENGINE_ONLY_MODULE) {
-		if (ac == k->ac && k->engine == &limiter_engine_module) {
-			log_warn("redis_engine_missing", "addr=%s engine=module action=\"RATELIMIT.DECIDE "
-			         "is gone: deciding with the script\"", k->addr);
-			k->engine = &limiter_engine_script;
-			limiter_update_connected(l);
-		}
-		return true;
-	}
-	if (ac == k->ac) {
-		limiter_note_error(l, k->addr, "RATELIMIT.DECIDE is gone (redis-engine module)");
-		log_error("redis_engine_missing", "addr=%s engine=module action=\"RATELIMIT.DECIDE is "
-		          "gone: refusing decisions until Redis has the module\"", k->addr);
-		limiter_link_drop(k, "RATELIMIT.DECIDE is gone");
-	}
-	return false;
-}
-
-/* SCRIPT LOAD answered: at setup this makes the link ready; later (after a
- * NOSCRIPT, or a reload with a new script) it refreshes the SHA. */
-static void limiter_link_on_script_load(redisAsyncContext *ac, void *r, void *privdata)
-{
-	struct limiter_link *k = ac->data;
-	struct limiter *l = k->l;
-	const redisReply *reply = r;
-
-	(void)privdata;
-	if (ac != k->ac || !reply)
-		return;
-	k->quiet_since_us = limiter_now_us();
-	k->script_loading = false;
-	if (reply->type != REDIS_REPLY_STRING || reply->len == 0 ||
-	    reply->len >= sizeof(l->sha)) {
-		if (k->state != LIMITER_ST_CONNECTING || k->failures++ == 0)
-			log_warn("redis_script_load_failed", "addr=%s reply=\"%.*s\"", k->addr,
-			         reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
-			         reply->type == REDIS_REPLY_ERROR ? reply->str : "");
-		limiter_count_error(l, METRICS_REDIS_ERR_SCRIPT);
-		limiter_note_error(l, k->addr, "SCRIPT LOAD failed");
-		if (k->state == LIMITER_ST_CONNECTING)
-			limiter_link_drop(k, "script load failed");
-		return;
-	}
-	memcpy(l->sha, reply->str, reply->len);
-	l->sha[reply->len] = '\0';
-	if (k->state == LIMITER_ST_CONNECTING)
+	if (k->state == LIMITER_ST_CONNECTING && k->setup_pending > 0 && --k->setup_pending == 0)
 		limiter_link_ready(k);
 }
 
-/* Queue SCRIPT LOAD on <k>'s connection. Returns 0 or -1. */
-int limiter_link_send_script_load(struct limiter_link *k)
+/* One more failed step of <k>'s attempts: true for the first of a streak
+ * (a misconfiguration repeats on every attempt: said once). */
+bool limiter_link_count_failure(struct limiter_link *k)
 {
-	const struct limiter *l = k->l;
-	const char *argv[3] = { "SCRIPT", "LOAD", l->script };
-	size_t argvlen[3] = { 6, 4, l->script_len };
-
-	if (redisAsyncCommandArgv(k->ac, limiter_link_on_script_load, NULL, 3, argv,
-	                          argvlen) != REDIS_OK)
-		return -1;
-	k->script_loading = true;
-	return 0;
+	return k->failures++ == 0;
 }
 
 /* CONNECTING lasted longer than the stall limit (e.g. a frozen Redis that
@@ -558,6 +396,7 @@ static void limiter_link_send_setup(struct limiter_link *k)
 	struct limiter *l = k->l;
 	const struct redis_url *u = &l->url;
 	redisAsyncContext *ac = k->ac;
+	unsigned i;
 
 	if (u->has_pass) {
 		/* "AUTH user pass" (ACL) or "AUTH pass" */
@@ -581,21 +420,14 @@ static void limiter_link_send_setup(struct limiter_link *k)
 	/* a cluster's seeds may be replicas: CLUSTER SLOTS names the primaries */
 	if (!(l->topo && l->topo->skip_role))
 		redisAsyncCommand(ac, limiter_link_on_role, NULL, "ROLE");
-	k->config_refused = false;
-	k->info_refused = false;
-	k->info_asking = false;
-	k->evicted_base = -1;
-	limiter_link_ask_eviction(k);
-	limiter_link_ask_info(k);
-	/* the engine: asked at every connection (a failover may lose the
-	 * module); redis-engine module needs no script, and is ready once
-	 * the command is found */
-	k->engine = l->engine_mode == LIMITER_ENGINE_ONLY_MODULE ? &limiter_engine_module :
-	            &limiter_engine_script;
-	if (l->engine_mode != LIMITER_ENGINE_ONLY_SCRIPT)
-		limiter_link_probe_engine(k);
-	if (l->engine_mode != LIMITER_ENGINE_ONLY_MODULE)
-		limiter_link_send_script_load(k);
+	limiter_link_watch_start(k);
+	/* the engines' parts (redis-engine: the module's probe, the script's
+	 * SCRIPT LOAD), asked at every connection (a failover may lose the
+	 * module); the link is ready once each said so */
+	k->engine = l->engines.first;
+	k->setup_pending = l->engines.n;
+	for (i = 0; i < l->engines.n; i++)
+		l->engines.setup[i]->setup(k);
 }
 
 /* (Re)arm <k>'s connect timer: the stall limit from now. */
@@ -695,13 +527,13 @@ void limiter_link_stop_resolving(struct limiter_link *k)
 }
 
 /*
- * Start one connection attempt on <k>: ask a sentinel first when the
- * primary is not known; resolve a host name again, off the loop (a managed
- * endpoint's address changes on failover; an address literal needs no
- * lookup); then limiter_link_connect_next(). The connect timer bounds the
- * lookup too.
+ * One connection attempt on <k>, from its retry timer only: ask a sentinel
+ * first when the primary is not known; resolve a host name again, off the
+ * loop (a managed endpoint's address changes on failover; an address
+ * literal needs no lookup); then limiter_link_connect_next(). The connect
+ * timer bounds the lookup too.
  */
-void limiter_link_connect(struct limiter_link *k)
+static void limiter_link_connect(struct limiter_link *k)
 {
 	struct limiter *l = k->l;
 
@@ -735,4 +567,160 @@ void limiter_link_connect(struct limiter_link *k)
 		return;
 	}
 	limiter_link_arm_connect_timer(k);
+}
+
+/* Connect <k> on its own time: its retry timer, due now. Whoever calls this
+ * (a start, a topology that named a new address) never runs the connect
+ * itself, so a decision never waits on one. */
+void limiter_link_start(struct limiter_link *k)
+{
+	struct limiter *l = k->l;
+
+	if (!k->in_use || l->closing || k->state != LIMITER_ST_IDLE)
+		return;
+	ev_timer_stop(l->loop, &k->retry);
+	ev_timer_set(&k->retry, 0., 0.);
+	ev_timer_start(l->loop, &k->retry);
+}
+
+/* Point <k> at <host>:<port> (a sentinel named the primary) and connect
+ * there on its own time; <fresh>: a new primary, the backoff starts over. */
+void limiter_link_move(struct limiter_link *k, const char *host, int port, bool fresh)
+{
+	limiter_link_set_target(k, host, port, false);
+	k->state = LIMITER_ST_IDLE;
+	if (fresh)
+		k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
+	ev_timer_stop(k->l->loop, &k->connect_timer);
+	limiter_link_start(k);
+}
+
+/* Can <k> be ready within <within_us>: it is, or an attempt is under way,
+ * or its next attempt starts by then (a link in a long backoff cannot). */
+bool limiter_link_soon(const struct limiter_link *k, int64_t within_us)
+{
+	ev_timer *retry = (ev_timer *)&k->retry;   /* ev_timer_remaining() only reads */
+
+	if (!k->in_use)
+		return false;
+	if (k->state != LIMITER_ST_IDLE)
+		return true;
+	return ev_is_active(retry) && ev_timer_remaining(k->l->loop, retry) * 1e6 < (double)within_us;
+}
+
+/* Can a link of <l> be ready within <within_us> (the key's slot has no
+ * primary yet: any link that may answer CLUSTER SLOTS in time)? */
+bool limiter_links_soon(const struct limiter *l, int64_t within_us)
+{
+	unsigned i;
+
+	for (i = 0; i < l->links.n; i++)
+		if (limiter_link_soon(l->links.all[i], within_us))
+			return true;
+	return false;
+}
+
+/* hiredis handed back <n> calls held on <k>. */
+void limiter_link_release(struct limiter_link *k, unsigned n)
+{
+	k->held -= n;
+	k->l->links.held -= n;
+}
+
+/* An attempt of <k> failed where its topology worked (a sentinel's answer
+ * unusable): count it, back off. */
+void limiter_link_fail(struct limiter_link *k)
+{
+	k->failures++;
+	limiter_link_lost(k);
+}
+
+/* <k>'s attempt is under way where its topology works (a sentinel asked or
+ * its name resolved): CONNECTING, bounded by the connect timer. */
+void limiter_link_await(struct limiter_link *k)
+{
+	k->state = LIMITER_ST_CONNECTING;
+	limiter_link_arm_connect_timer(k);
+}
+
+/* The one link of <l> (redis://, unix://, sentinel://'s primary) to
+ * <host>:<port>, shown as <addr>; it connects on its own time. NULL when
+ * memory runs out. */
+struct limiter_link *limiter_link_start_main(struct limiter *l, const char *host, int port,
+                                             bool is_unix, const char *addr)
+{
+	struct limiter_link *k = limiter_link_get(l, host, port, is_unix);
+
+	if (!k)
+		return NULL;
+	snprintf(k->addr, sizeof(k->addr), "%s", addr);
+	l->links.main = k;
+	limiter_update_connected(l);
+	limiter_link_start(k);
+	return k;
+}
+
+/* Retire every link of <l> in use (<why> for the log): each call hiredis
+ * holds is answered "unavailable" before this returns. */
+void limiter_links_retire_all(struct limiter *l, const char *why)
+{
+	unsigned i;
+
+	l->links.main = NULL;
+	for (i = 0; i < l->links.n; i++)
+		if (l->links.all[i]->in_use)
+			limiter_link_retire(l->links.all[i], why);
+}
+
+/* A reload on the same Redis (limiter_reconfigure()): a new script or a
+ * new redis-engine runs the engines' setup again on each ready link (calls
+ * in flight keep the old SHA, which Redis still knows; the script alone
+ * needs no asking), and the eviction policy is asked again. */
+void limiter_links_reconfigure(struct limiter *l, bool script_changed, bool engine_changed)
+{
+	unsigned i, e;
+
+	for (i = 0; i < l->links.n; i++) {
+		struct limiter_link *k = l->links.all[i];
+
+		if (!k->in_use || k->state != LIMITER_ST_READY || !k->ac)
+			continue;
+		if (engine_changed && l->engine_mode == LIMITER_ENGINE_ONLY_SCRIPT)
+			k->engine = l->engines.first;
+		for (e = 0; e < l->engines.n && (script_changed || engine_changed); e++)
+			l->engines.setup[e]->setup(k);
+		limiter_link_watch_recheck(k);
+	}
+	if (engine_changed)
+		limiter_update_connected(l);
+}
+
+/* Free every link struct of <l> (limiter_free(), once they are retired). */
+void limiter_links_free(struct limiter *l)
+{
+	unsigned i;
+
+	for (i = 0; i < l->links.n; i++) {
+		free(l->links.all[i]);
+		l->links.all[i] = NULL;
+	}
+	l->links.n = 0;
+}
+
+/* A call's deadline passed on <k>: if nothing at all has been answered on
+ * it for the stall limit while calls wait, that Redis is frozen: drop it
+ * (its calls come back "unavailable"; new ones no longer pile up). */
+void limiter_link_check_stall(struct limiter_link *k)
+{
+	if (k->ac && k->held > 0 &&
+	    limiter_now_us() - k->quiet_since_us >= limiter_stall_us(k->l)) {
+		log_warn("redis_stalled", "addr=%s waiting=%u", k->addr, k->held);
+		limiter_link_drop(k, "no reply within the stall limit");
+	}
+}
+
+/* The links of <l>, before the first: <seed> for the backoff's jitter. */
+void limiter_links_init(struct limiter *l, uint64_t seed)
+{
+	l->links.rng = seed ? seed : 0x9e3779b97f4a7c15ULL;
 }

@@ -103,25 +103,20 @@ static void limiter_sentinel_on_addr(redisAsyncContext *ac, void *r, void *privd
 		         reply && reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 0,
 		         reply && reply->type == REDIS_REPLY_ERROR ? reply->str : "");
 		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
-		k->failures++;
-		limiter_link_lost(k);
+		limiter_link_fail(k);
 		return;
 	}
 	memcpy(host, reply->element[0]->str, reply->element[0]->len);
 	host[reply->element[0]->len] = '\0';
 	if (decimal_parse(reply->element[1]->str, reply->element[1]->len, 65535, &port) != 0 ||
 	    port < 1) {
-		k->failures++;
-		limiter_link_lost(k);
+		limiter_link_fail(k);
 		return;
 	}
 	if (strcmp(host, k->host) != 0 || (int)port != k->port)
 		log_info("sentinel_primary", "master=%s addr=%s:%d", l->url.master, host, (int)port);
-	limiter_link_set_target(k, host, (int)port, false);
 	s->master_known = true;
-	k->state = LIMITER_ST_IDLE;
-	ev_timer_stop(l->loop, &k->connect_timer);
-	limiter_link_connect(k);
+	limiter_link_move(k, host, (int)port, false);
 }
 
 /* Ask sentinel <idx> at <ip> where the primary of the URL's master is. */
@@ -144,14 +139,11 @@ static void limiter_sentinel_query_at(struct limiter_link *k, unsigned idx, cons
 	redisAsyncSetConnectCallback(ac, limiter_sentinel_on_query_connect);
 	redisAsyncSetDisconnectCallback(ac, limiter_sentinel_on_query_disconnect);
 	s->query = ac;
-	k->state = LIMITER_ST_CONNECTING;
 	log_debug("sentinel_query", "sentinel=%s master=%s", where, l->url.master);
 	limiter_sentinel_auth(l, ac);
 	redisAsyncCommand(ac, limiter_sentinel_on_addr, NULL,
 	                  "SENTINEL get-master-addr-by-name %s", l->url.master);
-	ev_timer_stop(l->loop, &k->connect_timer);
-	ev_timer_set(&k->connect_timer, (double)limiter_stall_us(l) / 1e6, 0.);
-	ev_timer_start(l->loop, &k->connect_timer);
+	limiter_link_await(k);
 }
 
 /* The name of the sentinel to ask answered: ask it at its first address
@@ -196,10 +188,7 @@ static void limiter_sentinel_query(struct limiter_link *k)
 		limiter_link_schedule_retry(k);
 		return;
 	}
-	k->state = LIMITER_ST_CONNECTING;
-	ev_timer_stop(l->loop, &k->connect_timer);
-	ev_timer_set(&k->connect_timer, (double)limiter_stall_us(l) / 1e6, 0.);
-	ev_timer_start(l->loop, &k->connect_timer);
+	limiter_link_await(k);
 }
 
 /* Stop the lookup of the sentinel to query, if any. */
@@ -224,7 +213,7 @@ static void limiter_sentinel_sub_lost(struct limiter *l)
 		return;
 	s->sub_backoff_ms = d * 2 > LIMITER_BACKOFF_MAX_MS ? LIMITER_BACKOFF_MAX_MS : d * 2;
 	ev_timer_stop(l->loop, &s->sub_retry);
-	ev_timer_set(&s->sub_retry, (double)(d / 2 + limiter_rand(l) % (d / 2 + 1)) / 1000.0, 0.);
+	ev_timer_set(&s->sub_retry, (double)limiter_link_jitter(l, d) / 1000.0, 0.);
 	ev_timer_start(l->loop, &s->sub_retry);
 }
 
@@ -297,7 +286,7 @@ static void limiter_sentinel_on_switch(redisAsyncContext *ac, void *r, void *pri
 		return;
 	log_info("sentinel_switch_master", "master=%s from=%s:%d to=%s:%d", name, oldh, oldp,
 	         newh, newp);
-	k = l->main_link;
+	k = l->links.main;
 	if (!k)
 		return;
 	limiter_link_drop(k, "+switch-master");
@@ -307,13 +296,8 @@ static void limiter_sentinel_on_switch(redisAsyncContext *ac, void *r, void *pri
 		s->query = NULL;
 		redisAsyncFree(q);
 	}
-	limiter_link_set_target(k, newh, newp, false);
 	s->master_known = true;
-	k->state = LIMITER_ST_IDLE;
-	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
-	ev_timer_stop(l->loop, &k->retry);
-	ev_timer_stop(l->loop, &k->connect_timer);
-	limiter_link_connect(k);
+	limiter_link_move(k, newh, newp, true);
 }
 
 /* Subscribe to +switch-master on sentinel <idx> at <ip>. */
@@ -384,7 +368,8 @@ static void limiter_sentinel_on_sub_retry(struct ev_loop *loop, ev_timer *w, int
 }
 
 /* Close the sentinel connections of <l> (their callbacks, run by the
- * frees, see they are no longer ours). */
+ * frees, see they are no longer ours), stop its timer, free l->sentinel;
+ * the links no longer reach it (l->topo). */
 void limiter_sentinel_stop(struct limiter *l)
 {
 	struct limiter_sentinel *s = l->sentinel;
@@ -406,6 +391,9 @@ void limiter_sentinel_stop(struct limiter *l)
 		s->sub = NULL;
 		redisAsyncFree(ac);
 	}
+	l->topo = NULL;
+	l->sentinel = NULL;
+	free(s);
 }
 
 /* ------------------------------------------------------------------ */
@@ -453,7 +441,7 @@ static bool limiter_sentinel_connect_timeout(struct limiter_link *k)
 /* Stop the sentinel lookup made for <k>, if any. */
 static void limiter_sentinel_link_stop_resolving(struct limiter_link *k)
 {
-	if (k->l->sentinel && k == k->l->main_link)
+	if (k->l->sentinel && k == k->l->links.main)
 		limiter_sentinel_stop_resolving(k->l->sentinel);
 }
 
@@ -461,7 +449,7 @@ static void limiter_sentinel_link_stop_resolving(struct limiter_link *k)
  * on the next attempt. */
 static void limiter_sentinel_on_lost(struct limiter_link *k)
 {
-	if (k->l->sentinel && k == k->l->main_link)
+	if (k->l->sentinel && k == k->l->links.main)
 		k->l->sentinel->master_known = false;
 }
 
@@ -486,13 +474,11 @@ int limiter_sentinel_start(struct limiter *l)
 	ev_timer_init(&l->sentinel->sub_retry, limiter_sentinel_on_sub_retry, 0., 0.);
 	l->sentinel->sub_retry.data = l;
 	l->topo = &limiter_sentinel_ops;
-	k = limiter_link_get(l, "", 0, false);
+	/* the primary's address is not known yet: a sentinel says it before
+	 * the link's first attempt (before_connect) */
+	k = limiter_link_start_main(l, "", 0, false, l->url.addr);
 	if (!k)
 		return -1;
-	snprintf(k->addr, sizeof(k->addr), "%s", l->url.addr);
-	l->main_link = k;
-	limiter_update_connected(l);
 	limiter_sentinel_subscribe(l);
-	limiter_link_connect(k);
 	return 0;
 }

@@ -11,11 +11,12 @@
 #include "limiter_int.h"
 
 /* Start sentinel:// on <l>, which owns what is allocated here (l->sentinel,
- * freed by limiter.c's backend stop, and the main link): the subscription
+ * freed by limiter_sentinel_stop(), and the main link): the subscription
  * and a first query; the link reaches the sentinel code through l->topo.
  * Returns 0, or -1 when memory runs out. */
 int limiter_sentinel_start(struct limiter *l);
-/* Close the sentinel connections of <l> and stop its timer. */
+/* Close the sentinel connections of <l>, stop its timer, free
+ * l->sentinel and unhook it from the links (l->topo). */
 void limiter_sentinel_stop(struct limiter *l);
 
 #endif /* SPOA_LIMITER_SENTINEL_H */

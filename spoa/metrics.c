@@ -228,7 +228,7 @@ static void acc(_Atomic uint64_t *dst, const _Atomic uint64_t *src)
 /* Add the counters of <m> into <t> field by field. */
 static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 {
-	size_t i, s;
+	size_t i, s, k;
 
 	for (i = 0; i < CONFIG_MAX_POLICIES; i++) {
 		for (s = 0; s < WINDOW_STATUS_COUNT; s++)
@@ -256,6 +256,9 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 	acc(&t->redis_unsafe_eviction, &m->redis_unsafe_eviction);
 	for (s = 0; s < METRICS_ENGINE_COUNT; s++)
 		acc(&t->redis_engine[s], &m->redis_engine[s]);
+	for (s = 0; s < METRICS_ENGINE_COUNT; s++)
+		for (k = 0; k < METRICS_REPLY_COUNT; k++)
+			acc(&t->redis_replies[s][k], &m->redis_replies[s][k]);
 	acc(&t->late_admissions, &m->late_admissions);
 	acc(&t->unknown_outcome, &m->unknown_outcome);
 	acc(&t->conn_accepted, &m->conn_accepted);
@@ -319,7 +322,7 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 	struct render r = { .dst = dst, .cap = cap, .len = 0, .failed = 0 };
 	struct metrics t;                  /* ~40 KB, sums of all threads */
 	size_t np = c ? c->npolicies : 0, i;
-	unsigned s;
+	unsigned s, k;
 	char ver[128];
 
 	if (!dst || cap == 0)
@@ -401,6 +404,14 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 	for (s = 0; s < METRICS_ENGINE_COUNT; s++)
 		out(&r, METRICS_PREFIX "redis_engine{engine=\"%s\"} %d\n",
 		    s == METRICS_ENGINE_MODULE ? "module" : "script", val(&t.redis_engine[s]) ? 1 : 0);
+	family(&r, "redis_replies_total", "counter",
+	       "Replies Redis gave to decisions, by the engine that answered (the module's "
+	       "RATELIMIT.DECIDE or the script) and by result: decision, or error.");
+	for (s = 0; s < METRICS_ENGINE_COUNT; s++)
+		for (k = 0; k < METRICS_REPLY_COUNT; k++)
+			out(&r, METRICS_PREFIX "redis_replies_total{engine=\"%s\",result=\"%s\"} %" PRIu64 "\n",
+			    s == METRICS_ENGINE_MODULE ? "module" : "script",
+			    k == METRICS_REPLY_ERROR ? "error" : "decision", val(&t.redis_replies[s][k]));
 	scalar(&r, "late_admissions_total", "counter",
 	       "Requests Redis admitted (and recorded) after the agent had answered "
 	       "redis-timeout: size redis-timeout with it.", val(&t.late_admissions));

@@ -66,6 +66,14 @@ enum metrics_engine {
 	METRICS_ENGINE_COUNT
 };
 
+/* What Redis's reply to a decision was: one that decided (an allow or a
+ * deny), or an error (the script's or the module's). */
+enum metrics_reply {
+	METRICS_REPLY_DECISION = 0,
+	METRICS_REPLY_ERROR,
+	METRICS_REPLY_COUNT
+};
+
 struct metrics {
 	/* decisions[policy index][status]; shadow-deny counted apart */
 	_Atomic uint64_t decisions[CONFIG_MAX_POLICIES][WINDOW_STATUS_COUNT];
@@ -84,6 +92,8 @@ struct metrics {
 	_Atomic uint64_t redis_connected;          /* gauge 0/1 */
 	_Atomic uint64_t redis_unsafe_eviction;    /* gauge 0/1: a link evicts keys */
 	_Atomic uint64_t redis_engine[METRICS_ENGINE_COUNT]; /* gauge 0/1: a ready link uses it */
+	/* replies to decisions, by the engine that answered */
+	_Atomic uint64_t redis_replies[METRICS_ENGINE_COUNT][METRICS_REPLY_COUNT];
 	_Atomic uint64_t late_admissions;          /* admitted by Redis after the deadline */
 	_Atomic uint64_t unknown_outcome;          /* in flight on a link that dropped */
 	_Atomic uint64_t conn_accepted;

@@ -186,6 +186,13 @@ on_module = (s3.get("redis_engine", engine="module") or 0) > 0
 h.eq("redis_errors_total{noscript} %s (engine %s)" % ("+0" if on_module else "+1",
                                                     "module" if on_module else "script"),
      0 if on_module else 1, delta(s2, s3, "redis_errors_total", kind="noscript"))
+eng, other = ("module", "script") if on_module else ("script", "module")
+h.eq("redis_replies_total: the WRONGTYPE error and the decision after SCRIPT FLUSH, both "
+     "named after the engine that answered (%s), none after the other" % eng, (1, 1, 0, 0),
+     (delta(s2, s3, "redis_replies_total", engine=eng, result="error"),
+      delta(s2, s3, "redis_replies_total", engine=eng, result="decision"),
+      delta(s2, s3, "redis_replies_total", engine=other, result="error"),
+      delta(s2, s3, "redis_replies_total", engine=other, result="decision")))
 
 # Redis frozen (SIGSTOP): four pipelined NOTIFYs wait, in flight, until the
 # 5 s redis-timeout answers them.

@@ -254,5 +254,10 @@ h.check("... logged redis_evicts_keys at warn with the module's reply",
 m = u.scrape(mport)
 h.eq("... counted as redis_errors_total{kind=\"evicts\"} (3 refusals), not as script errors",
      (3, 0), (m.get("redis_errors_total", kind="evicts"), m.get("redis_errors_total", kind="script")))
+h.eq("... and as the module's: redis_replies_total{engine=\"module\",result=\"error\"} 3, none "
+     "the script's", (3, 0, 0),
+     (m.get("redis_replies_total", engine="module", result="error"),
+      m.get("redis_replies_total", engine="script", result="error"),
+      m.get("redis_replies_total", engine="script", result="decision")))
 h.stop(p)
 h.done()

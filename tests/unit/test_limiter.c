@@ -31,7 +31,7 @@
 
 #define WAIT_S       10.0
 #define SCRIPT       "return 1"
-#define ANSWERS_MAX  1024
+#define ANSWERS_MAX  (LIMITER_WAIT_MAX + 16)
 #define PAUSE_S      0.02   /* between the requests of ask_until() */
 
 /* The script's replies: allowed, limit, remaining, reset (us), retry (us), window. */
@@ -406,10 +406,10 @@ static void test_no_answer_inside_check(void **state)
 	batch = 4;
 	one_connect(1000, true);
 	a = start(l, "ivan");
-	assert_int_equal(l->nqueued, 1);
-	other = *l->main_link;
-	other.evicts = true;
-	l->queue[0]->link = &other;
+	assert_int_equal(l->batch.nqueued, 1);
+	other = *l->links.main;
+	other.watch.evicts = true;
+	l->batch.queue[0]->link = &other;
 	b = start(l, "judy");   /* flushes "ivan" to <other>: refused */
 	assert_int_equal(a->n, 0);
 	WAIT(a->n == 1 && b->n == 1);
@@ -442,10 +442,16 @@ static void test_engine_auto_module(void **state)
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_MODULE]), 1);
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 0);
 	assert_int_equal(ask(l, "kate").status, WINDOW_ALLOW);
+	assert_int_equal(metrics.redis_replies[METRICS_ENGINE_MODULE][METRICS_REPLY_DECISION], 1);
 	assert_int_equal(ask(l, "kate").status, WINDOW_DENY);
 	limiter_set_deny_cache(l, false, 0);
 	assert_int_equal(ask(l, "kate").status, WINDOW_DENY);
 	assert_true(fake_done(&f));
+	/* each reply counted under the engine that gave it: the unknown
+	 * command was not an answer (re-sent as EVAL) */
+	assert_int_equal(metrics.redis_replies[METRICS_ENGINE_MODULE][METRICS_REPLY_DECISION], 1);
+	assert_int_equal(metrics.redis_replies[METRICS_ENGINE_MODULE][METRICS_REPLY_ERROR], 0);
+	assert_int_equal(metrics.redis_replies[METRICS_ENGINE_SCRIPT][METRICS_REPLY_DECISION], 2);
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_MODULE]), 0);
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 1);
 	one_stop();
@@ -561,6 +567,91 @@ static void test_engine_module_gone(void **state)
 	assert_true(fake_done(&f));
 	assert_int_equal(fake_count(&f, "EVAL"), 0);
 	one_stop();
+}
+
+/* A decision made before the link's first connection is set up waits for
+ * it and is answered from Redis once the link is ready. The link connects
+ * on its own timer: neither limiter_new() nor limiter_check() opened a
+ * connection. */
+static void test_wait_first_connect(void **state)
+{
+	struct answer *a;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:olga");
+	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
+	one_connect(3000, false);
+	a = start(l, "olga");
+	assert_null(l->links.main->ac);
+	assert_int_equal(l->calls.nwaiting, 1);
+	WAIT(a->n == 1);
+	assert_int_equal(a->d.status, WINDOW_ALLOW);
+	assert_int_equal(a->d.remaining, 9);
+	assert_int_equal(l->calls.nwaiting, 0);
+	assert_int_equal(atomic_load(&metrics.redis_errors[METRICS_REDIS_ERR_REFUSED]), 0);
+	assert_true(fake_done(&f));
+	one_stop();
+}
+
+/* A link that never gets ready (a replica): a decision waits through the
+ * failed attempts within its deadline, then is answered "unavailable"
+ * (never sent: no script call). */
+static void test_wait_deadline(void **state)
+{
+	struct answer *a;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "ROLE", "*5\r\n$5\r\nslave\r\n$9\r\n127.0.0.1\r\n:6379\r\n"
+	          "$9\r\nconnected\r\n:0\r\n");
+	one_connect(3000, false);
+	a = start(l, "pia");
+	WAIT(fake_hits(&f, "ROLE") >= 1 && l->links.main->state == LIMITER_ST_IDLE);
+	/* the first attempt failed; the next one comes within the deadline */
+	assert_int_equal(a->n, 0);
+	WAIT(a->n == 1);
+	assert_int_equal(a->d.status, WINDOW_ERROR);
+	assert_int_equal(a->d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
+	assert_true(f.nconns >= 2);
+	assert_int_equal(l->calls.nwaiting, 0);
+	assert_int_equal(fake_count(&f, "EVALSHA"), 0);
+	one_stop();
+}
+
+/* The waiting list is bounded: the call over LIMITER_WAIT_MAX is answered
+ * "unavailable" at once, the others wait (here for a setup that never
+ * finishes) and are answered when the limiter is freed. */
+static void test_wait_bound(void **state)
+{
+	struct answer *first, *over = NULL;
+	char key[32];
+	unsigned i;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, "ROLE");
+	fake_step(&f, FAKE_STALL, NULL);
+	one_connect(5000, false);
+	WAIT(fake_done(&f));
+	first = start(l, "w0");
+	for (i = 1; i <= LIMITER_WAIT_MAX; i++) {
+		snprintf(key, sizeof(key), "w%u", i);
+		over = start(l, key);
+	}
+	assert_int_equal(l->calls.nwaiting, LIMITER_WAIT_MAX);
+	WAIT(over->n == 1);
+	assert_int_equal(over->d.status, WINDOW_ERROR);
+	assert_int_equal(over->d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
+	assert_int_equal(first->n, 0);
+	limiter_free(l);
+	for (i = 0; i < LIMITER_WAIT_MAX; i++) {
+		assert_int_equal(answers[nanswers - 1 - LIMITER_WAIT_MAX + i].n, 1);
+		assert_int_equal(answers[nanswers - 1 - LIMITER_WAIT_MAX + i].d.reason,
+		                 WINDOW_REASON_REDIS_UNAVAILABLE);
+	}
+	assert_int_equal(f.unexpected, 0);
+	fake_stop(&f);
 }
 
 /* ROLE says replica: the link never becomes ready, and is retried. */
@@ -833,6 +924,9 @@ static void test_batch_module(void **state)
 	assert_int_equal(b[2]->d.status, WINDOW_ALLOW);
 	assert_true(fake_done(&f));
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 1);
+	/* a batch's replies, each under the engine that answered it */
+	assert_int_equal(metrics.redis_replies[METRICS_ENGINE_MODULE][METRICS_REPLY_DECISION], 3);
+	assert_int_equal(metrics.redis_replies[METRICS_ENGINE_SCRIPT][METRICS_REPLY_DECISION], 3);
 	one_stop();
 }
 
@@ -1045,6 +1139,29 @@ static void test_cluster_tryagain(void **state)
 	cluster2_stop(&c);
 }
 
+/* cluster://: a decision made before the slot map is known waits for it
+ * and for its primary's link, then goes there. */
+static void test_cluster_wait_map(void **state)
+{
+	struct cluster2 c;
+	struct answer *a;
+
+	(void)state;
+	assert_int_equal(fake_start(&c.a, loop), 0);
+	assert_int_equal(fake_start(&c.b, loop), 0);
+	slots_reply(c.map, sizeof(c.map), c.a.port, 0, 0);
+	fake_rule(&c.a, "CLUSTER SLOTS", c.map);
+	fake_step(&c.a, FAKE_EXPECT, "EVALSHA");
+	fake_step(&c.a, FAKE_SEND, REPLY_ALLOW);
+	c.l = new_limiter_on(&c.a, "cluster", 3000);
+	a = start(c.l, "nina");
+	assert_int_equal(c.l->calls.nwaiting, 1);
+	WAIT(a->n == 1);
+	assert_int_equal(a->d.status, WINDOW_ALLOW);
+	assert_true(fake_done(&c.a));
+	cluster2_stop(&c);
+}
+
 /* CLUSTERDOWN: "unavailable", not a script error. */
 static void test_cluster_down(void **state)
 {
@@ -1077,6 +1194,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_engine_auto_script, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_engine_module_missing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_engine_module_gone, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wait_first_connect, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wait_deadline, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wait_bound, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_role_replica, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_half_reply_then_close, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_half_reply_then_timeout, setup, teardown),
@@ -1093,6 +1213,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_redirect_evicting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_ask, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_tryagain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_wait_map, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_down, setup, teardown),
 	};
 

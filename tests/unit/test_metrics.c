@@ -282,6 +282,8 @@ static void test_render_sums(void **state)
 	metrics_add(&a->notify_inflight, 4);
 	metrics_add(&b->config_reloads[METRICS_RELOAD_SUCCESS], 2);
 	metrics_add(&a->config_reloads[METRICS_RELOAD_FAILURE], 1);
+	metrics_add(&a->redis_replies[METRICS_ENGINE_MODULE][METRICS_REPLY_ERROR], 1);
+	metrics_add(&b->redis_replies[METRICS_ENGINE_MODULE][METRICS_REPLY_ERROR], 2);
 	metrics_observe_redis_latency(a, 80);
 	metrics_observe_redis_latency(b, 300);
 	metrics_observe_redis_latency(b, 3000000);
@@ -303,10 +305,13 @@ static void test_render_sums(void **state)
 	samples = check_format(out);
 	/* 2 policies x (4 statuses + shadow + cache) + reasons
 	 * + 2 policies x 4 statuses x 18 decision histogram + 17 Redis histogram
-	 * + every redis error kind + 8 scalars + 2 engines + 8 frames + 14 statuses + inflight
-	 * + 2 reload results + build_info */
+	 * + every redis error kind + 8 scalars + 2 engines + 2 engines x 2 results of
+	 * the replies + 8 frames + 14 statuses + inflight + 2 reload results + build_info */
 	assert_int_equal(samples, 2 * 6 + (WINDOW_REASON_COUNT - 1) + 2 * 4 * 18 + 17 +
-	                 METRICS_REDIS_ERR_COUNT + 8 + METRICS_ENGINE_COUNT + 8 + 14 + 1 + 2 + 1);
+	                 METRICS_REDIS_ERR_COUNT + 8 + METRICS_ENGINE_COUNT +
+	                 METRICS_ENGINE_COUNT * METRICS_REPLY_COUNT + 8 + 14 + 1 + 2 + 1);
+	assert_line(out, "ratelimit_spoa_redis_replies_total{engine=\"module\",result=\"error\"} 3");
+	assert_line(out, "ratelimit_spoa_redis_replies_total{engine=\"script\",result=\"decision\"} 0");
 
 	assert_line(out, "ratelimit_spoa_decisions_total{policy=\"transfer\",status=\"allow\"} 7");
 	assert_line(out, "ratelimit_spoa_decisions_total{policy=\"transfer\",status=\"deny\"} 2");
