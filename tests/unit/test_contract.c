@@ -3,13 +3,18 @@
  * of tests/contract/decisions.txt (the file t_contract runs on the script
  * and the module) fed to window_decide_reply, which must give the case's
  * "agent" line; and the same reply under a shadow policy (a deny answered
- * as allow + shadow-deny, the numbers kept).
+ * as allow + shadow-deny, the numbers kept); and every deny answered again
+ * from the deny cache (spoa/deny_cache.c) while its entry lives, which must
+ * give what window_decide_reply gives for the reply the engines send for
+ * the same case later (t_contract runs those: reset and retry_after less the
+ * time passed, the rest unchanged).
  *
  * The file: $CONTRACT_FILE, else tests/contract/decisions.txt (run from the
  * repo root, as make test does). Only the reply and agent lines matter
  * here; tests/contract/contract.py describes the rest.
  */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "deny_cache.h"
 #include "window.h"
 
 #define CONTRACT_LINE_MAX 4096
@@ -31,7 +37,26 @@ struct contract_pair {
 	char status[16], reason[32];
 	int64_t limit, remaining, reset, retry_after;
 	unsigned window;
+	bool sendable;                /* the agent sends such a request (one decision,
+	                               * its cost within every limit: it refuses a
+	                               * bigger one itself, see window_build_args) */
 };
+
+/* Would the agent send the request of "args ..." in <line>? (cost, then
+ * limit/window pairs; a batch's decisions are not looked at) */
+static bool contract_args_sendable(const char *line)
+{
+	long long cost, limit;
+	const char *p = line + 5;
+	int used, nwin = 0;
+
+	if (sscanf(p, "%lld%n", &cost, &used) != 1 || cost < 1)
+		return false;
+	for (p += used; sscanf(p, "%lld %*s%n", &limit, &used) == 1; p += used, nwin++)
+		if (cost > limit)
+			return false;
+	return nwin > 0;
+}
 
 /* Parses "reply ..." in <line> (a copy, cut by strtok) into <pr>. 0 or -1. */
 static int contract_parse_reply(char *line, struct contract_pair *pr)
@@ -84,6 +109,7 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 	struct contract_pair *all = NULL, *cur = NULL;
 	size_t cap = 0, nreply = 0;
 	int lineno = 0;
+	bool sendable = false;
 
 	if (!f)
 		fail_msg("cannot open the contract %s (run from the repo root)", path);
@@ -93,6 +119,9 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 		if (strncmp(line, "case ", 5) == 0) {
 			sscanf(line, "case %127s", name);
 			nreply = 0;
+			sendable = false;
+		} else if (strncmp(line, "args ", 5) == 0) {
+			sendable = contract_args_sendable(line);
 		} else if (strncmp(line, "reply ", 6) == 0) {
 			if (*n == cap) {
 				cap = cap ? cap * 2 : 64;
@@ -107,6 +136,7 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 			if (contract_parse_reply(copy, cur) == -1)
 				fail_msg("%s:%d: bad reply line", path, lineno);
 			cur->status[0] = '\0';
+			cur->sendable = sendable;
 		} else if (strncmp(line, "agent ", 6) == 0) {
 			if (!cur || cur->status[0] || contract_parse_agent(line, cur) == -1)
 				fail_msg("%s:%d: an agent line belongs right after a reply", path, lineno);
@@ -186,10 +216,77 @@ static void test_contract_replies(void **state)
 	free(all);
 }
 
+/* The decision with the deny cache on equals the one with it off: each deny
+ * of the file that the agent could receive, stored when its request was sent, answers at every later
+ * instant before its deadline and reset exactly what the engines' reply
+ * at that instant decides (t_contract checks that reply on both engines),
+ * then no more; another cost is never answered from it. */
+static void test_contract_deny_cache(void **state)
+{
+	size_t n, i, ndeny = 0;
+	struct contract_pair *all = contract_load(contract_path(), &n);
+	struct window_policy plain;
+	const int64_t sent = 5000000;
+
+	(void)state;
+	memset(&plain, 0, sizeof(plain));
+	plain.nwin = 1;
+	plain.win[0].limit = 1;
+	plain.win[0].window_ms = 1000;
+	for (i = 0; i < n; i++) {
+		const struct contract_pair *pr = &all[i];
+		struct window_decision off, on;
+		struct deny_cache dc;
+		int64_t until, steps[3];
+		unsigned k;
+
+		if (!pr->sendable || window_decide_reply(&plain, &pr->reply, &off) != 0 ||
+		    off.status != WINDOW_DENY)
+			continue;
+		ndeny++;
+		until = pr->reply.v[3] < pr->reply.v[4] ? pr->reply.v[3] : pr->reply.v[4];
+		steps[0] = 0;
+		steps[1] = until / 2;
+		steps[2] = until - 1;
+		deny_cache_init(&dc, 42);
+		deny_cache_store(&dc, "p", 1, "k", 1, 2, sent, &off, sent);
+		for (k = 0; k < 3; k++) {
+			struct window_reply later = pr->reply;
+			struct window_decision want;
+
+			later.v[3] -= steps[k];
+			later.v[4] -= steps[k];
+			assert_int_equal(window_decide_reply(&plain, &later, &want), 0);
+			if (!deny_cache_lookup(&dc, "p", 1, "k", 1, 2, sent + steps[k], &on))
+				fail_msg("%s: no cached answer %lld us after", pr->where,
+				         (long long)steps[k]);
+			if (on.status != want.status || on.limit != want.limit ||
+			    on.remaining != want.remaining || on.reset != want.reset ||
+			    on.retry_after != want.retry_after || on.window != want.window ||
+			    on.retry_after_us != want.retry_after_us || on.reset_us != want.reset_us)
+				fail_msg("%s: %lld us after, the cache answers %lld %lld %lld %lld %u, "
+				         "the engines %lld %lld %lld %lld %u",
+				         pr->where, (long long)steps[k], (long long)on.limit,
+				         (long long)on.remaining, (long long)on.reset,
+				         (long long)on.retry_after, on.window, (long long)want.limit,
+				         (long long)want.remaining, (long long)want.reset,
+				         (long long)want.retry_after, want.window);
+		}
+		assert_false(deny_cache_lookup(&dc, "p", 1, "k", 1, 1, sent, &on));
+		deny_cache_store(&dc, "p", 1, "k", 1, 2, sent, &off, sent);
+		assert_false(deny_cache_lookup(&dc, "p", 1, "k", 1, 2, sent + until, &on));
+		deny_cache_clear(&dc);
+	}
+	printf("# contract: %zu denies answered again from the deny cache\n", ndeny);
+	assert_true(ndeny > 0);
+	free(all);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_contract_replies),
+		cmocka_unit_test(test_contract_deny_cache),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
