@@ -57,21 +57,30 @@ static int parse_bounded(const struct rl_arg *a, int64_t lo, int64_t hi, int64_t
 	return 0;
 }
 
-/* "gcra:<ms>:<burst>" (<a> without "gcra:") into <w>: the script's
- * '^gcra:(%d+):(%d+)$', burst * ms * 1000 at most RL_GCRA_MAX_SPAN. */
-static int parse_gcra_window(const struct rl_arg *a, struct rl_window *w)
+/* <a> split at its first ':' into <left> and <right>, both digits only
+ * (the script's '^(%d+):(%d+)$': neither empty nor signed). 0 or -1. */
+static int split_pair(const struct rl_arg *a, struct rl_arg *left, struct rl_arg *right)
 {
 	const char *colon = memchr(a->p, ':', a->len);
-	struct rl_arg ms, burst;
 
 	if (!colon)
 		return -1;
-	ms.p = a->p;
-	ms.len = (size_t)(colon - a->p);
-	burst.p = colon + 1;
-	burst.len = a->len - ms.len - 1;
-	if (ms.len == 0 || burst.len == 0 || ms.p[0] == '-' || burst.p[0] == '-' ||
-	    parse_bounded(&ms, 1, RL_MAX_MS, &w->win_ms) == -1 ||
+	left->p = a->p;
+	left->len = (size_t)(colon - a->p);
+	right->p = colon + 1;
+	right->len = a->len - left->len - 1;
+	if (left->len == 0 || right->len == 0 || left->p[0] == '-' || right->p[0] == '-')
+		return -1;
+	return 0;
+}
+
+/* "gcra:<ms>:<burst>" (<a> without "gcra:") into <w>: burst * ms * 1000
+ * at most RL_GCRA_MAX_SPAN. */
+static int parse_gcra_window(const struct rl_arg *a, struct rl_window *w)
+{
+	struct rl_arg ms, burst;
+
+	if (split_pair(a, &ms, &burst) == -1 || parse_bounded(&ms, 1, RL_MAX_MS, &w->win_ms) == -1 ||
 	    parse_bounded(&burst, 1, RL_MAX_UNITS, &w->burst) == -1 ||
 	    w->burst > RL_GCRA_MAX_SPAN / (w->win_ms * 1000))
 		return -1;
@@ -83,7 +92,6 @@ static int parse_gcra_window(const struct rl_arg *a, struct rl_window *w)
  * "gcra:<ms>:<burst>". */
 static int parse_window(const struct rl_arg *a, struct rl_window *w)
 {
-	const char *colon = memchr(a->p, ':', a->len);
 	struct rl_arg ms, prec;
 
 	w->burst = 0;
@@ -92,18 +100,11 @@ static int parse_window(const struct rl_arg *a, struct rl_window *w)
 
 		return parse_gcra_window(&rest, w);
 	}
-	if (!colon) {
+	if (!memchr(a->p, ':', a->len)) {
 		w->prec_ms = 0;
 		return parse_bounded(a, 1, RL_MAX_MS, &w->win_ms);
 	}
-	ms.p = a->p;
-	ms.len = (size_t)(colon - a->p);
-	prec.p = colon + 1;
-	prec.len = a->len - ms.len - 1;
-	/* the script's '^(%d+):(%d+)$': digits only on both sides */
-	if (ms.len == 0 || prec.len == 0 || ms.p[0] == '-' || prec.p[0] == '-')
-		return -1;
-	if (parse_bounded(&ms, 1, RL_MAX_MS, &w->win_ms) == -1 ||
+	if (split_pair(a, &ms, &prec) == -1 || parse_bounded(&ms, 1, RL_MAX_MS, &w->win_ms) == -1 ||
 	    parse_bounded(&prec, 1, RL_MAX_MS, &w->prec_ms) == -1)
 		return -1;
 	return 0;
@@ -274,16 +275,10 @@ int64_t rl_args_bucket_end(int64_t now_us, int64_t prec_ms)
 /* A stored GCRA value "<tat>:<frac>" into <tat>, <frac>; 0 or -1. */
 int rl_args_parse_gcra(const char *p, size_t len, int64_t *tat, int64_t *frac)
 {
-	const char *colon = memchr(p, ':', len);
-	size_t n;
+	struct rl_arg a = { p, len }, t, f;
 
-	if (!colon)
-		return -1;
-	n = (size_t)(colon - p);
-	/* (digits only: the script's '^(%d+):(%d+)$') */
-	if (n == 0 || n == len - 1 || p[0] == '-' || colon[1] == '-' ||
-	    rl_args_parse_int(p, n, tat) == -1 || rl_args_parse_int(colon + 1, len - n - 1, frac) == -1 ||
-	    *tat > RL_MAX_MEMBER || *frac > RL_MAX_MEMBER)
+	if (split_pair(&a, &t, &f) == -1 || parse_bounded(&t, 0, RL_MAX_MEMBER, tat) == -1 ||
+	    parse_bounded(&f, 0, RL_MAX_MEMBER, frac) == -1)
 		return -1;
 	return 0;
 }

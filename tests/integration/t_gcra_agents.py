@@ -15,7 +15,7 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import AGENT, Harness, MODULE_SO, free_port, wait_port  # noqa: E402
+from harness import Harness, MODULE_SO  # noqa: E402
 import harness  # noqa: E402
 import spop  # noqa: E402
 
@@ -27,24 +27,9 @@ if not os.path.exists(MODULE_SO):
     h.done()
 h.start_redis(extra=["--loadmodule", MODULE_SO])
 
-POLICIES = """policy bucket 1/1h algorithm=gcra burst=50
-policy costs 1/1h algorithm=gcra burst=40 max-cost=4
-"""
-
-
-def conf(engine, port):
-    path = os.path.join(h.tmp, "agent-%s.conf" % engine)
-    with open(path, "w") as f:
-        f.write("listen 127.0.0.1:%d\nredis redis://127.0.0.1:%d/0\nthreads 2\nredis-timeout 5s\n"
-                "redis-batch 8\nredis-engine %s\n%s" % (port, h.redis_port, engine, POLICIES))
-    return path
-
-
-ports = {}
-for engine in ("script", "module"):
-    ports[engine] = free_port()
-    h.spawn([AGENT, "-f", conf(engine, ports[engine])], os.path.join(h.tmp, "agent-%s.log" % engine))
-    h.check("agent on %s listens" % engine, wait_port(ports[engine], 15))
+ports = h.engine_agents("threads 2\nredis-batch 8\n"
+                        "policy bucket 1/1h algorithm=gcra burst=50\n"
+                        "policy costs 1/1h algorithm=gcra burst=40 max-cost=4\n", "bucket")
 
 
 def connect(engine):
@@ -53,14 +38,6 @@ def connect(engine):
     return c
 
 
-# The first decisions wait for the links (an agent listens before Redis is up).
-for engine in ports:
-    c = connect(engine)
-    for _ in range(100):
-        if c.ratelimit("warmup-%s" % engine, policy="bucket")["actions"].get("status") in ("allow", "deny"):
-            break
-    c.close()
-h.rcli("FLUSHALL")
 h.rcli("CONFIG", "RESETSTAT")
 
 
