@@ -626,8 +626,9 @@ static int64_t retry_buckets(const struct rl_state *s, int64_t need, int64_t now
 }
 
 /* A GCRA decision (the script's gcra(); the math is rl_args_gcra()):
- * reads the string key <name>, and on an admission stores the new TAT
- * with its expiry, propagated as SET and PEXPIREAT. Writes the reply. */
+ * reads the string key <name> (borrowed from argv), and on an admission
+ * stores the new TAT with its expiry, propagated as SET and PEXPIREAT.
+ * Writes the reply. */
 static void decide_gcra(RedisModuleCtx *ctx, RedisModuleString *name, const struct rl_decision *d,
                         int64_t now, int oom)
 {
@@ -940,8 +941,8 @@ static int cmd_test_fail_alloc(RedisModuleCtx *ctx, RedisModuleString **argv, in
 	X(GetContextFlags) X(ReplyWithArray) X(ReplyWithLongLong) X(ReplyWithError)          \
 	X(ReplyWithSimpleString)                                                             \
 	X(WrongArity) X(StringPtrLen) X(StringToLongLong) X(CreateString)                   \
-	X(CreateStringFromLongLong) X(StringSet) X(StringDMA) X(FreeString) X(RetainString) X(Alloc) X(Realloc)        \
-	X(Free) X(Log) X(NotifyKeyspaceEvent)
+	X(CreateStringFromLongLong) X(FreeString) X(RetainString) X(Alloc) X(Realloc)        \
+	X(Free) X(Log) X(NotifyKeyspaceEvent) X(StringSet) X(StringDMA)
 
 /* The two symbols Redis looks up (everything else is hidden). */
 #define RL_EXPORT __attribute__((visibility("default")))

@@ -109,17 +109,17 @@ int rl_args_parse_member(const char *p, size_t len, int64_t *cum, int64_t *cost)
  * <buf> of <size> bytes; returns its length. */
 size_t rl_args_format_member(char *buf, size_t size, int64_t cum, int64_t cost);
 
-/* A stored GCRA value "<tat>:<frac>" (decimal, both 0..2^53) into <tat>,
- * <frac>. Returns 0, or -1 for anything else. */
+/* A stored GCRA value "<tat>:<frac>" (decimal, both 0..2^53; <p>
+ * borrowed) into <tat>, <frac>. Returns 0, or -1 for anything else. */
 int rl_args_parse_gcra(const char *p, size_t len, int64_t *tat, int64_t *frac);
 
 /* Writes "<tat>:<frac>" (the script's '%d:%d') into <buf> of <size>
  * bytes; returns its length (0: it does not fit). */
 size_t rl_args_format_gcra(char *buf, size_t size, int64_t tat, int64_t frac);
 
-/* Decides GCRA window <w> for <cost> at <now> over the stored <tat>,
- * <frac> (<has>: 0 when there is no key) into <out>, exactly as the
- * script does. */
+/* Decides GCRA window <w> (borrowed) for <cost> at <now> over the stored
+ * <tat>, <frac> (<has>: 0 when there is no key) into <out>, exactly as
+ * the script does. */
 void rl_args_gcra(const struct rl_window *w, int64_t cost, int64_t now, int has, int64_t tat,
                   int64_t frac, struct rl_gcra *out);
 

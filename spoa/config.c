@@ -254,9 +254,10 @@ static int parse_burst_word(struct parse_ctx *x, const char *what, struct word w
 	return 0;
 }
 
-/* The one limit <win>/<nwin> of a GCRA policy or override <what>: its
- * burst (<burst>, 0: the limit) set and bounded, and a <max_cost> (0:
- * none) that fits in it. Returns 0 or -1 (a parse failure). */
+/* The one limit <win>/<nwin> (borrowed, written) of a GCRA policy or
+ * override <what>: its burst (<burst>, 0: the limit) set and bounded, and
+ * a <max_cost> (0: none) that fits in it. Returns 0 or -1 (a parse
+ * failure). */
 static int gcra_finish(struct parse_ctx *x, const char *what, struct window_limit *win,
                        unsigned nwin, uint64_t burst, uint64_t max_cost)
 {
@@ -367,8 +368,9 @@ static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 	return 0;
 }
 
-/* override <policy> <key> <limit>/<window>... [burst=<n>] (gcra). Grows the policy's override
- * table (owned by the config) and this parse's line table (owned by <x>). */
+/* override <policy> <key> <limit>/<window>... [burst=<n>] (gcra). Grows
+ * the policy's override table (owned by the config) and this parse's line
+ * table (owned by <x>). */
 static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 {
 	struct config *c = x->c;

@@ -259,6 +259,7 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 {
 	struct redis_url u;
 	bool script_changed, engine_changed;
+	long long needed;
 	int rc = 0;
 
 	if (!s || !s->script || !s->script_len) {
@@ -275,9 +276,9 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 	l->timeout_ms = s->timeout_ms ? s->timeout_ms : 1;
 	l->allow_eviction = s->allow_eviction;
 	/* (a new need for the module's protocol asks every link again) */
-	engine_changed = s->engine != l->engine_mode ||
-	                 limiter_protocol_needed(s->policies, s->npolicies) != l->module_protocol_min;
-	l->module_protocol_min = limiter_protocol_needed(s->policies, s->npolicies);
+	needed = limiter_protocol_needed(s->policies, s->npolicies);
+	engine_changed = s->engine != l->engine_mode || needed != l->module_protocol_min;
+	l->module_protocol_min = needed;
 	limiter_choose_engines(l, s->engine);
 	limiter_batch_set_size(l, s->batch);
 	/* limits or policies may have changed what a cached deny means */
