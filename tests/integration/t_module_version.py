@@ -14,6 +14,7 @@ A mixed-version fleet, each side on a real redis-server:
 The last ones are module/ratelimit-test.so loaded with test-no-version,
 test-protocol=3 and test-protocol=1 (test builds only)."""
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -112,6 +113,35 @@ h.eq("protocol 1, gcra, redis-engine module: an error, never an allow", "error",
 h.check("protocol 1, gcra, module: logged at error",
         "level=error event=redis_engine_protocol" in log and "protocol=1 speaks=2 needs=2" in log, log)
 h.eq("protocol 1, gcra, module: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
+
+# A reload that adds a gcra policy asks the module again: on protocol 1,
+# auto moves that Redis to the script (log and gcra decisions alike).
+rport = h.spawn_redis("p1-reload", ["--loadmodule", MODULE_TEST_SO, "test-protocol=1"], module=False)
+body = "redis redis://127.0.0.1:%d/0\nredis-timeout 5s\nredis-engine auto\npolicy transfer 3/1s\n" % rport
+p, aport, _, log = h.spawn_side_agent("agent-p1-reload", body)
+path = os.path.join(h.tmp, "agent-p1-reload.conf")
+c = spop.Conn().connect("127.0.0.1", aport)
+c.hello()
+h.check("reload, before: a log policy on the protocol-1 module is decided by it",
+        wait_for(lambda: c.ratelimit("ACC-R1", timeout=15)["actions"].get("status") == "allow" and
+                 commandstats(rport, "ratelimit.decide") >= 1, 15))
+with open(path, "a") as f:
+    f.write("policy bucket 3/1s algorithm=gcra\n")
+p.send_signal(signal.SIGHUP)
+h.check("reload: applied, and the protocol-1 module is no longer spoken (warned, needs=2)",
+        wait_for(lambda: "event=config_applied" in harness.read_text(log) and
+                 "protocol=1 speaks=2 needs=2" in harness.read_text(log), 15), harness.read_text(log))
+calls = commandstats(rport, "ratelimit.decide")
+v = c.ratelimit("ACC-R2", policy="bucket", timeout=15)["actions"]
+h.eq("reload, after: the gcra policy decides (allowed)", "allow", v.get("status"))
+v = c.ratelimit("ACC-R3", timeout=15)["actions"]
+h.eq("reload, after: the log policy still decides", "allow", v.get("status"))
+h.eq("reload, after: the module decided neither", calls, commandstats(rport, "ratelimit.decide"))
+h.check("reload, after: the script did (the bucket is its g1 key)",
+        harness.rcli(rport, "EXISTS", "bucket:limit:g1:{ACC-R2}").strip() == "1" and
+        commandstats(rport, "evalsha") + commandstats(rport, "eval") >= 2)
+c.close()
+h.stop(p)
 
 v, log, rport = one_case("p2-gcra", [MODULE_SO], "module", GCRA)
 h.eq("this module, gcra, redis-engine module: allowed", "allow", v and v.get("status"))
