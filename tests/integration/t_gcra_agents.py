@@ -91,6 +91,9 @@ h.check("one bucket: every deny says come back in about an hour (retry_after 359
 h.check("one bucket: RateLimit-Policy announces q=burst, w=the bucket's refill time (50 h)",
         all(a.get("policy_hdr") == '"bucket";q=50;w=180000' for a, _ in out),
         sorted(set(str(a.get("policy_hdr")) for a, _ in out)))
+h.check("one bucket: limit is the burst, window the refill time",
+        all((a.get("limit"), a.get("window")) == (50, 180000) for a, _ in out),
+        sorted(set((a.get("limit"), a.get("window")) for a, _ in out)))
 rem = sorted(a.get("remaining") for a, _ in out if a.get("status") == "allow")
 h.eq("one bucket: the allowed saw remaining 49 .. 0, each once", list(range(50)), rem)
 
