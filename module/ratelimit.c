@@ -640,6 +640,8 @@ static void decide_gcra(RedisModuleCtx *ctx, RedisModuleString *name, const stru
 
 	if (type == REDISMODULE_KEYTYPE_STRING) {
 		size_t len;
+		/* (the one read the API has: Redis makes a short embstr value raw
+		 * on it, the same bytes, the same MEMORY USAGE) */
 		const char *p = RedisModule_StringDMA(k, &len, REDISMODULE_READ);
 
 		if (!p || rl_args_parse_gcra(p, len, &tat, &frac) == -1)
