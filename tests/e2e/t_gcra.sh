@@ -35,7 +35,7 @@ start_redis_with() {
 # story ENGINE: the whole stack on redis-engine ENGINE, the six transfers,
 # the one after 0.4 s; then the stack stopped (the backend stays).
 story() {
-	local engine=$1 i inst statuses= retry key_type log_keys
+	local engine=$1 i inst statuses='' retry key_type log_keys
 	if [ "$engine" = module ]; then
 		start_redis_with --loadmodule "$MODULE" || return 1
 	else
