@@ -268,7 +268,7 @@ static int gcra_finish(struct parse_ctx *x, const char *what, struct window_limi
 	if (win[0].burst > WINDOW_GCRA_MAX_SPAN_US / 1000 / win[0].window_ms)
 		return config_parse_fail(&x->lex, "%s: burst %llu times the window is too long for "
 		                         "algorithm=gcra (at most 2^52 us: write the same rate with a "
-		                         "shorter window, e.g. 625/54s for 1000000/24h)",
+		                         "shorter window, e.g. 625/54s burst=1000000 for 1000000/24h)",
 		                         what, (unsigned long long)win[0].burst);
 	if (max_cost > win[0].burst)
 		return config_parse_fail(&x->lex, "%s: max-cost=%llu is above the burst (%llu): such a "

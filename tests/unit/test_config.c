@@ -435,7 +435,7 @@ static void test_parse_errors(void **state)
 		  "t.conf:1: policy 'x': max-cost=4 is above the burst (3): such a cost could never pass" },
 		{ "policy x 1000000/24h algorithm=gcra\n",
 		  "t.conf:1: policy 'x': burst 1000000 times the window is too long for algorithm=gcra "
-		  "(at most 2^52 us: write the same rate with a shorter window, e.g. 625/54s for "
+		  "(at most 2^52 us: write the same rate with a shorter window, e.g. 625/54s burst=1000000 for "
 		  "1000000/24h)" },
 		{ "policy x 3/1s algorithm=gcra\noverride x K 3/1s 5/1m\n",
 		  "t.conf:2: override 'K' of 'x': algorithm=gcra takes exactly one <limit>/<window> (the "
@@ -476,7 +476,8 @@ static void test_gcra(void **state)
 		"policy logged 3/1s algorithm=log\n"
 		"override transfers jwt:VIP 30/1s burst=60\n"
 		"override deflt jwt:SLOW 1/1s\n"
-		"policy big 52124/24h algorithm=gcra\n";
+		"policy big 52124/24h algorithm=gcra\n"
+		"policy daily 625/54s algorithm=gcra burst=1000000\n";
 	struct config c;
 	char err[CONFIG_ERR_LEN];
 	const struct window_policy *p;
@@ -524,6 +525,11 @@ static void test_gcra(void **state)
 	 * <= 2^52 us) */
 	p = config_find_policy(&c, "big", 3);
 	assert_int_equal(p->win[0].burst, 52124);
+	/* what -c suggests for 1000000/24h: the same rate, a shorter window */
+	p = config_find_policy(&c, "daily", 5);
+	assert_int_equal(p->win[0].burst, 1000000);
+	window_announced(&p->win[0], &ann);
+	assert_int_equal(ann.window_ms, 86400000);
 	config_release(&c);
 }
 
