@@ -243,10 +243,95 @@ local BAD_WINDOW = 'ERR sliding_window: bad limit or window'
 local BAD_BATCH = 'ERR sliding_window: bad batch'
 local BAD_ENTRY = 'ERR sliding_window: bad entry'
 
+-- GCRA (algorithm=gcra): the token bucket as one time per account.
+-- A decision of one window whose length argument is "gcra:<ms>:<burst>":
+-- rate <limit> per <ms>, emission interval T = ms / limit, capacity
+-- <burst> (requests of cost 1 that pass at once from empty). KEYS[1] is a
+-- string "<tat>:<frac>": the theoretical arrival time TAT = tat +
+-- frac / limit us (Redis time), 0 <= frac < limit, so that T is exact
+-- whatever it is (1s / 3 is 333333 + 1/3 us): every quantity below is a
+-- whole number of us, or of 1/limit us ("scaled"), and each below 2^53
+-- (burst * ms * 1000 <= 2^52 is checked), so that this script's doubles
+-- and the module's int64 compute the same bits.
+--   allow iff max(TAT, now) + cost * T - now <= burst * T;
+--   then TAT' = max(TAT, now) + cost * T, stored with a TTL of TAT' - now
+--   in ms rounded up, plus 1 ms (as a log window's: PEXPIRE counts from
+--   Redis's ms snapshot); a denial writes nothing.
+-- Reply: { allowed, burst, remaining = floor((burst * T - (TAT' - now)) /
+-- T) (TAT on a denial), reset = TAT' - now (TAT on a denial) rounded up to
+-- a us: when the bucket is full again, retry = max(TAT, now) + cost * T -
+-- burst * T - now rounded up to a us, 0 }. A cost above the burst never
+-- passes: denied, retry = the whole bucket's time (burst * T).
+-- A stored frac >= limit (the limit changed) reads as the next us.
+local GCRA_MAX = 4503599627370496   -- 2^52
+local floor = math.floor
+
+-- q, r of a / b, whole, 0 <= a <= 2^52, 1 <= b <= 10^15: exact in
+-- doubles (a / b = q + r / b could round up to q + 1 only if b * (q + 1)
+-- exceeded 2^53, and it is at most a + b).
+local function divmod(a, b)
+	local q = floor(a / b)
+	return q, a - q * b
+end
+
+local function gcra(k0, a0, n)
+	local cost = num(ARGV[a0 + 1])
+	if not cost then return redis.error_reply(BAD_ARGS) end
+	local l = num(ARGV[a0 + 2])
+	local ms, bs = match(ARGV[a0 + 3], '^gcra:(%d+):(%d+)$')
+	local w, b = num(ms), num(bs)
+	if n ~= 1 or not (l and w and b) or l > 1e15 or b * w * 1000 > GCRA_MAX then
+		return redis.error_reply(BAD_WINDOW)
+	end
+	w = w * 1000
+	local key = KEYS[k0 + 1]
+	-- d + f / l: max(TAT, now) - now
+	local d, f = 0, 0
+	local v = call('GET', key)
+	if v then
+		local ts, fs = match(v, '^(%d+):(%d+)$')
+		local t, fr = tonumber(ts), tonumber(fs)
+		if not (t and t <= 9007199254740992 and fr <= 9007199254740992) then
+			return redis.error_reply(BAD_ENTRY)
+		end
+		if fr >= l then t, fr = t + 1, 0 end
+		if t >= now then d, f = t - now, fr end
+	end
+	local bw = b * w
+	local retry
+	if cost <= b then
+		-- admitted iff d + f / l <= (burst - cost) * w / l
+		local qx, rx = divmod((b - cost) * w, l)
+		if d < qx or (d == qx and f <= rx) then
+			local qc, rc = divmod(cost * w, l)
+			d, f = d + qc, f + rc
+			if f >= l then d, f = d + 1, f - l end
+			local reset = d
+			if f > 0 then reset = d + 1 end
+			local ttl = int(divmod(reset + 999, 1000) + 1)
+			call('SET', key, format('%d:%d', now + d, f), 'PX', ttl)
+			return { 1, b, (divmod(bw - d * l - f, w)), reset, 0, 0 }
+		end
+		retry = d - qx
+		if f > rx then retry = retry + 1 end
+	end
+	local qb, rb = divmod(bw, l)
+	if not retry then
+		-- a cost above the burst never fits: the whole bucket's time
+		retry = qb
+		if rb > 0 then retry = qb + 1 end
+	end
+	local rem, reset = 0, d
+	if f > 0 then reset = d + 1 end
+	if d < qb or (d == qb and f <= rb) then rem = divmod(bw - d * l - f, w) end
+	return { 0, b, rem, reset, retry, 0 }
+end
+
 -- One decision over the <n> windows KEYS[k0 + i]: its cost is ARGV[a0 + 1],
 -- window i's limit and length ARGV[a0 + 2i] and ARGV[a0 + 1 + 2i] (the
 -- script's own arguments: k0 = a0 = 0; or its slice of a batch).
 local function decide(k0, a0, n)
+	if match(ARGV[a0 + 3] or '', '^gcra:') then return gcra(k0, a0, n) end
 	local cost = num(ARGV[a0 + 1])
 	if not cost then return redis.error_reply(BAD_ARGS) end
 	local allowed = true

@@ -6,7 +6,8 @@
  * exactly its reply, and the stored data are the same (a sorted set per
  * log window, member "<cum>:<cost>" in hex, score = Redis time in us,
  * strictly increasing within a key; a hash per bucketed window, field =
- * bucket end in ms, value = units): agents on the script and agents on the
+ * bucket end in ms, value = units; a string "<tat>:<frac>" per GCRA
+ * bucket): agents on the script and agents on the
  * module share one Redis and never over-admit. The script's header says
  * the rules; this file follows it step for step, reading through the key
  * API (two O(log n) reads per log window, no reply parsing, no Lua).
@@ -29,7 +30,7 @@
  * of RATELIMIT.DECIDE (its arguments and replies) and only changes when
  * that does; agents read it at connect and use the module only on a
  * protocol they speak. A module without the command (before 1.1.0) speaks
- * protocol 1.
+ * protocol 1; this one speaks 2 (GCRA), a superset of 1.
  *
  * Load arguments: allow-eviction. A build with -DRATELIMIT_TEST_CLOCK
  * (module/ratelimit-test.so, for the tests only) also takes test-clock:
@@ -51,8 +52,9 @@
 
 #define RL_MODULE_NAME    "ratelimit"
 /* The protocol of RATELIMIT.DECIDE: what RATELIMIT.VERSION and MODULE LIST
- * report. */
-#define RL_MODULE_VERSION 1
+ * report. 1: the log and precision= windows; 2: also GCRA windows
+ * ("gcra:<ms>:<burst>"), every protocol-1 call answered as before. */
+#define RL_MODULE_VERSION 2
 #ifndef RL_PRODUCT_VERSION
 #define RL_PRODUCT_VERSION "unknown"
 #endif
@@ -623,6 +625,75 @@ static int64_t retry_buckets(const struct rl_state *s, int64_t need, int64_t now
 	return win_us;
 }
 
+/* A GCRA decision (the script's gcra(); the math is rl_args_gcra()):
+ * reads the string key <name> (borrowed from argv), and on an admission
+ * stores the new TAT with its expiry, propagated as SET and PEXPIREAT.
+ * Writes the reply. */
+static void decide_gcra(RedisModuleCtx *ctx, RedisModuleString *name, const struct rl_decision *d,
+                        int64_t now, int oom)
+{
+	RedisModuleKey *k = RedisModule_OpenKey(ctx, name, REDISMODULE_READ);
+	int type = RedisModule_KeyType(k), has = 0;
+	int64_t tat = 0, frac = 0;
+	struct rl_gcra g;
+	const char *err = NULL;
+
+	if (type == REDISMODULE_KEYTYPE_STRING) {
+		size_t len;
+		/* (the one read the API has: Redis makes a short embstr value raw
+		 * on it, the same bytes, the same MEMORY USAGE) */
+		const char *p = RedisModule_StringDMA(k, &len, REDISMODULE_READ);
+
+		if (!p || rl_args_parse_gcra(p, len, &tat, &frac) == -1)
+			err = RL_ERR_ENTRY_TEXT;
+		has = 1;
+	} else if (type != REDISMODULE_KEYTYPE_EMPTY) {
+		err = RL_ERR_WRONGTYPE;
+	}
+	RedisModule_CloseKey(k);
+	if (err) {
+		RedisModule_ReplyWithError(ctx, err);
+		return;
+	}
+	rl_args_gcra(&d->w[0], d->cost, now, has, tat, frac, &g);
+	if (g.allowed) {
+		char buf[48];
+		size_t len = rl_args_format_gcra(buf, sizeof(buf), g.tat, g.frac);
+		long long at = (long long)(floor_div(now, 1000) + g.ttl_ms);
+		RedisModuleString *v;
+
+		/* over maxmemory an admission is refused, nothing written (the
+		 * script's SET is refused the same way) */
+		if (oom) {
+			RedisModule_ReplyWithError(ctx, RL_ERR_OOM_TEXT);
+			return;
+		}
+		v = RedisModule_CreateString(ctx, buf, len);
+		k = RedisModule_OpenKey(ctx, name, REDISMODULE_READ | REDISMODULE_WRITE);
+		if (RedisModule_StringSet(k, v) != REDISMODULE_OK) {
+			RedisModule_CloseKey(k);
+			RedisModule_FreeString(ctx, v);
+			RedisModule_ReplyWithError(ctx, "ERR ratelimit: the server refused the write");
+			return;
+		}
+		RedisModule_Replicate(ctx, "SET", "ss", name, v);
+		RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_STRING, "set", name);
+		if (RedisModule_SetAbsExpire(k, at) == REDISMODULE_OK) {
+			RedisModule_Replicate(ctx, "PEXPIREAT", "sl", name, at);
+			RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", name);
+		}
+		RedisModule_CloseKey(k);
+		RedisModule_FreeString(ctx, v);
+	}
+	RedisModule_ReplyWithArray(ctx, 6);
+	RedisModule_ReplyWithLongLong(ctx, g.allowed);
+	RedisModule_ReplyWithLongLong(ctx, d->w[0].burst);
+	RedisModule_ReplyWithLongLong(ctx, g.remaining);
+	RedisModule_ReplyWithLongLong(ctx, g.reset);
+	RedisModule_ReplyWithLongLong(ctx, g.retry);
+	RedisModule_ReplyWithLongLong(ctx, 0);
+}
+
 /* Decides <d> over keys <keys> at <now> and writes the reply (the
  * script's array, or an error). <oom>: Redis is over maxmemory. */
 static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct rl_decision *d,
@@ -637,6 +708,10 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 	/* (the parser gives 1..RL_MAX_WINDOWS; said again for the reader) */
 	if (d->nwin < 1 || d->nwin > RL_MAX_WINDOWS) {
 		RedisModule_ReplyWithError(ctx, RL_ERR_ARGS_TEXT);
+		return;
+	}
+	if (d->w[0].burst) {
+		decide_gcra(ctx, keys[d->key0], d, now, oom);
 		return;
 	}
 	scratch.nb = 0;
@@ -869,7 +944,7 @@ static int cmd_test_fail_alloc(RedisModuleCtx *ctx, RedisModuleString **argv, in
 	X(ReplyWithSimpleString)                                                             \
 	X(WrongArity) X(StringPtrLen) X(StringToLongLong) X(CreateString)                   \
 	X(CreateStringFromLongLong) X(FreeString) X(RetainString) X(Alloc) X(Realloc)        \
-	X(Free) X(Log) X(NotifyKeyspaceEvent)
+	X(Free) X(Log) X(NotifyKeyspaceEvent) X(StringSet) X(StringDMA)
 
 /* The two symbols Redis looks up (everything else is hidden). */
 #define RL_EXPORT __attribute__((visibility("default")))

@@ -7,6 +7,7 @@
  * loses precision. */
 #include "rl_args.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const char *const err_text[RL_ERR_COUNT] = {
@@ -56,24 +57,54 @@ static int parse_bounded(const struct rl_arg *a, int64_t lo, int64_t hi, int64_t
 	return 0;
 }
 
-/* Window length <a>: "<ms>" (a log) or "<ms>:<precision ms>" (bucketed). */
-static int parse_window(const struct rl_arg *a, struct rl_window *w)
+/* <a> split at its first ':' into <left> and <right>, both digits only
+ * (the script's '^(%d+):(%d+)$': neither empty nor signed). 0 or -1. */
+static int split_pair(const struct rl_arg *a, struct rl_arg *left, struct rl_arg *right)
 {
 	const char *colon = memchr(a->p, ':', a->len);
+
+	if (!colon)
+		return -1;
+	left->p = a->p;
+	left->len = (size_t)(colon - a->p);
+	right->p = colon + 1;
+	right->len = a->len - left->len - 1;
+	if (left->len == 0 || right->len == 0 || left->p[0] == '-' || right->p[0] == '-')
+		return -1;
+	return 0;
+}
+
+/* "gcra:<ms>:<burst>" (<a> without "gcra:") into <w>: burst * ms * 1000
+ * at most RL_GCRA_MAX_SPAN. */
+static int parse_gcra_window(const struct rl_arg *a, struct rl_window *w)
+{
+	struct rl_arg ms, burst;
+
+	if (split_pair(a, &ms, &burst) == -1 || parse_bounded(&ms, 1, RL_MAX_MS, &w->win_ms) == -1 ||
+	    parse_bounded(&burst, 1, RL_MAX_UNITS, &w->burst) == -1 ||
+	    w->burst > RL_GCRA_MAX_SPAN / (w->win_ms * 1000))
+		return -1;
+	w->prec_ms = 0;
+	return 0;
+}
+
+/* Window length <a>: "<ms>" (a log), "<ms>:<precision ms>" (bucketed) or
+ * "gcra:<ms>:<burst>". */
+static int parse_window(const struct rl_arg *a, struct rl_window *w)
+{
 	struct rl_arg ms, prec;
 
-	if (!colon) {
+	w->burst = 0;
+	if (a->len > 5 && memcmp(a->p, "gcra:", 5) == 0) {
+		struct rl_arg rest = { a->p + 5, a->len - 5 };
+
+		return parse_gcra_window(&rest, w);
+	}
+	if (!memchr(a->p, ':', a->len)) {
 		w->prec_ms = 0;
 		return parse_bounded(a, 1, RL_MAX_MS, &w->win_ms);
 	}
-	ms.p = a->p;
-	ms.len = (size_t)(colon - a->p);
-	prec.p = colon + 1;
-	prec.len = a->len - ms.len - 1;
-	/* the script's '^(%d+):(%d+)$': digits only on both sides */
-	if (ms.len == 0 || prec.len == 0 || ms.p[0] == '-' || prec.p[0] == '-')
-		return -1;
-	if (parse_bounded(&ms, 1, RL_MAX_MS, &w->win_ms) == -1 ||
+	if (split_pair(a, &ms, &prec) == -1 || parse_bounded(&ms, 1, RL_MAX_MS, &w->win_ms) == -1 ||
 	    parse_bounded(&prec, 1, RL_MAX_MS, &w->prec_ms) == -1)
 		return -1;
 	return 0;
@@ -96,6 +127,10 @@ static enum rl_err parse_decision(const struct rl_arg *args, size_t nwin, struct
 		    parse_window(&args[2 + 2 * i], w) == -1)
 			return RL_ERR_WINDOW;
 	}
+	/* a GCRA decision has exactly one window */
+	for (i = 0; nwin > 1 && i < nwin; i++)
+		if (d->w[i].burst)
+			return RL_ERR_WINDOW;
 	return RL_OK;
 }
 
@@ -235,4 +270,77 @@ int64_t rl_args_bucket_end(int64_t now_us, int64_t prec_ms)
 	if (ms < 0 && ms % prec_ms != 0)
 		q--;
 	return (q + 1) * prec_ms;
+}
+
+/* A stored GCRA value "<tat>:<frac>" into <tat>, <frac>; 0 or -1. */
+int rl_args_parse_gcra(const char *p, size_t len, int64_t *tat, int64_t *frac)
+{
+	struct rl_arg a = { p, len }, t, f;
+
+	if (split_pair(&a, &t, &f) == -1 || parse_bounded(&t, 0, RL_MAX_MEMBER, tat) == -1 ||
+	    parse_bounded(&f, 0, RL_MAX_MEMBER, frac) == -1)
+		return -1;
+	return 0;
+}
+
+/* "<tat>:<frac>" into <buf>; its length, 0 when it does not fit. */
+size_t rl_args_format_gcra(char *buf, size_t size, int64_t tat, int64_t frac)
+{
+	int n = snprintf(buf, size, "%lld:%lld", (long long)tat, (long long)frac);
+
+	return n < 0 || (size_t)n >= size ? 0 : (size_t)n;
+}
+
+/* a / b rounded down, for a >= 0, b >= 1 */
+static int64_t div_floor_pos(int64_t a, int64_t b, int64_t *r)
+{
+	*r = a % b;
+	return a / b;
+}
+
+/* The script's gcra(), step for step (its header says the rules). */
+void rl_args_gcra(const struct rl_window *w, int64_t cost, int64_t now, int has, int64_t tat,
+                  int64_t frac, struct rl_gcra *out)
+{
+	int64_t l = w->limit, b = w->burst, us = w->win_ms * 1000, bw = b * us;
+	int64_t d = 0, f = 0, qx, rx, qc, rc, qb, rb, r;
+
+	memset(out, 0, sizeof(*out));
+	if (has) {
+		if (frac >= l) {
+			tat++;
+			frac = 0;
+		}
+		if (tat >= now) {
+			d = tat - now;
+			f = frac;
+		}
+	}
+	if (cost <= b) {
+		qx = div_floor_pos((b - cost) * us, l, &rx);
+		if (d < qx || (d == qx && f <= rx)) {
+			qc = div_floor_pos(cost * us, l, &rc);
+			d += qc;
+			f += rc;
+			if (f >= l) {
+				d++;
+				f -= l;
+			}
+			out->allowed = 1;
+			out->reset = d + (f > 0);
+			out->remaining = div_floor_pos(bw - d * l - f, us, &r);
+			out->tat = now + d;
+			out->frac = f;
+			out->ttl_ms = div_floor_pos(out->reset + 999, 1000, &r) + 1;
+			return;
+		}
+		out->retry = d - qx + (f > rx);
+	}
+	qb = div_floor_pos(bw, l, &rb);
+	/* a cost above the burst never fits: the whole bucket's time */
+	if (cost > b)
+		out->retry = qb + (rb > 0);
+	out->reset = d + (f > 0);
+	if (d < qb || (d == qb && f <= rb))
+		out->remaining = div_floor_pos(bw - d * l - f, us, &r);
 }

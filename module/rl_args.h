@@ -37,10 +37,27 @@ struct rl_arg {
 	size_t len;
 };
 
+/* GCRA: burst * window in us is at most this (2^52), so that every
+ * quantity of the decision stays below 2^53 in the script's doubles. */
+#define RL_GCRA_MAX_SPAN 4503599627370496LL
+
 struct rl_window {
 	int64_t limit;
 	int64_t win_ms;
 	int64_t prec_ms;   /* 0: a sliding log (sorted set); else a bucketed hash */
+	int64_t burst;     /* 0; else GCRA ("gcra:<ms>:<burst>"): a string key */
+};
+
+/* A GCRA decision (see the script's gcra()): in, the stored TAT (tat us +
+ * frac / limit); out, the reply and what an admission stores. */
+struct rl_gcra {
+	int64_t allowed;
+	int64_t remaining;
+	int64_t reset;     /* us until the bucket is full again, rounded up */
+	int64_t retry;     /* us, rounded up; 0 when allowed */
+	int64_t tat;       /* admitted: the TAT to store, tat + frac / limit us */
+	int64_t frac;
+	int64_t ttl_ms;    /* admitted: its TTL from now, ms */
 };
 
 /* One decision: its keys are KEYS[key0 .. key0 + nwin - 1]. */
@@ -91,6 +108,20 @@ int rl_args_parse_member(const char *p, size_t len, int64_t *cum, int64_t *cost)
 /* Writes member "<cum>:<cost>" (lower-case hex, as the script's %x) into
  * <buf> of <size> bytes; returns its length. */
 size_t rl_args_format_member(char *buf, size_t size, int64_t cum, int64_t cost);
+
+/* A stored GCRA value "<tat>:<frac>" (decimal, both 0..2^53; <p>
+ * borrowed) into <tat>, <frac>. Returns 0, or -1 for anything else. */
+int rl_args_parse_gcra(const char *p, size_t len, int64_t *tat, int64_t *frac);
+
+/* Writes "<tat>:<frac>" (the script's '%d:%d') into <buf> of <size>
+ * bytes; returns its length (0: it does not fit). */
+size_t rl_args_format_gcra(char *buf, size_t size, int64_t tat, int64_t frac);
+
+/* Decides GCRA window <w> (borrowed) for <cost> at <now> over the stored
+ * <tat>, <frac> (<has>: 0 when there is no key) into <out>, exactly as
+ * the script does. */
+void rl_args_gcra(const struct rl_window *w, int64_t cost, int64_t now, int has, int64_t tat,
+                  int64_t frac, struct rl_gcra *out);
 
 /* The end (ms) of the <prec_ms> bucket that holds <now_us>
  * (epoch-aligned: the script's (floor(floor(now / 1000) / p) + 1) * p). */

@@ -242,13 +242,49 @@ static void warn_dead_windows(struct parse_ctx *x, const char *what,
 	}
 }
 
+/* A "burst=<n>" word <w> into <*burst> (1..WINDOW_BURST_MAX). Returns 0,
+ * 1 when <w> is not burst=, or -1. */
+static int parse_burst_word(struct parse_ctx *x, const char *what, struct word w, uint64_t *burst)
+{
+	if (w.len < 6 || memcmp(w.p, "burst=", 6) != 0)
+		return 1;
+	if (decimal_parse(w.p + 6, w.len - 6, WINDOW_BURST_MAX, burst) != 0 || *burst == 0)
+		return config_parse_fail(&x->lex, "%s: burst must be 1..%u, got '%.*s'", what,
+		                         WINDOW_BURST_MAX, config_word_plen(w), w.p);
+	return 0;
+}
+
+/* The one limit <win>/<nwin> (borrowed, written) of a GCRA policy or
+ * override <what>: its burst (<burst>, 0: the limit) set and bounded, and
+ * a <max_cost> (0: none) that fits in it. Returns 0 or -1 (a parse
+ * failure). */
+static int gcra_finish(struct parse_ctx *x, const char *what, struct window_limit *win,
+                       unsigned nwin, uint64_t burst, uint64_t max_cost)
+{
+	if (nwin != 1)
+		return config_parse_fail(&x->lex, "%s: algorithm=gcra takes exactly one <limit>/<window> "
+		                         "(the rate; burst=<n> is the bucket)", what);
+	win[0].burst = burst ? burst : win[0].limit;
+	if (win[0].burst > WINDOW_GCRA_MAX_SPAN_US / 1000 / win[0].window_ms)
+		return config_parse_fail(&x->lex, "%s: burst %llu times the window is too long for "
+		                         "algorithm=gcra (at most 2^52 us: write the same rate with a "
+		                         "shorter window, e.g. 625/54s burst=1000000 for 1000000/24h)",
+		                         what, (unsigned long long)win[0].burst);
+	if (max_cost > win[0].burst)
+		return config_parse_fail(&x->lex, "%s: max-cost=%llu is above the burst (%llu): such a "
+		                         "cost could never pass", what, (unsigned long long)max_cost,
+		                         (unsigned long long)win[0].burst);
+	return 0;
+}
+
 /* policy <name> <limit>/<window>... [on-redis-error=deny|allow] [shadow]
- * [max-cost=<n>] [precision=<duration>] */
+ * [max-cost=<n>] [precision=<duration>] [algorithm=log|gcra] [burst=<n>] */
 static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 {
 	struct config *c = x->c;
 	struct window_policy *p;
 	char what[WINDOW_NAME_MAX + 16];
+	uint64_t burst = 0;
 	size_t i;
 	int rc;
 
@@ -273,7 +309,16 @@ static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 			return -1;
 		if (rc == 0)
 			continue;
-		if (config_word_is(w[i], "on-redis-error=deny"))
+		rc = parse_burst_word(x, what, w[i], &burst);
+		if (rc == -1)
+			return -1;
+		if (rc == 0)
+			continue;
+		if (config_word_is(w[i], "algorithm=log"))
+			p->algorithm = WINDOW_ALGO_LOG;
+		else if (config_word_is(w[i], "algorithm=gcra"))
+			p->algorithm = WINDOW_ALGO_GCRA;
+		else if (config_word_is(w[i], "on-redis-error=deny"))
 			p->on_error = WINDOW_ON_ERROR_DENY;
 		else if (config_word_is(w[i], "on-redis-error=allow"))
 			p->on_error = WINDOW_ON_ERROR_ALLOW;
@@ -291,12 +336,21 @@ static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 				                  what, config_word_plen(w[i]), w[i].p);
 		} else
 			return config_parse_fail(&x->lex, "%s: unknown option '%.*s' (expected <limit>/<window>, "
-			                  "on-redis-error=deny|allow, shadow, max-cost=<n> or "
-			                  "precision=<duration>)",
+			                  "on-redis-error=deny|allow, shadow, max-cost=<n>, "
+			                  "precision=<duration>, algorithm=log|gcra or burst=<n>)",
 			                  what, config_word_plen(w[i]), w[i].p);
 	}
 	if (p->nwin == 0)
 		return config_parse_fail(&x->lex, "%s: expected at least one <limit>/<window>", what);
+	if (p->algorithm == WINDOW_ALGO_GCRA) {
+		if (p->precision_ms)
+			return config_parse_fail(&x->lex, "%s: precision= does not apply to algorithm=gcra "
+			                         "(a bucket is one value per account)", what);
+		if (gcra_finish(x, what, p->win, p->nwin, burst, p->max_cost) == -1)
+			return -1;
+	} else if (burst) {
+		return config_parse_fail(&x->lex, "%s: burst= needs algorithm=gcra", what);
+	}
 	if (check_precision(x, what, p->precision_ms, p->win, p->nwin) == -1)
 		return -1;
 	if (p->precision_ms) {
@@ -314,14 +368,16 @@ static int dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 	return 0;
 }
 
-/* override <policy> <key> <limit>/<window>... Grows the policy's override
- * table (owned by the config) and this parse's line table (owned by <x>). */
+/* override <policy> <key> <limit>/<window>... [burst=<n>] (gcra). Grows
+ * the policy's override table (owned by the config) and this parse's line
+ * table (owned by <x>). */
 static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 {
 	struct config *c = x->c;
 	struct window_policy *p;
 	struct window_override *o;
 	char what[WINDOW_NAME_MAX + 32];
+	uint64_t burst = 0;
 	size_t pi, i, k;
 	int rc;
 
@@ -357,12 +413,19 @@ static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 	         config_word_plen(w[2]) > 24 ? 24 : config_word_plen(w[2]), w[2].p, p->name);
 	for (i = 3; i < n; i++) {
 		rc = parse_limit_word(x, what, w[i], o->win, &o->nwin);
+		if (rc == 1 && p->algorithm == WINDOW_ALGO_GCRA)
+			rc = parse_burst_word(x, what, w[i], &burst);
 		if (rc == -1)
 			return -1;
 		if (rc == 1)
-			return config_parse_fail(&x->lex, "%s: expected <limit>/<window>, got '%.*s'",
-			                  what, config_word_plen(w[i]), w[i].p);
+			return config_parse_fail(&x->lex, "%s: expected <limit>/<window>%s, got '%.*s'",
+			                  what, p->algorithm == WINDOW_ALGO_GCRA ? " or burst=<n>" : "",
+			                  config_word_plen(w[i]), w[i].p);
 	}
+	/* an override keeps its policy's algorithm */
+	if (p->algorithm == WINDOW_ALGO_GCRA &&
+	    gcra_finish(x, what, o->win, o->nwin, burst, p->max_cost) == -1)
+		return -1;
 	if (check_precision(x, what, p->precision_ms, o->win, o->nwin) == -1)
 		return -1;
 	/* HAProxy sends the identity with its kind ("jwt:ACC-1"): a bare

@@ -13,7 +13,8 @@
  *   redis-timeout 50ms
  *   threads       1
  *   policy <name> <limit>/<window> [<limit>/<window>...] [on-redis-error=deny|allow] [shadow]
- *   override <policy> <key> <limit>/<window> [<limit>/<window>...]
+ *          [max-cost=<n>] [precision=<d>] [algorithm=log|gcra] [burst=<n>]
+ *   override <policy> <key> <limit>/<window> [<limit>/<window>...] [burst=<n>]
  *   log-level     error|warn|info|debug
  *   metrics       127.0.0.1:9102
  *   max-connections 10000

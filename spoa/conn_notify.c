@@ -138,19 +138,27 @@ static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, si
 	const struct window_decision *d = &r->acc;
 	const struct window_policy *p = r->policy;
 	char pol[HEADERS_POLICY_MAX], cur[HEADERS_RATELIMIT_MAX];
+	struct window_limit bucket;
+	const struct window_limit *lim = r->lim;
 	int np, nc = 0;
 
-	if (r->nasked != 1 || !p || !r->lim || d->status == WINDOW_ERROR ||
+	if (r->nasked != 1 || !p || !lim || d->status == WINDOW_ERROR ||
 	    d->window >= r->nwin || !(d->has_quota || d->limit > 0))
 		return;
-	np = headers_format_policy(p->name, p->name_len, r->lim, r->nwin, pol, sizeof(pol));
+	/* a GCRA bucket is announced as the draft's quota over the time it
+	 * takes to refill from empty (q = burst, w = burst * T) */
+	if (p->algorithm == WINDOW_ALGO_GCRA) {
+		window_announced(&lim[0], &bucket);
+		lim = &bucket;
+	}
+	np = headers_format_policy(p->name, p->name_len, lim, r->nwin, pol, sizeof(pol));
 	if (d->has_quota)
-		nc = headers_format_ratelimit(p->name, p->name_len, r->lim, r->nwin, d->window,
+		nc = headers_format_ratelimit(p->name, p->name_len, lim, r->nwin, d->window,
 		                              d->remaining, d->reset, cur, sizeof(cur));
 	if (np <= 0 || nc < 0 || a->len + 3 * VAR_ROOM + (size_t)np + (size_t)nc > max)
 		return;
 	spop_ack_set_int(a, SPOP_SCOPE_TXN, "window",
-	                 headers_window_seconds(r->lim[d->window].window_ms));
+	                 headers_window_seconds(lim[d->window].window_ms));
 	spop_ack_set_str(a, SPOP_SCOPE_TXN, "policy_hdr", pol, (size_t)np);
 	if (nc > 0)
 		spop_ack_set_str(a, SPOP_SCOPE_TXN, "ratelimit_hdr", cur, (size_t)nc);

@@ -64,6 +64,18 @@ static void limiter_choose_engines(struct limiter *l, enum limiter_engine_mode m
 	                   &limiter_engine_script;
 }
 
+/* The oldest module protocol that can decide every policy of
+ * <p>/<n> (borrowed). */
+static long long limiter_protocol_needed(const struct window_policy *p, size_t n)
+{
+	size_t i;
+
+	for (i = 0; p && i < n; i++)
+		if (p[i].algorithm == WINDOW_ALGO_GCRA)
+			return LIMITER_MODULE_PROTOCOL_GCRA;
+	return 1;
+}
+
 /* Give memory back after a burst: each part its own (the call pool, the
  * answer queue and the deny cache; the idle batches). Contract in
  * limiter.h. */
@@ -214,6 +226,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	l->metrics = s->metrics;
 	l->instance = limiter_random64((uint64_t)(uintptr_t)l);
 	l->allow_eviction = s->allow_eviction;
+	l->module_protocol_min = limiter_protocol_needed(s->policies, s->npolicies);
 	limiter_choose_engines(l, s->engine);
 	l->standby = s->standby;
 	if (s->tls)
@@ -246,6 +259,7 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 {
 	struct redis_url u;
 	bool script_changed, engine_changed;
+	long long needed;
 	int rc = 0;
 
 	if (!s || !s->script || !s->script_len) {
@@ -261,7 +275,10 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 	script_changed = limiter_script_set(&l->script, s->script, s->script_len);
 	l->timeout_ms = s->timeout_ms ? s->timeout_ms : 1;
 	l->allow_eviction = s->allow_eviction;
-	engine_changed = s->engine != l->engine_mode;
+	/* (a new need for the module's protocol asks every link again) */
+	needed = limiter_protocol_needed(s->policies, s->npolicies);
+	engine_changed = s->engine != l->engine_mode || needed != l->module_protocol_min;
+	l->module_protocol_min = needed;
 	limiter_choose_engines(l, s->engine);
 	limiter_batch_set_size(l, s->batch);
 	/* limits or policies may have changed what a cached deny means */

@@ -99,7 +99,8 @@ static void limiter_module_on_probe(redisAsyncContext *ac, void *r, void *privda
 
 /*
  * RATELIMIT.VERSION answered on <ac>, after the probe above: the module is
- * used only on a protocol this agent speaks (LIMITER_MODULE_PROTOCOL); a
+ * used only on a protocol this agent speaks (1 .. LIMITER_MODULE_PROTOCOL)
+ * that decides every policy (l->module_protocol_min: 2 for gcra); a
  * module without the command (unknown command: before 1.1.0) speaks
  * protocol 1. auto: the module if present and spoken, else the script;
  * module: the module, and a Redis without it is refused (logged at error
@@ -138,19 +139,22 @@ static void limiter_module_on_version(redisAsyncContext *ac, void *r, void *priv
 	}
 	if (present)
 		k->module.protocol = protocol;
-	if (present && protocol != LIMITER_MODULE_PROTOCOL) {
+	/* spoken: 1 .. LIMITER_MODULE_PROTOCOL, and at least what the policies
+	 * need (an algorithm=gcra policy: a module of protocol 2) */
+	if (present && (protocol < l->module_protocol_min || protocol > LIMITER_MODULE_PROTOCOL)) {
 		if (only_module) {
 			limiter_note_error(l, k->addr, "the module speaks another protocol (redis-engine module)");
-			log_error("redis_engine_protocol", "addr=%s protocol=%lld speaks=%d action=\"refusing "
-			          "decisions until the module and the agents speak one protocol (upgrade "
-			          "order: docs/deployment.md)\"", k->addr, protocol, LIMITER_MODULE_PROTOCOL);
+			log_error("redis_engine_protocol", "addr=%s protocol=%lld speaks=%d needs=%lld "
+			          "action=\"refusing decisions until the module and the agents speak one "
+			          "protocol (upgrade order: docs/deployment.md)\"", k->addr, protocol,
+			          LIMITER_MODULE_PROTOCOL, l->module_protocol_min);
 			limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
 			limiter_link_drop(k, "module protocol not spoken");
 			return;
 		}
-		log_warn("redis_engine_protocol", "addr=%s protocol=%lld speaks=%d action=\"using the "
-		         "script (upgrade order: docs/deployment.md)\"", k->addr, protocol,
-		         LIMITER_MODULE_PROTOCOL);
+		log_warn("redis_engine_protocol", "addr=%s protocol=%lld speaks=%d needs=%lld action=\"using "
+		         "the script (upgrade order: docs/deployment.md)\"", k->addr, protocol,
+		         LIMITER_MODULE_PROTOCOL, l->module_protocol_min);
 		present = false;
 	}
 	if (only_module && !present) {

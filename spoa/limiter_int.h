@@ -45,7 +45,9 @@
 #define LIMITER_MAX_HELD        65536u  /* calls hiredis may hold at once */
 #define LIMITER_WAIT_MAX        4096u   /* calls waiting for a link to be ready
                                          * (592 bytes each on x86-64: 2.4 MiB per worker) */
-#define LIMITER_MODULE_PROTOCOL 1       /* the RATELIMIT.DECIDE protocol this agent speaks */
+#define LIMITER_MODULE_PROTOCOL 2       /* the RATELIMIT.DECIDE protocols this agent speaks:
+                                         * 1 .. this */
+#define LIMITER_MODULE_PROTOCOL_GCRA 2  /* the first that decides algorithm=gcra */
 #define LIMITER_BATCH_MAX       CONFIG_REDIS_BATCH_MAX
 #define LIMITER_POOL_CHUNK      256u    /* calls allocated together */
 #define LIMITER_POOL_KEEP       1u      /* idle chunks kept after a burst */
@@ -353,6 +355,8 @@ struct limiter {
 	struct metrics *metrics;
 	bool allow_eviction;            /* redis-allow-eviction yes */
 	enum limiter_engine_mode engine_mode;   /* redis-engine */
+	long long module_protocol_min;  /* the oldest module protocol that decides every
+	                                 * policy (2 with an algorithm=gcra policy, else 1) */
 	bool standby;                   /* being prepared or retired: the gauges are not ours */
 	/* limiter.c: the lifecycle */
 	bool closing;                   /* inside limiter_free() */

@@ -114,14 +114,16 @@ static const char main_usage[] =
 "                              call per decision; cluster:// always 1)\n"
 "  threads N                   worker threads, default 1 (1..64)\n"
 "  policy NAME LIMIT/WINDOW [LIMIT/WINDOW...] [on-redis-error=deny|allow] [shadow]\n"
-"         [max-cost=N] [precision=DURATION]\n"
+"         [max-cost=N] [precision=DURATION] [algorithm=log|gcra] [burst=N]\n"
 "                              shadow: decide and count, but answer allow with\n"
 "                              reason=shadow-deny where it would deny;\n"
 "                              max-cost: a larger cost is bad-cost;\n"
 "                              precision: windows longer than it are counted\n"
 "                              in buckets of it (bounded memory, never over\n"
-"                              the limit, may under-admit by one bucket)\n"
-"  override POLICY KEY LIMIT/WINDOW [LIMIT/WINDOW...]\n"
+"                              the limit, may under-admit by one bucket);\n"
+"                              algorithm=gcra: a token bucket, one LIMIT/WINDOW\n"
+"                              (the rate) and burst=N units (default LIMIT)\n"
+"  override POLICY KEY LIMIT/WINDOW [LIMIT/WINDOW...] [burst=N]\n"
 "                              limits of one account (e.g. a partner) in POLICY\n"
 "  log-level error|warn|info|debug     default info\n"
 "  metrics ADDR|off            Prometheus text on http://ADDR/metrics, e.g.\n"
@@ -160,7 +162,8 @@ static const char main_usage[] =
 "'file:line: reason' and the running configuration stays. A new Redis is set\n"
 "up before the old one is dropped; a reload is all or nothing.\n"
 "Logs: one key=value line per event on stderr. Exit status: 0 ok, 1 error.\n"
-"Durations: 50ms, 1s, 10m, 1h. Redis key of a request: <policy>:limit:v1:<key>.\n";
+"Durations: 50ms, 1s, 10m, 1h. Redis key of a request: <policy>:limit:v1:<key>\n"
+"(algorithm=gcra: <policy>:limit:g1:{<key>}).\n";
 
 /* Parse, merge flags, validate. Returns 0 or -1 with <err>. <c> is filled
  * on success and must be released by the caller either way. */

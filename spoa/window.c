@@ -88,6 +88,18 @@ const struct window_limit *window_limits_for(const struct window_policy *p,
 	return p->win;
 }
 
+/* What GCRA limit <lim> announces (see window.h) into <out>. */
+void window_announced(const struct window_limit *lim, struct window_limit *out)
+{
+	*out = *lim;
+	if (!lim->burst || !lim->limit)
+		return;
+	/* (burst * window fits: the config bounds it by 2^52 us) */
+	out->limit = lim->burst;
+	out->window_ms = (lim->burst * lim->window_ms + lim->limit - 1) / lim->limit;
+	out->burst = 0;
+}
+
 /* Does precision= of <p> apply to a window of <window_ms>? Only windows
  * longer than a bucket are bucketed: "10/1s 1000/1h precision=1m" keeps
  * the 1s window exact. */
@@ -306,6 +318,57 @@ int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
 	return (int)at;
 }
 
+/* window_build_args() for GCRA policy <p> (one limit in <lim>/<nwin>,
+ * checked): "EVALSHA" <sha> 1 "<policy>:limit:g1:{<key>}" <cost> <limit>
+ * "gcra:<ms>:<burst>". Borrows as window_build_args(). */
+static int build_gcra_args(const struct window_policy *p, const char *sha, const char *key,
+                           size_t key_len, uint64_t cost, const struct window_limit *lim,
+                           unsigned nwin, struct window_args *a, enum window_reason *why)
+{
+	static const char gprefix[] = ":limit:g1:{";
+	struct args_writer w = { .a = a, .used = 0, .failed = 0 };
+	char *start;
+	size_t pos = 0;
+
+	if (nwin != 1 || !lim[0].burst) {
+		*why = WINDOW_REASON_REDIS_ERROR;
+		return -1;
+	}
+	args_add(&w, "EVALSHA", 7);
+	args_add(&w, sha, strlen(sha));
+	args_add_u64(&w, 1, 0);
+	start = args_begin(&w);
+	if (start) {
+		/* always a hash tag: one slot whatever the account holds */
+		args_put(&w, &pos, p->name, p->name_len);
+		args_put(&w, &pos, gprefix, sizeof(gprefix) - 1);
+		args_put_tag(&w, &pos, key, key_len);
+		args_put(&w, &pos, "}", 1);
+		if (!w.failed)
+			args_end(&w, start, pos);
+	}
+	args_add_u64(&w, cost, 0);
+	args_add_u64(&w, lim[0].limit, 0);
+	start = args_begin(&w);
+	if (start) {
+		pos = 0;
+		args_put(&w, &pos, "gcra:", 5);
+		args_put_u64(&w, &pos, lim[0].window_ms);
+		args_put(&w, &pos, ":", 1);
+		args_put_u64(&w, &pos, lim[0].burst);
+		if (!w.failed)
+			args_end(&w, start, pos);
+	}
+	if (w.failed) {
+		a->argc = 0;
+		*why = WINDOW_REASON_REDIS_ERROR;
+		return -1;
+	}
+	a->nkeys = 1;
+	*why = WINDOW_REASON_NONE;
+	return 0;
+}
+
 int window_build_args(const struct window_policy *p, const char *sha,
                       const char *key, size_t key_len, uint64_t cost,
                       struct window_args *a,
@@ -331,12 +394,15 @@ int window_build_args(const struct window_policy *p, const char *sha,
 		*why = WINDOW_REASON_BAD_COST;
 		return -1;
 	}
+	/* (never fits: a log window's limit, a GCRA bucket's burst) */
 	for (i = 0; i < nwin; i++) {
-		if (cost > lim[i].limit) {
+		if (cost > (lim[i].burst ? lim[i].burst : lim[i].limit)) {
 			*why = WINDOW_REASON_BAD_COST;
 			return -1;
 		}
 	}
+	if (p->algorithm == WINDOW_ALGO_GCRA)
+		return build_gcra_args(p, sha, key, key_len, cost, lim, nwin, a, why);
 
 	args_add(&w, "EVALSHA", 7);
 	args_add(&w, sha, strlen(sha));
@@ -415,7 +481,8 @@ void window_decide_error(const struct window_policy *p, enum window_reason why,
 		/* Fail-open: HAProxy still learns the limit, but no remaining or
 		 * reset it could mistake for a real count. */
 		d->status = WINDOW_ALLOW;
-		d->limit = p->nwin ? (int64_t)p->win[0].limit : 0;
+		d->limit = !p->nwin ? 0 : p->win[0].burst ? (int64_t)p->win[0].burst
+		                                           : (int64_t)p->win[0].limit;
 	}
 }
 

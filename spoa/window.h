@@ -68,9 +68,24 @@ enum window_reason {
 	WINDOW_REASON_COUNT
 };
 
+/* algorithm=: how a policy counts (docs/configuration.md, "Choosing an
+ * algorithm"). */
+enum window_algorithm {
+	WINDOW_ALGO_LOG = 0,           /* sliding-window log (precision=: buckets) */
+	WINDOW_ALGO_GCRA,              /* token bucket as one TAT per account */
+	WINDOW_ALGO_COUNT
+};
+
+/* GCRA: burst * window (us) at most 2^52 (module/rl_args.h's
+ * RL_GCRA_MAX_SPAN: the script's doubles stay exact). */
+#define WINDOW_GCRA_MAX_SPAN_US 4503599627370496ULL
+#define WINDOW_BURST_MAX        1000000u
+
 struct window_limit {
 	uint64_t limit;                /* requests (units) per window, >= 1 */
 	uint64_t window_ms;            /* window length, >= 1 ms */
+	uint64_t burst;                /* gcra: the bucket's capacity (default the
+	                                * limit); 0 for a log window */
 };
 
 /* A per-key override of a policy's limits ("override transfer ACC-VIP 30/1s"). */
@@ -87,6 +102,7 @@ struct window_policy {
 	unsigned nwin;                 /* 1..WINDOW_MAX_WINDOWS */
 	struct window_limit win[WINDOW_MAX_WINDOWS];
 	enum window_on_error on_error;
+	enum window_algorithm algorithm; /* default the log */
 	bool shadow;                   /* decide and count, but answer allow */
 	uint64_t max_cost;             /* largest cost of one request; 0: the
 	                                * smallest limit that applies */
@@ -135,6 +151,11 @@ int window_override_cmp(const void *a, const void *b);
  * included. Returns the length, or -1 when <cap> is too small. */
 int window_format_ms(uint64_t ms, char *dst, size_t cap);
 
+/* What a GCRA limit <lim> announces in the draft's headers: quota = the
+ * burst, window = the time the bucket takes to refill from empty (burst *
+ * window / limit, ms rounded up). A log limit is itself. Into <out>. */
+void window_announced(const struct window_limit *lim, struct window_limit *out);
+
 /* Is a window of <window_ms> under <p> counted in buckets (precision=)? */
 bool window_is_bucketed(const struct window_policy *p, uint64_t window_ms);
 
@@ -158,7 +179,10 @@ int window_check_key(const char *key, size_t key_len);
  * account, never empty, and the same for every window. A bucketed window
  * (precision=) is a hash under "b1" instead of "v1", so that a config
  * change never reads a sorted set as a hash or the reverse; its window
- * argument is "<ms>:<precision ms>".
+ * argument is "<ms>:<precision ms>". A GCRA policy (algorithm=gcra) has one
+ * window and one key, a string "<policy>:limit:g1:{<key>}" (the tag as
+ * above), and its window argument is "gcra:<ms>:<burst>"; a cost above its
+ * burst is BAD_COST.
  * Returns 0, or -1 with the reason in <*why> (BAD_KEY, BAD_COST).
  */
 int window_build_args(const struct window_policy *p, const char *sha,

@@ -388,6 +388,28 @@ class Harness:
             f.write("listen 127.0.0.1:%d\nmetrics 127.0.0.1:%d\n%s" % (port, mport, body))
         return path, port, mport
 
+    def engine_agents(self, body, warm_policy, engines=("script", "module")):
+        """A mixed fleet on self.redis_port: one side agent per engine
+        (redis-engine <engine>, then <body>), each past its first decision
+        (a warm-up key under <warm_policy>, deleted after); {engine: SPOP
+        port}."""
+        import spop
+        ports = {}
+        for engine in engines:
+            _, port, _, _ = self.spawn_side_agent(
+                "agent-" + engine, "redis redis://127.0.0.1:%d/0\nredis-timeout 5s\nredis-engine %s\n%s"
+                % (self.redis_port, engine, body))
+            c = spop.Conn().connect("127.0.0.1", port)
+            c.hello()
+            key = "warmup-" + engine
+            wait_for(lambda: c.ratelimit(key, policy=warm_policy, timeout=15)["actions"].get("status")
+                     in ("allow", "deny"), 30)
+            c.close()
+            ports[engine] = port
+        for k in rcli(self.redis_port, "KEYS", "*warmup-*").split():
+            rcli(self.redis_port, "DEL", k)
+        return ports
+
     def spawn_side_agent(self, name, body):
         """That agent started, logging to <name>.log; (proc, port, metrics
         port, log path) once both ports listen."""

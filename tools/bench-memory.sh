@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench-memory.sh - Redis memory per busy account and Redis time per
-# decision, sliding log versus precision= buckets (make bench's section m;
-# also runs alone: tools/bench-memory.sh).
+# decision, sliding log versus precision= buckets versus GCRA
+# (algorithm=gcra, burst = the limit: one string per account) (make bench's
+# section m; also runs alone: tools/bench-memory.sh).
 #
 # Memory: one account filled to its limit with requests spread evenly over
 # its window (cost 1 each, the worst case for the log), then MEMORY USAGE
@@ -58,17 +59,22 @@ usec() {
 
 printf '%-10s %-16s %14s %10s %16s %16s\n' policy storage "bytes/account" entries "us/call (busy)" "us/call (10k)"
 while read -r name limit ms prec pname; do
-	for mode in log bucket; do
+	for mode in log bucket gcra; do
 		if [ "$mode" = log ]; then
 			arg=$ms kind=v1 label=log
+		elif [ "$mode" = gcra ]; then
+			arg="gcra:$ms:$limit" kind=g1 label="algorithm=gcra"
 		else
 			[ "$prec" = - ] && { printf '%-10s %-16s %14s\n' "$name" "precision: n/a" "(window <= 1s)"; continue; }
 			arg="$ms:$prec" kind=b1 label="precision=$pname"
 		fi
 		read -r bytes rem < <(fill "bm:limit:$kind:ACC" "$limit" "$ms" "$arg")
-		[ "$rem" = 0 ] || echo "bench-memory: $name $label: account not full (remaining $rem)" >&2
+		# (a bucket fed at its rate stays nearly full: one value whatever it holds)
+		[ "$rem" = 0 ] || [ "$mode" = gcra ] ||
+			echo "bench-memory: $name $label: account not full (remaining $rem)" >&2
 		entries=$limit
 		[ "$mode" = bucket ] && entries=$((ms / prec))
+		[ "$mode" = gcra ] && entries=1
 		busy=$(usec "$name" "bm:limit:$kind:" $(( CALLS / limit / 2 > 1 ? CALLS / limit / 2 : 1 )) "$limit" "$arg")
 		wide=$(usec "$name" "bm:limit:$kind:" 10000 "$limit" "$arg")
 		printf '%-10s %-16s %14s %10s %16s %16s\n' "$name" "$label" "$bytes" "$entries" "$busy" "$wide"

@@ -28,13 +28,18 @@
 # which is cheaper) and whose expiry counts from that clock (no key
 # expires under valgrind either).
 #
+# The algorithms: the log (transfer 20/1s, a sorted set per account) and
+# GCRA (20/1s algorithm=gcra burst=20: key transfer:limit:g1:{ACC-n}, one
+# string per account), the same accounts and clock.
+#
 # Prints a table; with BENCH_IR_TSV=FILE also writes name<TAB>value lines
 # (ir_b<n> = the script's instructions per decision, ir_mod_b<n> = the
-# module's, ir_mod_ratio_b<n> = module / script). Knobs:
+# module's, ir_mod_ratio_b<n> = module / script; for GCRA the same names
+# with "gcra_" after "ir_"). Knobs:
 # BENCH_IR_DECISIONS=10000, BENCH_IR_WARM=20000, BENCH_IR_BATCHES="32 3 1",
 # BENCH_IR_SCRIPT=lua/sliding_window.lua, BENCH_IR_ENGINES="script module"
 # (module only when module/ratelimit-test.so is built: make module),
-# BENCH_IR_MODULE=module/ratelimit-test.so.
+# BENCH_IR_MODULE=module/ratelimit-test.so, BENCH_IR_ALGOS="log gcra".
 # About 30 s per mode (two modes run at a time).
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -51,16 +56,23 @@ SCRIPT=${BENCH_IR_SCRIPT:-lua/sliding_window.lua}
 TSV=${BENCH_IR_TSV:-}
 MODULE=${BENCH_IR_MODULE:-$PWD/module/ratelimit-test.so}
 ENGINES=${BENCH_IR_ENGINES:-script module}
+ALGOS=${BENCH_IR_ALGOS:-log gcra}
 if [ ! -e "$MODULE" ] && [ -z "${BENCH_IR_ENGINES:-}" ]; then
 	echo "bench-redis-ir: $MODULE not built (make module): the script only" >&2
 	ENGINES=script
 fi
 
-# The measured copy: TIME from the feed's clock, TTLs x 1000.
+# The measured copy: TIME from the feed's clock, TTLs x 1000 (the log's
+# PEXPIRE, GCRA's SET ... PX).
 sed -e "s/local t = redis.call('TIME')/local t = redis.call('HMGET', 'test:clock', 's', 'us')/" \
-	-e "s/'PEXPIRE', \([^,]*\), ttl)/'PEXPIRE', \1, ttl .. '000')/" "$SCRIPT" >"$T/script.lua"
-if ! grep -q "test:clock" "$T/script.lua" || ! grep -q "ttl .. '000'" "$T/script.lua"; then
+	-e "s/'PEXPIRE', \([^,]*\), ttl)/'PEXPIRE', \1, ttl .. '000')/" \
+	-e "s/'PX', ttl)/'PX', ttl .. '000')/" "$SCRIPT" >"$T/script.lua"
+if ! grep -q "test:clock" "$T/script.lua" || ! grep -q "'PEXPIRE', .*ttl .. '000'" "$T/script.lua"; then
 	echo "bench-redis-ir: $SCRIPT no longer has the TIME or PEXPIRE line this edits" >&2
+	exit 1
+fi
+if [[ " $ALGOS " == *" gcra "* ]] && ! grep -q "'PX', ttl .. '000'" "$T/script.lua"; then
+	echo "bench-redis-ir: $SCRIPT has no GCRA SET ... PX line to edit (BENCH_IR_ALGOS=log)" >&2
 	exit 1
 fi
 
@@ -70,14 +82,20 @@ fi
 REQID=0
 grep -q '^-- ARGV\[2\] *\(request id\|member prefix\)' "$SCRIPT" && REQID=1
 
-# feed SHA BATCH COUNT START_US SEED: RESP for COUNT decisions, clock first
-# (SHA "module": RATELIMIT.DECIDE instead of EVALSHA).
+# feed SHA BATCH COUNT START_US SEED ALGO: RESP for COUNT decisions, clock
+# first (SHA "module": RATELIMIT.DECIDE instead of EVALSHA; ALGO l: the
+# log, g: GCRA).
 feed() {
 	python3 - "$@" "$REQID" <<'EOF'
 import sys
 sha, batch, count, t, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-reqid = sys.argv[6] == '1' and sha != 'module'
+gcra = sys.argv[6] == 'g'
+reqid = sys.argv[7] == '1' and sha != 'module'
 ACCOUNTS, LIMIT, WINDOW_MS, RATE, CLOCK_EVERY = 10000, '20', '1000', 20000, 32
+KEY = 'transfer:limit:g1:{ACC-%d}' if gcra else 'transfer:limit:v1:{ACC-%d}'
+if gcra:
+    WINDOW_MS = 'gcra:1000:20'
+    reqid = False
 out = sys.stdout.buffer
 def cmd(*a):
     if a[0] == 'EVALSHA' and sha == 'module':
@@ -95,9 +113,9 @@ while done < count:
         cmd('HSET', 'test:clock', 's', t // 1000000, 'us', t % 1000000)
     n = min(batch, count - done)
     if batch == 1:
-        cmd('EVALSHA', sha, 1, 'transfer:limit:v1:{ACC-%d}' % account(), 1, *(['ir-%d' % done] if reqid else []), LIMIT, WINDOW_MS)
+        cmd('EVALSHA', sha, 1, KEY % account(), 1, *(['ir-%d' % done] if reqid else []), LIMIT, WINDOW_MS)
     else:
-        keys = ['transfer:limit:v1:{ACC-%d}' % account() for _ in range(n)]
+        keys = [KEY % account() for _ in range(n)]
         args = ['batch', n]
         for i in range(n):
             args += [1, 1, *(['ir-%d' % (done + i)] if reqid else []), LIMIT, WINDOW_MS]
@@ -107,9 +125,10 @@ while done < count:
 EOF
 }
 
-# start MODE: redis-server for that mode (s<batch>: the script, m<batch>:
-# the module) under callgrind (PORT[mode], VPID[mode]), started here so that
-# the exit trap knows its PID.
+# start MODE: redis-server for that mode (s<algo><batch>: the script,
+# m<algo><batch>: the module; algo l: the log, g: GCRA) under callgrind
+# (PORT[mode], VPID[mode]), started here so that the exit trap knows its
+# PID.
 declare -A PORT VPID
 start() {
 	local b=$1 d="$T/b$1" load=()
@@ -125,11 +144,11 @@ start() {
 
 # measure MODE: prints instructions per decision (nothing on failure)
 measure() {
-	local m=$1 b=${1:1} d="$T/b$1" port=${PORT[$1]} vpid=${VPID[$1]} sha=module f ir
+	local m=$1 a=${1:1:1} b=${1:2} d="$T/b$1" port=${PORT[$1]} vpid=${VPID[$1]} sha=module f ir
 	for _ in $(seq 150); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.2; done
 	[ "${m:0:1}" = s ] && sha=$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$T/script.lua")")
-	feed "$sha" "$b" "$WARM" 1800000000000000 1 >"$d/warm.resp"
-	feed "$sha" "$b" "$N" $((1800000000000000 + WARM * 50)) 2 >"$d/run.resp"
+	feed "$sha" "$b" "$WARM" 1800000000000000 1 "$a" >"$d/warm.resp"
+	feed "$sha" "$b" "$N" $((1800000000000000 + WARM * 50)) 2 "$a" >"$d/run.resp"
 	redis-cli -p "$port" --pipe <"$d/warm.resp" >"$d/warm.out" 2>&1
 	callgrind_control -z "$vpid" >/dev/null 2>&1
 	redis-cli -p "$port" --pipe <"$d/run.resp" >"$d/run.out" 2>&1
@@ -150,7 +169,9 @@ measure() {
 
 declare -A IR
 MODES=()
-for e in $ENGINES; do for b in $BATCHES; do MODES+=("${e:0:1}$b"); done; done
+for a in $ALGOS; do for e in $ENGINES; do for b in $BATCHES; do
+	MODES+=("${e:0:1}${a:0:1}$b")
+done; done; done
 set -- "${MODES[@]}"
 while [ $# -gt 0 ]; do
 	# two at a time: valgrind is single-threaded and the box has two cores
@@ -161,26 +182,33 @@ while [ $# -gt 0 ]; do
 	wait "$p1"
 	shift
 done
-printf '%-8s %-12s %24s %12s %14s\n' engine redis-batch "instructions/decision" "vs 1" "vs the script"
+printf '%-6s %-8s %-12s %24s %12s %14s %10s\n' algo engine redis-batch "instructions/decision" \
+	"vs 1" "vs the script" "vs the log"
 for m in "${MODES[@]}"; do
 	IR[$m]=$(cat "$T/ir.$m")
 	e=script; [ "${m:0:1}" = m ] && e=module
-	b=${m:1}
-	[ -n "${IR[$m]}" ] || { echo "bench-redis-ir: $e redis-batch $b: no count" >&2; continue; }
-	one=$(cat "$T/ir.${m:0:1}1" 2>/dev/null)
+	a=log; [ "${m:1:1}" = g ] && a=gcra
+	b=${m:2}
+	[ -n "${IR[$m]}" ] || { echo "bench-redis-ir: $a $e redis-batch $b: no count" >&2; continue; }
+	one=$(cat "$T/ir.${m:0:2}1" 2>/dev/null)
 	r=-; [ -n "$one" ] && r=$(awk -v a="${IR[$m]}" -v c="$one" 'BEGIN { printf "%.2fx", a / c }')
 	vs=-
-	if [ "$e" = module ] && [ -n "$(cat "$T/ir.s$b" 2>/dev/null)" ]; then
-		vs=$(awk -v a="${IR[$m]}" -v c="$(cat "$T/ir.s$b")" 'BEGIN { printf "%.2fx", a / c }')
+	if [ "$e" = module ] && [ -n "$(cat "$T/ir.s${m:1}" 2>/dev/null)" ]; then
+		vs=$(awk -v a="${IR[$m]}" -v c="$(cat "$T/ir.s${m:1}")" 'BEGIN { printf "%.2fx", a / c }')
 	fi
-	printf '%-8s %-12s %24s %12s %14s\n' "$e" "$b" "${IR[$m]}" "$r" "$vs"
+	vl=-
+	if [ "$a" = gcra ] && [ -n "$(cat "$T/ir.${m:0:1}l$b" 2>/dev/null)" ]; then
+		vl=$(awk -v a="${IR[$m]}" -v c="$(cat "$T/ir.${m:0:1}l$b")" 'BEGIN { printf "%.2fx", a / c }')
+	fi
+	printf '%-6s %-8s %-12s %24s %12s %14s %10s\n' "$a" "$e" "$b" "${IR[$m]}" "$r" "$vs" "$vl"
 	if [ -n "$TSV" ]; then
+		g=; [ "$a" = gcra ] && g=gcra_
 		if [ "$e" = script ]; then
-			printf 'ir_b%s\t%s\n' "$b" "${IR[$m]}" >>"$TSV"
+			printf 'ir_%sb%s\t%s\n' "$g" "$b" "${IR[$m]}" >>"$TSV"
 		else
-			printf 'ir_mod_b%s\t%s\n' "$b" "${IR[$m]}" >>"$TSV"
-			[ "$vs" != - ] && printf 'ir_mod_ratio_b%s\t%s\n' "$b" "${vs%x}" >>"$TSV"
+			printf 'ir_%smod_b%s\t%s\n' "$g" "$b" "${IR[$m]}" >>"$TSV"
+			[ "$vs" != - ] && printf 'ir_%smod_ratio_b%s\t%s\n' "$g" "$b" "${vs%x}" >>"$TSV"
 		fi
 	fi
 done
-[ -n "$(cat "$T/ir.${MODES[0]:0:1}1" 2>/dev/null)" ] || [ -n "$(cat "$T/ir.${MODES[0]}" 2>/dev/null)" ]
+[ -n "$(cat "$T/ir.${MODES[0]:0:2}1" 2>/dev/null)" ] || [ -n "$(cat "$T/ir.${MODES[0]}" 2>/dev/null)" ]

@@ -155,6 +155,12 @@ cm = [(b, R.get(f'cpu_us_script_b{b}', '-'), R.get(f'cpu_us_module_b{b}', '-'),
        vs(f'cpu_us_module_b{b}', f'cpu_us_script_b{b}'))
       for b in ('32', '1') if f'cpu_us_module_b{b}' in R]
 m_ratio = None if num('ir_mod_b32') is None or not num('ir_b32') else num('ir_mod_b32') / num('ir_b32')
+# GCRA (algorithm=gcra) beside the log, each engine, when tools/bench-redis-ir.sh measured it
+ig = [(b, n0(num(f'ir_b{b}')), n0(num(f'ir_gcra_b{b}')), vs(f'ir_gcra_b{b}', f'ir_b{b}'),
+       n0(num(f'ir_mod_b{b}')), n0(num(f'ir_gcra_mod_b{b}')), vs(f'ir_gcra_mod_b{b}', f'ir_mod_b{b}'))
+      for b in ('32', '3', '1') if f'ir_gcra_b{b}' in R or f'ir_gcra_mod_b{b}' in R]
+IG_HEAD = ('redis-batch', 'log: script', 'gcra: script', 'gcra vs log', 'log: module', 'gcra: module',
+           'gcra vs log')
 
 # --- targets -------------------------------------------------------------------
 def verdict(ok):
@@ -267,7 +273,7 @@ targets = [
 # (m) Redis memory per busy account and usec_per_call, log vs precision=
 mem = [(pol, R.get(f'mem_{pol.replace("/", "_")}_{m}_label'), R.get(f'mem_{pol.replace("/", "_")}_{m}_bytes'),
         R.get(f'mem_{pol.replace("/", "_")}_{m}_usec_busy'), R.get(f'mem_{pol.replace("/", "_")}_{m}_usec_wide'))
-       for pol in ('10/1s', '1000/1h', '10000/24h') for m in ('log', 'bucket')]
+       for pol in ('10/1s', '1000/1h', '10000/24h') for m in ('log', 'bucket', 'gcra')]
 mem = [r for r in mem if r[1]]
 MEM_HEAD = ('(m) policy', 'storage', 'bytes/account', 'us/call busy', 'us/call 10k accounts')
 
@@ -300,6 +306,9 @@ table(('(f) Redis per decision: in flight', 'redis-batch', 'decisions/s', 'Redis
 print()
 if ii:
     table(('(i) Redis instructions per decision: redis-batch', 'instructions', 'vs redis-batch 1'), ii)
+    print()
+if ig:
+    table(('(i) gcra: redis-batch',) + IG_HEAD[1:], ig)
     print()
 print(f"  (d) agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB "
       f"with 1,000 idle connections")
@@ -430,6 +439,12 @@ if im:
     if cm:
         g.append(md(('redis-batch', 'script: Redis CPU µs / decision', 'module', 'module vs script'), cm,
                     ('---:', '---:', '---:', '---:')))
+if ig:
+    g.append('### (i) GCRA against the log\n')
+    g.append("The same feed, accounts and clock with the policy as `20/1s algorithm=gcra burst=20` "
+             "(one string per account, `transfer:limit:g1:{ACC-n}`), by `tools/bench-redis-ir.sh`: "
+             "Redis instructions per decision, each engine.\n")
+    g.append(md(IG_HEAD, ig, ('---:',) * 7))
 g.append('### (d) Memory\n')
 g.append(f"Agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB with "
          f"1,000 idle SPOP connections (the agent's own gauge: {R.get('idle_conns', '-')} open). "
@@ -444,11 +459,12 @@ if mc_u is not None:
                                   ('abuse', 'abuse (deny cache answers)'))],
                 ('---', '---:', '---:', '---:', '---:')))
 if mem:
-    g.append('### (m) Redis memory per account, sliding log vs `precision=`\n')
+    g.append('### (m) Redis memory per account, sliding log vs `precision=` vs GCRA\n')
     g.append('One account filled to its limit by cost-1 requests spread over its window, then '
              '`MEMORY USAGE <key> SAMPLES 0`; Redis time per decision is `INFO commandstats` '
              '`usec_per_call` of EVALSHA under redis-benchmark (busy accounts: twice their limit '
-             'each; and 10,000 accounts). `tools/bench-memory.sh` runs this part alone.\n')
+             'each; and 10,000 accounts). GCRA (`algorithm=gcra`, burst = the limit) keeps one '
+             'string per account whatever the rate. `tools/bench-memory.sh` runs this part alone.\n')
     g.append(md(MEM_HEAD, mem, ('---', '---', '---:', '---:', '---:')))
 if R.get('profile'):
     g.append('### (e) Where the agent spends its cycles\n')

@@ -12,6 +12,7 @@ A case, one directive a line ('#' starts a comment):
   before K zset M S ...  the stored state before: members and scores (us
   before K hash F V ...  after T0), bucket fields (ms after T0) and values,
   before K string V      a key of another type; "=x" is x as it stands
+  before K gcra TAT FRAC a GCRA bucket: the string "<T0 + TAT us>:<FRAC>"
   before K ttl MS        (and its expiry, ms after T0)
   reply A L R RESET RETRY IDX   the reply (one line per decision of a batch)
   reply error TEXT...    an error reply: it starts with TEXT
@@ -129,6 +130,8 @@ def setup_cmds(case, prefix):
             cmds.append(["HSET", name] + a)
         elif kind == "string":
             cmds.append(["SET", name, items[0]])
+        elif kind == "gcra":
+            cmds.append(["SET", name, "%s:%s" % (score_abs(items[0]), items[1])])
     for k, ms in case.ttl_before.items():
         if ms is not None:
             cmds.append(["PEXPIREAT", case.key(prefix, k), T0_MS + ms])
@@ -157,6 +160,9 @@ def read_state(conn, case, prefix):
             pairs = sorted(((field_rel(hh[i]), hh[i + 1]) for i in range(0, len(hh), 2)),
                            key=lambda p: (len(p[0]), p[0]))
             st = ("hash", [x for p in pairs for x in p])
+        elif t == "string" and re.fullmatch(r"[0-9]+:[0-9]+", s):
+            tat, frac = s.split(":")
+            st = ("gcra", [score_rel(tat), frac])
         elif t == "string":
             st = ("string", [s])
         else:
@@ -200,11 +206,13 @@ def replies_of(case, got):
 def clocked_script(src):
     """The script's test copy: TIME read from the hash test:clock, PEXPIRE
     counted from that clock (PEXPIREAT floor(now / 1000) + ttl); and how
-    many of each were rewritten (1, 1)."""
+    many of each were rewritten (1, 1, 1: TIME, PEXPIRE, SET's PX)."""
     s, n1 = re.subn(r"redis\.call\('TIME'\)", "redis.call('HMGET', 'test:clock', 's', 'us')", src)
     s, n2 = re.subn(r"call\('PEXPIRE', ([^,]+), ([^)]+)\)",
                     r"call('PEXPIREAT', \1, int(math.floor(now / 1000) + \2))", s)
-    return s, (n1, n2)
+    # (a GCRA admission's SET ... PX <ttl>)
+    s, n3 = re.subn(r"'PX', (\w+)\)", r"'PXAT', int(math.floor(now / 1000) + \1))", s)
+    return s, (n1, n2, n3)
 
 
 def instrumented_script(src):
@@ -252,7 +260,7 @@ def load_clocked_script(h, r):
     """The script's clocked test copy, loaded into <r>: (source, sha)."""
     import harness
     src, counts = clocked_script(open(os.path.join(harness.ROOT, "lua", "sliding_window.lua")).read())
-    h.eq("script copy: TIME and PEXPIRE rewritten once each", (1, 1), counts)
+    h.eq("script copy: TIME, PEXPIRE and SET's PX rewritten once each", (1, 1, 1), counts)
     sha = r.call("SCRIPT", "LOAD", src)
     h.check("script copy loads", isinstance(sha, str) and len(sha) == 40, sha)
     return src, sha

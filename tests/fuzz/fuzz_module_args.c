@@ -12,7 +12,12 @@
  * accepted batch's decisions use every key exactly once, in order; every
  * argument also goes through the member parser, and a member that parses
  * formats back to a string that parses to the same values; a bucket end
- * is after the time it holds and at most one precision later.
+ * is after the time it holds and at most one precision later. A GCRA
+ * decision (one window, its span bounded) is decided over stored TATs
+ * around its bucket's edges: an admission leaves the bucket within its
+ * burst and asks no wait, a denial asks one; the arithmetic never
+ * overflows (UBSan in the fuzz build); a stored TAT formats back to what
+ * it parsed from.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -40,7 +45,41 @@ static void check_decision(const struct rl_decision *d, size_t nkeys)
 		if (w->limit < 1 || w->limit > RL_MAX_UNITS || w->win_ms < 1 || w->win_ms > RL_MAX_MS ||
 		    w->prec_ms < 0 || w->prec_ms > RL_MAX_MS)
 			abort();
+		if (w->burst && (d->nwin != 1 || w->prec_ms || w->burst < 1 ||
+		                 w->burst * w->win_ms * 1000 > RL_GCRA_MAX_SPAN))
+			abort();
 	}
+}
+
+/* Borrows <d> (a GCRA decision): decided over stored TATs at and around
+ * the edges of its bucket (the fuzzed numbers are the window's), from
+ * now, 2^53 and a clock before 1970. */
+static void check_gcra(const struct rl_decision *d)
+{
+	const struct rl_window *w = &d->w[0];
+	int64_t span = w->burst * w->win_ms * 1000, full = span / w->limit;
+	int64_t nows[] = { 1800000000000000LL, 0, -4000000000000000LL };
+	int64_t ahead[] = { -1, 0, 1, full - 1, full, full + 1, span };
+	int64_t fracs[] = { 0, 1, w->limit - 1, w->limit, RL_MAX_MEMBER };
+	size_t i, j, k;
+
+	for (i = 0; i < sizeof(nows) / sizeof(nows[0]); i++)
+		for (j = 0; j < sizeof(ahead) / sizeof(ahead[0]); j++)
+			for (k = 0; k < sizeof(fracs) / sizeof(fracs[0]); k++) {
+				int64_t now = nows[i], tat = now + ahead[j];
+				struct rl_gcra g;
+
+				if (tat < 0)
+					continue;
+				rl_args_gcra(w, d->cost, now, 1, tat, fracs[k], &g);
+				if (g.remaining < 0 || g.remaining > w->burst || g.reset < 0 || g.retry < 0)
+					abort();
+				if (g.allowed && (g.retry != 0 || g.tat - now > full + 1 || g.frac < 0 ||
+				                  g.frac >= w->limit || g.ttl_ms < 2))
+					abort();
+				if (!g.allowed && g.retry < 1)
+					abort();
+			}
 }
 
 /* Borrows <p>: member round trip and bucket end bounds. */
@@ -50,6 +89,12 @@ static void check_member(const char *p, size_t len)
 	char buf[48];
 	size_t n;
 
+	if (rl_args_parse_gcra(p, len, &cum, &cost) == 0) {
+		n = rl_args_format_gcra(buf, sizeof(buf), cum, cost);
+		if (n == 0 || rl_args_parse_gcra(buf, n, &cum2, &cost2) != 0 || cum2 != cum ||
+		    cost2 != cost || cum < 0 || cost < 0)
+			abort();
+	}
 	if (rl_args_parse_member(p, len, &cum, &cost) == 0) {
 		if (cum < 0 || cost < 0 || cum > RL_MAX_MEMBER || cost > RL_MAX_MEMBER)
 			abort();
@@ -101,6 +146,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			check_decision(&d, nkeys);
 			if (d.nwin != nkeys || nargs != 1 + 2 * nkeys)
 				abort();
+			if (d.w[0].burst)
+				check_gcra(&d);
 		}
 	} else if (rl_args_batch_check(args, nargs, nkeys, &n) == RL_OK) {
 		struct rl_batch_iter it = { 0, 2 };

@@ -30,6 +30,8 @@ eq "bench-redis-ir.sh exits 0" 0 "$rc"
 [ "$rc" = 0 ] || cat "$T/ir.out"
 eq "it counts instructions per decision, batched and not" 2 \
 	"$(grep -Ec "^ir_b(32|1)"$'\t'"[1-9][0-9]*\$" "$T/ir.tsv" 2>/dev/null)"
+eq "and GCRA's beside the log's" 2 \
+	"$(grep -Ec "^ir_gcra_b(32|1)"$'\t'"[1-9][0-9]*\$" "$T/ir.tsv" 2>/dev/null)"
 # tools/bench-agent-ir.sh on a few decisions: the agent's and the floor's
 # instructions and syscalls per decision (callgrind, strace). Valgrind
 # cannot run a sanitizer build (make sanitize, make tsan): there, only the

@@ -254,6 +254,7 @@ policy api 10/1s 1000/1h
 policy mig 100000/1h
 policy mw 100000/1h 200000/24h
 policy tag 30/1m 40/1h
+policy bucket 1/1h algorithm=gcra burst=20
 log-level debug
 """)
     a, b = conn(h), conn(h)
@@ -313,6 +314,14 @@ log-level debug
              (cl.owner(keys[1]), cl.cli(p, "ZCARD", keys[0]), cl.cli(p, "ZCARD", keys[1])))
         d = a.ratelimit(acc, policy="tag")["actions"]
         h.eq("account %r: then denied by the 1m window" % acc, ("deny", 30), (d["status"], d["limit"]))
+
+    # -- a GCRA bucket on a cluster: one key, the account as its hash tag -----------
+    results = race(lambda: conn(h), "bucket", "}g", conns=10, per=3)
+    h.eq("gcra on a cluster: a race admits exactly the burst, 20 of 30", (20, 10),
+         (results.count("allow"), results.count("deny")))
+    gk = "bucket:limit:g1:{%7Dg}"
+    h.check("gcra: the bucket is one string on the primary CRC16 routes it to",
+            cl.cli(cl.owner(gk), "TYPE", gk) == "string", cl.cli(cl.owner(gk), "TYPE", gk))
 
     # -- a race across connections on a cluster stays exact ------------------------
     results = race(lambda: conn(h), "burst", "ACC-RACE", conns=10, per=10)

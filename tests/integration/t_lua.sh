@@ -179,6 +179,12 @@ eq "ACL user: a bucketed window admits" "1 1 0" \
 rcli HSET "$B" 1000 1 >/dev/null     # an expired bucket, trimmed by a denial
 eq "ACL user: a bucketed window denies and trims" "0 1 0 1" \
 	"$(acli EVALSHA "$SHA" 2 "$A" "$B" 1 1 10000 1 3600000:60000 | head -3 | xargs) $(rcli HLEN "$B")"
+G='acl:limit:g1:{ACC-3}'
+# (1/1h: nothing refills between the two calls)
+eq "ACL user: a GCRA bucket admits (GET, SET)" "1 2 1" \
+	"$(acli EVALSHA "$SHA" 1 "$G" 1 1 gcra:3600000:2 | head -3 | xargs)"
+eq "ACL user: a GCRA bucket denies a cost above what is left" "0 2 1" \
+	"$(acli EVALSHA "$SHA" 1 "$G" 2 1 gcra:3600000:2 | head -3 | xargs)"
 
 # --- bad arguments are errors, not crashes -----------------------------------
 out=$(rcli EVALSHA "$SHA" 1 x:limit:v1:k 0 3 1000)

@@ -4,8 +4,9 @@ decisions fed to both, on one Redis and one fake clock, must give identical
 replies and leave identical data, key TTLs included.
 
 The stream: policies of 1-3 windows, sliding logs and bucketed windows
-(precision=), limits 1..20, costs 1..limit (and now and then one above
-it), many accounts, single decisions and batches (an account may appear
+(precision=), and GCRA buckets (algorithm=gcra: one window, bursts 1..20,
+limits that do not divide the window), limits 1..20, costs 1..limit or
+burst (and now and then one above it), many accounts, single decisions and batches (an account may appear
 twice in one batch), and a clock that moves by the script's own edges: the
 same microsecond, 1 us later, exactly at a reply's retry_after or reset (and
 1 us before), stepped back, or past every window.
@@ -18,9 +19,9 @@ and sets the same absolute expiry. The fake clock runs ten years ahead of
 the real one, so no key expires under the test. The script's keys start
 with "s|", the module's with "m|", the rest of the name is the same.
 
-Two streams: many keys (8 policies x 5 accounts), then one key (one
+Three streams: many keys (8 policies x 5 accounts), then one key (one
 policy of one window, one account: every call on the same sorted set or
-hash). A replica (a real redis-server without the module) follows the
+hash), then one GCRA key. A replica (a real redis-server without the module) follows the
 primary throughout: at the end it holds exactly the primary's data, both
 engines' keys, TTLs included.
 
@@ -60,15 +61,22 @@ def set_clock(t):
 
 
 def make_policy(i):
+    if rnd.random() < 0.3:
+        # GCRA: one window, a burst below, at or above the limit; limits
+        # that do not divide the window (T not a whole us)
+        limit = rnd.choice([1, 3, 7, 10, 20])
+        ms = rnd.choice([333, 1000, 2000, 60000])
+        burst = rnd.choice([1, 2, 3, 5, 10, 20, limit])
+        return [(limit, "gcra:%d:%d" % (ms, burst), "g", burst)]
     wins = []
     for j in range(rnd.choice([1, 1, 2, 2, 3])):
         limit = rnd.choice([1, 3, 5, 10, 20, 20, 50])
         ms = rnd.choice([1000, 2000, 5000, 60000])
         if rnd.random() < 0.3:
             prec = rnd.choice([p for p in (100, 250, 1000, 5000) if p < ms])
-            wins.append((limit, "%d:%d" % (ms, prec), "b"))
+            wins.append((limit, "%d:%d" % (ms, prec), "b", limit))
         else:
-            wins.append((limit, str(ms), "v"))
+            wins.append((limit, str(ms), "v", limit))
     return wins
 
 
@@ -82,12 +90,13 @@ def decision():
     pi = rnd.randrange(len(POLICIES))
     pol = POLICIES[pi]
     acc = rnd.randrange(ACCOUNTS)
-    keys = ["%sp%d:%s%d:{acc-%d}" % (TAG, pi, kind, j, acc) for j, (_, _, kind) in enumerate(pol)]
-    lim = min(l for l, _, _ in pol)
+    keys = ["%sp%d:%s%d:{acc-%d}" % (TAG, pi, kind, j, acc) for j, (_, _, kind, _) in enumerate(pol)]
+    # (the largest cost that can pass: the smallest limit, a bucket's burst)
+    lim = min(cap for _, _, _, cap in pol)
     x = rnd.random()
-    cost = 1 if x < 0.6 else rnd.randint(1, lim) if x < 0.97 else max(l for l, _, _ in pol) + 1
+    cost = 1 if x < 0.6 else rnd.randint(1, lim) if x < 0.97 else max(c for _, _, _, c in pol) + 1
     args = [cost]
-    for l, w, _ in pol:
+    for l, w, _, _ in pol:
         args += [l, w]
     return keys, args
 
@@ -118,8 +127,9 @@ def state(prefix, keys, conn=None):
     cmds = []
     for k in keys:
         k = prefix + k
-        cmds += [["TYPE", k], ["ZRANGE", k, 0, -1, "WITHSCORES"] if ":v" in k else ["HGETALL", k],
-                 ["PEXPIRETIME", k]]
+        read = ["ZRANGE", k, 0, -1, "WITHSCORES"] if ":v" in k else \
+            ["GET", k] if ":g" in k else ["HGETALL", k]
+        cmds += [["TYPE", k], read, ["PEXPIRETIME", k]]
     out = conn.pipeline(cmds)
     res = []
     for i in range(0, len(out), 3):
@@ -190,11 +200,16 @@ def stream(ops):
     return mismatch_reply, mismatch_data, first_bad, n_allow, n_deny, n_err, n_batch
 
 
+n_gcra = sum(1 for p in POLICIES if p[0][2] == "g")
+h.check("the stream has GCRA policies (%d of %d) and others" % (n_gcra, len(POLICIES)),
+        0 < n_gcra < len(POLICIES))
 for name, ops, pols, accs in (("many keys", OPS, list(POLICIES), 5),
-                              ("one key", max(OPS // 3, 1), [[(10, "2000", "v")]], 1)):
+                              ("one key", max(OPS // 3, 1), [[(10, "2000", "v", 10)]], 1),
+                              ("one GCRA key", max(OPS // 3, 1),
+                               [[(3, "gcra:1000:5", "g", 5)]], 1)):
     POLICIES[:] = pols
     ACCOUNTS = accs
-    TAG = "one:" if accs == 1 else ""
+    TAG = "one%d:" % len(name) if accs == 1 else ""
     mismatch_reply, mismatch_data, first_bad, n_allow, n_deny, n_err, n_batch = stream(ops)
     print("# %s: %d calls (%d batches): %d allowed, %d denied, %d errors" %
           (name, ops, n_batch, n_allow, n_deny, n_err))

@@ -4,14 +4,17 @@ product version (RATELIMIT.VERSION, MODULE LIST's ver); the agent reads them
 at connect, logs both, and uses the module only on a protocol it speaks.
 
 A mixed-version fleet, each side on a real redis-server:
-  this module                    -> module_version protocol=1, the module decides
+  this module                    -> module_version protocol=2, the module decides
   a module before 1.1.0          -> (no RATELIMIT.VERSION) protocol 1, the module
   a module of another protocol,  -> redis-engine auto: the script decides;
                                     redis-engine module: every decision an
                                     error, never an allow; not ready
-The last two are module/ratelimit-test.so loaded with test-no-version and
-test-protocol=2 (test builds only)."""
+  a protocol-1 module, and a     -> protocol 1 cannot decide GCRA: as another
+  policy with algorithm=gcra        protocol (auto: the script; module: refused)
+The last ones are module/ratelimit-test.so loaded with test-no-version,
+test-protocol=3 and test-protocol=1 (test builds only)."""
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -33,14 +36,15 @@ def commandstats(port, name):
     return harness.engine_calls(harness.rcli(port, "INFO", "commandstats"), ("cmdstat_" + name,))
 
 
-def one_case(name, module_args, engine):
+def one_case(name, module_args, engine, policy="3/1s"):
     """A Redis loading the module with <module_args>, an agent on
-    redis-engine <engine>; (the decision's status and reason, the agent's
-    log, the Redis port)."""
+    redis-engine <engine> with policy transfer <policy>; (the decision's
+    status and reason, the agent's log, the Redis port)."""
     port = h.spawn_redis(name, ["--loadmodule"] + module_args, module=False)
     p, aport, _, log = h.spawn_side_agent("agent-" + name,
                                           "redis redis://127.0.0.1:%d/0\nredis-timeout 5s\n"
-                                          "redis-engine %s\npolicy transfer 3/1s\n" % (port, engine))
+                                          "redis-engine %s\npolicy transfer %s\n" %
+                                          (port, engine, policy))
     wait_for(lambda: "redis_connected" in harness.read_text(log) or
              "redis_engine_protocol" in harness.read_text(log), harness.REDIS_START_SECS)
     c = spop.Conn().connect("127.0.0.1", aport)
@@ -53,15 +57,15 @@ def one_case(name, module_args, engine):
 
 # The module reports itself.
 port = h.spawn_redis("plain", ["--loadmodule", MODULE_SO], module=False)
-h.eq("RATELIMIT.VERSION: protocol and product version", "1\n" + version,
+h.eq("RATELIMIT.VERSION: protocol and product version", "2\n" + version,
      harness.rcli(port, "RATELIMIT.VERSION"))
-h.check("MODULE LIST: ver is the protocol", "ratelimit\nver\n1\n" in harness.rcli(port, "MODULE", "LIST"),
+h.check("MODULE LIST: ver is the protocol", "ratelimit\nver\n2\n" in harness.rcli(port, "MODULE", "LIST"),
         harness.rcli(port, "MODULE", "LIST"))
 
 v, log, rport = one_case("current", [MODULE_SO], "auto")
 h.eq("current module: allowed", "allow", v and v.get("status"))
 h.check("current module: the agent logs both versions",
-        "event=module_version addr=127.0.0.1:%d/0 protocol=1 version=%s" % (rport, version) in log, log)
+        "event=module_version addr=127.0.0.1:%d/0 protocol=2 version=%s" % (rport, version) in log, log)
 h.check("current module: the module decided", commandstats(rport, "ratelimit.decide") >= 1)
 h.eq("current module: the script never ran", 0, commandstats(rport, "evalsha") + commandstats(rport, "eval"))
 
@@ -71,18 +75,75 @@ h.eq("module before 1.1.0 (no RATELIMIT.VERSION): allowed on redis-engine module
 h.check("module before 1.1.0: logged as protocol 1", "protocol=1 version=- (no RATELIMIT.VERSION" in log, log)
 h.check("module before 1.1.0: the module decided", commandstats(rport, "ratelimit.decide") >= 1)
 
-v, log, rport = one_case("newer-auto", [MODULE_TEST_SO, "test-protocol=2"], "auto")
+v, log, rport = one_case("newer-auto", [MODULE_TEST_SO, "test-protocol=3"], "auto")
 h.eq("another protocol, redis-engine auto: allowed", "allow", v and v.get("status"))
 h.check("another protocol, auto: warned, with the upgrade order",
-        "level=warn event=redis_engine_protocol" in log and "protocol=2 speaks=1" in log, log)
+        "level=warn event=redis_engine_protocol" in log and "protocol=3 speaks=2" in log, log)
 h.eq("another protocol, auto: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
 h.check("another protocol, auto: the script decided", commandstats(rport, "evalsha") +
         commandstats(rport, "eval") >= 1)
 
-v, log, rport = one_case("newer-module", [MODULE_TEST_SO, "test-protocol=2"], "module")
+v, log, rport = one_case("newer-module", [MODULE_TEST_SO, "test-protocol=3"], "module")
 h.eq("another protocol, redis-engine module: an error, never an allow", "error", v and v.get("status"))
 h.eq("another protocol, module: the reason", "redis-unavailable", v and v.get("reason"))
 h.check("another protocol, module: logged at error",
-        "level=error event=redis_engine_protocol" in log and "protocol=2 speaks=1" in log, log)
+        "level=error event=redis_engine_protocol" in log and "protocol=3 speaks=2" in log, log)
 h.eq("another protocol, module: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
+
+# GCRA needs protocol 2: a protocol-1 module is, for a gcra policy, a
+# protocol this agent does not speak; for a log policy, one it does.
+GCRA = "3/1s algorithm=gcra burst=3"
+v, log, rport = one_case("p1-log", [MODULE_TEST_SO, "test-protocol=1"], "module")
+h.eq("protocol 1, a log policy, redis-engine module: allowed", "allow", v and v.get("status"))
+h.check("protocol 1, a log policy: the module decided", commandstats(rport, "ratelimit.decide") >= 1)
+
+v, log, rport = one_case("p1-gcra-auto", [MODULE_TEST_SO, "test-protocol=1"], "auto", GCRA)
+h.eq("protocol 1, gcra, redis-engine auto: allowed", "allow", v and v.get("status"))
+h.check("protocol 1, gcra, auto: warned, naming the protocol needed",
+        "level=warn event=redis_engine_protocol" in log and "protocol=1 speaks=2 needs=2" in log, log)
+h.eq("protocol 1, gcra, auto: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
+h.check("protocol 1, gcra, auto: the script decided", commandstats(rport, "evalsha") +
+        commandstats(rport, "eval") >= 1)
+h.check("protocol 1, gcra, auto: the bucket is a GCRA key",
+        harness.rcli(rport, "EXISTS", "transfer:limit:g1:{ACC-V-p1-gcra-auto}").strip() == "1",
+        harness.rcli(rport, "KEYS", "*"))
+
+v, log, rport = one_case("p1-gcra-module", [MODULE_TEST_SO, "test-protocol=1"], "module", GCRA)
+h.eq("protocol 1, gcra, redis-engine module: an error, never an allow", "error", v and v.get("status"))
+h.check("protocol 1, gcra, module: logged at error",
+        "level=error event=redis_engine_protocol" in log and "protocol=1 speaks=2 needs=2" in log, log)
+h.eq("protocol 1, gcra, module: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
+
+# A reload that adds a gcra policy asks the module again: on protocol 1,
+# auto moves that Redis to the script (log and gcra decisions alike).
+rport = h.spawn_redis("p1-reload", ["--loadmodule", MODULE_TEST_SO, "test-protocol=1"], module=False)
+body = "redis redis://127.0.0.1:%d/0\nredis-timeout 5s\nredis-engine auto\npolicy transfer 3/1s\n" % rport
+p, aport, _, log = h.spawn_side_agent("agent-p1-reload", body)
+path = os.path.join(h.tmp, "agent-p1-reload.conf")
+c = spop.Conn().connect("127.0.0.1", aport)
+c.hello()
+h.check("reload, before: a log policy on the protocol-1 module is decided by it",
+        wait_for(lambda: c.ratelimit("ACC-R1", timeout=15)["actions"].get("status") == "allow" and
+                 commandstats(rport, "ratelimit.decide") >= 1, 15))
+with open(path, "a") as f:
+    f.write("policy bucket 3/1s algorithm=gcra\n")
+p.send_signal(signal.SIGHUP)
+h.check("reload: applied, and the protocol-1 module is no longer spoken (warned, needs=2)",
+        wait_for(lambda: "event=config_applied" in harness.read_text(log) and
+                 "protocol=1 speaks=2 needs=2" in harness.read_text(log), 15), harness.read_text(log))
+calls = commandstats(rport, "ratelimit.decide")
+v = c.ratelimit("ACC-R2", policy="bucket", timeout=15)["actions"]
+h.eq("reload, after: the gcra policy decides (allowed)", "allow", v.get("status"))
+v = c.ratelimit("ACC-R3", timeout=15)["actions"]
+h.eq("reload, after: the log policy still decides", "allow", v.get("status"))
+h.eq("reload, after: the module decided neither", calls, commandstats(rport, "ratelimit.decide"))
+h.check("reload, after: the script did (the bucket is its g1 key)",
+        harness.rcli(rport, "EXISTS", "bucket:limit:g1:{ACC-R2}").strip() == "1" and
+        commandstats(rport, "evalsha") + commandstats(rport, "eval") >= 2)
+c.close()
+h.stop(p)
+
+v, log, rport = one_case("p2-gcra", [MODULE_SO], "module", GCRA)
+h.eq("this module, gcra, redis-engine module: allowed", "allow", v and v.get("status"))
+h.check("this module, gcra: the module decided", commandstats(rport, "ratelimit.decide") >= 1)
 h.done()

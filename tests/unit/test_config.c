@@ -369,16 +369,16 @@ static void test_parse_errors(void **state)
 		{ "policy x 1/1s 2/2s 3/3s 4/4s 5/5s\n", "t.conf:1: policy 'x': at most 4 windows" },
 		{ "policy x 3/1s on-redis-error=maybe\n",
 		  "t.conf:1: policy 'x': unknown option 'on-redis-error=maybe' "
-		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n> or "
-		  "precision=<duration>)" },
+		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
+		  "precision=<duration>, algorithm=log|gcra or burst=<n>)" },
 		{ "policy x 3/1s max-cost=0\n", "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=0'" },
 		{ "policy x 3/1s max-cost=1000001\n",
 		  "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=1000001'" },
 		{ "policy x 3/1s max-cost=2k\n", "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=2k'" },
 		{ "policy x 3/1s max-cost=\n",
 		  "t.conf:1: policy 'x': unknown option 'max-cost=' "
-		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n> or "
-		  "precision=<duration>)" },
+		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
+		  "precision=<duration>, algorithm=log|gcra or burst=<n>)" },
 		{ "policy x shadow\n", "t.conf:1: policy 'x': expected at least one <limit>/<window>" },
 		{ "policy x 3/1h precision=7m\n",
 		  "t.conf:1: policy 'x': precision=7m does not divide the 1h window" },
@@ -390,8 +390,8 @@ static void test_parse_errors(void **state)
 		  "t.conf:1: policy 'x': precision applies to no window (only windows longer than "
 		  "it are counted in buckets)" },
 		{ "policy x 3/1h precision=\n", "t.conf:1: policy 'x': unknown option 'precision=' "
-		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n> or "
-		  "precision=<duration>)" },
+		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
+		  "precision=<duration>, algorithm=log|gcra or burst=<n>)" },
 		{ "policy x 3/1h precision=0s\n",
 		  "t.conf:1: policy 'x': bad precision in 'precision=0s' (use <n>s, <n>m or <n>h)" },
 		{ "policy x 3/1h precision=m\n",
@@ -410,6 +410,46 @@ static void test_parse_errors(void **state)
 		{ "policy x 3/1s\noverride x B 1/1s\noverride x A 1/1s\noverride x B 2/1s\n",
 		  "t.conf:4: duplicate override 'B' for policy 'x'" },
 		{ "policy a b c d e f g h i j k l m n o p q\n", "t.conf:1: too many words (at most 16)" },
+		/* algorithm=gcra, burst= */
+		{ "policy x 3/1s algorithm=bucket\n",
+		  "t.conf:1: policy 'x': unknown option 'algorithm=bucket' "
+		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
+		  "precision=<duration>, algorithm=log|gcra or burst=<n>)" },
+		{ "policy x 3/1s 100/1h algorithm=gcra\n",
+		  "t.conf:1: policy 'x': algorithm=gcra takes exactly one <limit>/<window> (the rate; "
+		  "burst=<n> is the bucket)" },
+		{ "policy x 3/1h algorithm=gcra precision=1m\n",
+		  "t.conf:1: policy 'x': precision= does not apply to algorithm=gcra (a bucket is one "
+		  "value per account)" },
+		{ "policy x 3/1s burst=3\n", "t.conf:1: policy 'x': burst= needs algorithm=gcra" },
+		{ "policy x 3/1s algorithm=log burst=3\n", "t.conf:1: policy 'x': burst= needs algorithm=gcra" },
+		{ "policy x 3/1s algorithm=gcra burst=0\n",
+		  "t.conf:1: policy 'x': burst must be 1..1000000, got 'burst=0'" },
+		{ "policy x 3/1s algorithm=gcra burst=1000001\n",
+		  "t.conf:1: policy 'x': burst must be 1..1000000, got 'burst=1000001'" },
+		{ "policy x 3/1s algorithm=gcra burst=\n",
+		  "t.conf:1: policy 'x': burst must be 1..1000000, got 'burst='" },
+		{ "policy x 3/1s algorithm=gcra burst=3 max-cost=4\n",
+		  "t.conf:1: policy 'x': max-cost=4 is above the burst (3): such a cost could never pass" },
+		{ "policy x 3/1s max-cost=4 algorithm=gcra\n",
+		  "t.conf:1: policy 'x': max-cost=4 is above the burst (3): such a cost could never pass" },
+		{ "policy x 1000000/24h algorithm=gcra\n",
+		  "t.conf:1: policy 'x': burst 1000000 times the window is too long for algorithm=gcra "
+		  "(at most 2^52 us: write the same rate with a shorter window, e.g. 625/54s burst=1000000 for "
+		  "1000000/24h)" },
+		{ "policy x 3/1s algorithm=gcra\noverride x K 3/1s 5/1m\n",
+		  "t.conf:2: override 'K' of 'x': algorithm=gcra takes exactly one <limit>/<window> (the "
+		  "rate; burst=<n> is the bucket)" },
+		{ "policy x 3/1s algorithm=gcra\noverride x K burst=5\n",
+		  "t.conf:2: override 'K' of 'x': algorithm=gcra takes exactly one <limit>/<window> (the "
+		  "rate; burst=<n> is the bucket)" },
+		{ "policy x 3/1s algorithm=gcra max-cost=3\noverride x K 9/1s burst=2\n",
+		  "t.conf:2: override 'K' of 'x': max-cost=3 is above the burst (2): such a cost could "
+		  "never pass" },
+		{ "policy x 3/1s algorithm=gcra\noverride x K 9/1s burst=x\n",
+		  "t.conf:2: override 'K' of 'x': burst must be 1..1000000, got 'burst=x'" },
+		{ "policy x 3/1s\noverride x K 9/1s burst=5\n",
+		  "t.conf:2: override 'K' of 'x': expected <limit>/<window>, got 'burst=5'" },
 	};
 	struct config c;
 	char err[CONFIG_ERR_LEN];
@@ -423,6 +463,74 @@ static void test_parse_errors(void **state)
 			fail_msg("case %zu:\n  got  %s\n  want %s", i, err, cases[i].err);
 		config_release(&c);
 	}
+}
+
+/* algorithm=gcra: the rate, the burst (default the limit), overrides
+ * keeping the algorithm with their own burst; the log stays the default. */
+static void test_gcra(void **state)
+{
+	static const char text[] =
+		"policy transfers 3/1s algorithm=gcra burst=5 max-cost=5\n"
+		"policy plain 3/1s\n"
+		"policy deflt 10/1m algorithm=gcra shadow\n"
+		"policy logged 3/1s algorithm=log\n"
+		"override transfers jwt:VIP 30/1s burst=60\n"
+		"override deflt jwt:SLOW 1/1s\n"
+		"policy big 52124/24h algorithm=gcra\n"
+		"policy daily 625/54s algorithm=gcra burst=1000000\n";
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+	const struct window_policy *p;
+	const struct window_limit *l;
+	struct window_limit ann;
+	unsigned nwin;
+
+	(void)state;
+	assert_int_equal(parse(&c, text, err), 0);
+	p = config_find_policy(&c, "transfers", 9);
+	assert_non_null(p);
+	assert_int_equal(p->algorithm, WINDOW_ALGO_GCRA);
+	assert_int_equal(p->nwin, 1);
+	assert_int_equal(p->win[0].limit, 3);
+	assert_int_equal(p->win[0].window_ms, 1000);
+	assert_int_equal(p->win[0].burst, 5);
+	assert_int_equal(p->max_cost, 5);
+	l = window_limits_for(p, "jwt:VIP", 7, &nwin);
+	assert_int_equal(nwin, 1);
+	assert_int_equal(l[0].limit, 30);
+	assert_int_equal(l[0].burst, 60);
+	/* the draft's headers: q = burst, w = burst * T (5 * 1s / 3, up) */
+	window_announced(&p->win[0], &ann);
+	assert_int_equal(ann.limit, 5);
+	assert_int_equal(ann.window_ms, 1667);
+	assert_int_equal(ann.burst, 0);
+
+	p = config_find_policy(&c, "plain", 5);
+	assert_int_equal(p->algorithm, WINDOW_ALGO_LOG);
+	assert_int_equal(p->win[0].burst, 0);
+	window_announced(&p->win[0], &ann);
+	assert_int_equal(ann.limit, 3);
+	assert_int_equal(ann.window_ms, 1000);
+	p = config_find_policy(&c, "deflt", 5);
+	assert_int_equal(p->algorithm, WINDOW_ALGO_GCRA);
+	assert_int_equal(p->win[0].burst, 10);
+	assert_true(p->shadow);
+	/* an override's burst defaults to its own limit */
+	l = window_limits_for(p, "jwt:SLOW", 8, &nwin);
+	assert_int_equal(l[0].limit, 1);
+	assert_int_equal(l[0].burst, 1);
+	p = config_find_policy(&c, "logged", 6);
+	assert_int_equal(p->algorithm, WINDOW_ALGO_LOG);
+	/* the largest default burst a 24h window takes (52124 * 86400000 ms
+	 * <= 2^52 us) */
+	p = config_find_policy(&c, "big", 3);
+	assert_int_equal(p->win[0].burst, 52124);
+	/* what -c suggests for 1000000/24h: the same rate, a shorter window */
+	p = config_find_policy(&c, "daily", 5);
+	assert_int_equal(p->win[0].burst, 1000000);
+	window_announced(&p->win[0], &ann);
+	assert_int_equal(ann.window_ms, 86400000);
+	config_release(&c);
 }
 
 static void test_nul_byte(void **state)
@@ -1117,6 +1225,7 @@ int main(void)
 		cmocka_unit_test(test_etc_file),
 		cmocka_unit_test(test_load_file_errors),
 		cmocka_unit_test(test_parse_errors),
+		cmocka_unit_test(test_gcra),
 		cmocka_unit_test(test_nul_byte),
 		cmocka_unit_test(test_error_truncation),
 		cmocka_unit_test(test_windows_and_urls),

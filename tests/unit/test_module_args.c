@@ -110,6 +110,74 @@ static void test_single(void **state)
 	assert_int_equal(single("1 3 1000 0 5", 2, &d), RL_ERR_WINDOW);
 }
 
+/* GCRA: "gcra:<ms>:<burst>" parsed and bounded (burst * ms * 1000 <=
+ * 2^52), one window only; the stored "<tat>:<frac>"; the decision's
+ * arithmetic at the edges the contract table names, and at the bounds
+ * (no overflow: UBSan would say). */
+static void test_gcra(void **state)
+{
+	struct rl_decision d;
+	struct rl_gcra g;
+	struct rl_window w = { 3, 1000, 0, 3 };
+	int64_t tat, frac;
+	char buf[48];
+
+	(void)state;
+	assert_int_equal(single("1 3 gcra:1000:3", 1, &d), RL_OK);
+	assert_true(d.w[0].limit == 3 && d.w[0].win_ms == 1000 && d.w[0].burst == 3 && d.w[0].prec_ms == 0);
+	assert_int_equal(single("1 3 1000", 1, &d), RL_OK);
+	assert_int_equal(d.w[0].burst, 0);
+	assert_int_equal(single("1 3 gcra:1000:0", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 gcra:0:3", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 gcra:1000", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 gcra:", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 gcra:-1:3", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 gcra:1000:3:1", 1, &d), RL_ERR_WINDOW);
+	/* 2^52 us exactly, and one ms more */
+	assert_int_equal(single("1 1 gcra:4503599627:1000", 1, &d), RL_OK);
+	assert_int_equal(single("1 1 gcra:4503599628:1000", 1, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 3 gcra:1000:3 5 1000", 2, &d), RL_ERR_WINDOW);
+	assert_int_equal(single("1 5 1000 3 gcra:1000:3", 2, &d), RL_ERR_WINDOW);
+
+	assert_int_equal(rl_args_parse_gcra("123:4", 5, &tat, &frac), 0);
+	assert_true(tat == 123 && frac == 4);
+	assert_int_equal(rl_args_parse_gcra("9007199254740992:0", 18, &tat, &frac), 0);
+	assert_int_equal(rl_args_parse_gcra("9007199254740993:0", 18, &tat, &frac), -1);
+	assert_int_equal(rl_args_parse_gcra("1:-1", 4, &tat, &frac), -1);
+	assert_int_equal(rl_args_parse_gcra("-1:1", 4, &tat, &frac), -1);
+	assert_int_equal(rl_args_parse_gcra("12", 2, &tat, &frac), -1);
+	assert_int_equal(rl_args_parse_gcra("1:2:3", 5, &tat, &frac), -1);
+	assert_int_equal(rl_args_parse_gcra(":2", 2, &tat, &frac), -1);
+	assert_int_equal(rl_args_format_gcra(buf, sizeof(buf), 4000000000333333LL, 1), 18);
+	assert_string_equal(buf, "4000000000333333:1");
+
+	/* empty, 3/1s burst 3: T = 333333 + 1/3 us */
+	rl_args_gcra(&w, 1, 1000000, 0, 0, 0, &g);
+	assert_true(g.allowed == 1 && g.remaining == 2 && g.reset == 333334 && g.retry == 0);
+	assert_true(g.tat == 1333333 && g.frac == 1 && g.ttl_ms == 335);
+	/* full at now: one us before the boundary, then at it */
+	rl_args_gcra(&w, 1, 333333, 1, 1000000, 0, &g);
+	assert_true(g.allowed == 0 && g.retry == 1 && g.reset == 666667 && g.remaining == 0);
+	rl_args_gcra(&w, 1, 333334, 1, 1000000, 0, &g);
+	assert_true(g.allowed == 1 && g.tat == 1333333 && g.frac == 1);
+	/* cost above the burst: the whole bucket's time */
+	rl_args_gcra(&w, 4, 0, 0, 0, 0, &g);
+	assert_true(g.allowed == 0 && g.retry == 1000000 && g.remaining == 3);
+	/* at the bounds: the largest span, a TAT far ahead, the largest limit */
+	w.limit = 1;
+	w.win_ms = 4503599627;
+	w.burst = 1000;
+	rl_args_gcra(&w, 1000, 0, 0, 0, 0, &g);
+	assert_true(g.allowed == 1 && g.tat == 4503599627000000LL && g.remaining == 0);
+	rl_args_gcra(&w, 1, -4000000000000000LL, 1, 9007199254740992LL, 999, &g);
+	assert_true(g.allowed == 0 && g.remaining == 0);
+	w.limit = 1000000000000000LL;
+	w.win_ms = 1;
+	w.burst = 1;
+	rl_args_gcra(&w, 1, 0, 1, 0, 999999999999999LL, &g);
+	assert_true(g.allowed == 0 && g.retry == 1);
+}
+
 static enum rl_err batch(const char *s, size_t nkeys, size_t *n)
 {
 	struct rl_arg a[MAXA];
@@ -218,6 +286,7 @@ int main(void)
 		cmocka_unit_test(test_int),        cmocka_unit_test(test_single),
 		cmocka_unit_test(test_batch),      cmocka_unit_test(test_member),
 		cmocka_unit_test(test_bucket_end), cmocka_unit_test(test_err_text),
+		cmocka_unit_test(test_gcra),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

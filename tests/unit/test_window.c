@@ -257,11 +257,58 @@ static void test_args_precision(void **state)
 	assert_arg(&a, 6, "86400000:900000");
 }
 
+/* algorithm=gcra: one string key under g1, always with the tag (escaped
+ * as the log's), the window argument "gcra:<ms>:<burst>"; a cost above
+ * the burst (not the limit) is bad-cost; it works in a batch; fail-open
+ * announces the burst. */
+static void test_args_gcra(void **state)
+{
+	struct window_policy p;
+	struct window_args a[2];
+	struct window_decision d;
+	enum window_reason why;
+	const char *argv[WINDOW_BATCH_ARGC(2)];
+	size_t argvlen[WINDOW_BATCH_ARGC(2)];
+	char nums[WINDOW_BATCH_NUMS(2)];
+
+	(void)state;
+	policy_make(&p, "transfers", 3, 1000);
+	p.algorithm = WINDOW_ALGO_GCRA;
+	p.win[0].burst = 5;
+	assert_int_equal(window_build_args(&p, "sha", "jwt:ACC-1}%", 11, 4, &a[0], &why), 0);
+	assert_int_equal(a[0].argc, 7);
+	assert_int_equal(a[0].nkeys, 1);
+	assert_arg(&a[0], 0, "EVALSHA");
+	assert_arg(&a[0], 2, "1");
+	assert_arg(&a[0], 3, "transfers:limit:g1:{jwt:ACC-1%7D%25}");
+	assert_arg(&a[0], 4, "4");
+	assert_arg(&a[0], 5, "3");
+	assert_arg(&a[0], 6, "gcra:1000:5");
+	/* a cost above the limit but within the burst passes to Redis; above
+	 * the burst never fits */
+	assert_int_equal(window_build_args(&p, "sha", "K", 1, 5, &a[1], &why), 0);
+	assert_int_equal(window_build_args(&p, "sha", "K", 1, 6, &a[1], &why), -1);
+	assert_int_equal(why, WINDOW_REASON_BAD_COST);
+	assert_int_equal(window_build_args(&p, "sha", "K", 1, 1, &a[1], &why), 0);
+	assert_int_equal(window_build_batch(a, 2, "EVALSHA", "sha", 3, argv, argvlen, nums), 15);
+	assert_int_equal(argvlen[14], 11);
+	assert_memory_equal(argv[14], "gcra:1000:5", 11);
+	/* a gcra policy without its burst is refused, not sent */
+	p.win[0].burst = 0;
+	assert_int_equal(window_build_args(&p, "sha", "K", 1, 1, &a[1], &why), -1);
+	assert_int_equal(why, WINDOW_REASON_REDIS_ERROR);
+	p.win[0].burst = 5;
+	p.on_error = WINDOW_ON_ERROR_ALLOW;
+	window_decide_error(&p, WINDOW_REASON_REDIS_TIMEOUT, &d);
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(d.limit, 5);
+}
+
 /* precision= checks (config's -c): minimum, divides, bucket count; windows
  * not longer than the precision are not its concern. */
 static void test_check_precision(void **state)
 {
-	struct window_limit w[2] = { { 10, 1000 }, { 1000, 3600000 } };
+	struct window_limit w[2] = { { 10, 1000, 0 }, { 1000, 3600000, 0 } };
 	char why[160];
 
 	(void)state;
@@ -831,6 +878,7 @@ int main(void)
 		cmocka_unit_test(test_args_single),
 		cmocka_unit_test(test_args_multi),
 		cmocka_unit_test(test_args_precision),
+		cmocka_unit_test(test_args_gcra),
 		cmocka_unit_test(test_check_precision),
 		cmocka_unit_test(test_args_worst_case),
 		cmocka_unit_test(test_args_tag_escape),
