@@ -432,11 +432,12 @@ void limiter_call_finish(struct limiter *l, struct limiter_link *k,
 
 		limiter_count_error(l, kind);
 		limiter_warn_reply(k, view, d.reason);
-	} else if (c->cacheable && d.status == WINDOW_DENY) {
+	} else if (c->cacheable && window_deny_holds(&c->policy, c->cost, &d)) {
 		deny_cache_store(&l->calls.cache, c->policy.name, c->policy.name_len, c->key, c->key_len,
 		                 c->cost, c->sent_us, &d, now);
 	} else if (c->cacheable) {
-		/* an admission changed the window a cached deny describes */
+		/* an admission changed the window a cached deny describes (or a
+		 * deny whose numbers do not hold replaces what was cached) */
 		deny_cache_forget(&l->calls.cache, c->policy.name, c->policy.name_len, c->key, c->key_len);
 	}
 	limiter_call_answer(c, &d);

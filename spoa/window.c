@@ -451,6 +451,17 @@ int window_build_args(const struct window_policy *p, const char *sha,
 	return 0;
 }
 
+/* See window.h. */
+bool window_deny_holds(const struct window_policy *p, uint64_t cost,
+                       const struct window_decision *d)
+{
+	if (d->status != WINDOW_DENY)
+		return false;
+	if (p->algorithm != WINDOW_ALGO_GCRA)
+		return true;
+	return d->remaining >= 0 && (uint64_t)d->remaining + 1 == cost;
+}
+
 /* Seconds, rounded up, in <us>; 0 and negatives give 0. */
 int64_t window_us_to_s_ceil(int64_t us)
 {

@@ -244,6 +244,16 @@ int window_decide_reply(const struct window_policy *p, const struct window_reply
 void window_decide_error(const struct window_policy *p, enum window_reason why,
                          struct window_decision *d);
 
+/* Does deny <d> of a request of <cost> under <p> keep its numbers until its
+ * retry_after or reset (the first), only counting them down, so the deny
+ * cache may answer it (spoa/deny_cache.h)? A log's deny does (nothing but
+ * an admission changes its deciding window before its reset). A GCRA
+ * bucket drains continuously: its remaining grows a unit at a time, so
+ * only a deny one unit short (remaining + 1 == cost, every deny of cost 1)
+ * keeps it until the request can pass. */
+bool window_deny_holds(const struct window_policy *p, uint64_t cost,
+                       const struct window_decision *d);
+
 /* Is <r> Redis's NOSCRIPT error? (the agent then re-sends with EVAL) */
 bool window_reply_is_noscript(const struct window_reply *r);
 

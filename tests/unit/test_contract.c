@@ -40,21 +40,32 @@ struct contract_pair {
 	bool sendable;                /* the agent sends such a request (one decision,
 	                               * its cost within every limit: it refuses a
 	                               * bigger one itself, see window_build_args) */
+	uint64_t cost;                /* sendable: its cost */
+	bool gcra;                    /* sendable: a GCRA bucket */
 };
 
 /* Would the agent send the request of "args ..." in <line>? (cost, then
- * limit/window pairs; a batch's decisions are not looked at) */
-static bool contract_args_sendable(const char *line)
+ * limit/window pairs, a GCRA window "gcra:<ms>:<burst>"; a batch's
+ * decisions are not looked at.) Sets <*cost> and <*gcra>. */
+static bool contract_args_sendable(const char *line, uint64_t *cost, bool *gcra)
 {
-	long long cost, limit;
+	long long c, limit, burst;
+	char win[64];
 	const char *p = line + 5;
 	int used, nwin = 0;
 
-	if (sscanf(p, "%lld%n", &cost, &used) != 1 || cost < 1)
+	*gcra = false;
+	if (sscanf(p, "%lld%n", &c, &used) != 1 || c < 1)
 		return false;
-	for (p += used; sscanf(p, "%lld %*s%n", &limit, &used) == 1; p += used, nwin++)
-		if (cost > limit)
+	*cost = (uint64_t)c;
+	for (p += used; sscanf(p, "%lld %63s%n", &limit, win, &used) == 2; p += used, nwin++) {
+		if (sscanf(win, "gcra:%*d:%lld", &burst) == 1) {
+			*gcra = true;
+			limit = burst;   /* a GCRA cost is bounded by the burst */
+		}
+		if (c > limit)
 			return false;
+	}
 	return nwin > 0;
 }
 
@@ -109,7 +120,8 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 	struct contract_pair *all = NULL, *cur = NULL;
 	size_t cap = 0, nreply = 0;
 	int lineno = 0;
-	bool sendable = false;
+	bool sendable = false, gcra = false;
+	uint64_t cost = 0;
 
 	if (!f)
 		fail_msg("cannot open the contract %s (run from the repo root)", path);
@@ -121,7 +133,7 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 			nreply = 0;
 			sendable = false;
 		} else if (strncmp(line, "args ", 5) == 0) {
-			sendable = contract_args_sendable(line);
+			sendable = contract_args_sendable(line, &cost, &gcra);
 		} else if (strncmp(line, "reply ", 6) == 0) {
 			if (*n == cap) {
 				cap = cap ? cap * 2 : 64;
@@ -137,6 +149,8 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 				fail_msg("%s:%d: bad reply line", path, lineno);
 			cur->status[0] = '\0';
 			cur->sendable = sendable;
+			cur->cost = cost;
+			cur->gcra = gcra;
 		} else if (strncmp(line, "agent ", 6) == 0) {
 			if (!cur || cur->status[0] || contract_parse_agent(line, cur) == -1)
 				fail_msg("%s:%d: an agent line belongs right after a reply", path, lineno);
@@ -223,7 +237,7 @@ static void test_contract_replies(void **state)
  * then no more; another cost is never answered from it. */
 static void test_contract_deny_cache(void **state)
 {
-	size_t n, i, ndeny = 0;
+	size_t n, i, ndeny = 0, ngcra = 0;
 	struct contract_pair *all = contract_load(contract_path(), &n);
 	struct window_policy plain;
 	const int64_t sent = 5000000;
@@ -240,16 +254,18 @@ static void test_contract_deny_cache(void **state)
 		int64_t until, steps[3];
 		unsigned k;
 
+		plain.algorithm = pr->gcra ? WINDOW_ALGO_GCRA : WINDOW_ALGO_LOG;
 		if (!pr->sendable || window_decide_reply(&plain, &pr->reply, &off) != 0 ||
-		    off.status != WINDOW_DENY)
+		    !window_deny_holds(&plain, pr->cost, &off))
 			continue;
 		ndeny++;
+		ngcra += pr->gcra;
 		until = pr->reply.v[3] < pr->reply.v[4] ? pr->reply.v[3] : pr->reply.v[4];
 		steps[0] = 0;
 		steps[1] = until / 2;
 		steps[2] = until - 1;
 		deny_cache_init(&dc, 42);
-		deny_cache_store(&dc, "p", 1, "k", 1, 2, sent, &off, sent);
+		deny_cache_store(&dc, "p", 1, "k", 1, pr->cost, sent, &off, sent);
 		for (k = 0; k < 3; k++) {
 			struct window_reply later = pr->reply;
 			struct window_decision want;
@@ -257,7 +273,7 @@ static void test_contract_deny_cache(void **state)
 			later.v[3] -= steps[k];
 			later.v[4] -= steps[k];
 			assert_int_equal(window_decide_reply(&plain, &later, &want), 0);
-			if (!deny_cache_lookup(&dc, "p", 1, "k", 1, 2, sent + steps[k], &on))
+			if (!deny_cache_lookup(&dc, "p", 1, "k", 1, pr->cost, sent + steps[k], &on))
 				fail_msg("%s: no cached answer %lld us after", pr->where,
 				         (long long)steps[k]);
 			if (on.status != want.status || on.limit != want.limit ||
@@ -272,13 +288,14 @@ static void test_contract_deny_cache(void **state)
 				         (long long)want.remaining, (long long)want.reset,
 				         (long long)want.retry_after, want.window);
 		}
-		assert_false(deny_cache_lookup(&dc, "p", 1, "k", 1, 1, sent, &on));
-		deny_cache_store(&dc, "p", 1, "k", 1, 2, sent, &off, sent);
-		assert_false(deny_cache_lookup(&dc, "p", 1, "k", 1, 2, sent + until, &on));
+		assert_false(deny_cache_lookup(&dc, "p", 1, "k", 1, pr->cost + 1, sent, &on));
+		deny_cache_store(&dc, "p", 1, "k", 1, pr->cost, sent, &off, sent);
+		assert_false(deny_cache_lookup(&dc, "p", 1, "k", 1, pr->cost, sent + until, &on));
 		deny_cache_clear(&dc);
 	}
-	printf("# contract: %zu denies answered again from the deny cache\n", ndeny);
-	assert_true(ndeny > 0);
+	printf("# contract: %zu denies answered again from the deny cache (%zu of GCRA)\n", ndeny,
+	       ngcra);
+	assert_true(ndeny > 0 && ngcra > 0);
 	free(all);
 }
 

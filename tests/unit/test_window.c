@@ -868,6 +868,29 @@ static void test_merge(void **state)
 	assert_int_equal(acc.retry_after, 2);
 }
 
+/* Which denies the deny cache may keep: a log's always, a GCRA bucket's
+ * only one unit short (its remaining grows before a bigger cost fits). */
+static void test_deny_holds(void **state)
+{
+	struct window_policy p;
+	struct window_decision d;
+
+	(void)state;
+	memset(&p, 0, sizeof(p));
+	memset(&d, 0, sizeof(d));
+	d.status = WINDOW_DENY;
+	d.remaining = 0;
+	assert_true(window_deny_holds(&p, 5, &d));
+	p.algorithm = WINDOW_ALGO_GCRA;
+	assert_true(window_deny_holds(&p, 1, &d));
+	assert_false(window_deny_holds(&p, 2, &d));
+	d.remaining = 1;
+	assert_true(window_deny_holds(&p, 2, &d));
+	assert_false(window_deny_holds(&p, 3, &d));
+	d.status = WINDOW_ALLOW;
+	assert_false(window_deny_holds(&p, 2, &d));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -896,6 +919,7 @@ int main(void)
 		cmocka_unit_test(test_fail_open),
 		cmocka_unit_test(test_fail_closed),
 		cmocka_unit_test(test_merge),
+		cmocka_unit_test(test_deny_holds),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
