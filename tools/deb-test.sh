@@ -146,7 +146,7 @@ for f in $(zcat /usr/share/man/man8/ratelimit-spoa.8.gz | grep -oE '/(usr|etc)/[
 	[ -e "$f" ] || missing+=("$f")
 done
 eq "every path ratelimit-spoa(8) names is installed" "" "${missing[*]:-}"
-for f in haproxy.cfg ratelimit-block.cfg ratelimit-agent.cfg spoe-ratelimit.conf routes.map apikeys.map \
+for f in haproxy.cfg ratelimit-block.cfg ratelimit-edge.cfg ratelimit-frontend.cfg ratelimit-agent.cfg spoe-ratelimit.conf routes.map apikeys.map \
 	backend.cfg errors/401.json errors/429.json errors/503.json; do
 	check "installed $SHARE/haproxy/$f" test -f "$SHARE/haproxy/$f"
 done
