@@ -242,6 +242,14 @@ eq "integrate.md's steps with the installed HAProxy files and agent (t_integrate
 	0 "$rc"
 [ $rc = 0 ] || echo "$out" | tail -n 40 | sed 's/^/#   /'
 
+# The installed ratelimit-edge.cfg and ratelimit-frontend.cfg, loaded as
+# integrate.md's step 2 says (tests/e2e/t_edge_snippet.sh).
+out=$(AGENT=/usr/sbin/ratelimit-spoa HAPROXY_FILES=$SHARE/haproxy timeout 300 bash tests/e2e/t_edge_snippet.sh 2>&1); rc=$?
+echo "$out" | grep -E '^(not ok|# t_edge_snippet)' | sed 's/^/#   /'
+eq "the installed edge file and frontend lines (t_edge_snippet.sh: $(echo "$out" | grep -c '^ok') checks)" \
+	0 "$rc"
+[ $rc = 0 ] || echo "$out" | tail -n 40 | sed 's/^/#   /'
+
 # JWKS rotation under load (tests/e2e/t_jwks.sh) with the installed
 # ratelimit-jwks, block and agent (on the test's own policies: the load
 # must not meet the shipped transfer 3/1s).
