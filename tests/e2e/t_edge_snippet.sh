@@ -91,7 +91,7 @@ check "a defaults section cannot take ratelimit-edge" grep -q "cannot inherit fr
 # one; an agent and Redis; a backend echoing what it got.
 cp -r "$H" "$T/hx"
 cat > "$T/hx/routes.map" <<'MAP'
-GET/health? -
+GET/health -
 GET/alias/ anon ip
 GET/old/ anon ip
 * anon ip
@@ -136,6 +136,19 @@ eq "301: no RateLimit header (the agent was not asked)" "" "$(rsp_hdr RateLimit)
 eq "301: nothing counted" "$before" "$(rcli dbsize)"
 get /alias/y; get /alias/z
 eq "the third request in the minute: 429" 429 "$RSP_STATUS"
+get /health/a%2Fb
+eq "an encoded slash: 400 before the lookup" 400 "$RSP_STATUS"
+# RL_ALLOW_ENCODED_SLASH set: %2F passes (other needless escapes do not).
+P2=$(free_port)
+sed "s|127.0.0.1:$SITE_PORT|127.0.0.1:$P2|" "$T/site-run.cfg" > "$T/site-slash.cfg"
+( export RL_HAPROXY_DIR=$T/hx RL_APIKEYS_MAP=$T/hx/apikeys.map RL_JWT_PUBKEY=$T/none.pem RL_AGENT_ADDR=127.0.0.1:$AGENT_PORT RL_SPOE_TIMEOUT=2s RL_ALLOW_ENCODED_SLASH=1
+  exec "$HAPROXY" -db -f "$H/ratelimit-edge.cfg" -f "$T/site-slash.cfg" -f "$H/ratelimit-agent.cfg" ) >>"$T/site-slash.log" 2>&1 &
+t_track $!
+wait_port "$P2" || fail "haproxy (RL_ALLOW_ENCODED_SLASH) did not start"
+s=$(curl -s -m 10 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$P2/health/a%2Fb")
+eq "RL_ALLOW_ENCODED_SLASH: an encoded slash passes (exempt /health prefix: 200)" 200 "$s"
+s=$(curl -s -m 10 -o /dev/null -w '%{http_code}' --path-as-is "http://127.0.0.1:$P2/%61lias/x")
+eq "RL_ALLOW_ENCODED_SLASH: %61 is still refused" 400 "$s"
 for _ in $(seq 50); do grep -q ' 429 ' "$T/site.log" && break; sleep 0.1; done
 check "dontlog-normal: the 429 is logged ($(grep ' 429 ' "$T/site.log" | head -1))" grep -q ' 429 ' "$T/site.log"
 check "dontlog-normal: an allowed 200 is not" test -z "$(grep -E ' 200 [0-9]+ .*GET /alias/x ' "$T/site.log")"

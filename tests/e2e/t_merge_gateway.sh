@@ -257,6 +257,8 @@ eq "grpc: the account" ACC-G3 "$(jq -r .account "$T/rsp.body")"
 eq "grpc: limited (grpc 5/1m)" '"grpc";r=4;t=60' "$(rsp_hdr RateLimit)"
 get B /chain.Query/Block --http2-prior-knowledge -X POST -H "Content-Type: application/grpc"
 eq "grpc without an API key: 401" 401 "$RSP_STATUS"
+eq "401 on a key route: no WWW-Authenticate (a bearer challenge is for jwt routes)" "" "$(rsp_hdr WWW-Authenticate)"
+eq "401: why" missing-api-key "$(jq -r .detail "$T/rsp.body")"
 
 # The logs: the site silences /api/v1/status and logs only errors
 # (dontlog-normal); the limiter's 429 there and its 401 stay.
