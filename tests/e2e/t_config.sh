@@ -174,16 +174,7 @@ eq "the agent accepts compose's mounted config + policies ($out)" 0 "$rc"
 # The agent backend beside a site's own defaults (option forwardfor, option
 # httplog, mode http): its own defaults section keeps them out, so -dW
 # (warnings fatal) stays clean.
-cat > "$T/site.cfg" <<EOF
-defaults
-    mode http
-    log stdout format raw local0
-    option httplog
-    option forwardfor
-    option dontlog-normal
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
+{ site_head; cat <<EOF; } > "$T/site.cfg"
 frontend site
     bind 127.0.0.1:$(free_port)
     filter spoe engine ratelimit config $H/spoe-ratelimit.conf

@@ -30,18 +30,8 @@ check "ratelimit-edge.cfg holds no filter (HAProxy refuses one in defaults)" \
 # dontlog-normal), a frontend that takes ratelimit-edge, a backend.
 SITE_PORT=$(free_port) APP_PORT=$(free_port)
 site() {   # site FRONTEND-HEADER [LINES-FILE]: the site's config on stdout
+	site_head
 	cat <<-EOF
-	global
-	    log stdout format raw local0 info
-	defaults
-	    mode http
-	    log global
-	    option httplog
-	    option forwardfor
-	    option dontlog-normal
-	    timeout connect 5s
-	    timeout client 30s
-	    timeout server 30s
 	$1
 	    bind 127.0.0.1:$SITE_PORT
 	    option dontlog-normal

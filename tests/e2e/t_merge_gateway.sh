@@ -62,20 +62,7 @@ t_track $!
 for s in BLOCKS TXS CORE GRPC; do v=${s}_PORT; wait_port "${!v}" || fail "server $s did not start"; done
 
 # --- The gateway as it was ----------------------------------------------------
-cat > "$T/existing.cfg" <<'CFG'
-global
-    log stdout format raw local0 info
-    stats socket "${SITE_SOCK}" mode 600 level admin
-
-defaults
-    mode http
-    log global
-    option httplog
-    option dontlog-normal
-    option forwardfor
-    timeout connect 5s
-    timeout client  30s
-    timeout server  30s
+{ site_head '${SITE_SOCK}'; cat <<'CFG'; } > "$T/existing.cfg"
 
 frontend gateway
     bind "127.0.0.1:${GW_PORT}"
