@@ -103,10 +103,15 @@ EOF
 "$HAPROXY" -db -f "$T/app.cfg" >>"$T/app.log" 2>&1 &
 t_track $!
 sed 's|^    default_backend app$|    http-request set-header X-Site-Saw "%[var(txn.site_saw)]"\n    default_backend app|' "$T/site.cfg" > "$T/site-run.cfg"
-( export RL_HAPROXY_DIR=$T/hx RL_APIKEYS_MAP=$T/hx/apikeys.map RL_JWT_PUBKEY=$T/none.pem RL_AGENT_ADDR=127.0.0.1:$AGENT_PORT RL_SPOE_TIMEOUT=2s
-  exec "$HAPROXY" -db -f "$H/ratelimit-edge.cfg" -f "$T/site-run.cfg" -f "$H/ratelimit-agent.cfg" ) >>"$T/site.log" 2>&1 &
-t_track $!
-wait_port "$APP_PORT" && wait_port "$SITE_PORT" || fail "haproxy did not start"
+run_site() {   # run_site CFG LOG [VAR=VALUE...]: the site, ratelimit-edge.cfg first, the agent file last
+	local cfg=$1 log=$2; shift 2
+	env RL_HAPROXY_DIR="$T/hx" RL_APIKEYS_MAP="$T/hx/apikeys.map" RL_JWT_PUBKEY="$T/none.pem" \
+		RL_AGENT_ADDR="127.0.0.1:$AGENT_PORT" RL_SPOE_TIMEOUT=2s "$@" \
+		"$HAPROXY" -db -f "$H/ratelimit-edge.cfg" -f "$cfg" -f "$H/ratelimit-agent.cfg" >>"$log" 2>&1 &
+	t_track $!
+}
+run_site "$T/site-run.cfg" "$T/site.log"
+if ! wait_port "$APP_PORT" || ! wait_port "$SITE_PORT"; then fail "haproxy did not start"; fi
 for _ in $(seq 40); do curl -s -o /dev/null "http://127.0.0.1:$SITE_PORT/health" && break; sleep 0.1; done
 get() { RSP_STATUS=$(curl -s -m 10 -D "$T/rsp.hdr" -o "$T/rsp.body" -w '%{http_code}' "http://127.0.0.1:$SITE_PORT$1"); }
 
@@ -131,9 +136,7 @@ eq "an encoded slash: 400 before the lookup" 400 "$RSP_STATUS"
 # RL_ALLOW_ENCODED_SLASH set: %2F passes (other needless escapes do not).
 P2=$(free_port)
 sed "s|127.0.0.1:$SITE_PORT|127.0.0.1:$P2|" "$T/site-run.cfg" > "$T/site-slash.cfg"
-( export RL_HAPROXY_DIR=$T/hx RL_APIKEYS_MAP=$T/hx/apikeys.map RL_JWT_PUBKEY=$T/none.pem RL_AGENT_ADDR=127.0.0.1:$AGENT_PORT RL_SPOE_TIMEOUT=2s RL_ALLOW_ENCODED_SLASH=1
-  exec "$HAPROXY" -db -f "$H/ratelimit-edge.cfg" -f "$T/site-slash.cfg" -f "$H/ratelimit-agent.cfg" ) >>"$T/site-slash.log" 2>&1 &
-t_track $!
+run_site "$T/site-slash.cfg" "$T/site-slash.log" RL_ALLOW_ENCODED_SLASH=1
 wait_port "$P2" || fail "haproxy (RL_ALLOW_ENCODED_SLASH) did not start"
 s=$(curl -s -m 10 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$P2/health/a%2Fb")
 eq "RL_ALLOW_ENCODED_SLASH: an encoded slash passes (exempt /health prefix: 200)" 200 "$s"

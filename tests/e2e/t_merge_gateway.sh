@@ -203,7 +203,7 @@ for n in A B; do for _ in $(seq 40); do get $n /api/v1/health; [ "$RSP_STATUS" =
 # The public endpoint: anonymous callers by address, one window for both
 # instances (the stick table counted each instance on its own).
 statuses=
-for i in $(seq 11); do n=$([ $((i % 2)) = 1 ] && echo A || echo B); get $n /api/v1/status; statuses="$statuses $RSP_STATUS"; done
+for i in $(seq 11); do n=$([ $((i % 2)) = 1 ] && echo A || echo B); get "$n" /api/v1/status; statuses="$statuses $RSP_STATUS"; done
 eq "public /api/v1/status alternating A/B: 10 pass, the 11th is 429" "$(printf ' 200%.0s' $(seq 10)) 429" "$statuses"
 eq "public: the 429 is the limiter's (policy public)" '"public";q=10;w=60' "$(rsp_hdr RateLimit-Policy)"
 check "public: Retry-After ($(rsp_hdr Retry-After))" grep -Eq '^[0-9]+$' <<<"$(rsp_hdr Retry-After)"
