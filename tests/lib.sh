@@ -164,8 +164,6 @@ mint_token() {
 	"$ROOT/tools/jwt.sh" mint --key "$T/jwt/jwt-private.pem" --sub "$sub" "$@"
 }
 
-# The policy lines of the shipped config (the one policies file, which
-# haproxy/routes.map names).
 # site_head [STATS-SOCKET]: the global and defaults sections of a site's own
 # haproxy.cfg as public API gateways write them (log to stdout, option
 # httplog, forwardfor, dontlog-normal): what a merged edge lives beside.
@@ -177,6 +175,8 @@ site_head() {
 		"    option dontlog-normal" "    timeout connect 5s" "    timeout client  30s" "    timeout server  30s"
 }
 
+# The policy lines of the shipped config (the one policies file, which
+# haproxy/routes.map names).
 edge_policies() { grep -E '^(policy|override)[[:space:]]' "$ROOT/etc/ratelimit-spoa.conf"; }
 
 # Decision budgets for a shared, loaded machine: the tests check outcomes,
