@@ -436,6 +436,7 @@ CONF           := $(DESTDIR)$(SYSCONFDIR)/ratelimit-spoa/ratelimit-spoa.conf
 JWKS_CONF      := $(DESTDIR)$(SYSCONFDIR)/ratelimit-spoa/ratelimit-jwks.conf
 HAPROXY_EXAMPLES := haproxy/haproxy.cfg haproxy/spoe-ratelimit.conf \
                     haproxy/ratelimit-block.cfg haproxy/ratelimit-agent.cfg \
+                    haproxy/ratelimit-edge.cfg haproxy/ratelimit-frontend.cfg \
                     haproxy/routes.map haproxy/apikeys.map \
                     haproxy/backend.cfg
 # Monitoring files, installed under DATADIR/<their directory under etc/>.

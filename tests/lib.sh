@@ -164,6 +164,17 @@ mint_token() {
 	"$ROOT/tools/jwt.sh" mint --key "$T/jwt/jwt-private.pem" --sub "$sub" "$@"
 }
 
+# site_head [STATS-SOCKET]: the global and defaults sections of a site's own
+# haproxy.cfg as public API gateways write them (log to stdout, option
+# httplog, forwardfor, dontlog-normal): what a merged edge lives beside.
+site_head() {
+	echo global
+	echo "    log stdout format raw local0 info"
+	[ -n "${1:-}" ] && echo "    stats socket \"$1\" mode 600 level admin"
+	printf '%s\n' "" defaults "    mode http" "    log global" "    option httplog" "    option forwardfor" \
+		"    option dontlog-normal" "    timeout connect 5s" "    timeout client  30s" "    timeout server  30s"
+}
+
 # The policy lines of the shipped config (the one policies file, which
 # haproxy/routes.map names).
 edge_policies() { grep -E '^(policy|override)[[:space:]]' "$ROOT/etc/ratelimit-spoa.conf"; }

@@ -146,7 +146,7 @@ for f in $(zcat /usr/share/man/man8/ratelimit-spoa.8.gz | grep -oE '/(usr|etc)/[
 	[ -e "$f" ] || missing+=("$f")
 done
 eq "every path ratelimit-spoa(8) names is installed" "" "${missing[*]:-}"
-for f in haproxy.cfg ratelimit-block.cfg ratelimit-agent.cfg spoe-ratelimit.conf routes.map apikeys.map \
+for f in haproxy.cfg ratelimit-block.cfg ratelimit-edge.cfg ratelimit-frontend.cfg ratelimit-agent.cfg spoe-ratelimit.conf routes.map apikeys.map \
 	backend.cfg errors/401.json errors/429.json errors/503.json; do
 	check "installed $SHARE/haproxy/$f" test -f "$SHARE/haproxy/$f"
 done
@@ -239,6 +239,14 @@ eq "the story, with the installed agent, config and HAProxy files (t_story.sh: $
 out=$(AGENT=/usr/sbin/ratelimit-spoa HAPROXY_FILES=$SHARE/haproxy timeout 300 bash tests/e2e/t_integrate.sh 2>&1); rc=$?
 echo "$out" | grep -E '^(not ok|# t_integrate)' | sed 's/^/#   /'
 eq "integrate.md's steps with the installed HAProxy files and agent (t_integrate.sh: $(echo "$out" | grep -c '^ok') checks)" \
+	0 "$rc"
+[ $rc = 0 ] || echo "$out" | tail -n 40 | sed 's/^/#   /'
+
+# The installed ratelimit-edge.cfg and ratelimit-frontend.cfg, loaded as
+# integrate.md's step 2 says (tests/e2e/t_edge_snippet.sh).
+out=$(AGENT=/usr/sbin/ratelimit-spoa HAPROXY_FILES=$SHARE/haproxy timeout 300 bash tests/e2e/t_edge_snippet.sh 2>&1); rc=$?
+echo "$out" | grep -E '^(not ok|# t_edge_snippet)' | sed 's/^/#   /'
+eq "the installed edge file and frontend lines (t_edge_snippet.sh: $(echo "$out" | grep -c '^ok') checks)" \
 	0 "$rc"
 [ $rc = 0 ] || echo "$out" | tail -n 40 | sed 's/^/#   /'
 

@@ -73,6 +73,7 @@ for c in "${cases[@]}"; do
 		eq "$name, $route: no RateLimit header" "" "$(rsp_hdr RateLimit-Limit)"
 	done
 done
+eq "the 401's challenge, exactly" 'Bearer realm="api", error="invalid_token"' "$(rsp_hdr WWW-Authenticate)"
 eq "true as sub is an invalid subject" invalid-subject \
 	"$(req A POST /transfers "$($J mint --key "$key" --sub-json true)"; jq -r .detail "$T/rsp.body")"
 eq "two Authorization headers are refused as such" multiple-authorization-headers \

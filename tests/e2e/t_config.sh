@@ -117,9 +117,20 @@ helped=$(make -s -C "$ROOT" help | grep -oE '\bmake [a-z0-9.-]+( / [a-z0-9.-]+)*
 check "the Makefile's targets are found ($(wc -w <<<"$phony"))" test "$(wc -w <<<"$phony")" -ge 20
 same_set "make help names exactly the Makefile's targets" "$phony" "$helped"
 
-# haproxy.cfg carries the block verbatim (what docs/integrate.md says to paste).
-blk=$(awk '/=== ratelimit-spoa block/,/=== end of the ratelimit-spoa block/' "$H/haproxy.cfg")
-eq "haproxy.cfg holds haproxy/ratelimit-block.cfg unchanged" "$(cat "$H/ratelimit-block.cfg")" "$blk"
+# The demo carries what a site adds (docs/integrate.md, step 2) verbatim:
+# ratelimit-edge.cfg's defaults section, and ratelimit-frontend.cfg's lines
+# in the frontend that takes it with "from"; the pasted block is the same
+# rules, in the same order (its comments aside).
+edge_section() { awk '/^defaults ratelimit-edge$/{f=1; print; next} f && /^[a-z#]/{exit} f' "$1" | sed -e :a -e '/^\n*$/{$d;N;ba' -e '}'; }
+rules() { grep -vE '^[[:space:]]*(#|$)' | grep -vE '^    (mode|option|timeout|log) |^defaults '; }
+eq "haproxy.cfg holds ratelimit-edge.cfg's defaults section unchanged" \
+	"$(edge_section "$H/ratelimit-edge.cfg")" "$(edge_section "$H/haproxy.cfg")"
+lines=$(awk '/=== ratelimit-spoa: the lines of a frontend/,/=== end of the ratelimit-spoa lines/' "$H/haproxy.cfg")
+eq "haproxy.cfg's frontend holds ratelimit-frontend.cfg unchanged" "$(cat "$H/ratelimit-frontend.cfg")" "$lines"
+check "haproxy.cfg: the frontend takes it (from ratelimit-edge)" grep -qx 'frontend api from ratelimit-edge' "$H/haproxy.cfg"
+eq "ratelimit-block.cfg: ratelimit-edge.cfg's rules, then ratelimit-frontend.cfg's" \
+	"$( { edge_section "$H/ratelimit-edge.cfg" | rules; grep -v '^    log global$' "$H/ratelimit-frontend.cfg" | rules; } )" \
+	"$(rules < "$H/ratelimit-block.cfg")"
 eq "haproxy.cfg holds haproxy/ratelimit-agent.cfg's backend unchanged" \
 	"$(awk '/^defaults ratelimit-agent/{f=1} f' "$H/ratelimit-agent.cfg")" \
 	"$(awk '/^defaults ratelimit-agent/{f=1} f' "$H/haproxy.cfg")"
@@ -163,16 +174,7 @@ eq "the agent accepts compose's mounted config + policies ($out)" 0 "$rc"
 # The agent backend beside a site's own defaults (option forwardfor, option
 # httplog, mode http): its own defaults section keeps them out, so -dW
 # (warnings fatal) stays clean.
-cat > "$T/site.cfg" <<EOF
-defaults
-    mode http
-    log stdout format raw local0
-    option httplog
-    option forwardfor
-    option dontlog-normal
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
+{ site_head; cat <<EOF; } > "$T/site.cfg"
 frontend site
     bind 127.0.0.1:$(free_port)
     filter spoe engine ratelimit config $H/spoe-ratelimit.conf

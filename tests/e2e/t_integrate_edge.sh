@@ -4,12 +4,14 @@
 # HTTPS, a TLS listener (certificate made here with openssl), HSTS set in
 # http-after-response, compression, a cache, a stats frontend, zero-warning,
 # four checked servers with cookie stickiness, and a second (TLS) frontend
-# logging JSON. The guide's file commands, the rules before the block, the
-# systemd drop-in (its settings, EXTRAOPTS and ExecStartPre) and the log
-# formats are taken from the page itself (the "<!-- t_integrate: NAME -->"
-# blocks); the block and the filter lines are placed by the page's rules.
+# logging JSON. The guide's file commands, the frontend lines, the CORS
+# rule, the systemd drop-in (its settings, CONFIG, EXTRAOPTS and
+# ExecStartPre) and the log formats are taken from the page itself (the
+# "<!-- t_integrate: NAME -->" blocks); "from ratelimit-edge", the lines and
+# the filter lines are placed by the page's rules, ratelimit-edge.cfg is
+# loaded first as the drop-in's CONFIG says.
 # Then, with two instances of the result on one agent and one Redis:
-#   haproxy -c -dW clean (and the block without the filter lines refused);
+#   haproxy -c -dW clean (and the lines without the filter lines refused);
 #   301 on :80 for a limited route, nothing counted;
 #   over TLS one window for both instances, 429 + Retry-After + RateLimit
 #   headers, 401 without identity; compression and the cache still work;
@@ -31,7 +33,7 @@ snippet() {
 		f && /^```/ { if (inb) exit; inb = 1; next }
 		f && inb { print }' "$DOC"
 }
-for s in files canonical-path cors-preflight drop-in log-httplog log-httplog-3 log-json-2.6 log-json-3; do
+for s in files frontend-lines cors-preflight drop-in log-httplog log-httplog-3 log-json-2.6 log-json-3; do
 	check "the guide has its \"$s\" block" test -n "$(snippet "$s")"
 done
 
@@ -147,8 +149,11 @@ snippet files | sed -e "s|/usr/local/share/ratelimit-spoa/haproxy|$SRC|g" -e "s|
 	-e "$([ ${#grp[@]} -eq 0 ] && echo 's/ -g haproxy//')" > "$T/step1.sh"
 out=$(bash -e "$T/step1.sh" 2>&1)
 eq "step 1's commands run ($out)" 0 "$?"
-for f in spoe-ratelimit.conf ratelimit-agent.cfg routes.map apikeys.map errors/429.json; do
-	check "step 1 put $f where the block and step 3 look" test -f "$D/$f"
+for f in ratelimit-edge.cfg spoe-ratelimit.conf ratelimit-agent.cfg routes.map apikeys.map errors/429.json; do
+	check "step 1 put $f where the rules and steps 3 and 4 look" test -f "$D/$f"
+done
+for f in ratelimit-edge.cfg spoe-ratelimit.conf errors; do
+	check "step 1: $f is a link to the package's (upgraded with it)" test -L "$D/$f"
 done
 cat > "$D/routes.map" <<'MAP'
 # the site's limited routes
@@ -158,20 +163,23 @@ GET/v2/             partner key
 MAP
 printf 'pk-live-1 PARTNER-1\npk-live-2 PARTNER-2\n' > "$D/apikeys.map"
 
-# --- Step 2: the block, the filters, the log formats --------------------------
-# In each frontend with limited routes (www, partners): the block after the
-# bind lines and the rules that answer without a backend; then "filter cache
-# <name>" for each cache-use, then "filter compression" if it compresses;
-# cache-use keeps limited routes out; the log format gets the limiter's
-# fields (the guide's lines for this version).
+# --- Step 2: from ratelimit-edge, the lines, the filters, the log formats ----
+# Each frontend with limited routes (www, partners) is written "from
+# ratelimit-edge"; the lines go after the bind lines and the rules that
+# answer without a backend; then "filter cache <name>" for each cache-use,
+# then "filter compression" if it compresses; cache-use keeps limited routes
+# out; the log format gets the limiter's fields (the guide's lines for this
+# version). The site's defaults gave these frontends nothing that
+# ratelimit-edge and the lines do not (log global, httplog, dontlognull,
+# the timeouts): nothing to restate.
 if [ "$vmaj" -ge 3 ]; then httplog=log-httplog-3 json=log-json-3; else httplog=log-httplog json=log-json-2.6; fi
 snippet "$httplog" > "$T/log-httplog.txt"
 snippet "$json" > "$T/log-json.txt"
-snippet canonical-path > "$T/canonical-path.txt"
+snippet frontend-lines > "$T/lines.txt"
 snippet cors-preflight > "$T/cors-preflight.txt"
 merge() {   # merge FILTERS(1|0) < existing > merged
-	awk -v blk="$SRC/ratelimit-block.cfg" -v filters="$1" \
-		-v httplog="$T/log-httplog.txt" -v json="$T/log-json.txt" -v canon="$T/canonical-path.txt" -v cors="$T/cors-preflight.txt" '
+	awk -v blk="$T/lines.txt" -v filters="$1" \
+		-v httplog="$T/log-httplog.txt" -v json="$T/log-json.txt" -v cors="$T/cors-preflight.txt" '
 	function flush(   i, last, c, caches, comp) {
 		if (!n) return
 		if (name == "www" || name == "partners") {
@@ -182,12 +190,12 @@ merge() {   # merge FILTERS(1|0) < existing > merged
 				if (L[i] ~ /^    compression /) comp = 1
 			}
 			for (i = 1; i <= n; i++) {
+				if (L[i] ~ /^frontend /) { print L[i] " from ratelimit-edge"; continue }
 				if (L[i] ~ /^    log-format /) { getline l < json; close(json); print l; continue }
-				if (L[i] ~ /^    http-request cache-use /) { print L[i] " if !rl_limited"; continue }
+				if (L[i] ~ /^    http-request cache-use /) { print L[i] " if !{ var(txn.rl_action) -m found }"; continue }
 				print L[i]
 				if (i == last) {
 					if (name == "www") { getline l < httplog; close(httplog); print l }
-					getline l < canon; close(canon); print l
 					if (name == "www") { getline l < cors; close(cors); print l }
 					while ((getline l < blk) > 0) print l; close(blk)
 					if (filters) {
@@ -205,10 +213,12 @@ merge() {   # merge FILTERS(1|0) < existing > merged
 }
 merge 1 < "$T/existing.cfg" > "$T/haproxy.cfg"
 merge 0 < "$T/existing.cfg" > "$T/haproxy-nofilter.cfg"
-eq "the block went into www and partners" 2 "$(grep -c '=== ratelimit-spoa block' "$T/haproxy.cfg")"
-check "www: the redirect comes before the block" \
-	test "$(grep -n 'redirect scheme https' "$T/haproxy.cfg" | cut -d: -f1)" -lt "$(grep -n -m1 '=== ratelimit-spoa block' "$T/haproxy.cfg" | cut -d: -f1)"
-eq "www: filter cache, then filter compression, after the block" \
+eq "the lines went into www and partners" 2 "$(grep -c '=== ratelimit-spoa: the lines' "$T/haproxy.cfg")"
+eq "www and partners take ratelimit-edge" "frontend www from ratelimit-edge|frontend partners from ratelimit-edge" \
+	"$(grep -E '^frontend (www|partners)' "$T/haproxy.cfg" | paste -sd'|')"
+check "www: the redirect comes before the lines" \
+	test "$(grep -n 'redirect scheme https' "$T/haproxy.cfg" | cut -d: -f1)" -lt "$(grep -n -m1 '=== ratelimit-spoa: the lines' "$T/haproxy.cfg" | cut -d: -f1)"
+eq "www: filter cache, then filter compression, after the lines" \
 	"filter spoe|filter cache edgecache|filter compression" \
 	"$(awk '/^frontend www/{f=1} /^frontend partners/{f=0} f' "$T/haproxy.cfg" | sed 's/#.*//' | grep -o 'filter [a-z]*\( [a-z]*\)\{0,1\}' | sed 's/ engine$//' | paste -sd'|')"
 
@@ -222,7 +232,7 @@ policy partner 2/1m"
 # The drop-in of step 4, its paths moved into $T: its Environment= lines
 # (the agent's address and a loaded machine's decision budget are the
 # test's own), the agent file its EXTRAOPTS loads, its ExecStartPre check.
-snippet drop-in | sed -e "s|/etc/haproxy/ratelimit|$D|g" -e "s|/usr/sbin/ratelimit-spoa|$AGENT|g" \
+snippet drop-in | sed -e "s|/etc/haproxy/ratelimit|$D|g" -e "s|/etc/haproxy/haproxy.cfg|$T/haproxy.cfg|g" -e "s|/usr/sbin/ratelimit-spoa|$AGENT|g" \
 	-e "s|/etc/ratelimit-spoa/ratelimit-spoa.conf|$T/agent.conf|g" > "$T/override.conf"
 sed -n 's/^Environment=/export /p' "$T/override.conf" > "$T/dropin.env"
 out=$(bash -c "$(sed -n 's/^ExecStartPre=//p' "$T/override.conf")" 2>&1)
@@ -231,6 +241,8 @@ eq "the drop-in's ExecStartPre (ratelimit-spoa -c --routes) passes ($out)" 0 "$?
 . "$T/dropin.env"
 AGENT_CFG=$(sed -n 's/.* -f \([^ ]*\).*/\1/p' <<<"$EXTRAOPTS")
 eq "EXTRAOPTS loads the agent file step 1 copied" "$D/ratelimit-agent.cfg" "$AGENT_CFG"
+# Debian's unit runs "haproxy -f $CONFIG ... $EXTRAOPTS", $CONFIG split at spaces.
+eq "CONFIG loads ratelimit-edge.cfg, then the site's haproxy.cfg" "$D/ratelimit-edge.cfg -f $T/haproxy.cfg" "$CONFIG"
 # The identity provider: its key where the drop-in names it, tokens with
 # its kid, issuer and audience.
 jwt_setup
@@ -242,9 +254,10 @@ site_env() {   # the drop-in's settings, and the site's own
 	local i v; for i in 1 2 3 4; do v=APP${i}_PORT; export "APP${i}_ADDR=127.0.0.1:${!v}"; done
 	export STATIC_ADDR=127.0.0.1:$STATIC_PORT PARTNER_ADDR=127.0.0.1:$PARTNER_PORT
 }
-hcheck() {   # hcheck CFG: haproxy -c -dW with the agent file as EXTRAOPTS loads it
+hcheck() {   # hcheck CFG: haproxy -c -dW as the unit runs it, CFG in haproxy.cfg's place
+	# shellcheck disable=SC2086
 	( site_env; SITE_SOCK=$T/check.sock STATS_PORT=1 HTTP_PORT=2 HTTPS_PORT=3 PARTNERS_PORT=4 \
-		"$HAPROXY" -c -dW -f "$1" -f "$AGENT_CFG" 2>&1 )
+		"$HAPROXY" -c -dW -f ${CONFIG/$T\/haproxy.cfg/$1} -f "$AGENT_CFG" 2>&1 )
 }
 out=$(hcheck "$T/existing.cfg")
 eq "the edge as it was passes haproxy -c -dW ($out)" 0 "$?"
@@ -259,7 +272,8 @@ for n in A B; do
 	s=STATS_$n h=HTTP_$n t=HTTPS_$n p=PARTNERS_$n
 	( site_env; export SITE_SOCK=$T/site-$n.sock STATS_PORT=${!s} HTTP_PORT=${!h} HTTPS_PORT=${!t} PARTNERS_PORT=${!p}
 	  [ "$n" = B ] && export RL_FORWARD_API_KEY=yes
-	  exec "$HAPROXY" -db -f "$T/haproxy.cfg" -f "$AGENT_CFG" ) >>"$T/haproxy-$n.log" 2>&1 &
+	  # shellcheck disable=SC2086
+	  exec "$HAPROXY" -db -f $CONFIG -f "$AGENT_CFG" ) >>"$T/haproxy-$n.log" 2>&1 &
 	t_track $!
 	wait_port "${!h}" && wait_port "${!t}" && wait_port "${!p}" || fail "merged haproxy $n did not start"
 done
@@ -284,7 +298,7 @@ get "http://127.0.0.1:$HTTP_B/api/accounts/1"
 eq ":80, GET on a limited route without a token: 301, not 401" 301 "$RSP_STATUS"
 eq ":80: nothing counted in Redis" 0 "$(rcli dbsize)"
 
-# --- Paths a backend could read as a limited one: refused before the block ---
+# --- Paths a backend could read as a limited one: refused before the lookup --
 for p in /%61pi/accounts/1 //api/accounts/1 /api/x/../accounts/1 /api/./accounts/1 /api/%2561ccounts/1x; do
 	get "https://127.0.0.1:$HTTPS_A$p" --path-as-is
 	case $p in *%25*) want=200 ;; *) want=400 ;; esac   # %25 is "%": decoded once, no route
@@ -295,7 +309,7 @@ eq "a path with a needed escape (%20) goes on to the limiter: 401 without a toke
 eq "non-canonical paths: nothing counted in Redis" 0 "$(rcli dbsize)"
 get "https://127.0.0.1:$HTTPS_A/api/orders" -X OPTIONS -H "Origin: https://app.example.com" \
 	-H "Access-Control-Request-Method: POST" -H "Access-Control-Request-Headers: authorization"
-eq "CORS preflight on a limited path: 204 before the block" 204 "$RSP_STATUS"
+eq "CORS preflight on a limited path: 204 before the decision" 204 "$RSP_STATUS"
 eq "CORS preflight: Access-Control-Allow-Origin" "https://app.example.com" "$(rsp_hdr Access-Control-Allow-Origin)"
 get "https://127.0.0.1:$HTTPS_A/api/orders" -X OPTIONS -H "Origin: https://app.example.com"
 eq "OPTIONS that is no preflight, on a limited path: 401" 401 "$RSP_STATUS"

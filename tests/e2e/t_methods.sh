@@ -94,7 +94,7 @@ while read -r key policy id _; do
 	done
 done <<<"$routes"
 # The same paths under another spelling a backend may read as them: the demo
-# edge refuses them before the block (the rule docs/integrate.md gives).
+# edge refuses them before the route lookup (ratelimit-edge.cfg's rule).
 # (%2561 is no route: the default line decides it, anonymously, by address:
 # only an anon: key may appear.)
 limited_keys() { rcli --scan | grep -vc '^anon:'; }
@@ -105,8 +105,9 @@ for p in //accounts/x /%61ccounts/x /x/../accounts/x /./accounts/x /accounts%2fx
 	eq "GET $p: $want" "$want" "$RSP_STATUS"
 	check "GET $p: nothing in Redis under a limited route's policy" test "$(limited_keys)" -le "$keys"
 done
-rule=$(grep -h "deny_status 400 if { path -m reg" "$ROOT/docs/integrate.md" | head -1 | sed 's/^ *//')
-check "the demo edge carries docs/integrate.md's canonical-path rule" grep -qF "$rule" "$ROOT/haproxy/haproxy.cfg"
+rule=$(grep -h "deny_status 400 if { path -m reg.*|2f|" "$ROOT/haproxy/ratelimit-edge.cfg" | head -1 | sed 's/^ *//')
+check "ratelimit-edge.cfg has the canonical-path rule (%2F refused)" test -n "$rule"
+check "the demo edge carries ratelimit-edge.cfg's canonical-path rule" grep -qF "$rule" "$ROOT/haproxy/haproxy.cfg"
 
 # The backend logs each request it answers, query string included.
 eq "no request without credentials reached a backend" "" "$(grep -o 'nocred-[0-9]*' "$T/backend.log" | xargs)"

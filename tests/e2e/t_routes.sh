@@ -116,9 +116,9 @@ for p in '//public/x' '/public/../accounts/ACC-R1' '/%61ccounts/ACC-R1' '/accoun
 	eq "non-canonical $p: 400" 400 "$RSP_STATUS"
 done
 eq "non-canonical paths: nothing counted" 0 "$(rcli dbsize)"
-# A site that silences its logs (set-log-level silent before the block,
-# option dontlog-normal) still logs the limiter's 401, 429 and 503.
-sed -e 's|^    # === ratelimit-spoa block|    option dontlog-normal\n    http-request set-log-level silent\n&|' \
+# A site that silences its logs (set-log-level silent before the limiter's
+# lines, option dontlog-normal) still logs the limiter's 401, 429 and 503.
+sed -e 's|^    # === ratelimit-spoa: the lines of a frontend|    option dontlog-normal\n    http-request set-log-level silent\n&|' \
 	"$HAPROXY_FILES/haproxy.cfg" > "$T/quiet.cfg"
 check "the quiet edge config has the site's rules" grep -q 'set-log-level silent' "$T/quiet.cfg"
 start_haproxy Q "$T/quiet.cfg"

@@ -58,6 +58,8 @@ expect = {
     "/usr/local/share/ratelimit-spoa/haproxy/haproxy.cfg": 0o644,
     "/usr/local/share/ratelimit-spoa/haproxy/spoe-ratelimit.conf": 0o644,
     "/usr/local/share/ratelimit-spoa/haproxy/ratelimit-block.cfg": 0o644,
+    "/usr/local/share/ratelimit-spoa/haproxy/ratelimit-edge.cfg": 0o644,
+    "/usr/local/share/ratelimit-spoa/haproxy/ratelimit-frontend.cfg": 0o644,
     "/usr/local/share/ratelimit-spoa/haproxy/routes.map": 0o644,
     "/usr/local/share/ratelimit-spoa/haproxy/errors/429.json": 0o644,
     "/usr/local/share/ratelimit-spoa/haproxy/errors/503.json": 0o644,
