@@ -468,11 +468,7 @@ wait_port "$BE_T" || die "backend did not start"
 
 # HAProxy alone: the edge config with the SPOE filter and the rules that act
 # on its verdict removed; the JWT checks, routes and headers stay.
-sed -e '/^[[:space:]]*filter spoe /d' -e '/send-spoe-group/d' \
-    -e '/return status 503 .* if rl_limited !rl_decided$/d' -e '/return status 429 .* if rl_limited rl_denied$/d' \
-    -e '/^backend be_ratelimit_agent/,$d' haproxy/haproxy.cfg >"$T/haproxy-alone.cfg"
-grep -v '^[[:space:]]*#' "$T/haproxy-alone.cfg" | grep -qE 'filter spoe|send-spoe|return status (503|429)' \
-	&& die "could not strip the limiter out of haproxy/haproxy.cfg (did its layout change?)"
+tools/edge-alone.sh haproxy/haproxy.cfg >"$T/haproxy-alone.cfg" || die "tools/edge-alone.sh failed"
 
 # start_bench_edge NAME CFG [AGENT-PORT]: HAProxy with the edge environment,
 # asking the agent on AGENT-PORT (default the main one); sets EDGE_PORT and

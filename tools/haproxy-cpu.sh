@@ -22,10 +22,8 @@ start_redis || exit 1
 start_agent "$E2E_REDIS_TIMEOUT
 $(edge_policies)" || exit 1
 start_backend || exit 1
-# The edge without the limiter (bench.sh section (c) strips it the same way).
-sed -e '/^[[:space:]]*filter spoe /d' -e '/send-spoe-group/d' \
-    -e '/return status 503 .* unless rl_decided$/d' -e '/return status 429 .* if rl_denied$/d' \
-    -e '/^backend be_ratelimit_agent/,$d' haproxy/haproxy.cfg >"$T/haproxy-alone.cfg"
+# The edge without the limiter, as make bench's HAProxy alone.
+tools/edge-alone.sh haproxy/haproxy.cfg >"$T/haproxy-alone.cfg" || exit 1
 start_haproxy alone "$T/haproxy-alone.cfg" || exit 1
 start_haproxy full || exit 1
 ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
