@@ -129,6 +129,7 @@ SPOA_MODULES := spop spop_write window headers config config_check config_lex co
 SPOA_MODULES += resolve
 SPOA_MODULES += redis_tls
 SPOA_MODULES += redis_open
+SPOA_MODULES += resp_cmd
 AGENT_OBJS   := $(addprefix $(BUILD)/spoa/,$(addsuffix .o,$(SPOA_MODULES)))
 MAIN_OBJ     := $(BUILD)/spoa/main.o
 BENCH_OBJ    := $(BUILD)/bench/spoa-bench.o

@@ -107,8 +107,8 @@ static int limiter_batch_send(struct limiter *l, struct limiter_batch *b, bool e
 		return -1;
 	e = eval ? &limiter_engine_script : k->engine;
 	first = limiter_engine_apply(e, &l->script, eval, l->batch.argv, l->batch.argvlen);
-	if (redisAsyncCommandArgv(k->ac, limiter_on_batch_reply, b, argc - first, l->batch.argv + first,
-	                          l->batch.argvlen + first) != REDIS_OK)
+	if (limiter_call_command(l, k->ac, limiter_on_batch_reply, b, argc - first, l->batch.argv + first,
+	                         l->batch.argvlen + first) != REDIS_OK)
 		return -1;
 	b->engine = e;
 	b->retried = eval;

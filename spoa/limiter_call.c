@@ -16,6 +16,42 @@
 #include "limiter_cluster.h"
 #include "limiter_link.h"
 #include "log.h"
+#include "resp_cmd.h"
+
+/* See limiter_call.h: the command is written into <l>'s buffer
+ * (l->calls.cmd, owned by <l>, grown to the largest command, one byte more
+ * than the text: hiredis's parser of the command name may look one byte
+ * past a command of a single word, and finds a NUL there). */
+int limiter_call_command(struct limiter *l, redisAsyncContext *ac, redisCallbackFn *fn,
+                         void *privdata, int argc, const char **argv, const size_t *argvlen)
+{
+	struct limiter_calls *cs = &l->calls;
+	long n = -1;
+
+	if (argc < 1)
+		return REDIS_ERR;
+	if (cs->cmd_cap)
+		n = resp_cmd_write(cs->cmd, cs->cmd_cap - 1, (size_t)argc, argv, argvlen);
+	if (n == -1) {
+		size_t need = resp_cmd_size((size_t)argc, argvlen), cap = LIMITER_CMD_MIN;
+		char *buf;
+
+		if (need == 0)
+			return REDIS_ERR;
+		while (cap < need + 1)
+			cap *= 2;
+		buf = realloc(cs->cmd, cap);
+		if (!buf)
+			return REDIS_ERR;
+		cs->cmd = buf;
+		cs->cmd_cap = cap;
+		n = resp_cmd_write(cs->cmd, cs->cmd_cap - 1, (size_t)argc, argv, argvlen);
+		if (n == -1)
+			return REDIS_ERR;
+	}
+	cs->cmd[n] = '\0';
+	return redisAsyncFormattedCommand(ac, fn, privdata, cs->cmd, (size_t)n);
+}
 
 /* Queue <d> for <cb>/<arg>, delivered on the next loop iteration (never from
  * inside limiter_check(), so callers need not be reentrant). The queue is
@@ -169,8 +205,8 @@ static int limiter_call_send_to(struct limiter *l, struct limiter_call *c, struc
 	first = limiter_engine_apply(k->engine, &l->script, false, a.argv, a.argvlen);
 	if (asking && redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK)
 		return -1;
-	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a.argc - first, a.argv + first,
-	                          a.argvlen + first) != REDIS_OK)
+	if (limiter_call_command(l, k->ac, limiter_on_reply, c, a.argc - first, a.argv + first,
+	                         a.argvlen + first) != REDIS_OK)
 		return -1;
 	c->engine = k->engine;
 	c->asking = asking;
@@ -304,7 +340,7 @@ static int limiter_call_retry_eval(struct limiter *l, struct limiter_link *k,
 	limiter_engine_apply(&limiter_engine_script, &l->script, true, a.argv, a.argvlen);
 	if (c->asking && redisAsyncCommand(ac, NULL, NULL, "ASKING") != REDIS_OK)
 		return -1;
-	if (redisAsyncCommandArgv(ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK)
+	if (limiter_call_command(l, ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK)
 		return -1;
 	c->retried = true;
 	c->engine = &limiter_engine_script;
@@ -710,8 +746,8 @@ int limiter_call_start(struct limiter *l, struct limiter_call *c, struct limiter
 {
 	int first = limiter_engine_apply(k->engine, &l->script, false, a->argv, a->argvlen);
 
-	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a->argc - first, a->argv + first,
-	                          a->argvlen + first) != REDIS_OK) {
+	if (limiter_call_command(l, k->ac, limiter_on_reply, c, a->argc - first, a->argv + first,
+	                         a->argvlen + first) != REDIS_OK) {
 		limiter_call_fail(l, c, true);
 		return 0;
 	}
@@ -804,6 +840,12 @@ unsigned limiter_calls_trim(struct limiter *l)
 		}
 		cs->n -= ntrim * LIMITER_POOL_CHUNK;
 	}
+	if (cs->cmd_cap > LIMITER_CMD_KEEP) {
+		free(cs->cmd);
+		cs->cmd = NULL;
+		cs->cmd_cap = 0;
+		ntrim++;
+	}
 	if (cs->nanswers == 0 && cs->answers_cap > LIMITER_ANSWERS_KEEP) {
 		free(cs->answers);
 		cs->answers = NULL;
@@ -832,5 +874,8 @@ void limiter_calls_free(struct limiter *l)
 	}
 	free(cs->answers);
 	cs->answers = NULL;
+	free(cs->cmd);
+	cs->cmd = NULL;
+	cs->cmd_cap = 0;
 	deny_cache_clear(&cs->cache);
 }
