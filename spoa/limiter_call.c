@@ -175,19 +175,24 @@ static void limiter_call_answer(struct limiter_call *c, const struct window_deci
  * when hiredis holds <c>; 1 when that link is not ready (nothing done:
  * the caller may let <c> wait for it, <*to> says which, NULL: the key's
  * slot has no primary yet); -1 when it could not be sent (a link known to
- * evict keys: <c> answered redis-evicts-keys already).
+ * evict keys: <c> answered redis-evicts-keys already). <built>: <c>'s
+ * request as limiter_check() built it (borrowed, its head made the
+ * engine's here), or NULL: built here from <c>.
  */
 static int limiter_call_send_to(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
-                                bool asking, struct limiter_link **to)
+                                bool asking, struct limiter_link **to, struct window_args *built)
 {
-	struct window_args a;
+	struct window_args own, *a = built;
 	enum window_reason why;
 	int first;
 
-	if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, &a, &why) == -1)
-		return -1;
+	if (!a) {
+		a = &own;
+		if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, a, &why) == -1)
+			return -1;
+	}
 	if (!k)
-		k = limiter_route(l, a.argv[3], a.argvlen[3]);
+		k = limiter_route(l, a->argv[3], a->argvlen[3]);
 	*to = k;
 	if (!k || k->state != LIMITER_ST_READY || !k->ac)
 		return 1;
@@ -202,11 +207,11 @@ static int limiter_call_send_to(struct limiter *l, struct limiter_call *c, struc
 		limiter_call_answer(c, &d);
 		return -1;
 	}
-	first = limiter_engine_apply(k->engine, &l->script, false, a.argv, a.argvlen);
+	first = limiter_engine_apply(k->engine, &l->script, false, a->argv, a->argvlen);
 	if (asking && redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK)
 		return -1;
-	if (limiter_call_command(l, k->ac, limiter_on_reply, c, a.argc - first, a.argv + first,
-	                         a.argvlen + first) != REDIS_OK)
+	if (limiter_call_command(l, k->ac, limiter_on_reply, c, a->argc - first, a->argv + first,
+	                         a->argvlen + first) != REDIS_OK)
 		return -1;
 	c->engine = k->engine;
 	c->asking = asking;
@@ -257,18 +262,34 @@ static void limiter_call_unwait(struct limiter *l, struct limiter_call *c)
 	l->calls.nwaiting--;
 }
 
-/* Send <c> as limiter_call_send_to() does, or, when its link is not ready,
- * let it wait for that link (its deadline running). Returns 0 (sent, or
- * waiting), or -1: neither (the caller answers <c> and recycles it). */
-int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
-                      bool asking)
+/* Send <c> as limiter_call_send_to() does (with <built>, its request
+ * built already, or NULL), or, when its link is not ready, let it wait for
+ * that link (its deadline running). Returns 0 (sent, or waiting), or -1:
+ * neither (the caller answers <c> and recycles it). */
+static int limiter_call_send_built(struct limiter *l, struct limiter_call *c,
+                                   struct limiter_link *k, bool asking,
+                                   struct window_args *built)
 {
 	struct limiter_link *to;
-	int rc = limiter_call_send_to(l, c, k, asking, &to);
+	int rc = limiter_call_send_to(l, c, k, asking, &to, built);
 
 	if (rc == 1)
 		rc = limiter_call_wait(l, c, to, asking);
 	return rc;
+}
+
+/* See limiter_call.h. */
+int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
+                      bool asking)
+{
+	return limiter_call_send_built(l, c, k, asking, NULL);
+}
+
+/* See limiter_call.h: <a> is <c>'s request as limiter_check() built it. */
+int limiter_call_send_args(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
+                           struct window_args *a)
+{
+	return limiter_call_send_built(l, c, k, false, a);
 }
 
 /* May a decision for link <k> (NULL: its slot has no primary yet) wait for
@@ -300,7 +321,7 @@ void limiter_wake(struct limiter *l)
 
 		next = c->next;
 		c->sent_us = limiter_now_us();   /* its Redis latency runs from now */
-		rc = limiter_call_send_to(l, c, k, k ? c->asking : false, &to);
+		rc = limiter_call_send_to(l, c, k, k ? c->asking : false, &to, NULL);
 		if (rc == 1)
 			continue;
 		limiter_call_unwait(l, c);

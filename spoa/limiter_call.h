@@ -69,6 +69,11 @@ int limiter_call_start(struct limiter *l, struct limiter_call *c, struct limiter
  * (the caller answers it). */
 int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
                       bool asking);
+/* limiter_call_send() of <c> on <k> with its request <a> as
+ * limiter_check() built it (the engine's head is put on it here), not
+ * built again. */
+int limiter_call_send_args(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
+                           struct window_args *a);
 /* l->wake: send the waiting calls whose link is ready now. */
 void limiter_wake(struct limiter *l);
 /* Answer every waiting call "unavailable" (limiter_free()). */

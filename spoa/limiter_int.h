@@ -271,8 +271,14 @@ struct limiter_batcher {
 	unsigned nqueued;
 	ev_prepare flush;
 	struct limiter_batch *free;     /* the batch pool */
-	/* scratch of a batch's arguments, grown to the largest batch */
+	/* the queued calls' requests as limiter_check() built them: args[i]
+	 * is queue[i]'s when <kept> (copied by limiter_batch_submit(), so a
+	 * batch is not built twice); grown to <size> while the queue is empty
+	 * (each entry's argv points into itself) */
 	struct window_args *args;
+	size_t args_cap;
+	bool kept;
+	/* scratch of a batch's command words, grown to the largest batch */
 	const char **argv;
 	size_t *argvlen;
 	char *nums;
