@@ -1394,6 +1394,101 @@ static void test_encode_ack(void **state)
 	harness_buf_free(&b);
 }
 
+/* The reference of a one-action ACK (stream 7, frame 300): SET-VAR of
+ * <name> in <scope>, an INT64 <iv> when <sval> is NULL, else the STR
+ * <sval>/<slen>; laid out here by hand. Returns its length. */
+static size_t ref_ack(unsigned char *out, size_t cap, enum spop_scope scope, const char *name,
+                      int64_t iv, const char *sval, size_t slen)
+{
+	size_t n = strlen(name), at = 4;
+
+	assert_true(cap >= 64 + n + slen);
+	out[at++] = 0x67;
+	memcpy(out + at, "\0\0\0\1", 4);
+	at += 4;
+	at += (size_t)spop_encode_varint(7, out + at, cap - at);
+	at += (size_t)spop_encode_varint(300, out + at, cap - at);
+	out[at++] = SPOP_ACT_SET_VAR;
+	out[at++] = 3;
+	out[at++] = (unsigned char)scope;
+	at += (size_t)spop_encode_varint(n, out + at, cap - at);
+	memcpy(out + at, name, n);
+	at += n;
+	if (sval == NULL) {
+		out[at++] = SPOP_T_INT64;
+		at += (size_t)spop_encode_varint((uint64_t)iv, out + at, cap - at);
+	} else {
+		out[at++] = SPOP_T_STR;
+		at += (size_t)spop_encode_varint(slen, out + at, cap - at);
+		memcpy(out + at, sval, slen);
+		at += slen;
+	}
+	out[0] = (unsigned char)((at - 4) >> 24);
+	out[1] = (unsigned char)((at - 4) >> 16);
+	out[2] = (unsigned char)((at - 4) >> 8);
+	out[3] = (unsigned char)(at - 4);
+	return at;
+}
+
+/* The same ACK from the encoder into <dst>/<cap>. */
+static int one_ack(unsigned char *dst, size_t cap, enum spop_scope scope, const char *name,
+                   int64_t iv, const char *sval, size_t slen)
+{
+	struct spop_writer a;
+
+	spop_ack_begin(&a, dst, cap, 7, 300);
+	if (sval == NULL)
+		spop_ack_set_int(&a, scope, name, iv);
+	else
+		spop_ack_set_str(&a, scope, name, sval, slen);
+	return spop_ack_end(&a);
+}
+
+/* SET-VAR at every name length around the one-byte varint's end (239,
+ * 240), integers at each varint length, strings of every length class:
+ * the bytes are the reference's, and every smaller buffer is refused with
+ * nothing written past it (the guard page). The agent's ACKs take a
+ * faster path when the head fits; this pins it to the byte-by-byte one. */
+static void test_encode_ack_shapes(void **state)
+{
+	static const size_t name_lens[] = { 1, 6, 13, 239, 240, 241, 300 };
+	static const int64_t ints[] = { 0, 1, 239, 240, 2287, 2288, 264431, 264432, 1 << 30,
+	                                INT64_MAX, INT64_MIN, -1 };
+	static const size_t str_lens[] = { 0, 5, 239, 240, 241, 1000 };
+	static unsigned char want[2048], out[2048];
+	char name[301], sval[1001];
+	struct harness_buf b;
+	size_t i, j, cap;
+
+	(void)state;
+	memset(name, 'v', sizeof(name));
+	for (i = 0; i < sizeof(sval); i++)
+		sval[i] = (char)(i * 7);
+	assert_int_equal(harness_buf_init(&b, 2048), 0);
+	for (i = 0; i < sizeof(name_lens) / sizeof(name_lens[0]); i++) {
+		name[name_lens[i]] = '\0';
+		for (j = 0; j < sizeof(ints) / sizeof(ints[0]) + sizeof(str_lens) / sizeof(str_lens[0]); j++) {
+			bool is_int = j < sizeof(ints) / sizeof(ints[0]);
+			int64_t iv = is_int ? ints[j] : 0;
+			const char *sv = is_int ? NULL : sval;
+			size_t sl = is_int ? 0 : str_lens[j - sizeof(ints) / sizeof(ints[0])];
+			enum spop_scope scope = (enum spop_scope)((i + j) % SPOP_SCOPE_COUNT);
+			size_t len = ref_ack(want, sizeof(want), scope, name, iv, sv, sl);
+
+			assert_int_equal(one_ack(out, sizeof(out), scope, name, iv, sv, sl), (int)len);
+			assert_memory_equal(out, want, len);
+			for (cap = 0; cap < len; cap++)
+				assert_int_equal(one_ack(harness_buf_place(&b, NULL, cap), cap, scope, name,
+				                         iv, sv, sl), -1);
+			assert_int_equal(one_ack(harness_buf_place(&b, NULL, len), len, scope, name, iv,
+			                         sv, sl), (int)len);
+			assert_memory_equal(b.guard - len, want, len);
+		}
+		name[name_lens[i]] = 'v';
+	}
+	harness_buf_free(&b);
+}
+
 /* The test's own reading of an AGENT-HELLO KV list: version, size, caps. */
 static void test_agent_hello_roundtrip(void **state)
 {
@@ -1831,6 +1926,7 @@ int main(void)
 		cmocka_unit_test(test_encode_agent_hello),
 		cmocka_unit_test(test_encode_agent_disconnect),
 		cmocka_unit_test(test_encode_ack),
+		cmocka_unit_test(test_encode_ack_shapes),
 		cmocka_unit_test(test_agent_hello_roundtrip),
 		cmocka_unit_test(test_encode_haproxy_vectors),
 		cmocka_unit_test(test_encode_data),
