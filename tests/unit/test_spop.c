@@ -970,6 +970,100 @@ static void test_malformed_content(void **state)
 #undef EXPECT_INVALID
 }
 
+/* A NOTIFY is validated (and its messages stepped over) without building
+ * each value; the iterators read them whole (spop_decode_data's reader).
+ * For every first byte of a value (each type, with flags) and payloads of
+ * every shape: a NOTIFY whose one arg is the value's bytes, or any prefix
+ * of them, is accepted exactly when the reader takes those bytes whole,
+ * and its arg then iterates to the reader's value. */
+static void check_notify_value(const unsigned char *val, size_t n, unsigned ty, size_t which)
+{
+	struct spop_data want;
+	struct spop_frame fr;
+	struct harness_buf b;
+	struct spop_iter it, ia;
+	struct spop_message m;
+	struct spop_arg a;
+	enum spop_status st = SPOP_ST_NORMAL;
+	struct tb t;
+	bool whole = spop_decode_data(val, n, &want) == (int)n;
+	size_t len;
+	int r;
+
+	tb_begin(&t, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN, 1, 1);
+	tb_str(&t, "ratelimit");
+	tb_byte(&t, 1);
+	tb_str(&t, "v");
+	tb_bytes(&t, val, n);
+	len = tb_end(&t);
+	r = decode_guarded(&b, t.b, len, MAX_FRAME, &fr, &st);
+	if (!whole) {
+		if (r != -1 || st != SPOP_ST_INVALID)
+			fail_msg("type byte %#x payload %zu (%zu bytes): accepted, the reader refuses it",
+			         ty, which, n);
+		harness_buf_free(&b);
+		return;
+	}
+	if (r != (int)len)
+		fail_msg("type byte %#x payload %zu (%zu bytes): refused, the reader takes it", ty,
+		         which, n);
+	spop_iter_messages(&fr.u.notify, &it);
+	assert_int_equal(spop_next_message(&it, &m), 1);
+	spop_iter_args(&m, &ia);
+	assert_int_equal(spop_next_arg(&ia, &a), 1);
+	assert_int_equal(a.value.type, want.type);
+	if (want.type == SPOP_T_STR || want.type == SPOP_T_BIN) {
+		/* the same bytes, in the frame instead of <val> */
+		assert_int_equal(a.value.v.s.len, want.v.s.len);
+		assert_memory_equal(a.value.v.s.ptr, want.v.s.ptr, want.v.s.len);
+	} else {
+		assert_true(memcmp(&a.value.v, &want.v, sizeof(want.v)) == 0);
+	}
+	assert_int_equal(spop_next_arg(&ia, &a), 0);
+	assert_int_equal(spop_next_message(&it, &m), 0);
+	harness_buf_free(&b);
+}
+
+static void test_notify_skip_matches_read(void **state)
+{
+	static const struct {
+		const char *p;
+		size_t n;
+	} payloads[] = {
+		{ "", 0 }, { "\x05", 1 }, { "\xef", 1 }, { "\xf0", 1 }, { "\xf0\x80\x00", 3 },
+		{ "\xf0\x80\x80\x80\x80\x80\x80\x80\x80\x80\x00", 11 },
+		{ "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f", 10 }, { "\x7f\0\0", 3 },
+		{ "\x7f\0\0\1", 4 }, { "0123456789abcdef", 16 }, { "0123456789abcde", 15 },
+		{ "\x03" "abc", 4 }, { "\x03" "ab", 3 }, { "\x00", 1 },
+		{ "\xf0\x01" "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+		  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+		  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+		  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 258 },
+	};
+	unsigned char val[300];
+	unsigned ty;
+	size_t i, k;
+
+	(void)state;
+	for (ty = 0; ty < 256; ty++) {
+		for (i = 0; i < sizeof(payloads) / sizeof(payloads[0]); i++) {
+			struct spop_data d;
+			size_t n = 1 + payloads[i].n;
+			int c;
+
+			val[0] = (unsigned char)ty;
+			memcpy(val + 1, payloads[i].p, payloads[i].n);
+			c = spop_decode_data(val, n, &d);
+			if (c == -1) {
+				check_notify_value(val, n, ty, i);
+				continue;
+			}
+			for (k = 1; k <= (size_t)c; k++)   /* the value and every prefix of it */
+				check_notify_value(val, k, ty, i);
+		}
+	}
+}
+
 /* ------------------------------------------------------------------ */
 /* HELLO and NOTIFY variants                                           */
 /* ------------------------------------------------------------------ */
@@ -1927,6 +2021,7 @@ int main(void)
 		cmocka_unit_test(test_encode_agent_disconnect),
 		cmocka_unit_test(test_encode_ack),
 		cmocka_unit_test(test_encode_ack_shapes),
+		cmocka_unit_test(test_notify_skip_matches_read),
 		cmocka_unit_test(test_agent_hello_roundtrip),
 		cmocka_unit_test(test_encode_haproxy_vectors),
 		cmocka_unit_test(test_encode_data),
