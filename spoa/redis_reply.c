@@ -138,9 +138,12 @@ static void *redis_reply_carve(struct redis_reply_block *b, size_t n)
 	size_t room;
 	char *p;
 
-	if (n > REDIS_REPLY_MAX - b->total)
+	/* rounded first, so that <total> never passes REDIS_REPLY_MAX */
+	if (n > REDIS_REPLY_MAX)
 		return NULL;
 	n = REDIS_REPLY_ROUND(n);
+	if (n > REDIS_REPLY_MAX - b->total)
+		return NULL;
 	b->total += n;
 	if ((size_t)(b->end - b->at) >= n) {
 		p = b->at;
