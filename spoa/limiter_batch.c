@@ -3,6 +3,7 @@
  * script call. See limiter_batch.h.
  */
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,20 +54,17 @@ static void limiter_batch_fail(struct limiter_batch *b, bool defer)
 	limiter_batch_put(b);
 }
 
-/* Grow <l>'s batch scratch to <n> decisions. Returns 0, or -1 when memory
- * runs out (the scratch stays as it was: <l> owns it). */
+/* Grow <l>'s scratch of a batch's command to <n> decisions (the words,
+ * their lengths, the numbers). Returns 0, or -1 when memory runs out (the
+ * scratch stays as it was: <l> owns it). */
 static int limiter_batch_scratch(struct limiter *l, size_t n)
 {
-	struct window_args *a;
 	const char **v;
 	size_t *vl;
 	char *nums;
 
 	if (n <= l->batch.cap)
 		return 0;
-	a = realloc(l->batch.args, n * sizeof(*a));
-	if (a)
-		l->batch.args = a;
 	v = realloc(l->batch.argv, WINDOW_BATCH_ARGC(n) * sizeof(*v));
 	if (v)
 		l->batch.argv = v;
@@ -76,46 +74,106 @@ static int limiter_batch_scratch(struct limiter *l, size_t n)
 	nums = realloc(l->batch.nums, WINDOW_BATCH_NUMS(n));
 	if (nums)
 		l->batch.nums = nums;
-	if (!a || !v || !vl || !nums)
+	if (!v || !vl || !nums)
 		return -1;
 	l->batch.cap = n;
 	return 0;
 }
 
+/* Room for <n> queued requests in <l>'s batch.args (owned by <l>), while
+ * the queue is empty: a move would leave a queued entry's argv pointing
+ * into its old place. Returns 0, or -1 when memory runs out. */
+static int limiter_batch_keep_room(struct limiter *l, size_t n)
+{
+	struct window_args *a;
+
+	if (n <= l->batch.args_cap)
+		return 0;
+	if (l->batch.nqueued)
+		return -1;
+	a = realloc(l->batch.args, n * sizeof(*a));
+	if (!a)
+		return -1;
+	l->batch.args = a;
+	l->batch.args_cap = n;
+	return 0;
+}
+
+/* Copy request <src> (window_build_args()'s: its argv point into its own
+ * buf) into <dst>: only the bytes its words use (a hundred or so of the
+ * four kilobytes), its argv pointing into <dst>'s buf. A word from
+ * elsewhere (none today) keeps its pointer. */
+static void limiter_batch_copy_args(struct window_args *dst, const struct window_args *src)
+{
+	uintptr_t lo = (uintptr_t)src->buf, hi = lo + sizeof(src->buf);
+	size_t used = 0;
+	int i;
+
+	for (i = 0; i < src->argc; i++) {
+		uintptr_t at = (uintptr_t)src->argv[i];
+
+		if (at >= lo && at < hi && at - lo + src->argvlen[i] > used)
+			used = at - lo + src->argvlen[i];
+	}
+	memcpy(dst->buf, src->buf, used);
+	for (i = 0; i < src->argc; i++) {
+		uintptr_t at = (uintptr_t)src->argv[i];
+
+		dst->argv[i] = at >= lo && at < hi ? dst->buf + (at - lo) : src->argv[i];
+		dst->argvlen[i] = src->argvlen[i];
+	}
+	dst->argc = src->argc;
+	dst->nkeys = src->nkeys;
+}
+
 /* Send batch <b> on its link: EVALSHA, or EVAL with the whole script when
- * <eval> (after NOSCRIPT, as one call would be re-sent). hiredis holds <b>
- * and its calls when this returns 0; -1: nothing was sent. */
-static int limiter_batch_send(struct limiter *l, struct limiter_batch *b, bool eval)
+ * <eval> (after NOSCRIPT, as one call would be re-sent). <args>: its
+ * calls' requests as limiter_check() built them (the queue's), or NULL:
+ * built again here, into memory of this call's own (the queue may hold
+ * other calls' requests meanwhile), freed before it returns. hiredis holds
+ * <b> and its calls when this returns 0; -1: nothing was sent. */
+static int limiter_batch_send(struct limiter *l, struct limiter_batch *b, bool eval,
+                              struct window_args *args)
 {
 	struct limiter_link *k = b->link;
+	struct window_args *own = NULL;
 	const struct limiter_engine *e;
 	enum window_reason why;
 	unsigned i;
-	int argc, first;
+	int argc, first, rc = -1;
 
 	if (!k->ac || limiter_batch_scratch(l, b->n) == -1)
 		return -1;
-	for (i = 0; i < b->n; i++) {
-		struct limiter_call *c = b->calls[i];
-
-		if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost,
-		                      &l->batch.args[i], &why) == -1)
+	if (!args) {
+		own = malloc(b->n * sizeof(*own));
+		if (!own)
 			return -1;
+		for (i = 0; i < b->n; i++) {
+			struct limiter_call *c = b->calls[i];
+
+			if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost,
+			                      &own[i], &why) == -1)
+				goto out;
+		}
+		args = own;
 	}
-	argc = window_build_batch(l->batch.args, b->n, "EVALSHA", "", 0, l->batch.argv, l->batch.argvlen, l->batch.nums);
+	argc = window_build_batch(args, b->n, "EVALSHA", "", 0, l->batch.argv, l->batch.argvlen, l->batch.nums);
 	if (argc == -1)
-		return -1;
+		goto out;
 	e = eval ? &limiter_engine_script : k->engine;
 	first = limiter_engine_apply(e, &l->script, eval, l->batch.argv, l->batch.argvlen);
-	if (redisAsyncCommandArgv(k->ac, limiter_on_batch_reply, b, argc - first, l->batch.argv + first,
-	                          l->batch.argvlen + first) != REDIS_OK)
-		return -1;
+	if (limiter_call_command(l, k->ac, limiter_on_batch_reply, b, argc - first, l->batch.argv + first,
+	                         l->batch.argvlen + first) != REDIS_OK)
+		goto out;
 	b->engine = e;
 	b->retried = eval;
 	limiter_link_hold_n(k, b->n);
 	for (i = 0; i < b->n; i++)
 		b->calls[i]->engine = e;   /* each is answered by this engine */
-	return 0;
+	rc = 0;
+out:
+	free(own);
+	return rc;
 }
 
 /*
@@ -129,21 +187,27 @@ void limiter_flush(struct limiter *l)
 	struct limiter_link *k;
 	struct limiter_batch *b;
 	unsigned i, n = l->batch.nqueued;
+	bool kept = l->batch.kept;
 
 	if (n == 0)
 		return;
 	l->batch.nqueued = 0;
 	k = l->batch.queue[0]->link;
 	if (n == 1) {
-		/* alone: exactly the call redis-batch 1 sends */
+		/* alone: exactly the call redis-batch 1 sends (an answer given
+		 * meanwhile comes after its request was last used) */
 		struct limiter_call *c = l->batch.queue[0];
 
-		if (l->closing || !c->cb || limiter_call_send(l, c, k, false) == -1)
+		if (l->closing || !c->cb ||
+		    (kept ? limiter_call_send_args(l, c, k, &l->batch.args[0]) :
+		     limiter_call_send(l, c, k, false)) == -1)
 			limiter_call_fail(l, c, true);
 		return;
 	}
 	if (!l->closing && k->state != LIMITER_ST_READY) {
-		/* the link went since they were queued: each waits for it */
+		/* the link went since they were queued: each waits for it (its
+		 * request built again: an answer given in this loop may queue
+		 * new calls over the kept requests) */
 		for (i = 0; i < n; i++)
 			if (!l->batch.queue[i]->cb || limiter_call_send(l, l->batch.queue[i], k, false) == -1)
 				limiter_call_fail(l, l->batch.queue[i], true);
@@ -158,7 +222,7 @@ void limiter_flush(struct limiter *l)
 	b->link = k;
 	b->n = n;
 	memcpy(b->calls, l->batch.queue, n * sizeof(b->calls[0]));
-	if (l->closing || limiter_batch_send(l, b, false) == -1)
+	if (l->closing || limiter_batch_send(l, b, false, kept ? l->batch.args : NULL) == -1)
 		limiter_batch_fail(b, true);
 }
 
@@ -226,7 +290,7 @@ static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdat
 			limiter_batch_put(b);
 			return;
 		}
-		if (!b->retried && ac == k->ac && limiter_batch_send(l, b, true) == 0)
+		if (!b->retried && ac == k->ac && limiter_batch_send(l, b, true, NULL) == 0)
 			return;   /* hiredis holds it again */
 	}
 	for (i = 0; i < b->n; i++) {
@@ -288,6 +352,11 @@ int limiter_batch_submit(struct limiter *l, const struct window_policy *p, const
 		return limiter_call_start(l, c, c->link, a);
 	if (bq->nqueued && bq->queue[0]->link != c->link)
 		limiter_flush(l);   /* the primary moved (sentinel) */
+	/* its request as built, for the batch (out of memory: built again) */
+	if (bq->nqueued == 0)
+		bq->kept = limiter_batch_keep_room(l, bq->size) == 0;
+	if (bq->kept)
+		limiter_batch_copy_args(&bq->args[bq->nqueued], a);
 	bq->queue[bq->nqueued++] = c;
 	if (bq->nqueued >= bq->size)
 		limiter_flush(l);
@@ -329,7 +398,7 @@ void limiter_batch_free(struct limiter *l)
 		bq->free = b->next;
 		free(b);
 	}
-	free(bq->args); bq->args = NULL;
+	free(bq->args); bq->args = NULL; bq->args_cap = 0;
 	free(bq->argv); bq->argv = NULL;
 	free(bq->argvlen); bq->argvlen = NULL;
 	free(bq->nums); bq->nums = NULL;

@@ -16,6 +16,42 @@
 #include "limiter_cluster.h"
 #include "limiter_link.h"
 #include "log.h"
+#include "resp_cmd.h"
+
+/* See limiter_call.h: the command is written into <l>'s buffer
+ * (l->calls.cmd, owned by <l>, grown to the largest command, one byte more
+ * than the text: hiredis's parser of the command name may look one byte
+ * past a command of a single word, and finds a NUL there). */
+int limiter_call_command(struct limiter *l, redisAsyncContext *ac, redisCallbackFn *fn,
+                         void *privdata, int argc, const char **argv, const size_t *argvlen)
+{
+	struct limiter_calls *cs = &l->calls;
+	long n = -1;
+
+	if (argc < 1)
+		return REDIS_ERR;
+	if (cs->cmd_cap)
+		n = resp_cmd_write(cs->cmd, cs->cmd_cap - 1, (size_t)argc, argv, argvlen);
+	if (n == -1) {
+		size_t need = resp_cmd_size((size_t)argc, argvlen), cap = LIMITER_CMD_MIN;
+		char *buf;
+
+		if (need == 0)
+			return REDIS_ERR;
+		while (cap < need + 1)
+			cap *= 2;
+		buf = realloc(cs->cmd, cap);
+		if (!buf)
+			return REDIS_ERR;
+		cs->cmd = buf;
+		cs->cmd_cap = cap;
+		n = resp_cmd_write(cs->cmd, cs->cmd_cap - 1, (size_t)argc, argv, argvlen);
+		if (n == -1)
+			return REDIS_ERR;
+	}
+	cs->cmd[n] = '\0';
+	return redisAsyncFormattedCommand(ac, fn, privdata, cs->cmd, (size_t)n);
+}
 
 /* Queue <d> for <cb>/<arg>, delivered on the next loop iteration (never from
  * inside limiter_check(), so callers need not be reentrant). The queue is
@@ -139,19 +175,24 @@ static void limiter_call_answer(struct limiter_call *c, const struct window_deci
  * when hiredis holds <c>; 1 when that link is not ready (nothing done:
  * the caller may let <c> wait for it, <*to> says which, NULL: the key's
  * slot has no primary yet); -1 when it could not be sent (a link known to
- * evict keys: <c> answered redis-evicts-keys already).
+ * evict keys: <c> answered redis-evicts-keys already). <built>: <c>'s
+ * request as limiter_check() built it (borrowed, its head made the
+ * engine's here), or NULL: built here from <c>.
  */
 static int limiter_call_send_to(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
-                                bool asking, struct limiter_link **to)
+                                bool asking, struct limiter_link **to, struct window_args *built)
 {
-	struct window_args a;
+	struct window_args own, *a = built;
 	enum window_reason why;
 	int first;
 
-	if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, &a, &why) == -1)
-		return -1;
+	if (!a) {
+		a = &own;
+		if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, a, &why) == -1)
+			return -1;
+	}
 	if (!k)
-		k = limiter_route(l, a.argv[3], a.argvlen[3]);
+		k = limiter_route(l, a->argv[3], a->argvlen[3]);
 	*to = k;
 	if (!k || k->state != LIMITER_ST_READY || !k->ac)
 		return 1;
@@ -166,11 +207,11 @@ static int limiter_call_send_to(struct limiter *l, struct limiter_call *c, struc
 		limiter_call_answer(c, &d);
 		return -1;
 	}
-	first = limiter_engine_apply(k->engine, &l->script, false, a.argv, a.argvlen);
+	first = limiter_engine_apply(k->engine, &l->script, false, a->argv, a->argvlen);
 	if (asking && redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK)
 		return -1;
-	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a.argc - first, a.argv + first,
-	                          a.argvlen + first) != REDIS_OK)
+	if (limiter_call_command(l, k->ac, limiter_on_reply, c, a->argc - first, a->argv + first,
+	                         a->argvlen + first) != REDIS_OK)
 		return -1;
 	c->engine = k->engine;
 	c->asking = asking;
@@ -221,18 +262,34 @@ static void limiter_call_unwait(struct limiter *l, struct limiter_call *c)
 	l->calls.nwaiting--;
 }
 
-/* Send <c> as limiter_call_send_to() does, or, when its link is not ready,
- * let it wait for that link (its deadline running). Returns 0 (sent, or
- * waiting), or -1: neither (the caller answers <c> and recycles it). */
-int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
-                      bool asking)
+/* Send <c> as limiter_call_send_to() does (with <built>, its request
+ * built already, or NULL), or, when its link is not ready, let it wait for
+ * that link (its deadline running). Returns 0 (sent, or waiting), or -1:
+ * neither (the caller answers <c> and recycles it). */
+static int limiter_call_send_built(struct limiter *l, struct limiter_call *c,
+                                   struct limiter_link *k, bool asking,
+                                   struct window_args *built)
 {
 	struct limiter_link *to;
-	int rc = limiter_call_send_to(l, c, k, asking, &to);
+	int rc = limiter_call_send_to(l, c, k, asking, &to, built);
 
 	if (rc == 1)
 		rc = limiter_call_wait(l, c, to, asking);
 	return rc;
+}
+
+/* See limiter_call.h. */
+int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
+                      bool asking)
+{
+	return limiter_call_send_built(l, c, k, asking, NULL);
+}
+
+/* See limiter_call.h: <a> is <c>'s request as limiter_check() built it. */
+int limiter_call_send_args(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
+                           struct window_args *a)
+{
+	return limiter_call_send_built(l, c, k, false, a);
 }
 
 /* May a decision for link <k> (NULL: its slot has no primary yet) wait for
@@ -264,7 +321,7 @@ void limiter_wake(struct limiter *l)
 
 		next = c->next;
 		c->sent_us = limiter_now_us();   /* its Redis latency runs from now */
-		rc = limiter_call_send_to(l, c, k, k ? c->asking : false, &to);
+		rc = limiter_call_send_to(l, c, k, k ? c->asking : false, &to, NULL);
 		if (rc == 1)
 			continue;
 		limiter_call_unwait(l, c);
@@ -304,7 +361,7 @@ static int limiter_call_retry_eval(struct limiter *l, struct limiter_link *k,
 	limiter_engine_apply(&limiter_engine_script, &l->script, true, a.argv, a.argvlen);
 	if (c->asking && redisAsyncCommand(ac, NULL, NULL, "ASKING") != REDIS_OK)
 		return -1;
-	if (redisAsyncCommandArgv(ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK)
+	if (limiter_call_command(l, ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK)
 		return -1;
 	c->retried = true;
 	c->engine = &limiter_engine_script;
@@ -711,8 +768,8 @@ int limiter_call_start(struct limiter *l, struct limiter_call *c, struct limiter
 {
 	int first = limiter_engine_apply(k->engine, &l->script, false, a->argv, a->argvlen);
 
-	if (redisAsyncCommandArgv(k->ac, limiter_on_reply, c, a->argc - first, a->argv + first,
-	                          a->argvlen + first) != REDIS_OK) {
+	if (limiter_call_command(l, k->ac, limiter_on_reply, c, a->argc - first, a->argv + first,
+	                         a->argvlen + first) != REDIS_OK) {
 		limiter_call_fail(l, c, true);
 		return 0;
 	}
@@ -805,6 +862,12 @@ unsigned limiter_calls_trim(struct limiter *l)
 		}
 		cs->n -= ntrim * LIMITER_POOL_CHUNK;
 	}
+	if (cs->cmd_cap > LIMITER_CMD_KEEP) {
+		free(cs->cmd);
+		cs->cmd = NULL;
+		cs->cmd_cap = 0;
+		ntrim++;
+	}
 	if (cs->nanswers == 0 && cs->answers_cap > LIMITER_ANSWERS_KEEP) {
 		free(cs->answers);
 		cs->answers = NULL;
@@ -833,5 +896,8 @@ void limiter_calls_free(struct limiter *l)
 	}
 	free(cs->answers);
 	cs->answers = NULL;
+	free(cs->cmd);
+	cs->cmd = NULL;
+	cs->cmd_cap = 0;
 	deny_cache_clear(&cs->cache);
 }

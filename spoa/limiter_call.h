@@ -32,6 +32,14 @@ void limiter_calls_set_cache(struct limiter *l, bool on, unsigned size);
 unsigned limiter_calls_trim(struct limiter *l);
 void limiter_calls_free(struct limiter *l);
 
+/* Send the command of <argc> words <argv>/<argvlen> (borrowed) on <ac>,
+ * answered to <fn>/<privdata>: written as RESP into <l>'s own buffer and
+ * handed to hiredis whole (redisAsyncFormattedCommand), not formatted by
+ * hiredis. Every decision's command goes this way. Returns REDIS_OK, or
+ * REDIS_ERR (nothing sent: out of memory, a dying context). */
+int limiter_call_command(struct limiter *l, redisAsyncContext *ac, redisCallbackFn *fn,
+                         void *privdata, int argc, const char **argv, const size_t *argvlen);
+
 /* Queue <d> for <cb>/<arg>, delivered on the next loop iteration (the
  * queue is owned by <l>). Returns 0, or -1 when memory runs out. */
 int limiter_defer(struct limiter *l, limiter_cb cb, void *arg, const struct window_decision *d);
@@ -61,6 +69,11 @@ int limiter_call_start(struct limiter *l, struct limiter_call *c, struct limiter
  * (the caller answers it). */
 int limiter_call_send(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
                       bool asking);
+/* limiter_call_send() of <c> on <k> with its request <a> as
+ * limiter_check() built it (the engine's head is put on it here), not
+ * built again. */
+int limiter_call_send_args(struct limiter *l, struct limiter_call *c, struct limiter_link *k,
+                           struct window_args *a);
 /* l->wake: send the waiting calls whose link is ready now. */
 void limiter_wake(struct limiter *l);
 /* Answer every waiting call "unavailable" (limiter_free()). */

@@ -53,6 +53,9 @@
 #define LIMITER_POOL_KEEP       1u      /* idle chunks kept after a burst */
 #define LIMITER_ANSWERS_KEEP    64u     /* queued-answer slots kept */
 #define LIMITER_BATCH_KEEP      4u      /* idle batches kept after a burst */
+#define LIMITER_CMD_MIN         4096u   /* the command buffer's first size */
+#define LIMITER_CMD_KEEP        65536u  /* a command buffer larger than this is
+                                         * given back after a burst */
 #define LIMITER_BACKOFF_MIN_MS  100
 #define LIMITER_BACKOFF_MAX_MS  2000
 #define LIMITER_STALL_MIN_MS    1000    /* floor of connect and stall limits */
@@ -228,6 +231,10 @@ struct limiter_calls {
 	ev_timer kick;                  /* deliver the queued answers */
 	ev_timer park;                  /* re-send calls parked by TRYAGAIN */
 	struct limiter_call *parked;
+	/* the RESP text of the command being sent (resp_cmd.h), grown to the
+	 * largest; hiredis copies it out before limiter_call_command() returns */
+	char *cmd;
+	size_t cmd_cap;
 	/* calls that arrived while their link was not ready (start-up, a
 	 * reconnect): sent when a link becomes ready (limiter_wake()),
 	 * answered "unavailable" at their deadline; at most LIMITER_WAIT_MAX */
@@ -266,8 +273,14 @@ struct limiter_batcher {
 	unsigned nqueued;
 	ev_prepare flush;
 	struct limiter_batch *free;     /* the batch pool */
-	/* scratch of a batch's arguments, grown to the largest batch */
+	/* the queued calls' requests as limiter_check() built them: args[i]
+	 * is queue[i]'s when <kept> (copied by limiter_batch_submit(), so a
+	 * batch is not built twice); grown to <size> while the queue is empty
+	 * (each entry's argv points into itself) */
 	struct window_args *args;
+	size_t args_cap;
+	bool kept;
+	/* scratch of a batch's command words, grown to the largest batch */
 	const char **argv;
 	size_t *argvlen;
 	char *nums;

@@ -11,6 +11,7 @@
 #include <hiredis/adapters/libev.h>
 
 #include "redis_open.h"
+#include "redis_reply.h"
 #include "redis_tls.h"
 
 /* Creates the context; the caller owns what is returned. */
@@ -47,6 +48,8 @@ struct redisAsyncContext *redis_open(struct ev_loop *loop, const char *ip, int p
 		redisAsyncFree(ac);
 		return NULL;
 	}
+	/* every reply on it built without an allocation per element */
+	redis_reply_use(ac->c.reader);
 	if (tls && redis_tls_start(tls, ac, tls_name, err, errlen) == -1) {
 		redisAsyncFree(ac);
 		return NULL;

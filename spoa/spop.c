@@ -464,17 +464,64 @@ static int spop_get_message_head(const unsigned char **pp,
 	return 0;
 }
 
-/* Borrows [<*pp>, <end>). Skips <n> KV items. Returns 0 or -1; moves <*pp>
- * only on success. */
+/* Borrows [<*pp>, <end>). Steps over one TYPED-DATA exactly as
+ * spop_get_data() reads it (the same types, bounds and varint checks)
+ * without building its value: the walks that only need where the next
+ * item starts (validating a NOTIFY, finding a message's end, each done
+ * for every decision) take this. Returns 0 or -1; moves <*pp> only on
+ * success. */
+static int spop_skip_data(const unsigned char **pp, const unsigned char *end)
+{
+	const unsigned char *p = *pp;
+	struct spop_str s;
+	uint64_t u;
+
+	if (p >= end)
+		return -1;
+	switch (*p++ & SPOP_DATA_TYPE_MASK) {
+	case SPOP_T_NULL:
+	case SPOP_T_BOOL:
+		break;
+	case SPOP_T_INT32:
+	case SPOP_T_INT64:
+	case SPOP_T_UINT32:
+	case SPOP_T_UINT64:
+		if (spop_get_varint(&p, end, &u) < 0)
+			return -1;
+		break;
+	case SPOP_T_IPV4:
+		if (end - p < 4)
+			return -1;
+		p += 4;
+		break;
+	case SPOP_T_IPV6:
+		if (end - p < 16)
+			return -1;
+		p += 16;
+		break;
+	case SPOP_T_STR:
+	case SPOP_T_BIN:
+		if (spop_get_str(&p, end, &s) < 0)
+			return -1;
+		break;
+	default:
+		return -1;
+	}
+	*pp = p;
+	return 0;
+}
+
+/* Borrows [<*pp>, <end>). Skips <n> KV items (each checked as
+ * spop_get_kv() would read it). Returns 0 or -1; moves <*pp> only on
+ * success. */
 static int spop_skip_kvs(const unsigned char **pp, const unsigned char *end,
                          unsigned n)
 {
 	const unsigned char *p = *pp;
 	struct spop_str name;
-	struct spop_data val;
 
 	while (n-- > 0)
-		if (spop_get_kv(&p, end, &name, &val) < 0)
+		if (spop_get_str(&p, end, &name) < 0 || spop_skip_data(&p, end) < 0)
 			return -1;
 	*pp = p;
 	return 0;

@@ -77,14 +77,20 @@ static double now_s(void)
 /* Set while a test is inside limiter_check(): limiter.h promises that no
  * answer is delivered there (every one comes on a later loop iteration). */
 static bool inside_check;
+/* Run (once) by the next answer, from inside the limiter's reply handling. */
+static void (*answer_hook)(void);
 
 static void on_answer(void *arg, const struct window_decision *d)
 {
 	struct answer *a = arg;
+	void (*hook)(void) = answer_hook;
 
 	assert_false(inside_check);
 	a->n++;
 	a->d = *d;
+	answer_hook = NULL;
+	if (hook)
+		hook();
 }
 
 /* libev: keeps EVRUN_ONCE from sleeping long when nothing else is due. */
@@ -894,6 +900,51 @@ static void test_batch_noscript(void **state)
 	one_stop();
 }
 
+/* Decisions started by an answer (erin, frank: queued, their requests kept
+ * as limiter_check() built them) while a later reply in the same read is a
+ * batch's NOSCRIPT (carol, dave: re-sent as EVAL, built again): each batch
+ * goes out with its own keys, the re-sent one built apart from the queue. */
+static const char *const keys_then[] = { "erin", "frank" };
+static struct answer *then_out[2];
+
+static void start_then(void)
+{
+	start_all(keys_then, 2, then_out);
+}
+
+static void test_batch_kept_across_retry(void **state)
+{
+	static const char *const first[] = { "alice", "bob" }, *const second[] = { "carol", "dave" };
+	struct answer *a[2], *b[2];
+
+	(void)state;
+	batch = 32;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(2, "api:limit:v1:alice api:limit:v1:bob"));
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(2, "api:limit:v1:carol api:limit:v1:dave"));
+	fake_step(&f, FAKE_SEND, "*2\r\n" REPLY_ALLOW REPLY_ALLOW
+	          "-NOSCRIPT No matching script. Please use EVAL.\r\n");
+	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 2 api:limit:v1:carol api:limit:v1:dave batch 2 1 1 ");
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(2, "api:limit:v1:erin api:limit:v1:frank"));
+	fake_step(&f, FAKE_SEND, "*2\r\n" REPLY_ALLOW REPLY_DENY "*2\r\n" REPLY_DENY REPLY_ALLOW);
+	one_connect(1000, true);
+	start_all(first, 2, a);
+	WAIT(fake_count(&f, "EVALSHA") == 1);
+	start_all(second, 2, b);
+	answer_hook = start_then;
+	WAIT(a[0]->n && a[1]->n && b[0]->n && b[1]->n && then_out[0] && then_out[0]->n &&
+	     then_out[1]->n);
+	assert_int_equal(a[0]->d.status, WINDOW_ALLOW);
+	assert_int_equal(b[0]->d.status, WINDOW_ALLOW);
+	assert_int_equal(b[1]->d.status, WINDOW_DENY);
+	assert_int_equal(then_out[0]->d.status, WINDOW_DENY);
+	assert_int_equal(then_out[1]->d.status, WINDOW_ALLOW);
+	assert_int_equal(f.unexpected, 0);
+	assert_true(fake_done(&f));
+	then_out[0] = then_out[1] = NULL;
+	one_stop();
+}
+
 /* A batch with the module: RATELIMIT.DECIDE in the script's batch form
  * (same keys and arguments); the module gone (auto): the batch is re-sent
  * once as EVAL of the script, whose reply answers each call. */
@@ -1207,6 +1258,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_batch_reply, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_noscript, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_kept_across_retry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_module, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_moved, setup, teardown),

@@ -970,6 +970,100 @@ static void test_malformed_content(void **state)
 #undef EXPECT_INVALID
 }
 
+/* A NOTIFY is validated (and its messages stepped over) without building
+ * each value; the iterators read them whole (spop_decode_data's reader).
+ * For every first byte of a value (each type, with flags) and payloads of
+ * every shape: a NOTIFY whose one arg is the value's bytes, or any prefix
+ * of them, is accepted exactly when the reader takes those bytes whole,
+ * and its arg then iterates to the reader's value. */
+static void check_notify_value(const unsigned char *val, size_t n, unsigned ty, size_t which)
+{
+	struct spop_data want;
+	struct spop_frame fr;
+	struct harness_buf b;
+	struct spop_iter it, ia;
+	struct spop_message m;
+	struct spop_arg a;
+	enum spop_status st = SPOP_ST_NORMAL;
+	struct tb t;
+	bool whole = spop_decode_data(val, n, &want) == (int)n;
+	size_t len;
+	int r;
+
+	tb_begin(&t, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN, 1, 1);
+	tb_str(&t, "ratelimit");
+	tb_byte(&t, 1);
+	tb_str(&t, "v");
+	tb_bytes(&t, val, n);
+	len = tb_end(&t);
+	r = decode_guarded(&b, t.b, len, MAX_FRAME, &fr, &st);
+	if (!whole) {
+		if (r != -1 || st != SPOP_ST_INVALID)
+			fail_msg("type byte %#x payload %zu (%zu bytes): accepted, the reader refuses it",
+			         ty, which, n);
+		harness_buf_free(&b);
+		return;
+	}
+	if (r != (int)len)
+		fail_msg("type byte %#x payload %zu (%zu bytes): refused, the reader takes it", ty,
+		         which, n);
+	spop_iter_messages(&fr.u.notify, &it);
+	assert_int_equal(spop_next_message(&it, &m), 1);
+	spop_iter_args(&m, &ia);
+	assert_int_equal(spop_next_arg(&ia, &a), 1);
+	assert_int_equal(a.value.type, want.type);
+	if (want.type == SPOP_T_STR || want.type == SPOP_T_BIN) {
+		/* the same bytes, in the frame instead of <val> */
+		assert_int_equal(a.value.v.s.len, want.v.s.len);
+		assert_memory_equal(a.value.v.s.ptr, want.v.s.ptr, want.v.s.len);
+	} else {
+		assert_true(memcmp(&a.value.v, &want.v, sizeof(want.v)) == 0);
+	}
+	assert_int_equal(spop_next_arg(&ia, &a), 0);
+	assert_int_equal(spop_next_message(&it, &m), 0);
+	harness_buf_free(&b);
+}
+
+static void test_notify_skip_matches_read(void **state)
+{
+	static const struct {
+		const char *p;
+		size_t n;
+	} payloads[] = {
+		{ "", 0 }, { "\x05", 1 }, { "\xef", 1 }, { "\xf0", 1 }, { "\xf0\x80\x00", 3 },
+		{ "\xf0\x80\x80\x80\x80\x80\x80\x80\x80\x80\x00", 11 },
+		{ "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f", 10 }, { "\x7f\0\0", 3 },
+		{ "\x7f\0\0\1", 4 }, { "0123456789abcdef", 16 }, { "0123456789abcde", 15 },
+		{ "\x03" "abc", 4 }, { "\x03" "ab", 3 }, { "\x00", 1 },
+		{ "\xf0\x01" "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+		  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+		  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+		  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 258 },
+	};
+	unsigned char val[300];
+	unsigned ty;
+	size_t i, k;
+
+	(void)state;
+	for (ty = 0; ty < 256; ty++) {
+		for (i = 0; i < sizeof(payloads) / sizeof(payloads[0]); i++) {
+			struct spop_data d;
+			size_t n = 1 + payloads[i].n;
+			int c;
+
+			val[0] = (unsigned char)ty;
+			memcpy(val + 1, payloads[i].p, payloads[i].n);
+			c = spop_decode_data(val, n, &d);
+			if (c == -1) {
+				check_notify_value(val, n, ty, i);
+				continue;
+			}
+			for (k = 1; k <= (size_t)c; k++)   /* the value and every prefix of it */
+				check_notify_value(val, k, ty, i);
+		}
+	}
+}
+
 /* ------------------------------------------------------------------ */
 /* HELLO and NOTIFY variants                                           */
 /* ------------------------------------------------------------------ */
@@ -1391,6 +1485,101 @@ static void test_encode_ack(void **state)
 	spop_ack_set_str(&a, SPOP_SCOPE_TXN, "status", "allow", 5);
 	spop_ack_unset(&a, SPOP_SCOPE_TXN, "x");
 	assert_int_equal(spop_ack_end(&a), -1);
+	harness_buf_free(&b);
+}
+
+/* The reference of a one-action ACK (stream 7, frame 300): SET-VAR of
+ * <name> in <scope>, an INT64 <iv> when <sval> is NULL, else the STR
+ * <sval>/<slen>; laid out here by hand. Returns its length. */
+static size_t ref_ack(unsigned char *out, size_t cap, enum spop_scope scope, const char *name,
+                      int64_t iv, const char *sval, size_t slen)
+{
+	size_t n = strlen(name), at = 4;
+
+	assert_true(cap >= 64 + n + slen);
+	out[at++] = 0x67;
+	memcpy(out + at, "\0\0\0\1", 4);
+	at += 4;
+	at += (size_t)spop_encode_varint(7, out + at, cap - at);
+	at += (size_t)spop_encode_varint(300, out + at, cap - at);
+	out[at++] = SPOP_ACT_SET_VAR;
+	out[at++] = 3;
+	out[at++] = (unsigned char)scope;
+	at += (size_t)spop_encode_varint(n, out + at, cap - at);
+	memcpy(out + at, name, n);
+	at += n;
+	if (sval == NULL) {
+		out[at++] = SPOP_T_INT64;
+		at += (size_t)spop_encode_varint((uint64_t)iv, out + at, cap - at);
+	} else {
+		out[at++] = SPOP_T_STR;
+		at += (size_t)spop_encode_varint(slen, out + at, cap - at);
+		memcpy(out + at, sval, slen);
+		at += slen;
+	}
+	out[0] = (unsigned char)((at - 4) >> 24);
+	out[1] = (unsigned char)((at - 4) >> 16);
+	out[2] = (unsigned char)((at - 4) >> 8);
+	out[3] = (unsigned char)(at - 4);
+	return at;
+}
+
+/* The same ACK from the encoder into <dst>/<cap>. */
+static int one_ack(unsigned char *dst, size_t cap, enum spop_scope scope, const char *name,
+                   int64_t iv, const char *sval, size_t slen)
+{
+	struct spop_writer a;
+
+	spop_ack_begin(&a, dst, cap, 7, 300);
+	if (sval == NULL)
+		spop_ack_set_int(&a, scope, name, iv);
+	else
+		spop_ack_set_str(&a, scope, name, sval, slen);
+	return spop_ack_end(&a);
+}
+
+/* SET-VAR at every name length around the one-byte varint's end (239,
+ * 240), integers at each varint length, strings of every length class:
+ * the bytes are the reference's, and every smaller buffer is refused with
+ * nothing written past it (the guard page). The agent's ACKs take a
+ * faster path when the head fits; this pins it to the byte-by-byte one. */
+static void test_encode_ack_shapes(void **state)
+{
+	static const size_t name_lens[] = { 1, 6, 13, 239, 240, 241, 300 };
+	static const int64_t ints[] = { 0, 1, 239, 240, 2287, 2288, 264431, 264432, 1 << 30,
+	                                INT64_MAX, INT64_MIN, -1 };
+	static const size_t str_lens[] = { 0, 5, 239, 240, 241, 1000 };
+	static unsigned char want[2048], out[2048];
+	char name[301], sval[1001];
+	struct harness_buf b;
+	size_t i, j, cap;
+
+	(void)state;
+	memset(name, 'v', sizeof(name));
+	for (i = 0; i < sizeof(sval); i++)
+		sval[i] = (char)(i * 7);
+	assert_int_equal(harness_buf_init(&b, 2048), 0);
+	for (i = 0; i < sizeof(name_lens) / sizeof(name_lens[0]); i++) {
+		name[name_lens[i]] = '\0';
+		for (j = 0; j < sizeof(ints) / sizeof(ints[0]) + sizeof(str_lens) / sizeof(str_lens[0]); j++) {
+			bool is_int = j < sizeof(ints) / sizeof(ints[0]);
+			int64_t iv = is_int ? ints[j] : 0;
+			const char *sv = is_int ? NULL : sval;
+			size_t sl = is_int ? 0 : str_lens[j - sizeof(ints) / sizeof(ints[0])];
+			enum spop_scope scope = (enum spop_scope)((i + j) % SPOP_SCOPE_COUNT);
+			size_t len = ref_ack(want, sizeof(want), scope, name, iv, sv, sl);
+
+			assert_int_equal(one_ack(out, sizeof(out), scope, name, iv, sv, sl), (int)len);
+			assert_memory_equal(out, want, len);
+			for (cap = 0; cap < len; cap++)
+				assert_int_equal(one_ack(harness_buf_place(&b, NULL, cap), cap, scope, name,
+				                         iv, sv, sl), -1);
+			assert_int_equal(one_ack(harness_buf_place(&b, NULL, len), len, scope, name, iv,
+			                         sv, sl), (int)len);
+			assert_memory_equal(b.guard - len, want, len);
+		}
+		name[name_lens[i]] = 'v';
+	}
 	harness_buf_free(&b);
 }
 
@@ -1831,6 +2020,8 @@ int main(void)
 		cmocka_unit_test(test_encode_agent_hello),
 		cmocka_unit_test(test_encode_agent_disconnect),
 		cmocka_unit_test(test_encode_ack),
+		cmocka_unit_test(test_encode_ack_shapes),
+		cmocka_unit_test(test_notify_skip_matches_read),
 		cmocka_unit_test(test_agent_hello_roundtrip),
 		cmocka_unit_test(test_encode_haproxy_vectors),
 		cmocka_unit_test(test_encode_data),
