@@ -116,7 +116,7 @@ LDLIBS_AGENT := -lev $(HIREDIS_LIBS) -lm -pthread
 LDLIBS_TEST  := -lcmocka -lm
 # A unit test links hiredis only with a module that uses it (the pure ones
 # read plain values: struct window_reply, struct cluster_view).
-HIREDIS_MODULES := limiter limiter_call limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster
+HIREDIS_MODULES := redis_sync ctl live denied limiter limiter_call limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster
 
 ifeq ($(V),1)
 Q :=
@@ -129,6 +129,7 @@ SPOA_MODULES := spop spop_write window headers config config_check config_lex co
 SPOA_MODULES += resolve
 SPOA_MODULES += redis_tls
 SPOA_MODULES += redis_open
+SPOA_MODULES += live_rule ctl_args ctl_keys redis_sync ctl live denied
 AGENT_OBJS   := $(addprefix $(BUILD)/spoa/,$(addsuffix .o,$(SPOA_MODULES)))
 MAIN_OBJ     := $(BUILD)/spoa/main.o
 BENCH_OBJ    := $(BUILD)/bench/spoa-bench.o

@@ -14,7 +14,9 @@
 #include "config.h"
 #include "conn.h"
 #include "conn_int.h"
+#include "denied.h"
 #include "headers.h"
+#include "live.h"
 #include "log.h"
 #include "metrics.h"
 #include "spop.h"
@@ -46,8 +48,11 @@ struct conn_req {
 	unsigned nmsgs;                 /* counted in ns->decisions */
 	const struct window_policy *policy; /* first message's, for metrics */
 	uint64_t read_us;               /* monotonic, when the NOTIFY was read */
-	const struct window_limit *lim; /* its limits for the key (borrowed from cfg) */
+	const struct window_limit *lim; /* its limits for the key (borrowed from cfg, or <live>) */
 	unsigned nwin;
+	struct window_policy live;      /* the policy with a live override's limits */
+	char key[WINDOW_KEY_MAX];       /* first message's key, for the denial counts */
+	size_t key_len;
 	unsigned nasked;                /* messages handed to the limiter */
 	struct window_decision acc;
 	struct conn_req *prev, *next;
@@ -211,9 +216,11 @@ static void conn_count_decision(struct conn_env *env, const struct config *cfg,
 {
 	size_t idx;
 
-	/* every refusal shows at warn, a line a second per reason and thread */
+	/* every refusal shows at warn, a line a second per reason and thread (a
+	 * live block is the operator's own: logged when the agent sees it) */
 	if (d->status == WINDOW_ERROR ||
-	    (d->reason != WINDOW_REASON_NONE && d->reason != WINDOW_REASON_SHADOW_DENY))
+	    (d->reason != WINDOW_REASON_NONE && d->reason != WINDOW_REASON_SHADOW_DENY &&
+	     d->reason != WINDOW_REASON_BLOCKED))
 		log_limited(CONFIG_LOG_WARN, window_reason_str(d->reason),
 		            d->status == WINDOW_ERROR ? "decision_refused" : "decision_fail_open",
 		            "reason=%s policy=%s", window_reason_str(d->reason), p ? p->name : "-");
@@ -257,6 +264,9 @@ static void conn_req_finish(struct conn_req *r)
 		metrics_sub(&env->metrics->notify_inflight, 1);
 	if (r->acc.status != WINDOW_STATUS_COUNT)
 		conn_count_decision(env, r->cfg->cfg, r->policy, &r->acc);
+	/* ctl top-denied: the one place a denial is counted for it */
+	if (r->acc.status == WINDOW_DENY && r->policy && r->key_len)
+		denied_note(env->denied, r->policy->name, r->policy->name_len, r->key, r->key_len);
 	conn_req_unlink(ns, r);
 	ns->inflight--;
 	ns->decisions -= r->nmsgs;
@@ -298,6 +308,7 @@ static void conn_decide_message(struct conn_env *env, struct conn_req *r,
 	bool have_policy = false, have_key = false, have_cost = false;
 	int64_t cost = 1;
 	enum window_reason why = WINDOW_REASON_NONE;
+	enum live_verdict lv;
 
 	spop_iter_args(m, &it);
 	while (spop_next_arg(&it, &a)) {
@@ -330,15 +341,32 @@ static void conn_decide_message(struct conn_env *env, struct conn_req *r,
 		window_decision_merge(&r->acc, &d);
 		return;
 	}
+	/* the one place a live override (ctl) enters a decision: its limits
+	 * replace the config's for this call, a block is answered here */
+	lv = live_apply(env->live, p, key.ptr, key.len, &r->live, &d);
+	if (lv != LIVE_NONE && env->metrics)
+		metrics_add(&env->metrics->live_decisions[lv == LIVE_BLOCK ? METRICS_LIVE_BLOCK :
+		                                          METRICS_LIVE_LIMITS], 1);
 	if (!r->policy) {
 		r->policy = p;
-		r->lim = window_limits_for(p, key.ptr, key.len, &r->nwin);
+		if (lv == LIVE_LIMITS) {
+			r->lim = r->live.win;
+			r->nwin = r->live.nwin;
+		} else {
+			r->lim = window_limits_for(p, key.ptr, key.len, &r->nwin);
+		}
+		memcpy(r->key, key.ptr, key.len);
+		r->key_len = key.len;
 	}
 	r->nasked++;
+	if (lv == LIVE_BLOCK) {
+		window_decision_merge(&r->acc, &d);
+		return;
+	}
 
 	r->pending++;
-	if (env->ops.check(env->ops.ctx, p, key.ptr, key.len, (uint64_t)cost,
-	                   conn_on_decision, r) == -1) {
+	if (env->ops.check(env->ops.ctx, lv == LIVE_LIMITS ? &r->live : p, key.ptr, key.len,
+	                   (uint64_t)cost, conn_on_decision, r) == -1) {
 		r->pending--;
 		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
 		window_decision_merge(&r->acc, &d);

@@ -644,6 +644,13 @@ void worker_set_reply(struct worker *w, struct ev_loop *main_loop, struct ev_asy
 	w->main_async = main_async;
 }
 
+/* Before worker_start(): both borrowed for the worker's lifetime. */
+void worker_set_live(struct worker *w, struct live *live, struct denied *denied)
+{
+	w->env.live = live;
+	w->env.denied = denied;
+}
+
 /* The worker takes its own reference to <g>. */
 void worker_prepare_config(struct worker *w, struct cfg_gen *g, unsigned seq)
 {
