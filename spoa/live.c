@@ -39,6 +39,7 @@ struct live {
 	struct live_entry *tab;        /* sorted by field; owned */
 	size_t n;
 	_Atomic size_t count;          /* n, read without the lock */
+	_Atomic uint64_t epoch;        /* live_epoch() */
 	/* the thread and what main hands it */
 	pthread_t thread;
 	bool started;
@@ -165,12 +166,17 @@ static long long live_log_event(const char *s, size_t len, bool log)
 	    live_rule_unescape(w[5], strlen(w[5]), who, sizeof(who)) < 0 ||
 	    live_rule_unescape(w[6], strlen(w[6]), det, sizeof(det)) < 0)
 		return -1;
-	if (log)
-		log_info(strcmp(w[2], "reset") == 0 ? "live_reset" : "live_override_change",
-		         "seq=%s what=%s policy=%s account=%s who=%s at_ms=%s detail=%s", w[0], w[2],
-		         w[3], log_quote(qa, sizeof(qa), acc, strlen(acc)),
-		         log_quote(qw, sizeof(qw), who, strlen(who)), w[1],
-		         log_quote(qd, sizeof(qd), det, strlen(det)));
+	if (!log)
+		return strtoll(w[0], NULL, 10);
+	log_quote(qa, sizeof(qa), acc, strlen(acc));
+	log_quote(qw, sizeof(qw), who, strlen(who));
+	log_quote(qd, sizeof(qd), det, strlen(det));
+#define LIVE_EVENT_FMT "seq=%s what=%s policy=%s account=%s who=%s at_ms=%s detail=%s"
+	if (strcmp(w[2], "reset") == 0)
+		log_info("live_reset", LIVE_EVENT_FMT, w[0], w[2], w[3], qa, qw, w[1], qd);
+	else
+		log_info("live_override_change", LIVE_EVENT_FMT, w[0], w[2], w[3], qa, qw, w[1], qd);
+#undef LIVE_EVENT_FMT
 	return strtoll(w[0], NULL, 10);
 }
 
@@ -217,7 +223,7 @@ static void live_judge(struct live *lv, const struct live_rule *r, bool first)
 {
 	const struct window_policy *p = config_find_policy(lv->cfg, r->policy, r->policy_len);
 	char why[256], lim[128], qa[LOG_QUOTED_MAX(WINDOW_KEY_MAX)];
-	char qw[LOG_QUOTED_MAX(LIVE_WHO_MAX)];
+	char qw[LOG_QUOTED_MAX(LIVE_WHO_MAX)], qr[LOG_QUOTED_MAX(LIVE_REASON_MAX)];
 
 	if (!p)
 		snprintf(why, sizeof(why), "no policy '%s' in this agent's configuration", r->policy);
@@ -229,7 +235,8 @@ static void live_judge(struct live *lv, const struct live_rule *r, bool first)
 		         r->policy, qa, lim, qw, why);
 	else if (first)
 		log_info("live_override_active", "policy=%s account=%s limits=%s who=%s "
-		         "expires_ms=%" PRId64, r->policy, qa, lim, qw, r->expires_ms);
+		         "expires_ms=%" PRId64 " reason=%s", r->policy, qa, lim, qw, r->expires_ms,
+		         log_quote(qr, sizeof(qr), r->reason, strlen(r->reason)));
 }
 
 /* Read the rules into a new table (converting expiries to the monotonic
@@ -322,8 +329,17 @@ static void live_poll(struct live *lv)
 		return;
 	}
 	live_read_events(lv);
+	if (!lv->have_version)
+		log_info("live_control_ready", "version=%lld overrides=%zu redis=%s", v,
+		         atomic_load(&lv->count), redis_sync_addr(lv->rs));
 	lv->version = v;
 	lv->have_version = true;
+	atomic_fetch_add(&lv->epoch, 1);
+}
+
+uint64_t live_epoch(const struct live *lv)
+{
+	return atomic_load(&lv->epoch);
 }
 
 /* Live overrides in effect now, for the gauge. */
@@ -347,10 +363,15 @@ static void *live_main(void *arg)
 	char err[256];
 
 	clock_gettime(CLOCK_MONOTONIC, &at);
+	at.tv_nsec -= LIVE_POLL_MS * 1000000L;   /* the first poll at once */
 	for (;;) {
 		struct config *next;
 
 		at.tv_nsec += LIVE_POLL_MS * 1000000L;
+		if (at.tv_nsec < 0) {
+			at.tv_nsec += 1000000000L;
+			at.tv_sec--;
+		}
 		at.tv_sec += at.tv_nsec / 1000000000L;
 		at.tv_nsec %= 1000000000L;
 		pthread_mutex_lock(&lv->cmu);

@@ -38,6 +38,10 @@ enum live_verdict {
 struct live *live_new(const struct config *cfg, struct metrics *metrics, struct denied *denied,
                       char *err, size_t errlen);
 
+/* Bumped each time the thread sees a change in Redis (an override set,
+ * replaced or removed, a reset): workers then empty their deny caches. */
+uint64_t live_epoch(const struct live *lv);
+
 /* A reload: the thread uses <cfg> (copied) from its next poll. 0 or -1. */
 int live_reconfigure(struct live *lv, const struct config *cfg);
 
