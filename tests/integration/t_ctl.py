@@ -62,9 +62,10 @@ def seen_by_all(h, what, conns, key, pred, policy="transfer"):
     return h.wait_until(what, lambda: all(pred(ask(c, key, policy)) for c in conns), SEE_SECS)
 
 
-def run_common(h, conf, agents, logs, cluster=False):
+def run_common(h, conf, agents, logs, cli):
     """The checks both topologies share; <agents> are SPOP connections to
-    distinct agents, <logs> their log files."""
+    distinct agents, <logs> their log files, cli(*args) a redis-cli command
+    (routed by slot on a cluster)."""
     a, b = agents[0], agents[-1]
     for lg in logs:
         h.wait_until("agent %s polls the live overrides" % os.path.basename(lg),
@@ -149,7 +150,6 @@ def run_common(h, conf, agents, logs, cluster=False):
          (s["limits"], s["live"]["applies"]))
 
     # -- block ---------------------------------------------------------------
-    blocked_before = {c: 0 for c in range(len(agents))}
     rc, _, err = ctl(conf, "override", "transfer", "jwt:ACC-B", "block", "--for", "10m",
                      "--reason", "fraud")
     h.check("override block: exit 0", rc == 0 and "limits=block" in err, err)
@@ -164,13 +164,12 @@ def run_common(h, conf, agents, logs, cluster=False):
                 d)
     # the decisions made while waiting for the block went to Redis: start
     # the key afresh, then only blocked decisions
-    h_cli(h, "DEL", "transfer:limit:v1:jwt:ACC-B")
+    cli("DEL", "transfer:limit:v1:jwt:ACC-B")
     for c in agents:
         ask(c, "jwt:ACC-B")
         nblocked += 1
     h.eq("a block asks no Redis: the account's window key stays absent", 0,
-         int(h_cli(h, "EXISTS", "transfer:limit:v1:jwt:ACC-B") or 0))
-    del blocked_before
+         int(cli("EXISTS", "transfer:limit:v1:jwt:ACC-B") or 0))
 
     # -- a live override wins over a config override while it lasts ----------
     rc, _, err = ctl(conf, "override", "transfer", "jwt:ACC-VIP", "5/1s", "--for", "10m")
@@ -204,7 +203,7 @@ def run_common(h, conf, agents, logs, cluster=False):
     h.check("expired: no longer listed",
             ("transfer", "jwt:ACC-E") not in {(o["policy"], o["account"])
                                               for o in ctl_json(h, conf, "overrides")})
-    ttl = int(h_cli(h, "PTTL", "ratelimit-spoa:{ctl}:overrides") or -2)
+    ttl = int(cli("PTTL", "ratelimit-spoa:{ctl}:overrides") or -2)
     h.check("the overrides hash carries a TTL (its latest expiry, <= 10 min)",
             0 < ttl <= 600000, ttl)
 
@@ -273,10 +272,6 @@ def run_common(h, conf, agents, logs, cluster=False):
     h.check("override without --for: exit 2, usage", rc == 2 and "--for" in err, err)
 
 
-def h_cli(h, *args):
-    return h.cli(*args) if hasattr(h, "cli") else h.rcli(*args)
-
-
 if __name__ == "__main__":
     h = Harness()
     h.start_redis()
@@ -287,7 +282,7 @@ if __name__ == "__main__":
     _, bport, bmport, blog = h.spawn_side_agent("agent-b", body)
     harness.wait_ready(bmport, harness.threads(1))
     agents = [conn(h.agent_port), conn(bport)]
-    run_common(h, conf, agents, [h.agent_log, blog])
+    run_common(h, conf, agents, [h.agent_log, blog], h.rcli)
 
     # -- metrics -------------------------------------------------------------
     m = harness.scrape(h.metrics_port)
