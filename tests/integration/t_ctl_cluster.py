@@ -15,9 +15,25 @@ from harness import Harness  # noqa: E402
 from t_cluster import Cluster, key_slot, start_agent, wait_decisions  # noqa: E402
 from t_ctl import POLICIES, conn, ctl, ctl_json, run_common  # noqa: E402
 
+
+
+class EngineCluster(Cluster):
+    """t_cluster's Cluster whose nodes load the module when the suite runs
+    on it (SPOA_TEST_REDIS_ENGINE=module), as the harness's own servers do."""
+
+    def start_node(self, port, node_timeout=1000):
+        spawn = self.h.spawn
+        self.h.spawn = lambda argv, log: spawn(argv + harness.module_args(), log)
+        try:
+            return super().start_node(port, node_timeout)
+        finally:
+            self.h.spawn = spawn
+
+
 h = Harness()
-cl = Cluster(h)
-start_agent(h, cl, POLICIES)
+cl = EngineCluster(h)
+engine = "redis-engine %s\n" % harness.FORCED_ENGINE if harness.FORCED_ENGINE else ""
+start_agent(h, cl, POLICIES + engine)
 body = harness.force_threads("redis cluster://%s\nredis-timeout 500ms\nthreads 1\n%s"
                              % (cl.seeds(), POLICIES))
 _, bport, _, blog = h.spawn_side_agent("agent-b", body)
@@ -32,7 +48,7 @@ h.eq("the live-control keys share one slot", 1, len({key_slot(k) for k in keys})
 # ctl's own config: the agents' policies, one seed that serves neither the
 # {ctl} slot nor the first account below: its commands go there by MOVED
 ctl_owner = cl.owner(keys[0])
-acc_owner = cl.owner("transfer:limit:v1:jwt:ACC-S")
+acc_owner = cl.owner("minute:limit:v1:jwt:ACC-S")
 seed = [p for p in cl.primaries() if p not in (ctl_owner, acc_owner)]
 h.check("a primary serves neither the {ctl} slot nor jwt:ACC-S's", seed, (ctl_owner, acc_owner))
 conf = os.path.join(h.tmp, "ctl.conf")
