@@ -64,6 +64,7 @@ struct ctl {
 	const struct window_policy *p;
 	char who[LIVE_WHO_MAX + 1];
 	char err[CONFIG_ERR_LEN];
+	bool refused;                   /* err is ctl's own verdict, not Redis's */
 };
 
 /* "user@host" of whoever runs ctl (sudo's caller when under sudo). */
@@ -447,6 +448,7 @@ static int ctl_override(struct ctl *x)
 	/* the agents check this too: a ctl from another config cannot loosen */
 	if (live_rule_check(x->p, r, why, sizeof(why)) == -1) {
 		snprintf(x->err, sizeof(x->err), "override refused: %s", why);
+		x->refused = true;
 		return 1;
 	}
 	now_ms = redis_sync_time_ms(x->rs, LIVE_KEY_RULES, sizeof(LIVE_KEY_RULES) - 1, x->err,
@@ -603,7 +605,8 @@ static int ctl_top_denied(struct ctl *x)
 		freeReplyObject(r);
 	}
 	/* the same account in several minutes: one line */
-	qsort(d, nd, sizeof(*d), ctl_denied_by_member);
+	if (nd)
+		qsort(d, nd, sizeof(*d), ctl_denied_by_member);
 	for (i = 0, k = 0; i < nd; i = j) {
 		uint64_t sum = 0;
 
@@ -615,7 +618,8 @@ static int ctl_top_denied(struct ctl *x)
 		d[k++].n = sum;
 	}
 	nd = k;
-	qsort(d, nd, sizeof(*d), ctl_denied_by_count);
+	if (nd)
+		qsort(d, nd, sizeof(*d), ctl_denied_by_count);
 	if (x->a.json)
 		printf("[");
 	else
@@ -688,7 +692,7 @@ int ctl_main(int argc, char **argv)
 		goto out;
 fail:
 	fprintf(stderr, "ratelimit-spoa ctl: %s%s%s\n", x->err,
-	        x->rs ? " on " : "", x->rs ? redis_sync_addr(x->rs) : "");
+	        x->rs && !x->refused ? " on " : "", x->rs && !x->refused ? redis_sync_addr(x->rs) : "");
 	rc = 1;
 out:
 	redis_sync_free(x->rs);

@@ -57,13 +57,33 @@ struct live {
 	struct denied *denied;         /* borrowed, may be NULL */
 };
 
+/* Order of fields <a>/<al> and <b>/<bl>: bytewise, a shorter prefix first. */
+static int live_field_cmp(const char *a, size_t al, const char *b, size_t bl)
+{
+	int c = memcmp(a, b, al < bl ? al : bl);
+
+	return c ? c : (al > bl) - (al < bl);
+}
+
 static int live_entry_cmp(const void *a, const void *b)
 {
 	const struct live_entry *x = a, *y = b;
-	size_t n = x->field_len < y->field_len ? x->field_len : y->field_len;
-	int c = memcmp(x->field, y->field, n);
 
-	return c ? c : (x->field_len > y->field_len) - (x->field_len < y->field_len);
+	return live_field_cmp(x->field, x->field_len, y->field, y->field_len);
+}
+
+/* A lookup's key: a field not copied into a whole entry. */
+struct live_key {
+	const char *field;
+	size_t len;
+};
+
+static int live_key_cmp(const void *k, const void *e)
+{
+	const struct live_key *x = k;
+	const struct live_entry *y = e;
+
+	return live_field_cmp(x->field, x->len, y->field, y->field_len);
 }
 
 /* A config copy on the heap, owned by the caller. NULL when out of memory. */
@@ -90,7 +110,9 @@ enum live_verdict live_apply(struct live *lv, const struct window_policy *p, con
                              size_t key_len, struct window_policy *out,
                              struct window_decision *d)
 {
-	struct live_entry probe, *e;
+	char field[LIVE_FIELD_MAX];
+	struct live_key probe = { field, p->name_len + 1 + key_len };
+	struct live_entry *e;
 	struct live_rule r;
 	const struct window_limit *lim;
 	uint64_t now, expires, left_us, cap_us = (uint64_t)LIVE_BLOCK_RETRY_MAX_S * 1000000u;
@@ -98,14 +120,13 @@ enum live_verdict live_apply(struct live *lv, const struct window_policy *p, con
 	char why[256];
 
 	if (!lv || atomic_load_explicit(&lv->count, memory_order_acquire) == 0 ||
-	    p->name_len + 1 + key_len > sizeof(probe.field))
+	    probe.len > sizeof(field))
 		return LIVE_NONE;
-	memcpy(probe.field, p->name, p->name_len);
-	probe.field[p->name_len] = ' ';
-	memcpy(probe.field + p->name_len + 1, key, key_len);
-	probe.field_len = p->name_len + 1 + key_len;
+	memcpy(field, p->name, p->name_len);
+	field[p->name_len] = ' ';
+	memcpy(field + p->name_len + 1, key, key_len);
 	pthread_mutex_lock(&lv->mu);
-	e = lv->n ? bsearch(&probe, lv->tab, lv->n, sizeof(*lv->tab), live_entry_cmp) : NULL;
+	e = lv->n ? bsearch(&probe, lv->tab, lv->n, sizeof(*lv->tab), live_key_cmp) : NULL;
 	if (e) {
 		r = e->rule;
 		expires = e->expires_us;
@@ -279,7 +300,8 @@ static int live_read_rules(struct live *lv)
 		n++;
 	}
 	freeReplyObject(r);
-	qsort(tab, n, sizeof(*tab), live_entry_cmp);
+	if (n)
+		qsort(tab, n, sizeof(*tab), live_entry_cmp);
 	/* log what this agent sees anew: set_ms tells a replaced rule apart */
 	for (i = 0; i < n; i++) {
 		struct live_entry *o = NULL;
