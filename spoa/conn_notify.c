@@ -50,7 +50,7 @@ struct conn_req {
 	uint64_t read_us;               /* monotonic, when the NOTIFY was read */
 	const struct window_limit *lim; /* its limits for the key (borrowed from cfg, or <live>) */
 	unsigned nwin;
-	struct window_policy live;      /* the policy with a live override's limits */
+	struct window_limit live_win[WINDOW_MAX_WINDOWS]; /* a live override's, when <lim> */
 	char key[WINDOW_KEY_MAX];       /* first message's key, for the denial counts */
 	size_t key_len;
 	unsigned nasked;                /* messages handed to the limiter */
@@ -309,6 +309,7 @@ static void conn_decide_message(struct conn_env *env, struct conn_req *r,
 	int64_t cost = 1;
 	enum window_reason why = WINDOW_REASON_NONE;
 	enum live_verdict lv;
+	struct window_policy live;      /* <p> with a live override's limits */
 
 	spop_iter_args(m, &it);
 	while (spop_next_arg(&it, &a)) {
@@ -343,15 +344,16 @@ static void conn_decide_message(struct conn_env *env, struct conn_req *r,
 	}
 	/* the one place a live override (ctl) enters a decision: its limits
 	 * replace the config's for this call, a block is answered here */
-	lv = live_apply(env->live, p, key.ptr, key.len, &r->live, &d);
+	lv = live_apply(env->live, p, key.ptr, key.len, &live, &d);
 	if (lv != LIVE_NONE && env->metrics)
 		metrics_add(&env->metrics->live_decisions[lv == LIVE_BLOCK ? METRICS_LIVE_BLOCK :
 		                                          METRICS_LIVE_LIMITS], 1);
 	if (!r->policy) {
 		r->policy = p;
 		if (lv == LIVE_LIMITS) {
-			r->lim = r->live.win;
-			r->nwin = r->live.nwin;
+			memcpy(r->live_win, live.win, live.nwin * sizeof(live.win[0]));
+			r->lim = r->live_win;
+			r->nwin = live.nwin;
 		} else {
 			r->lim = window_limits_for(p, key.ptr, key.len, &r->nwin);
 		}
@@ -365,7 +367,8 @@ static void conn_decide_message(struct conn_env *env, struct conn_req *r,
 	}
 
 	r->pending++;
-	if (env->ops.check(env->ops.ctx, lv == LIVE_LIMITS ? &r->live : p, key.ptr, key.len,
+	/* the limiter borrows <live> for the call only (a call keeps a copy) */
+	if (env->ops.check(env->ops.ctx, lv == LIVE_LIMITS ? &live : p, key.ptr, key.len,
 	                   (uint64_t)cost, conn_on_decision, r) == -1) {
 		r->pending--;
 		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);

@@ -289,6 +289,19 @@ if __name__ == "__main__":
     agents = [conn(h.agent_port), conn(bport)]
     run_common(h, conf, agents, [h.agent_log, blog], h.rcli)
 
+    # -- sentinel://: ctl finds the primary through a sentinel -----------------
+    sport = harness.free_port()
+    h.start_sentinel(sport, h.redis_port, "rlprimary")
+    sconf = os.path.join(h.tmp, "ctl-sentinel.conf")
+    with open(sconf, "w") as f:
+        f.write("redis sentinel://127.0.0.1:%d/rlprimary\n%s" % (sport, POLICIES))
+    h.eq("sentinel://: overrides lists what redis:// lists",
+         sorted((o["policy"], o["account"]) for o in ctl_json(h, conf, "overrides")),
+         sorted((o["policy"], o["account"]) for o in (ctl_json(h, sconf, "overrides") or [])))
+    s = ctl_json(h, sconf, "show", "hourly", "jwt:ACC-T1")
+    h.eq("sentinel://: show reads the primary's windows (2 used of 2)", (2, 0),
+         s and (s["windows"][0]["used"], s["windows"][0]["remaining"]))
+
     # -- metrics -------------------------------------------------------------
     m = harness.scrape(h.metrics_port)
     h.check("metrics: live_overrides counts those in effect (ACC-O, ACC-LM, ACC-B; "
