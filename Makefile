@@ -371,7 +371,7 @@ TSAN_TESTS ?= tests/integration/t_agent.py tests/integration/t_multiwindow.py \
               tests/integration/t_ops_reload.py tests/integration/t_ops_metrics.py \
               tests/integration/t_ops_shadow.py tests/integration/t_cluster.py \
               tests/integration/t_cluster_failover.py tests/integration/t_sentinel.py \
-              tests/integration/t_batch.py tests/integration/t_oom.py
+              tests/integration/t_batch.py tests/integration/t_oom.py tests/integration/t_ctl.py
 tsan:
 	$(Q)$(MAKE) --no-print-directory SANITIZE=thread BUILD=build/tsan all
 	$(Q)TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
