@@ -10,6 +10,7 @@ the agents log, and the metrics. t_ctl_cluster.py runs the same commands on
 a Redis Cluster."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -129,12 +130,28 @@ def run_common(h, conf, agents, logs, cli):
     rc, _, err = ctl(conf, "override", "api", "jwt:ACC-O", "40/1s", "--for", "1m")
     h.check("ctl refuses 40/1s alone under live-max 50/1s 200/1h (no hour bound)",
             rc == 1 and "200/1h" in err, err)
-    rc, _, err = ctl(conf, "override", "api", "jwt:ACC-LM", "40/1s", "150/1h", "--for", "1m")
+    rc, _, err = ctl(conf, "override", "api", "jwt:ACC-LM", "40/1s", "150/1h", "--for", "5m")
     h.check("ctl takes 40/1s 150/1h under live-max 50/1s 200/1h", rc == 0, err)
     seen_by_all(h, "every agent raises jwt:ACC-LM to 40/1s (its deciding window)", agents,
                 "jwt:ACC-LM", lambda d: d.get("limit") == 40, "api")
     s = ctl_json(h, conf, "show", "api", "jwt:ACC-LM")
     h.eq("show: the raised windows", [40, 150], [w["limit"] for w in s["windows"]])
+    # the first agent reloads a file without that ceiling: it stops applying
+    # the override at once, the other agent (its ceiling kept) goes on
+    with open(conf) as f:
+        text = f.read()
+    with open(conf, "w") as f:
+        f.write(text.replace("live-max api 50/1s 200/1h\n", ""))
+    h.agent.send_signal(signal.SIGHUP)
+    h.wait_until("agent A, reloaded without live-max, decides jwt:ACC-LM with api's 10/1s",
+                 lambda: ask(a, "jwt:ACC-LM", "api").get("limit") == 10, SEE_SECS)
+    h.eq("agent B, whose file keeps the ceiling, still applies 40/1s", 40,
+         ask(b, "jwt:ACC-LM", "api").get("limit"))
+    with open(conf, "w") as f:
+        f.write(text)
+    h.agent.send_signal(signal.SIGHUP)
+    h.wait_until("agent A, the ceiling back, applies 40/1s again",
+                 lambda: ask(a, "jwt:ACC-LM", "api").get("limit") == 40, SEE_SECS)
     # a ctl with another configuration (a looser one) writes past this
     # agent's ceiling: the agents refuse to apply it
     other = os.path.join(h.tmp, "other.conf")

@@ -51,9 +51,15 @@ ctl_owner = cl.owner(keys[0])
 acc_owner = cl.owner("minute:limit:v1:jwt:ACC-S")
 seed = [p for p in cl.primaries() if p not in (ctl_owner, acc_owner)]
 h.check("a primary serves neither the {ctl} slot nor jwt:ACC-S's", seed, (ctl_owner, acc_owner))
-conf = os.path.join(h.tmp, "ctl.conf")
+# (agent A's file too: the reload checks of run_common edit it)
+conf = os.path.join(h.tmp, "agent.conf")
+with open(conf) as f:
+    text = f.read()
+one_seed = "redis cluster://127.0.0.1:%d\n" % (seed or cl.primaries())[0]
+text = text.replace("redis cluster://%s\n" % cl.seeds(), one_seed)
+h.check("ctl's file names that one seed", one_seed in text, text)
 with open(conf, "w") as f:
-    f.write("redis cluster://127.0.0.1:%d\n%s" % ((seed or cl.primaries())[0], POLICIES))
+    f.write(text)
 
 run_common(h, conf, agents, [h.agent_log, blog], cl.rcli)
 
