@@ -319,6 +319,43 @@ if __name__ == "__main__":
     h.eq("sentinel://: show reads the primary's windows (2 used of 2)", (2, 0),
          s and (s["windows"][0]["used"], s["windows"][0]["remaining"]))
 
+    # -- the ACL of docs/deployment.md: an agent and ctl as that user --------
+    acl = [l.split()[2:] for l in harness.read_text(os.path.join(harness.ROOT, "docs", "deployment.md"))
+           .splitlines() if l.startswith("ACL SETUSER ratelimit ") and "ratelimit.decide" not in l]
+    h.check("deployment.md has the ACL lines, live control's among them",
+            len(acl) >= 2 and any("~ratelimit-spoa:{ctl}:*" in a for a in acl), acl)
+    for a in acl:
+        h.eq("ACL SETUSER %s" % " ".join(a[:3]), "OK", h.rcli("ACL", "SETUSER", *a))
+    if harness.FORCED_ENGINE in ("module", "auto"):
+        h.rcli("ACL", "SETUSER", "ratelimit", "+ratelimit.decide", "+ratelimit.version")
+    uconf = os.path.join(h.tmp, "acl.conf")
+    ubody = harness.force_threads("redis redis://ratelimit:s3cret@127.0.0.1:%d/0\nthreads 1\n"
+                                  "redis-timeout 1s\n%s" % (h.redis_port, POLICIES))
+    with open(uconf, "w") as f:
+        f.write(ubody)
+    _, uport, umport, ulog = h.spawn_side_agent("agent-acl", ubody)
+    harness.wait_ready(umport, harness.threads(1))
+    h.wait_until("the ACL user's agent polls the live overrides",
+                 lambda: "event=live_control_ready" in harness.read_text(ulog), SEE_SECS)
+    u = conn(uport)
+    rc, _, err = ctl(uconf, "override", "transfer", "jwt:ACC-ACL", "block", "--for", "1m")
+    h.check("ctl as the ACL user: override", rc == 0, err)
+    seen_by_all(h, "the ACL user's agent applies the block", [u], "jwt:ACC-ACL",
+                lambda d: d.get("reason") == "blocked")
+    for args in (("show", "hourly", "jwt:ACC-T1"), ("overrides",), ("top-denied",),
+                 ("reset", "hourly", "jwt:ACC-T2"), ("override", "transfer", "jwt:ACC-ACL", "--remove")):
+        rc, _, err = ctl(uconf, *args)
+        h.check("ctl as the ACL user: %s" % args[0], rc == 0, err)
+    for _ in range(3):
+        ask(u, "jwt:ACC-ACL2", "hourly")
+    h.check("the ACL user's agent writes its denial counts",
+            harness.wait_for(lambda: any(x["account"] == "jwt:ACC-ACL2" for x in
+                                         ctl_json(h, uconf, "top-denied", "--policy", "hourly")),
+                             SEE_SECS))
+    h.check("and logs no failure of live control",
+            "live_poll_failed" not in harness.read_text(ulog) and
+            "denied_flush_failed" not in harness.read_text(ulog), harness.read_text(ulog)[-2000:])
+
     # -- metrics -------------------------------------------------------------
     m = harness.scrape(h.metrics_port)
     h.check("metrics: live_overrides counts those in effect (ACC-O, ACC-LM, ACC-B; "
