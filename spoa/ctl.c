@@ -533,6 +533,7 @@ struct ctl_denied {
 	uint64_t n;
 };
 
+/* qsort order of struct ctl_denied by member (borrowed, compared only). */
 static int ctl_denied_by_member(const void *a, const void *b)
 {
 	const struct ctl_denied *x = a, *y = b;
@@ -542,6 +543,7 @@ static int ctl_denied_by_member(const void *a, const void *b)
 	return c ? c : (x->len > y->len) - (x->len < y->len);
 }
 
+/* qsort order: most denied first, then by member (borrowed). */
 static int ctl_denied_by_count(const void *a, const void *b)
 {
 	const struct ctl_denied *x = a, *y = b;
@@ -649,6 +651,7 @@ out:
 	return rc;
 }
 
+/* See ctl.h. Owns the run (struct ctl: config, Redis client); borrows <argv>. */
 int ctl_main(int argc, char **argv)
 {
 	struct ctl *x = calloc(1, sizeof(*x));

@@ -81,11 +81,13 @@ static const char *const ctl_usages[CTL_CMD_COUNT] = {
 "the counts every agent adds up and writes each second.\n",
 };
 
+/* See ctl_args.h; static storage, nothing allocated. */
 const char *ctl_cmd_name(enum ctl_cmd c)
 {
 	return (unsigned)c < CTL_CMD_COUNT ? ctl_names[c] : "";
 }
 
+/* See ctl_args.h; static storage, nothing allocated. */
 const char *ctl_usage(enum ctl_cmd c)
 {
 	return ctl_usages[(unsigned)c < CTL_CMD_COUNT ? c : CTL_CMD_NONE];
@@ -149,6 +151,7 @@ static int ctl_option_ok(enum ctl_cmd c, const char *o)
 	return 0;
 }
 
+/* See ctl_args.h: <a> borrows <argv>'s strings, copies into <a>->rule. */
 int ctl_parse_args(int argc, char **argv, struct ctl_args *a, char *err, size_t errlen)
 {
 	unsigned nth = 0, c;

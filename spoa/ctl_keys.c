@@ -5,6 +5,7 @@
 
 #include "ctl_keys.h"
 
+/* See ctl_keys.h: borrows <p>, <win> and <key>; the names are copied into <out>. */
 int ctl_keys_for(const struct window_policy *p, const struct window_limit *win, unsigned nwin,
                  const char *key, size_t key_len, struct ctl_key *out, size_t have)
 {

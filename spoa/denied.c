@@ -36,6 +36,7 @@ struct denied {
 	_Atomic uint64_t dropped;
 };
 
+/* See denied.h: the caller owns the result; tables come at first use. */
 struct denied *denied_new(void)
 {
 	struct denied *d = calloc(1, sizeof(*d));
@@ -48,6 +49,7 @@ struct denied *denied_new(void)
 	return d;
 }
 
+/* See denied.h: frees <d> and every table it owns. */
 void denied_free(struct denied *d)
 {
 	unsigned i;
@@ -62,11 +64,13 @@ void denied_free(struct denied *d)
 	free(d);
 }
 
+/* See denied.h; reads <d> only. */
 uint64_t denied_dropped(const struct denied *d)
 {
 	return d ? atomic_load(&d->dropped) : 0;
 }
 
+/* See denied.h: copies <policy> and <key> into a shard's table. */
 void denied_note(struct denied *d, const char *policy, size_t policy_len, const char *key,
                  size_t key_len)
 {
@@ -93,8 +97,8 @@ void denied_note(struct denied *d, const char *policy, size_t policy_len, const 
 		at = ((unsigned)h / DENIED_SHARDS + i) % DENIED_SLOTS;
 		e = &s->slots[at];
 		if (e->count == 0) {
-			if (s->used >= DENIED_SLOTS * 3 / 4)
-				break;      /* full enough: probes stay short */
+			if (s->used >= DENIED_SHARD_MAX)
+				break;
 			memcpy(e->member, m, len);
 			e->len = (uint16_t)len;
 			e->count = 1;
@@ -171,6 +175,7 @@ out:
 	return rc;
 }
 
+/* See denied.h: borrows <rs>; the tables swapped out are recycled or freed here. */
 int denied_flush(struct denied *d, struct redis_sync *rs, char *err, size_t errlen)
 {
 	const struct denied_entry **t = NULL;

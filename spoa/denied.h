@@ -3,8 +3,8 @@
  * written to Redis about once a second (ctl top-denied): one pipelined
  * ZINCRBY per account to the minute's sorted set, never a Redis write per
  * denial. Workers note; the live-control thread flushes. Bounded: at most
- * DENIED_SHARDS * DENIED_SLOTS accounts between two flushes, the rest
- * counted as dropped.
+ * DENIED_SHARD_MAX accounts per shard (DENIED_SHARDS of them, by a hash of
+ * the account) between two flushes, the rest counted as dropped.
  */
 #ifndef SPOA_DENIED_H
 #define SPOA_DENIED_H
@@ -13,7 +13,8 @@
 #include <stdint.h>
 
 #define DENIED_SHARDS 8u
-#define DENIED_SLOTS  128u              /* accounts per shard between flushes */
+#define DENIED_SLOTS  128u              /* a shard's table (open addressing) */
+#define DENIED_SHARD_MAX (DENIED_SLOTS * 3 / 4) /* accounts in it: probes stay short */
 
 struct denied;
 struct redis_sync;

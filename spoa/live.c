@@ -65,6 +65,7 @@ static int live_field_cmp(const char *a, size_t al, const char *b, size_t bl)
 	return c ? c : (al > bl) - (al < bl);
 }
 
+/* qsort/bsearch order of entries (borrowed, compared only). */
 static int live_entry_cmp(const void *a, const void *b)
 {
 	const struct live_entry *x = a, *y = b;
@@ -78,6 +79,7 @@ struct live_key {
 	size_t len;
 };
 
+/* bsearch of a struct live_key among entries (both borrowed). */
 static int live_key_cmp(const void *k, const void *e)
 {
 	const struct live_key *x = k;
@@ -98,6 +100,7 @@ static struct config *live_copy_config(const struct config *cfg)
 	return c;
 }
 
+/* Frees a copy made by live_copy_config() (NULL: nothing). */
 static void live_free_config(struct config *c)
 {
 	if (c) {
@@ -106,6 +109,7 @@ static void live_free_config(struct config *c)
 	}
 }
 
+/* See live.h: borrows <p> and <key>; <out> and <d> are the caller's. */
 enum live_verdict live_apply(struct live *lv, const struct window_policy *p, const char *key,
                              size_t key_len, struct window_policy *out,
                              struct window_decision *d)
@@ -359,6 +363,7 @@ static void live_poll(struct live *lv)
 	atomic_fetch_add(&lv->epoch, 1);
 }
 
+/* See live.h; reads <lv> only. */
 uint64_t live_epoch(const struct live *lv)
 {
 	return atomic_load(&lv->epoch);
@@ -377,6 +382,7 @@ static size_t live_in_effect(struct live *lv)
 	return n;
 }
 
+/* The live-control thread: owns lv->cfg, lv->rs and builds every table. */
 static void *live_main(void *arg)
 {
 	struct live *lv = arg;
@@ -433,6 +439,7 @@ static void *live_main(void *arg)
 	return NULL;
 }
 
+/* See live.h: the caller owns the result; <cfg> is copied. */
 struct live *live_new(const struct config *cfg, struct metrics *metrics, struct denied *denied,
                       char *err, size_t errlen)
 {
@@ -461,6 +468,7 @@ struct live *live_new(const struct config *cfg, struct metrics *metrics, struct 
 	return lv;
 }
 
+/* See live.h: <cfg> is copied, the thread takes the copy. */
 int live_reconfigure(struct live *lv, const struct config *cfg)
 {
 	struct config *c = live_copy_config(cfg), *old;
@@ -475,6 +483,7 @@ int live_reconfigure(struct live *lv, const struct config *cfg)
 	return 0;
 }
 
+/* See live.h: frees <lv> and all it owns, after the thread stopped. */
 void live_free(struct live *lv)
 {
 	if (!lv)

@@ -14,6 +14,7 @@
 #define LIVE_LIMIT_MAX   1000000u
 #define LIVE_WINDOW_MAX  (24ull * 3600 * 1000)
 
+/* See live_rule.h: reads <s>, writes into the caller's <win>. */
 int live_rule_parse_limit(const char *s, size_t len, struct window_limit *win,
                           unsigned *nwin, char *why, size_t cap)
 {
@@ -59,6 +60,7 @@ int live_rule_parse_limit(const char *s, size_t len, struct window_limit *win,
 	return 0;
 }
 
+/* See live_rule.h: reads <s> only. */
 int live_rule_parse_for(const char *s, size_t len, uint64_t *ms)
 {
 	uint64_t n;
@@ -73,6 +75,7 @@ int live_rule_parse_for(const char *s, size_t len, uint64_t *ms)
 	return *ms >= 1000 && *ms <= LIVE_FOR_MAX_MS ? 0 : -1;
 }
 
+/* See live_rule.h: writes into the caller's <dst>. */
 int live_rule_field(const struct live_rule *r, char *dst, size_t cap)
 {
 	size_t n = r->policy_len + 1 + r->key_len;
@@ -85,6 +88,7 @@ int live_rule_field(const struct live_rule *r, char *dst, size_t cap)
 	return (int)n;
 }
 
+/* See live_rule.h: copies out of <f> into <r>. */
 int live_rule_parse_field(const char *f, size_t len, struct live_rule *r)
 {
 	const char *sp = memchr(f, ' ', len);
@@ -105,6 +109,7 @@ int live_rule_parse_field(const char *f, size_t len, struct live_rule *r)
 	return 0;
 }
 
+/* See live_rule.h: writes into the caller's <dst>. */
 int live_rule_escape(const char *s, size_t len, char *dst, size_t cap)
 {
 	static const char hex[] = "0123456789ABCDEF";
@@ -146,6 +151,7 @@ static int live_hex(char c)
 	return -1;
 }
 
+/* See live_rule.h: writes into the caller's <dst>. */
 int live_rule_unescape(const char *s, size_t len, char *dst, size_t cap)
 {
 	size_t i, o = 0;
@@ -177,6 +183,7 @@ int live_rule_unescape(const char *s, size_t len, char *dst, size_t cap)
 	return (int)o;
 }
 
+/* See live_rule.h: writes into the caller's <dst>. */
 int live_rule_format_limits(const struct live_rule *r, char *dst, size_t cap)
 {
 	size_t o = 0;
@@ -201,6 +208,7 @@ int live_rule_format_limits(const struct live_rule *r, char *dst, size_t cap)
 	return r->nwin ? (int)o : -1;
 }
 
+/* See live_rule.h: writes into the caller's <dst>. */
 int live_rule_encode(const struct live_rule *r, char *dst, size_t cap)
 {
 	char lim[WINDOW_MAX_WINDOWS * 32], who[3 * LIVE_WHO_MAX + 2], why[3 * LIVE_REASON_MAX + 2];
@@ -231,6 +239,7 @@ static int live_word(const char **s, const char *end, const char **w, size_t *wl
 	return *wl ? 0 : -1;
 }
 
+/* See live_rule.h: copies out of <v> into <r>. */
 int live_rule_decode(const char *v, size_t len, struct live_rule *r)
 {
 	const char *s = v, *end = v + len, *w;
@@ -267,6 +276,7 @@ int live_rule_decode(const char *v, size_t len, struct live_rule *r)
 	return 0;
 }
 
+/* See live_rule.h: borrows <p> and <r>, writes <why>. */
 int live_rule_check(const struct window_policy *p, const struct live_rule *r,
                     char *why, size_t cap)
 {

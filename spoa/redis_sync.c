@@ -28,6 +28,7 @@ struct redis_sync {
 	redisContext *ctx[CLUSTER_NODES_MAX];
 };
 
+/* See redis_sync.h: the caller owns the result (redis_sync_free). */
 struct redis_sync *redis_sync_new(const struct config *cfg, uint64_t timeout_ms,
                                   char *err, size_t errlen)
 {
@@ -65,6 +66,7 @@ fail:
 	return NULL;
 }
 
+/* See redis_sync.h: frees the connections <s> owns. */
 void redis_sync_reset(struct redis_sync *s)
 {
 	unsigned i;
@@ -78,6 +80,7 @@ void redis_sync_reset(struct redis_sync *s)
 		cluster_map_init(&s->map);   /* ask the sentinels again */
 }
 
+/* See redis_sync.h: frees <s> and all it owns. */
 void redis_sync_free(struct redis_sync *s)
 {
 	if (!s)
@@ -88,6 +91,7 @@ void redis_sync_free(struct redis_sync *s)
 	free(s);
 }
 
+/* See redis_sync.h: borrowed from <s>. */
 const char *redis_sync_addr(const struct redis_sync *s)
 {
 	return s->url.addr;
@@ -269,6 +273,7 @@ static void rs_drop(struct redis_sync *s, unsigned idx)
 		cluster_map_init(&s->map);
 }
 
+/* See redis_sync.h: the caller owns the reply; argv borrowed. */
 struct redisReply *redis_sync_command(struct redis_sync *s, const char *key, size_t keylen,
                                       int argc, const char **argv, const size_t *argvlen,
                                       char *err, size_t errlen)
@@ -306,6 +311,7 @@ struct redisReply *redis_sync_command(struct redis_sync *s, const char *key, siz
 	return NULL;
 }
 
+/* See redis_sync.h: the caller owns the replies in <out>; argv borrowed. */
 int redis_sync_pipeline(struct redis_sync *s, const char *key, size_t keylen, size_t n,
                         const int *argc, const char *const *argv[], const size_t *argvlen[],
                         struct redisReply **out, char *err, size_t errlen)
@@ -351,6 +357,7 @@ fail:
 	return -1;
 }
 
+/* See redis_sync.h: the reply is freed here. */
 int64_t redis_sync_time_ms(struct redis_sync *s, const char *key, size_t keylen,
                            char *err, size_t errlen)
 {
