@@ -357,8 +357,10 @@ static void conn_decide_message(struct conn_env *env, struct conn_req *r,
 		} else {
 			r->lim = window_limits_for(p, key.ptr, key.len, &r->nwin);
 		}
-		memcpy(r->key, key.ptr, key.len);
-		r->key_len = key.len;
+		if (key.ptr) {      /* always, once window_check_key() passed */
+			memcpy(r->key, key.ptr, key.len);
+			r->key_len = key.len;
+		}
 	}
 	r->nasked++;
 	if (lv == LIVE_BLOCK) {
