@@ -24,7 +24,8 @@
 
 /*
  * The change, atomically on the node of the {ctl} slot. KEYS: version,
- * rules, events. ARGV: field, value ("" removes), event text. Expired
+ * rules, events. ARGV: field, value ("" removes), event text ("" none),
+ * the index of the last event kept (LIVE_EVENTS_MAX - 1). Expired
  * rules are pruned, the hash's TTL becomes its latest expiry, the version
  * is bumped and the event (prefixed with the version and Redis's time)
  * pushed onto the capped list. Returns { version, removed or set 0|1 }.
@@ -52,7 +53,7 @@ static const char ctl_change_lua[] =
 "local v = redis.call('INCR', KEYS[1])\n"
 "if ARGV[3] ~= '' then\n"
 "  redis.call('LPUSH', KEYS[3], v .. ' ' .. string.format('%d', now) .. ' ' .. ARGV[3])\n"
-"  redis.call('LTRIM', KEYS[3], 0, 99)\n"
+"  redis.call('LTRIM', KEYS[3], 0, ARGV[4])\n"
 "end\n"
 "return { v, hit }\n";
 
@@ -273,10 +274,10 @@ static int ctl_show(struct ctl *x)
 	}
 	for (i = 0; i < (unsigned)nkeys; i++) {
 		/* each key's own node's clock, as its decisions use */
-		int64_t t = redis_sync_time_ms(x->rs, keys[i].name, keys[i].len, x->err,
+		int64_t t = redis_sync_time_us(x->rs, keys[i].name, keys[i].len, x->err,
 		                               sizeof(x->err));
 
-		if (t < 0 || ctl_read_window(x, &keys[i], t * 1000, &w[i]) == -1)
+		if (t < 0 || ctl_read_window(x, &keys[i], t, &w[i]) == -1)
 			return 1;
 	}
 	if (found)
@@ -339,16 +340,18 @@ static int ctl_show(struct ctl *x)
 static int ctl_change(struct ctl *x, const char *f, size_t flen, const char *v,
                       const char *ev, long long *version, long long *hit)
 {
-	const char *argv[9] = { "EVAL", ctl_change_lua, "3", LIVE_KEY_VERSION, LIVE_KEY_RULES,
-	                        LIVE_KEY_EVENTS, f, v, ev };
-	size_t len[9];
+	char last[16];
+	const char *argv[10] = { "EVAL", ctl_change_lua, "3", LIVE_KEY_VERSION, LIVE_KEY_RULES,
+	                         LIVE_KEY_EVENTS, f, v, ev, last };
+	size_t len[10];
 	redisReply *r;
 	int i;
 
-	for (i = 0; i < 9; i++)
+	snprintf(last, sizeof(last), "%d", LIVE_EVENTS_MAX - 1);
+	for (i = 0; i < 10; i++)
 		len[i] = strlen(argv[i]);
 	len[6] = flen;
-	r = ctl_cmd(x, LIVE_KEY_RULES, sizeof(LIVE_KEY_RULES) - 1, 9, argv, len);
+	r = ctl_cmd(x, LIVE_KEY_RULES, sizeof(LIVE_KEY_RULES) - 1, 10, argv, len);
 	if (!r)
 		return -1;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {

@@ -358,21 +358,30 @@ fail:
 }
 
 /* See redis_sync.h: the reply is freed here. */
-int64_t redis_sync_time_ms(struct redis_sync *s, const char *key, size_t keylen,
+int64_t redis_sync_time_us(struct redis_sync *s, const char *key, size_t keylen,
                            char *err, size_t errlen)
 {
 	const char *argv[1] = { "TIME" };
 	size_t len[1] = { 4 };
 	redisReply *r = redis_sync_command(s, key, keylen, 1, argv, len, err, errlen);
-	int64_t ms = -1;
+	int64_t us = -1;
 
 	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
 	    r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING)
-		ms = strtoll(r->element[0]->str, NULL, 10) * 1000 +
-		     strtoll(r->element[1]->str, NULL, 10) / 1000;
+		us = strtoll(r->element[0]->str, NULL, 10) * 1000000 +
+		     strtoll(r->element[1]->str, NULL, 10);
 	else if (r)
 		snprintf(err, errlen, "TIME: unexpected reply");
 	if (r)
 		freeReplyObject(r);
-	return ms;
+	return us;
+}
+
+/* See redis_sync.h. */
+int64_t redis_sync_time_ms(struct redis_sync *s, const char *key, size_t keylen,
+                           char *err, size_t errlen)
+{
+	int64_t us = redis_sync_time_us(s, key, keylen, err, errlen);
+
+	return us < 0 ? -1 : us / 1000;
 }

@@ -50,7 +50,11 @@ int redis_sync_pipeline(struct redis_sync *s, const char *key, size_t keylen, si
                         const int *argc, const char *const *argv[], const size_t *argvlen[],
                         struct redisReply **out, char *err, size_t errlen);
 
-/* Redis's clock (TIME) in unix milliseconds on <key>'s node. -1 with <err>. */
+/* Redis's clock (TIME) in unix microseconds on <key>'s node. -1 with <err>. */
+int64_t redis_sync_time_us(struct redis_sync *s, const char *key, size_t keylen,
+                           char *err, size_t errlen);
+
+/* The same in milliseconds. */
 int64_t redis_sync_time_ms(struct redis_sync *s, const char *key, size_t keylen,
                            char *err, size_t errlen);
 
