@@ -217,8 +217,13 @@ static void live_read_events(struct live *lv)
 	size_t i;
 	long long newest = lv->seq;
 
-	if (!r)
+	if (!r || r->type == REDIS_REPLY_ERROR) {
+		log_limited(CONFIG_LOG_WARN, "live_poll", "live_poll_failed", "error=\"LRANGE: %s\"",
+		            r ? r->str : err);
+		if (r)
+			freeReplyObject(r);
 		return;
+	}
 	for (i = r->type == REDIS_REPLY_ARRAY ? r->elements : 0; i-- > 0;) {
 		const redisReply *e = r->element[i];
 		long long seq;
@@ -265,13 +270,13 @@ static void live_judge(struct live *lv, const struct live_rule *r, bool first)
 }
 
 /* Read the rules into a new table (converting expiries to the monotonic
- * clock) and swap it in. Returns 0 or -1 (the old table stays). */
-static int live_read_rules(struct live *lv)
+ * clock) and swap it in; the table is owned by <lv>, the old one freed.
+ * Returns 0 or -1 with <err> (the old table stays). */
+static int live_read_rules(struct live *lv, char *err, size_t errlen)
 {
 	const char *argv[2] = { "HGETALL", LIVE_KEY_RULES };
 	size_t len[2] = { 7, sizeof(LIVE_KEY_RULES) - 1 }, i, n = 0, k;
-	char err[256];
-	int64_t redis_ms = redis_sync_time_ms(lv->rs, LIVE_KEY_RULES, len[1], err, sizeof(err));
+	int64_t redis_ms = redis_sync_time_ms(lv->rs, LIVE_KEY_RULES, len[1], err, errlen);
 	uint64_t mono = metrics_now_us();
 	struct live_entry *tab = NULL, *old;
 	redisReply *r;
@@ -279,13 +284,17 @@ static int live_read_rules(struct live *lv)
 
 	if (redis_ms < 0)
 		return -1;
-	r = redis_sync_command(lv->rs, LIVE_KEY_RULES, len[1], 2, argv, len, err, sizeof(err));
+	r = redis_sync_command(lv->rs, LIVE_KEY_RULES, len[1], 2, argv, len, err, errlen);
 	if (!r || r->type != REDIS_REPLY_ARRAY) {
-		if (r)
+		if (r) {
+			snprintf(err, errlen, "HGETALL: %s", r->type == REDIS_REPLY_ERROR ? r->str :
+			         "unexpected reply");
 			freeReplyObject(r);
+		}
 		return -1;
 	}
 	if (r->elements && !(tab = calloc(r->elements / 2, sizeof(*tab)))) {
+		snprintf(err, errlen, "out of memory");
 		freeReplyObject(r);
 		return -1;
 	}
@@ -350,7 +359,8 @@ static void live_poll(struct live *lv)
 	freeReplyObject(r);
 	if (lv->have_version && v == lv->version)
 		return;
-	if (live_read_rules(lv) == -1) {
+	if (live_read_rules(lv, err, sizeof(err)) == -1) {
+		log_limited(CONFIG_LOG_WARN, "live_poll", "live_poll_failed", "error=\"%s\"", err);
 		redis_sync_reset(lv->rs);
 		return;
 	}
