@@ -8,8 +8,10 @@ override and back, expiry on its own, reset, the overrides list with who
 and why, top-denied from the agents' per-second denial counts, the events
 the agents log, and the metrics. t_ctl_cluster.py runs the same commands on
 a Redis Cluster."""
+import datetime
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -62,6 +64,21 @@ def ask(c, key, policy="transfer"):
 def seen_by_all(h, what, conns, key, pred, policy="transfer"):
     """Until every connection's agent answers <key> so that pred(answer)."""
     return h.wait_until(what, lambda: all(pred(ask(c, key, policy)) for c in conns), SEE_SECS)
+
+
+def seen_after(log, needle):
+    """Milliseconds from a change (at_ms=, Redis's clock) to the agent's log
+    line for it (ts=, the agent's clock, the same host), for the first
+    live_override_change line holding <needle>; None when there is none."""
+    for line in log.splitlines():
+        if "event=live_override_change" in line and needle in line:
+            ts = re.search(r"^ts=(\S+)Z ", line)
+            at = re.search(r" at_ms=(\d+)", line)
+            if ts and at:
+                t = datetime.datetime.strptime(ts.group(1), "%Y-%m-%dT%H:%M:%S.%f")
+                t = t.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000
+                return int(t - int(at.group(1)))
+    return None
 
 
 def run_common(h, conf, agents, logs, cli):
@@ -122,6 +139,10 @@ def run_common(h, conf, agents, logs, cli):
         h.check("agent %s logged the change with who, what, why" % os.path.basename(lg),
                 harness.wait_for(lambda: "event=live_override_change" in harness.read_text(lg) and
                                  "partner batch loop" in harness.read_text(lg), SEE_SECS))
+        seen = seen_after(harness.read_text(lg), "partner batch loop")
+        h.check("agent %s saw it within 1.5 s of the change (the bound is 1 s: a 0.5 s poll "
+                "and a read; took %s ms)" % (os.path.basename(lg), seen),
+                seen is not None and seen <= 1500, seen)
 
     # -- the ceiling ---------------------------------------------------------
     rc, _, err = ctl(conf, "override", "transfer", "jwt:ACC-O", "4/1s", "--for", "1m")
@@ -217,11 +238,15 @@ def run_common(h, conf, agents, logs, cli):
     h.check("overrides (text): a header and the block", rc == 0 and "WHO" in out and "fraud" in out, out)
 
     # -- expiry on its own ---------------------------------------------------
+    t_set = time.monotonic()
     rc, _, err = ctl(conf, "override", "transfer", "jwt:ACC-E", "1/1s", "--for", "3s")
     h.check("override for 3s", rc == 0, err)
     seen_by_all(h, "applied", agents[:1], "jwt:ACC-E", lambda d: d.get("limit") == 1)
     seen_by_all(h, "expired on its own: every agent back to 3 without a change in Redis",
                 agents, "jwt:ACC-E", lambda d: d.get("limit") == 3)
+    # a busy machine can only make the end later, never earlier
+    took = time.monotonic() - t_set
+    h.check("and not before its 3 s (%.2f s after the ctl started)" % took, took >= 2.95, took)
     h.check("expired: no longer listed",
             ("transfer", "jwt:ACC-E") not in {(o["policy"], o["account"])
                                               for o in ctl_json(h, conf, "overrides")})
