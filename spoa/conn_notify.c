@@ -8,6 +8,7 @@
  * transport by name (conn_int.h); the transport reaches it only through
  * conn_notify_upper. See conn.h for the model.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,11 +52,12 @@ struct conn_req {
 	const struct window_limit *lim; /* its limits for the key (borrowed from cfg, or <live>) */
 	unsigned nwin;
 	struct window_limit live_win[WINDOW_MAX_WINDOWS]; /* a live override's, when <lim> */
-	char key[WINDOW_KEY_MAX];       /* first message's key, for the denial counts */
-	size_t key_len;
+	size_t key_len;                 /* of <key>, 0 until it is set */
 	unsigned nasked;                /* messages handed to the limiter */
 	struct window_decision acc;
 	struct conn_req *prev, *next;
+	/* last, not cleared by conn_req_get(): valid for <key_len> bytes */
+	char key[WINDOW_KEY_MAX];       /* first message's key, for the denial counts */
 };
 
 /* Borrow a request from the worker's pool (or the heap). Caller returns it
@@ -67,7 +69,7 @@ static struct conn_req *conn_req_get(struct conn_env *env)
 	if (r) {
 		env->free_reqs = r->next;
 		env->nfree_reqs--;
-		memset(r, 0, sizeof(*r));
+		memset(r, 0, offsetof(struct conn_req, key));
 		return r;
 	}
 	return calloc(1, sizeof(*r));
