@@ -35,7 +35,7 @@ struct live_entry {
 /* Owned by main (live_new/live_free). */
 struct live {
 	/* the table: replaced whole by the thread, read by workers */
-	pthread_mutex_t mu;
+	pthread_rwlock_t mu;            /* workers read in parallel */
 	struct live_entry *tab;        /* sorted by field; owned */
 	size_t n;
 	_Atomic size_t count;          /* n, read without the lock */
@@ -129,13 +129,13 @@ enum live_verdict live_apply(struct live *lv, const struct window_policy *p, con
 	memcpy(field, p->name, p->name_len);
 	field[p->name_len] = ' ';
 	memcpy(field + p->name_len + 1, key, key_len);
-	pthread_mutex_lock(&lv->mu);
+	pthread_rwlock_rdlock(&lv->mu);
 	e = lv->n ? bsearch(&probe, lv->tab, lv->n, sizeof(*lv->tab), live_key_cmp) : NULL;
 	if (e) {
 		r = e->rule;
 		expires = e->expires_us;
 	}
-	pthread_mutex_unlock(&lv->mu);
+	pthread_rwlock_unlock(&lv->mu);
 	now = metrics_now_us();
 	/* the ceiling is this generation's: a reload that lowers it applies at once */
 	if (!e || now >= expires || live_rule_check(p, &r, why, sizeof(why)) == -1)
@@ -319,20 +319,19 @@ static int live_read_rules(struct live *lv, char *err, size_t errlen)
 	for (i = 0; i < n; i++) {
 		struct live_entry *o = NULL;
 
-		pthread_mutex_lock(&lv->mu);
+		/* the only writer reads its own table unlocked */
 		if (lv->n)
 			o = bsearch(&tab[i], lv->tab, lv->n, sizeof(*lv->tab), live_entry_cmp);
 		k = o && o->rule.set_ms == tab[i].rule.set_ms;
-		pthread_mutex_unlock(&lv->mu);
 		if (!k)
 			live_judge(lv, &tab[i].rule, first);
 	}
-	pthread_mutex_lock(&lv->mu);
+	pthread_rwlock_wrlock(&lv->mu);
 	old = lv->tab;
 	lv->tab = tab;
 	lv->n = n;
 	atomic_store_explicit(&lv->count, n, memory_order_release);
-	pthread_mutex_unlock(&lv->mu);
+	pthread_rwlock_unlock(&lv->mu);
 	free(old);
 	return 0;
 }
@@ -385,10 +384,9 @@ static size_t live_in_effect(struct live *lv)
 	uint64_t now = metrics_now_us();
 	size_t i, n = 0;
 
-	pthread_mutex_lock(&lv->mu);
+	/* the only writer reads its own table unlocked */
 	for (i = 0; i < lv->n; i++)
 		n += lv->tab[i].expires_us > now;
-	pthread_mutex_unlock(&lv->mu);
 	return n;
 }
 
@@ -463,7 +461,7 @@ struct live *live_new(const struct config *cfg, struct metrics *metrics, struct 
 	}
 	lv->metrics = metrics;
 	lv->denied = denied;
-	pthread_mutex_init(&lv->mu, NULL);
+	pthread_rwlock_init(&lv->mu, NULL);
 	pthread_mutex_init(&lv->cmu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -510,7 +508,7 @@ void live_free(struct live *lv)
 	live_free_config(lv->next_cfg);
 	pthread_cond_destroy(&lv->cv);
 	pthread_mutex_destroy(&lv->cmu);
-	pthread_mutex_destroy(&lv->mu);
+	pthread_rwlock_destroy(&lv->mu);
 	free(lv->tab);
 	free(lv);
 }
