@@ -398,18 +398,10 @@ static void *live_main(void *arg)
 	unsigned tick = 0;
 	char err[256];
 
-	clock_gettime(CLOCK_MONOTONIC, &at);
-	at.tv_nsec -= LIVE_POLL_MS * 1000000L;   /* the first poll at once */
+	clock_gettime(CLOCK_MONOTONIC, &at);     /* the first poll at once */
 	for (;;) {
 		struct config *next;
 
-		at.tv_nsec += LIVE_POLL_MS * 1000000L;
-		if (at.tv_nsec < 0) {
-			at.tv_nsec += 1000000000L;
-			at.tv_sec--;
-		}
-		at.tv_sec += at.tv_nsec / 1000000000L;
-		at.tv_nsec %= 1000000000L;
 		pthread_mutex_lock(&lv->cmu);
 		while (!lv->stop && pthread_cond_timedwait(&lv->cv, &lv->cmu, &at) != ETIMEDOUT)
 			;
@@ -421,6 +413,12 @@ static void *live_main(void *arg)
 			break;
 		}
 		pthread_mutex_unlock(&lv->cmu);
+		/* the next poll LIVE_POLL_MS after this one starts: a slow poll
+		 * (Redis frozen: its timeouts) delays the next, never a burst */
+		clock_gettime(CLOCK_MONOTONIC, &at);
+		at.tv_nsec += LIVE_POLL_MS * 1000000L;
+		at.tv_sec += at.tv_nsec / 1000000000L;
+		at.tv_nsec %= 1000000000L;
 		if (next) {
 			live_free_config(lv->cfg);
 			lv->cfg = next;
