@@ -116,7 +116,7 @@ LDLIBS_AGENT := -lev $(HIREDIS_LIBS) -lm -pthread
 LDLIBS_TEST  := -lcmocka -lm
 # A unit test links hiredis only with a module that uses it (the pure ones
 # read plain values: struct window_reply, struct cluster_view).
-HIREDIS_MODULES := limiter limiter_call limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster redis_reply
+HIREDIS_MODULES := redis_sync ctl live denied limiter limiter_call limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster redis_reply
 
 ifeq ($(V),1)
 Q :=
@@ -131,6 +131,7 @@ SPOA_MODULES += redis_tls
 SPOA_MODULES += redis_open
 SPOA_MODULES += resp_cmd
 SPOA_MODULES += redis_reply
+SPOA_MODULES += live_rule ctl_args ctl_keys redis_sync ctl live denied
 AGENT_OBJS   := $(addprefix $(BUILD)/spoa/,$(addsuffix .o,$(SPOA_MODULES)))
 MAIN_OBJ     := $(BUILD)/spoa/main.o
 BENCH_OBJ    := $(BUILD)/bench/spoa-bench.o
@@ -372,7 +373,7 @@ TSAN_TESTS ?= tests/integration/t_agent.py tests/integration/t_multiwindow.py \
               tests/integration/t_ops_reload.py tests/integration/t_ops_metrics.py \
               tests/integration/t_ops_shadow.py tests/integration/t_cluster.py \
               tests/integration/t_cluster_failover.py tests/integration/t_sentinel.py \
-              tests/integration/t_batch.py tests/integration/t_oom.py
+              tests/integration/t_batch.py tests/integration/t_oom.py tests/integration/t_ctl.py
 tsan:
 	$(Q)$(MAKE) --no-print-directory SANITIZE=thread BUILD=build/tsan all
 	$(Q)TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \

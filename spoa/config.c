@@ -51,6 +51,7 @@ enum config_dir {
 	CONFIG_DIR_TLS_VERIFY,
 	CONFIG_DIR_POLICY,             /* repeatable from here on */
 	CONFIG_DIR_OVERRIDE,
+	CONFIG_DIR_LIVE_MAX,
 	CONFIG_DIR_COUNT
 };
 
@@ -442,6 +443,35 @@ static int dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 	return 0;
 }
 
+/* live-max <policy> <limit>/<window>...: the most a live override (ctl)
+ * may allow that policy's accounts; without it a live override may only
+ * lower an account's configured limits. */
+static int dir_live_max(struct parse_ctx *x, const struct word *w, size_t n)
+{
+	struct window_policy *p;
+	char what[WINDOW_NAME_MAX + 32];
+	size_t i;
+	int rc;
+
+	if (n < 3)
+		return config_parse_fail(&x->lex, "live-max: expected 'live-max <policy> <limit>/<window>...'");
+	p = (struct window_policy *)config_find_policy(x->c, w[1].p, w[1].len);
+	if (!p)
+		return config_parse_fail(&x->lex, "live-max for unknown policy '%.*s'", config_word_plen(w[1]), w[1].p);
+	if (p->live_nwin)
+		return config_parse_fail(&x->lex, "duplicate live-max for policy '%s'", p->name);
+	snprintf(what, sizeof(what), "live-max of '%s'", p->name);
+	for (i = 2; i < n; i++) {
+		rc = parse_limit_word(x, what, w[i], p->live_win, &p->live_nwin);
+		if (rc == 1)
+			rc = config_parse_fail(&x->lex, "%s: expected <limit>/<window>, got '%.*s'",
+			                       what, config_word_plen(w[i]), w[i].p);
+		if (rc == -1)
+			return -1;
+	}
+	return check_precision(x, what, p->precision_ms, p->live_win, p->live_nwin);
+}
+
 /* An override and where it was written, for sorting with line numbers. */
 struct ov_ref {
 	const struct window_override *ov;
@@ -735,6 +765,7 @@ static const struct {
 	{ "redis-tls-verify",    CONFIG_DIR_TLS_VERIFY },
 	{ "policy",              CONFIG_DIR_POLICY },
 	{ "override",            CONFIG_DIR_OVERRIDE },
+	{ "live-max",            CONFIG_DIR_LIVE_MAX },
 };
 
 /* One line's words <w>/<n> (n >= 1). Returns 0 or -1 with the error set. */
@@ -755,6 +786,8 @@ static int parse_words(struct parse_ctx *x, const struct word *w, size_t n)
 		return dir_policy(x, w, n);
 	if (d == CONFIG_DIR_OVERRIDE)
 		return dir_override(x, w, n);
+	if (d == CONFIG_DIR_LIVE_MAX)
+		return dir_live_max(x, w, n);
 
 	if (x->seen[d])
 		return config_parse_fail(&x->lex, "duplicate directive '%s' (first at line %u)",

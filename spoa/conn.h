@@ -84,12 +84,17 @@ struct conn_upper {
 extern const struct conn_upper conn_notify_upper;
 
 /* Everything a worker shares with its connections. Owned by the worker. */
+struct live;
+struct denied;
+
 struct conn_env {
 	struct ev_loop *loop;
 	struct conn_cfg_ref *cfg;       /* current generation */
 	struct limiter_ops ops;
 	const struct conn_upper *upper; /* the NOTIFY side (conn_notify_upper) */
 	struct metrics *metrics;        /* may be NULL */
+	struct live *live;              /* live overrides (live.h), may be NULL */
+	struct denied *denied;          /* denial counts (denied.h), may be NULL */
 	bool draining;
 	unsigned nconns;
 	/* Connections of the whole process, counted by the acceptor before it

@@ -8,13 +8,16 @@
  * transport by name (conn_int.h); the transport reaches it only through
  * conn_notify_upper. See conn.h for the model.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
 #include "conn.h"
 #include "conn_int.h"
+#include "denied.h"
 #include "headers.h"
+#include "live.h"
 #include "log.h"
 #include "metrics.h"
 #include "spop.h"
@@ -46,11 +49,15 @@ struct conn_req {
 	unsigned nmsgs;                 /* counted in ns->decisions */
 	const struct window_policy *policy; /* first message's, for metrics */
 	uint64_t read_us;               /* monotonic, when the NOTIFY was read */
-	const struct window_limit *lim; /* its limits for the key (borrowed from cfg) */
+	const struct window_limit *lim; /* its limits for the key (borrowed from cfg, or <live>) */
 	unsigned nwin;
+	struct window_limit live_win[WINDOW_MAX_WINDOWS]; /* a live override's, when <lim> */
+	size_t key_len;                 /* of <key>, 0 until it is set */
 	unsigned nasked;                /* messages handed to the limiter */
 	struct window_decision acc;
 	struct conn_req *prev, *next;
+	/* last, not cleared by conn_req_get(): valid for <key_len> bytes */
+	char key[WINDOW_KEY_MAX];       /* first message's key, for the denial counts */
 };
 
 /* Borrow a request from the worker's pool (or the heap). Caller returns it
@@ -62,7 +69,7 @@ static struct conn_req *conn_req_get(struct conn_env *env)
 	if (r) {
 		env->free_reqs = r->next;
 		env->nfree_reqs--;
-		memset(r, 0, sizeof(*r));
+		memset(r, 0, offsetof(struct conn_req, key));
 		return r;
 	}
 	return calloc(1, sizeof(*r));
@@ -219,9 +226,11 @@ static void conn_count_decision(struct conn_env *env, const struct config *cfg,
 {
 	size_t idx;
 
-	/* every refusal shows at warn, a line a second per reason and thread */
+	/* every refusal shows at warn, a line a second per reason and thread (a
+	 * live block is the operator's own: logged when the agent sees it) */
 	if (d->status == WINDOW_ERROR ||
-	    (d->reason != WINDOW_REASON_NONE && d->reason != WINDOW_REASON_SHADOW_DENY))
+	    (d->reason != WINDOW_REASON_NONE && d->reason != WINDOW_REASON_SHADOW_DENY &&
+	     d->reason != WINDOW_REASON_BLOCKED))
 		log_limited(CONFIG_LOG_WARN, window_reason_str(d->reason),
 		            d->status == WINDOW_ERROR ? "decision_refused" : "decision_fail_open",
 		            "reason=%s policy=%s", window_reason_str(d->reason), p ? p->name : "-");
@@ -265,6 +274,9 @@ static void conn_req_finish(struct conn_req *r)
 		metrics_sub(&env->metrics->notify_inflight, 1);
 	if (r->acc.status != WINDOW_STATUS_COUNT)
 		conn_count_decision(env, r->cfg->cfg, r->policy, &r->acc);
+	/* ctl top-denied: the one place a denial is counted for it */
+	if (r->acc.status == WINDOW_DENY && r->policy && r->key_len)
+		denied_note(env->denied, r->policy->name, r->policy->name_len, r->key, r->key_len);
 	conn_req_unlink(ns, r);
 	ns->inflight--;
 	ns->decisions -= r->nmsgs;
@@ -306,6 +318,8 @@ static void conn_decide_message(struct conn_env *env, struct conn_req *r,
 	bool have_policy = false, have_key = false, have_cost = false;
 	int64_t cost = 1;
 	enum window_reason why = WINDOW_REASON_NONE;
+	enum live_verdict lv;
+	struct window_policy live;      /* <p> with a live override's limits */
 
 	spop_iter_args(m, &it);
 	while (spop_next_arg(&it, &a)) {
@@ -338,15 +352,36 @@ static void conn_decide_message(struct conn_env *env, struct conn_req *r,
 		window_decision_merge(&r->acc, &d);
 		return;
 	}
+	/* the one place a live override (ctl) enters a decision: its limits
+	 * replace the config's for this call, a block is answered here */
+	lv = live_apply(env->live, p, key.ptr, key.len, &live, &d);
+	if (lv != LIVE_NONE && env->metrics)
+		metrics_add(&env->metrics->live_decisions[lv == LIVE_BLOCK ? METRICS_LIVE_BLOCK :
+		                                          METRICS_LIVE_LIMITS], 1);
 	if (!r->policy) {
 		r->policy = p;
-		r->lim = window_limits_for(p, key.ptr, key.len, &r->nwin);
+		if (lv == LIVE_LIMITS) {
+			memcpy(r->live_win, live.win, live.nwin * sizeof(live.win[0]));
+			r->lim = r->live_win;
+			r->nwin = live.nwin;
+		} else {
+			r->lim = window_limits_for(p, key.ptr, key.len, &r->nwin);
+		}
+		if (key.ptr) {      /* always, once window_check_key() passed */
+			memcpy(r->key, key.ptr, key.len);
+			r->key_len = key.len;
+		}
 	}
 	r->nasked++;
+	if (lv == LIVE_BLOCK) {
+		window_decision_merge(&r->acc, &d);
+		return;
+	}
 
 	r->pending++;
-	if (env->ops.check(env->ops.ctx, p, key.ptr, key.len, (uint64_t)cost,
-	                   conn_on_decision, r) == -1) {
+	/* the limiter borrows <live> for the call only (a call keeps a copy) */
+	if (env->ops.check(env->ops.ctx, lv == LIVE_LIMITS ? &live : p, key.ptr, key.len,
+	                   (uint64_t)cost, conn_on_decision, r) == -1) {
 		r->pending--;
 		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
 		window_decision_merge(&r->acc, &d);

@@ -307,6 +307,11 @@ void limiter_set_deny_cache(struct limiter *l, bool on, unsigned size)
 	limiter_calls_set_cache(l, on, size);
 }
 
+void limiter_forget_denies(struct limiter *l)
+{
+	limiter_calls_forget_denies(l);
+}
+
 /* Parses <url> and its secrets (the environment, password files) and
  * compares them with what <l> runs on. See limiter.h. */
 int limiter_same_redis(const struct limiter *l, const char *url, char *err, size_t errlen)

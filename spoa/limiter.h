@@ -85,6 +85,10 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
  * Redis (never for shadow policies). */
 void limiter_set_deny_cache(struct limiter *l, bool on, unsigned size);
 
+/* Forget every account the deny cache holds (a ctl reset or override
+ * changed what Redis would answer); the cache stays on. */
+void limiter_forget_denies(struct limiter *l);
+
 /* Give back memory a burst left: idle pool calls and idle batches above a
  * low-water mark, an empty answer queue, and the deny cache's table once
  * none of its entries is live. Cheap when there is nothing to free; call

@@ -825,6 +825,12 @@ void limiter_calls_set_cache(struct limiter *l, bool on, unsigned size)
 		deny_cache_clear(&l->calls.cache);
 }
 
+/* See limiter_call.h. */
+void limiter_calls_forget_denies(struct limiter *l)
+{
+	deny_cache_clear(&l->calls.cache);
+}
+
 /*
  * Give memory back after a burst: every chunk of the pool whose calls are
  * all free is freed, except the newest LIMITER_POOL_KEEP (the calls in use

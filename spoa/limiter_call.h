@@ -29,6 +29,8 @@ void limiter_calls_init(struct limiter *l, uint64_t seed);
 void limiter_calls_set_policies(struct limiter *l, const struct window_policy *policies,
                                 size_t n);
 void limiter_calls_set_cache(struct limiter *l, bool on, unsigned size);
+/* Empty the deny cache (limiter_forget_denies()). */
+void limiter_calls_forget_denies(struct limiter *l);
 unsigned limiter_calls_trim(struct limiter *l);
 void limiter_calls_free(struct limiter *l);
 

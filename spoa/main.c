@@ -21,7 +21,10 @@
 
 #include "config.h"
 #include "conn.h"
+#include "ctl.h"
+#include "denied.h"
 #include "http.h"
+#include "live.h"
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
@@ -66,6 +69,8 @@ struct main_state {
 	 * given back by the worker that closes them */
 	_Atomic unsigned admitted;
 	struct http_server *http;
+	struct live *live;              /* live overrides and their poller (ctl) */
+	struct denied *denied;          /* denial counts for ctl top-denied */
 	/* Counters written by the main thread only (refused connections,
 	 * reloads): the scraper sums it with the workers' blocks. */
 	struct metrics metrics;
@@ -75,6 +80,8 @@ struct main_state {
 
 static const char main_usage[] =
 "Usage: ratelimit-spoa [-f FILE] [options]\n"
+"       ratelimit-spoa ctl [-c FILE] show|reset|override|overrides|top-denied ...\n"
+"                      (live control of accounts: ratelimit-spoa ctl --help)\n"
 "\n"
 "A global rate limiter for HAProxy: an SPOP agent that decides with a\n"
 "sliding-window log in Redis. HAProxy sends message 'ratelimit' (args policy,\n"
@@ -125,6 +132,10 @@ static const char main_usage[] =
 "                              (the rate) and burst=N units (default LIMIT)\n"
 "  override POLICY KEY LIMIT/WINDOW [LIMIT/WINDOW...] [burst=N]\n"
 "                              limits of one account (e.g. a partner) in POLICY\n"
+"  live-max POLICY LIMIT/WINDOW [LIMIT/WINDOW...]\n"
+"                              the most a live override (ratelimit-spoa ctl)\n"
+"                              may allow POLICY's accounts; without it a live\n"
+"                              override may only lower their limits\n"
 "  log-level error|warn|info|debug     default info\n"
 "  metrics ADDR|off            Prometheus text on http://ADDR/metrics, e.g.\n"
 "                              127.0.0.1:9102, and probes /healthz (serving)\n"
@@ -507,6 +518,9 @@ static void main_reload_finish(struct main_state *m, bool ok, unsigned nfailed,
 	/* the workers never read the metrics address: their generation may
 	 * keep the asked one */
 	main_reload_metrics(m, &m->staged);
+	if (m->live && live_reconfigure(m->live, &m->staged) == -1)
+		log_warn("live_reconfigure_failed", "reason=\"out of memory\" "
+		         "action=\"live overrides keep the previous configuration's Redis\"");
 	config_release(&m->cfg);
 	m->cfg = m->staged;
 	memset(&m->staged, 0, sizeof(m->staged));
@@ -627,6 +641,9 @@ int main(int argc, char **argv)
 	unsigned i;
 	int opt, rc = 1;
 
+	/* a subcommand, before any option of the agent's */
+	if (argc > 1 && strcmp(argv[1], "ctl") == 0)
+		return ctl_main(argc - 1, argv + 1);
 	memset(&m, 0, sizeof(m));
 	m.listen_fd = -1;
 	while ((opt = getopt_long(argc, argv, "f:cdvh", longopts, NULL)) != -1) {
@@ -710,12 +727,20 @@ int main(int argc, char **argv)
 		log_error("startup_failed", "error=\"out of memory\"");
 		goto out;
 	}
+	m.denied = denied_new();
+	m.live = live_new(&m.cfg, &m.metrics, m.denied, err, sizeof(err));
+	if (!m.denied || !m.live) {
+		log_error("startup_failed", "error=\"%s\"", m.denied ? err : "out of memory");
+		goto out;
+	}
 	m.nworkers = m.cfg.threads < 1 ? 1 : m.cfg.threads > CONFIG_THREADS_MAX ? CONFIG_THREADS_MAX : m.cfg.threads;
 	for (i = 0; i < m.nworkers; i++) {
 		m.workers[i] = worker_new(i, g, spoa_script, spoa_script_len, &m.admitted,
 		                          err, sizeof(err));
-		if (m.workers[i])
+		if (m.workers[i]) {
 			worker_set_reply(m.workers[i], m.loop, &m.reload_done);
+			worker_set_live(m.workers[i], m.live, m.denied);
+		}
 		if (!m.workers[i] || worker_start(m.workers[i], err, sizeof(err)) == -1) {
 			log_error("startup_failed", "worker=%u error=\"%s\"", i, err);
 			goto out;
@@ -761,6 +786,9 @@ out:
 	}
 	if (m.http)
 		http_free(m.http);
+	/* after the workers: they read the table until they stop */
+	live_free(m.live);
+	denied_free(m.denied);
 	if (m.listen_fd != -1) {
 		close(m.listen_fd);
 		net_unix_remove(&m.unix_sock);

@@ -273,6 +273,10 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 	acc(&t->notify_inflight, &m->notify_inflight);
 	for (s = 0; s < METRICS_RELOAD_COUNT; s++)
 		acc(&t->config_reloads[s], &m->config_reloads[s]);
+	for (s = 0; s < METRICS_LIVE_COUNT; s++)
+		acc(&t->live_decisions[s], &m->live_decisions[s]);
+	acc(&t->live_overrides, &m->live_overrides);
+	acc(&t->denied_dropped, &m->denied_dropped);
 }
 
 /* The value of counter or gauge <v> (a sum in the render's totals). */
@@ -448,6 +452,18 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 	for (s = 0; s < METRICS_RELOAD_COUNT; s++)
 		out(&r, METRICS_PREFIX "config_reloads_total{result=\"%s\"} %" PRIu64 "\n",
 		    reload_names[s], val(&t.config_reloads[s]));
+
+	scalar(&r, "live_overrides", "gauge",
+	       "Live overrides (ratelimit-spoa ctl override) in effect now, as this agent sees them.",
+	       val(&t.live_overrides));
+	family(&r, "live_override_decisions_total", "counter",
+	       "Decisions a live override made: with its limits, or denied by a block (no Redis).");
+	for (s = 0; s < METRICS_LIVE_COUNT; s++)
+		out(&r, METRICS_PREFIX "live_override_decisions_total{kind=\"%s\"} %" PRIu64 "\n",
+		    s == METRICS_LIVE_BLOCK ? "block" : "limits", val(&t.live_decisions[s]));
+	scalar(&r, "denied_dropped_total", "counter",
+	       "Denials left out of ctl top-denied (the per-second table full, or its write failed).",
+	       val(&t.denied_dropped));
 
 	escape_label(ver, sizeof(ver), version ? version : "");
 	family(&r, "build_info", "gauge", "Build information; the value is always 1.");

@@ -74,6 +74,13 @@ enum metrics_reply {
 	METRICS_REPLY_COUNT
 };
 
+/* live_decisions[] index: what a live override (ctl) made of a decision */
+enum metrics_live {
+	METRICS_LIVE_LIMITS = 0,       /* decided with its limits */
+	METRICS_LIVE_BLOCK,            /* denied by a block, without Redis */
+	METRICS_LIVE_COUNT
+};
+
 struct metrics {
 	/* decisions[policy index][status]; shadow-deny counted apart */
 	_Atomic uint64_t decisions[CONFIG_MAX_POLICIES][WINDOW_STATUS_COUNT];
@@ -104,6 +111,9 @@ struct metrics {
 	_Atomic uint64_t malformed[SPOP_ST_COUNT];
 	_Atomic uint64_t notify_inflight;          /* gauge */
 	_Atomic uint64_t config_reloads[METRICS_RELOAD_COUNT]; /* main thread's block */
+	_Atomic uint64_t live_decisions[METRICS_LIVE_COUNT];
+	_Atomic uint64_t live_overrides;           /* gauge, main's block: set by live.c */
+	_Atomic uint64_t denied_dropped;           /* main's block: set by live.c */
 };
 
 static inline void metrics_add(_Atomic uint64_t *c, uint64_t n)

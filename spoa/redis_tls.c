@@ -143,6 +143,13 @@ fail:
 int redis_tls_start(struct redis_tls *t, struct redisAsyncContext *ac, const char *host,
                     char *err, size_t errlen)
 {
+	return redis_tls_start_sync(t, &ac->c, host, err, errlen);
+}
+
+/* The same on a plain (synchronous) context <c>; hiredis owns the SSL. */
+int redis_tls_start_sync(struct redis_tls *t, struct redisContext *c, const char *host,
+                         char *err, size_t errlen)
+{
 	const char *name = t->server_name[0] ? t->server_name : host;
 	unsigned char bin[16];
 	bool ip = inet_pton(AF_INET, name, bin) == 1 || inet_pton(AF_INET6, name, bin) == 1;
@@ -164,8 +171,8 @@ int redis_tls_start(struct redis_tls *t, struct redisAsyncContext *ac, const cha
 		if (t->verify && SSL_set1_host(ssl, name) != 1)
 			goto fail;
 	}
-	if (redisInitiateSSL(&ac->c, ssl) != REDIS_OK) {
-		snprintf(err, errlen, "TLS: %s", ac->c.errstr[0] ? ac->c.errstr : "cannot start");
+	if (redisInitiateSSL(c, ssl) != REDIS_OK) {
+		snprintf(err, errlen, "TLS: %s", c->errstr[0] ? c->errstr : "cannot start");
 		SSL_free(ssl);
 		return -1;
 	}
@@ -212,8 +219,15 @@ struct redis_tls *redis_tls_new(const struct config_tls *c, char *err, size_t er
 int redis_tls_start(struct redis_tls *t, struct redisAsyncContext *ac, const char *host,
                     char *err, size_t errlen)
 {
-	(void)t;
 	(void)ac;
+	return redis_tls_start_sync(t, NULL, host, err, errlen);
+}
+
+int redis_tls_start_sync(struct redis_tls *t, struct redisContext *c, const char *host,
+                         char *err, size_t errlen)
+{
+	(void)t;
+	(void)c;
 	(void)host;
 	snprintf(err, errlen, "%s", no_tls);
 	return -1;

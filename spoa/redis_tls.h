@@ -24,6 +24,7 @@
 #include "config.h"
 
 struct redisAsyncContext;
+struct redisContext;
 struct redis_tls;
 
 /* The context for <c> (files read now). Returns it (the caller owns it:
@@ -36,6 +37,11 @@ struct redis_tls *redis_tls_new(const struct config_tls *c, char *err, size_t er
  * caller frees <ac>). */
 int redis_tls_start(struct redis_tls *t, struct redisAsyncContext *ac, const char *host,
                     char *err, size_t errlen);
+
+/* The same on a synchronous context (ratelimit-spoa ctl and the agent's
+ * live-control thread). */
+int redis_tls_start_sync(struct redis_tls *t, struct redisContext *c, const char *host,
+                         char *err, size_t errlen);
 
 /* redis-tls-verify off: the caller warns at every connect. */
 bool redis_tls_verify_off(const struct redis_tls *t);

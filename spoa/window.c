@@ -34,6 +34,7 @@ static const char *const reason_names[WINDOW_REASON_COUNT] = {
 	[WINDOW_REASON_REDIS_EVICTS]      = "redis-evicts-keys",
 	[WINDOW_REASON_REDIS_OOM]         = "redis-oom",
 	[WINDOW_REASON_TOO_MANY_MESSAGES] = "too-many-messages",
+	[WINDOW_REASON_BLOCKED]           = "blocked",
 };
 
 /* Name of <s>; "unknown" outside the enum. Static storage. */

@@ -65,6 +65,7 @@ enum window_reason {
 	WINDOW_REASON_REDIS_EVICTS,    /* maxmemory-policy is not noeviction */
 	WINDOW_REASON_REDIS_OOM,       /* Redis over maxmemory: cannot record */
 	WINDOW_REASON_TOO_MANY_MESSAGES, /* a NOTIFY over max-notify-messages */
+	WINDOW_REASON_BLOCKED,         /* a live override blocks the account (ctl) */
 	WINDOW_REASON_COUNT
 };
 
@@ -110,6 +111,10 @@ struct window_policy {
 	                                * this are counted in buckets of it */
 	struct window_override *overrides; /* owned by the config, sorted by key */
 	size_t noverrides;
+	/* live-max: the ceiling of a live override (ctl); 0 windows: the
+	 * limits configured for the account */
+	unsigned live_nwin;
+	struct window_limit live_win[WINDOW_MAX_WINDOWS];
 };
 
 struct window_decision {

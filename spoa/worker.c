@@ -15,6 +15,7 @@
 
 #include "conn.h"
 #include "limiter.h"
+#include "live.h"
 #include "log.h"
 #include "metrics.h"
 #include "spop.h"
@@ -53,6 +54,7 @@ struct worker {
 	_Atomic bool ready;             /* the serving limiter can decide (/readyz) */
 	char not_ready_why[160];        /* why not, under <lock> */
 	ev_timer trim;                  /* WORKER_TRIM_S, repeating */
+	uint64_t live_epoch;            /* live_epoch() when the deny cache was last emptied */
 
 	pthread_mutex_t lock;           /* guards the mailbox below */
 	int fdq[WORKER_FDQ_MAX];
@@ -480,6 +482,11 @@ static void worker_on_beat(struct ev_loop *loop, ev_timer *t, int revents)
 	(void)revents;
 	atomic_store_explicit(&w->beat_us, metrics_now_us(), memory_order_relaxed);
 	ready = w->limiter && limiter_ready(w->limiter, why, sizeof(why));
+	/* a ctl change (reset, override) makes the denials cached here stale */
+	if (w->env.live && w->limiter && live_epoch(w->env.live) != w->live_epoch) {
+		w->live_epoch = live_epoch(w->env.live);
+		limiter_forget_denies(w->limiter);
+	}
 	if (!ready) {
 		pthread_mutex_lock(&w->lock);
 		memcpy(w->not_ready_why, why, sizeof(why));
@@ -642,6 +649,13 @@ void worker_set_reply(struct worker *w, struct ev_loop *main_loop, struct ev_asy
 {
 	w->main_loop = main_loop;
 	w->main_async = main_async;
+}
+
+/* Before worker_start(): both borrowed for the worker's lifetime. */
+void worker_set_live(struct worker *w, struct live *live, struct denied *denied)
+{
+	w->env.live = live;
+	w->env.denied = denied;
 }
 
 /* The worker takes its own reference to <g>. */

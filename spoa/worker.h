@@ -57,6 +57,11 @@ void worker_give_fd(struct worker *w, int fd);
  * Main runs one reload at a time. All from main's thread.
  */
 void worker_set_reply(struct worker *w, struct ev_loop *main_loop, struct ev_async *main_async);
+/* The live overrides and the denial counts its decisions use (live.h,
+ * denied.h), before worker_start(); borrowed, may be NULL. */
+struct live;
+struct denied;
+void worker_set_live(struct worker *w, struct live *live, struct denied *denied);
 void worker_prepare_config(struct worker *w, struct cfg_gen *g, unsigned seq);
 /* 1 with <*ok> and <err> when the verdict on <seq> is in, else 0. */
 int worker_config_result(struct worker *w, unsigned seq, bool *ok, char *err, size_t errlen);

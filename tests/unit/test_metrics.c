@@ -284,6 +284,9 @@ static void test_render_sums(void **state)
 	metrics_add(&a->config_reloads[METRICS_RELOAD_FAILURE], 1);
 	metrics_add(&a->redis_replies[METRICS_ENGINE_MODULE][METRICS_REPLY_ERROR], 1);
 	metrics_add(&b->redis_replies[METRICS_ENGINE_MODULE][METRICS_REPLY_ERROR], 2);
+	metrics_add(&a->live_decisions[METRICS_LIVE_BLOCK], 2);
+	metrics_add(&b->live_decisions[METRICS_LIVE_BLOCK], 3);
+	metrics_add(&b->live_overrides, 4);
 	metrics_observe_redis_latency(a, 80);
 	metrics_observe_redis_latency(b, 300);
 	metrics_observe_redis_latency(b, 3000000);
@@ -306,10 +309,15 @@ static void test_render_sums(void **state)
 	/* 2 policies x (4 statuses + shadow + cache) + reasons
 	 * + 2 policies x 4 statuses x 18 decision histogram + 17 Redis histogram
 	 * + every redis error kind + 8 scalars + 2 engines + 2 engines x 2 results of
-	 * the replies + 8 frames + 14 statuses + inflight + 2 reload results + build_info */
+	 * the replies + 8 frames + 14 statuses + inflight + 2 reload results + build_info
+	 * + the live overrides gauge, its 2 decision kinds, denied_dropped */
 	assert_int_equal(samples, 2 * 6 + (WINDOW_REASON_COUNT - 1) + 2 * 4 * 18 + 17 +
 	                 METRICS_REDIS_ERR_COUNT + 8 + METRICS_ENGINE_COUNT +
-	                 METRICS_ENGINE_COUNT * METRICS_REPLY_COUNT + 8 + 14 + 1 + 2 + 1);
+	                 METRICS_ENGINE_COUNT * METRICS_REPLY_COUNT + 8 + 14 + 1 + 2 + 1 +
+	                 1 + METRICS_LIVE_COUNT + 1);
+	assert_line(out, "ratelimit_spoa_live_override_decisions_total{kind=\"block\"} 5");
+	assert_line(out, "ratelimit_spoa_live_override_decisions_total{kind=\"limits\"} 0");
+	assert_line(out, "ratelimit_spoa_live_overrides 4");
 	assert_line(out, "ratelimit_spoa_redis_replies_total{engine=\"module\",result=\"error\"} 3");
 	assert_line(out, "ratelimit_spoa_redis_replies_total{engine=\"script\",result=\"decision\"} 0");
 

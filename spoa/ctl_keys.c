@@ -1,0 +1,45 @@
+/*
+ * ctl_keys - an account's Redis keys under a policy (ctl_keys.h). Pure.
+ */
+#include <string.h>
+
+#include "ctl_keys.h"
+
+/* See ctl_keys.h: borrows <p>, <win> and <key>; the names are copied into <out>. */
+int ctl_keys_for(const struct window_policy *p, const struct window_limit *win, unsigned nwin,
+                 const char *key, size_t key_len, struct ctl_key *out, size_t have)
+{
+	struct window_policy q = *p;
+	struct window_args a;
+	enum window_reason why;
+	unsigned i;
+	size_t j;
+
+	/* the key forms follow the limits that apply, as in a decision */
+	if (nwin == 0 || nwin > WINDOW_MAX_WINDOWS)
+		return -1;
+	q.nwin = nwin;
+	memcpy(q.win, win, nwin * sizeof(*win));
+	q.overrides = NULL;
+	q.noverrides = 0;
+	q.max_cost = 0;
+	if (window_build_args(&q, "", key, key_len, 1, &a, &why) == -1)
+		return -1;
+	for (i = 0; i < a.nkeys && i < nwin; i++) {
+		const char *k = a.argv[3 + i];
+		size_t kl = a.argvlen[3 + i];
+
+		for (j = 0; j < have; j++)
+			if (out[j].len == kl && memcmp(out[j].name, k, kl) == 0)
+				break;
+		if (j < have || have >= CTL_KEYS_MAX || kl >= sizeof(out[0].name))
+			continue;
+		memcpy(out[have].name, k, kl);
+		out[have].name[kl] = '\0';
+		out[have].len = kl;
+		out[have].kind = window_is_bucketed(p, win[i].window_ms) ? CTL_KEY_BUCKETS : CTL_KEY_LOG;
+		out[have].lim = win[i];
+		have++;
+	}
+	return (int)have;
+}
