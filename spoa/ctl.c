@@ -157,14 +157,49 @@ static int ctl_get_rule(struct ctl *x, struct live_rule *r)
 	if (rep->type == REDIS_REPLY_STRING)
 		rc = live_rule_decode(rep->str, rep->len, r) == 0 ? 1 : 0;
 	freeReplyObject(rep);
+	/* a bucket's live rate gets its bucket, as the agents give it */
+	if (rc == 1 && !r->block && r->nwin && x->p->algorithm == WINDOW_ALGO_GCRA)
+		r->win[0].burst = live_rule_gcra_burst(x->p, r);
 	return rc;
 }
 
 /* One window's state from its key <k> at Redis time <now_us>. */
 struct ctl_window {
+	uint64_t quota;                 /* the window's limit; a bucket's burst */
 	uint64_t used;
-	int64_t reset_ms;               /* until the oldest counted unit leaves */
+	int64_t reset_ms;               /* until the oldest counted unit leaves;
+	                                 * a bucket: until it is full again */
 };
+
+/*
+ * A GCRA bucket's state from its stored "<tat>:<frac>" (TAT = tat +
+ * frac/limit us of Redis time, docs/protocol.md "Token buckets") at
+ * <now_us>, as its next decision would see it: remaining =
+ * floor((burst*W - d*L) / W) with d = TAT - now (none left when the value
+ * is unreadable), full again in d. Exact in 128 bits: d*L may pass 2^63.
+ */
+static void ctl_read_gcra(const char *v, const struct window_limit *lim, int64_t now_us,
+                          struct ctl_window *w)
+{
+	long long tat, frac;
+	__int128 dl, full;
+	int used = 0;
+
+	w->quota = lim->burst;
+	if (!v || sscanf(v, "%lld:%lld%n", &tat, &frac, &used) != 2 || v[used] != '\0' ||
+	    frac < 0 || lim->limit == 0) {
+		w->used = v ? lim->burst : 0;
+		return;
+	}
+	dl = (__int128)(tat - now_us) * (__int128)lim->limit + frac;
+	if (dl <= 0)
+		return;   /* drained: full */
+	full = (__int128)lim->burst * (__int128)(lim->window_ms * 1000);
+	w->used = dl >= full ? lim->burst :
+	          lim->burst - (uint64_t)((full - dl) / (__int128)(lim->window_ms * 1000));
+	w->reset_ms = (int64_t)((dl + (__int128)lim->limit * 1000 - 1) /
+	                        ((__int128)lim->limit * 1000));
+}
 
 /* Read <k> (kind decides the layout) into <w>. Returns 0 or -1. */
 static int ctl_read_window(struct ctl *x, const struct ctl_key *k, int64_t now_us,
@@ -177,7 +212,17 @@ static int ctl_read_window(struct ctl *x, const struct ctl_key *k, int64_t now_u
 	redisReply *r;
 
 	memset(w, 0, sizeof(*w));
+	w->quota = k->lim.limit;
 	switch (k->kind) {
+	case CTL_KEY_GCRA:
+		argv[0] = "GET"; argv[1] = k->name;
+		len[0] = 3; len[1] = k->len;
+		r = ctl_cmd(x, k->name, k->len, 2, argv, len);
+		if (!r)
+			return -1;
+		ctl_read_gcra(r->type == REDIS_REPLY_STRING ? r->str : NULL, &k->lim, now_us, w);
+		freeReplyObject(r);
+		return 0;
 	case CTL_KEY_LOG:
 		/* an entry exactly one window old is out, as in the decision */
 		snprintf(cuts, sizeof(cuts), "(%" PRId64, cut);
@@ -289,7 +334,7 @@ static int ctl_show(struct ctl *x)
 		ctl_json_str(stdout, acc, acc_len);
 		printf(",\"limits\":\"%s\",\"windows\":[", source);
 		for (i = 0; i < (unsigned)nkeys; i++) {
-			uint64_t l = keys[i].lim.limit;
+			uint64_t l = w[i].quota;
 
 			printf("%s{\"limit\":%" PRIu64 ",\"window_ms\":%" PRIu64 ",\"used\":%" PRIu64
 			       ",\"remaining\":%" PRIu64 ",\"reset\":%" PRId64 ",\"key\":",
@@ -319,12 +364,18 @@ static int ctl_show(struct ctl *x)
 	}
 	printf("policy %s account %s limits %s\n", x->p->name, acc, source);
 	for (i = 0; i < (unsigned)nkeys; i++) {
-		uint64_t l = keys[i].lim.limit;
+		uint64_t l = w[i].quota;
 
 		window_format_ms(keys[i].lim.window_ms, ws, sizeof(ws));
-		printf("window %" PRIu64 "/%s used %" PRIu64 " remaining %" PRIu64 " reset %" PRId64
-		       "s key %s\n", l, ws, w[i].used, w[i].used >= l ? 0 : l - w[i].used,
-		       (w[i].reset_ms + 999) / 1000, keys[i].name);
+		if (keys[i].kind == CTL_KEY_GCRA)
+			printf("bucket %" PRIu64 "/%s burst %" PRIu64 " used %" PRIu64 " remaining %"
+			       PRIu64 " full in %" PRId64 "s key %s\n", keys[i].lim.limit, ws, l,
+			       w[i].used, w[i].used >= l ? 0 : l - w[i].used,
+			       (w[i].reset_ms + 999) / 1000, keys[i].name);
+		else
+			printf("window %" PRIu64 "/%s used %" PRIu64 " remaining %" PRIu64 " reset %"
+			       PRId64 "s key %s\n", l, ws, w[i].used, w[i].used >= l ? 0 : l - w[i].used,
+			       (w[i].reset_ms + 999) / 1000, keys[i].name);
 	}
 	if (found && r.expires_ms > now_ms)
 		printf("live %s for %s more, by %s, reason \"%s\"%s%s\n", limits,

@@ -144,6 +144,8 @@ enum live_verdict live_apply(struct live *lv, const struct window_policy *p, con
 		*out = *p;
 		out->nwin = r.nwin;
 		memcpy(out->win, r.win, r.nwin * sizeof(r.win[0]));
+		if (p->algorithm == WINDOW_ALGO_GCRA)
+			out->win[0].burst = live_rule_gcra_burst(p, &r);
 		out->overrides = NULL;
 		out->noverrides = 0;
 		return LIVE_LIMITS;
@@ -156,7 +158,8 @@ enum live_verdict live_apply(struct live *lv, const struct window_policy *p, con
 	d->status = WINDOW_DENY;
 	d->reason = WINDOW_REASON_BLOCKED;
 	d->has_quota = true;
-	d->limit = (int64_t)lim[0].limit;
+	/* (a bucket announces its burst as its limit, as its decisions do) */
+	d->limit = (int64_t)(p->algorithm == WINDOW_ALGO_GCRA ? lim[0].burst : lim[0].limit);
 	d->remaining = 0;
 	d->retry_after_us = d->reset_us = (int64_t)left_us;
 	d->retry_after = d->reset = window_us_to_s_ceil((int64_t)left_us);

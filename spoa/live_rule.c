@@ -276,6 +276,69 @@ int live_rule_decode(const char *v, size_t len, struct live_rule *r)
 	return 0;
 }
 
+/* The ceiling of <r> under <p> (borrowed from <p>): its live-max windows,
+ * else the limits configured for the account. */
+static void live_rule_ceiling(const struct window_policy *p, const struct live_rule *r,
+                              const struct window_limit **ceil, unsigned *nceil)
+{
+	if (p->live_nwin) {
+		*ceil = p->live_win;
+		*nceil = p->live_nwin;
+	} else {
+		*ceil = window_limits_for(p, r->key, r->key_len, nceil);
+	}
+}
+
+/* See live_rule.h: borrows <p> and <r>. */
+uint64_t live_rule_gcra_burst(const struct window_policy *p, const struct live_rule *r)
+{
+	const struct window_limit *ceil;
+	unsigned nceil, i;
+	uint64_t b = r->nwin ? r->win[0].limit : 0;
+
+	live_rule_ceiling(p, r, &ceil, &nceil);
+	for (i = 0; i < nceil; i++) {
+		uint64_t cb = ceil[i].burst ? ceil[i].burst : ceil[i].limit;
+
+		if (cb < b)
+			b = cb;
+	}
+	return b;
+}
+
+/* A live override of GCRA policy <p>: one rate, no faster than any
+ * ceiling window's rate (limit per window, compared exactly), and a bucket
+ * (live_rule_gcra_burst()) whose span the engines can hold. Writes <why>. */
+static int live_rule_check_gcra(const struct window_policy *p, const struct live_rule *r,
+                                const struct window_limit *ceil, unsigned nceil, char *why,
+                                size_t cap)
+{
+	uint64_t b = live_rule_gcra_burst(p, r);
+	char ws[32];
+	unsigned i;
+
+	if (r->nwin != 1) {
+		snprintf(why, cap, "policy '%s' is a token bucket (algorithm=gcra): one rate, "
+		         "<limit>/<window>", p->name);
+		return -1;
+	}
+	for (i = 0; i < nceil; i++)
+		if (r->win[0].limit * ceil[i].window_ms > ceil[i].limit * r->win[0].window_ms) {
+			window_format_ms(ceil[i].window_ms, ws, sizeof(ws));
+			snprintf(why, cap, "above the ceiling %" PRIu64 "/%s of policy '%s' (%s); "
+			         "lower the rate, or raise live-max in the config",
+			         ceil[i].limit, ws, p->name,
+			         p->live_nwin ? "its live-max" : "its configured limits");
+			return -1;
+		}
+	if (b == 0 || b * r->win[0].window_ms * 1000 > WINDOW_GCRA_MAX_SPAN_US) {
+		snprintf(why, cap, "a bucket of %" PRIu64 " over that window is more than the "
+		         "engines hold (burst x window at most 2^52 us)", b);
+		return -1;
+	}
+	return 0;
+}
+
 /* See live_rule.h: borrows <p> and <r>, writes <why>. */
 int live_rule_check(const struct window_policy *p, const struct live_rule *r,
                     char *why, size_t cap)
@@ -293,12 +356,9 @@ int live_rule_check(const struct window_policy *p, const struct live_rule *r,
 	if (p->precision_ms &&
 	    window_check_precision(p->precision_ms, r->win, r->nwin, why, cap) == -1)
 		return -1;
-	if (p->live_nwin) {
-		ceil = p->live_win;
-		nceil = p->live_nwin;
-	} else {
-		ceil = window_limits_for(p, r->key, r->key_len, &nceil);
-	}
+	live_rule_ceiling(p, r, &ceil, &nceil);
+	if (p->algorithm == WINDOW_ALGO_GCRA)
+		return live_rule_check_gcra(p, r, ceil, nceil, why, cap);
 	for (i = 0; i < nceil; i++) {
 		for (j = 0; j < r->nwin; j++) {
 			uint64_t spans = (ceil[i].window_ms + r->win[j].window_ms - 1) / r->win[j].window_ms;

@@ -92,6 +92,13 @@ int live_rule_format_limits(const struct live_rule *r, char *dst, size_t cap);
 int live_rule_check(const struct window_policy *p, const struct live_rule *r,
                     char *why, size_t cap);
 
+/* The bucket of <r> on GCRA policy <p>: its limit (as a config override's
+ * default burst), at most the ceiling's burst (a live-max window's: its
+ * limit). A live override of a GCRA policy is one rate: live_rule_check()
+ * also refuses one faster than the ceiling's. Whoever applies <r>'s window
+ * sets its .burst to this. */
+uint64_t live_rule_gcra_burst(const struct window_policy *p, const struct live_rule *r);
+
 /* Percent-encode <s>/<len> (space, '%', controls and bytes >= 0x7f) into
  * <dst>/<cap>, "-" when empty, NUL-terminated. Returns its length or -1. */
 int live_rule_escape(const char *s, size_t len, char *dst, size_t cap);

@@ -29,6 +29,7 @@ live-max api 50/1s 200/1h
 policy slow 2/1m
 policy hourly 2/1h
 policy minute 5/1m
+policy bucket 2/1m algorithm=gcra burst=3
 override transfer jwt:ACC-VIP 30/1s
 """
 # how long an agent may take to see a change: the poll is 0.5 s, the
@@ -254,6 +255,40 @@ def run_common(h, conf, agents, logs, cli):
     ttl = int(cli("PTTL", "ratelimit-spoa:{ctl}:overrides") or -2)
     h.check("the overrides hash carries a TTL (its latest expiry, <= 10 min)",
             0 < ttl <= 600000, ttl)
+
+    # -- a token bucket (algorithm=gcra): show, reset, a live rate, a block ---
+    # 2 a minute, burst 3: a unit comes back every 30 s, so the counts hold
+    # however slow the machine is
+    s = ctl_json(h, conf, "show", "bucket", "jwt:ACC-G")
+    w = s["windows"][0]
+    h.eq("show, an untouched bucket: full (limit = its burst 3, used 0, remaining 3, reset 0), "
+         "its one key", (3, 0, 3, 0, "bucket:limit:g1:{jwt:ACC-G}"),
+         (w["limit"], w["used"], w["remaining"], w["reset"], w["key"]))
+    d = [ask(c, "jwt:ACC-G", "bucket") for c in (a, b)]
+    s = ctl_json(h, conf, "show", "bucket", "jwt:ACC-G")
+    w = s["windows"][0]
+    h.eq("show after 2 admissions on two agents: used 2, remaining 1 (what the last decision said)",
+         (2, 1, 1), (w["used"], w["remaining"], d[-1].get("remaining")))
+    h.check("show: the bucket is full again within its 2 units' time (60 s)", 30 < w["reset"] <= 60, w)
+    rc, out, _ = ctl(conf, "show", "bucket", "jwt:ACC-G")
+    h.check("show (text): the bucket with its burst", rc == 0 and "burst 3 used 2 remaining 1" in out, out)
+    rc, _, err = ctl(conf, "reset", "bucket", "jwt:ACC-G")
+    h.check("reset of a bucket: exit 0, its key deleted", rc == 0 and "keys_deleted=1" in err, err)
+    h.eq("show after reset: full", 0, ctl_json(h, conf, "show", "bucket", "jwt:ACC-G")["windows"][0]["used"])
+    rc, _, err = ctl(conf, "override", "bucket", "jwt:ACC-GO", "1/1m", "--for", "2m")
+    h.check("override of a bucket, a slower rate 1/1m: exit 0", rc == 0, err)
+    seen_by_all(h, "every agent decides jwt:ACC-GO with a bucket of 1 (the rate's limit, under the burst)",
+                agents, "jwt:ACC-GO", lambda d: d.get("limit") == 1, "bucket")
+    h.eq("the live rate's bucket of 1 denies the next", "deny", ask(b, "jwt:ACC-GO", "bucket")["status"])
+    rc, _, err = ctl(conf, "override", "bucket", "jwt:ACC-GX", "10/1s", "--for", "1m")
+    h.check("override of a bucket above its configured rate: refused (no live-max)",
+            rc != 0 and "ceiling" in err, err)
+    rc, _, err = ctl(conf, "override", "bucket", "jwt:ACC-GX", "1/1s", "2/1m", "--for", "1m")
+    h.check("override of a bucket with two windows: refused (one rate)", rc != 0 and "one rate" in err, err)
+    rc, _, err = ctl(conf, "override", "bucket", "jwt:ACC-GB", "block", "--for", "1m")
+    seen_by_all(h, "every agent blocks jwt:ACC-GB, limit = the burst", agents, "jwt:ACC-GB",
+                lambda d: (d.get("status"), d.get("reason"), d.get("limit")) == ("deny", "blocked", 3),
+                "bucket")
 
     # -- reset ---------------------------------------------------------------
     # a minute's window: only the reset can let it pass within the test

@@ -262,6 +262,41 @@ static int check(const struct config *c, const char *policy, const char *key,
 	return rc;
 }
 
+/* A live override of a token bucket: one rate, no faster than the
+ * ceiling's (exactly), and its bucket the rate's limit under the ceiling's
+ * burst. */
+static void test_ceiling_gcra(void **state)
+{
+	struct config c;
+	struct live_rule r;
+
+	(void)state;
+	load(&c, "policy bucket 3/1s algorithm=gcra burst=5\n"
+	         "override bucket jwt:VIP 10/1s burst=20\n"
+	         "policy open 2/1s algorithm=gcra\n"
+	         "live-max open 10/1s\n");
+	assert_int_equal(check(&c, "bucket", "jwt:A", "block"), 0);
+	assert_int_equal(check(&c, "bucket", "jwt:A", "3/1s"), 0);
+	assert_int_equal(check(&c, "bucket", "jwt:A", "180/1m"), 0);   /* the same rate */
+	assert_int_equal(check(&c, "bucket", "jwt:A", "181/1m"), -1);
+	assert_int_equal(check(&c, "bucket", "jwt:A", "4/1s"), -1);
+	assert_int_equal(check(&c, "bucket", "jwt:A", "1/1s 2/1m"), -1); /* one rate */
+	assert_int_equal(check(&c, "bucket", "jwt:VIP", "10/1s"), 0);
+	assert_int_equal(check(&c, "bucket", "jwt:VIP", "11/1s"), -1);
+	assert_int_equal(check(&c, "open", "jwt:A", "10/1s"), 0);
+	assert_int_equal(check(&c, "open", "jwt:A", "11/1s"), -1);
+	/* the bucket: the rate's limit, at most the ceiling's burst */
+	rule_of(&r, "jwt:A", "2/1s");
+	assert_int_equal(live_rule_gcra_burst(config_find_policy(&c, "bucket", 6), &r), 2);
+	rule_of(&r, "jwt:A", "180/1m");
+	assert_int_equal(live_rule_gcra_burst(config_find_policy(&c, "bucket", 6), &r), 5);
+	rule_of(&r, "jwt:VIP", "10/1s");
+	assert_int_equal(live_rule_gcra_burst(config_find_policy(&c, "bucket", 6), &r), 10);
+	rule_of(&r, "jwt:A", "10/1s");
+	assert_int_equal(live_rule_gcra_burst(config_find_policy(&c, "open", 4), &r), 10);
+	config_release(&c);
+}
+
 static void test_ceiling(void **state)
 {
 	struct config c;
@@ -336,7 +371,7 @@ static void test_keys(void **state)
 	struct config c;
 	struct ctl_key k[CTL_KEYS_MAX];
 	const struct window_policy *p;
-	struct window_limit one = { 2, 1000 }, two[2] = { { 2, 1000 }, { 50, 3600000 } };
+	struct window_limit one = { 2, 1000, 0 }, two[2] = { { 2, 1000, 0 }, { 50, 3600000, 0 } };
 	int n;
 
 	(void)state;
@@ -376,6 +411,7 @@ int main(void)
 		cmocka_unit_test(test_encoding),
 		cmocka_unit_test(test_decoding_refused),
 		cmocka_unit_test(test_ceiling),
+		cmocka_unit_test(test_ceiling_gcra),
 		cmocka_unit_test(test_live_max_directive),
 		cmocka_unit_test(test_keys),
 	};
