@@ -306,6 +306,20 @@ uint64_t live_rule_gcra_burst(const struct window_policy *p, const struct live_r
 	return b;
 }
 
+/* Why an override is refused by ceiling window <c> of <p> (<what> to
+ * lower: "limits", "rate"), into <why>. Returns -1. */
+static int live_rule_over(const struct window_policy *p, const struct window_limit *c,
+                          const char *what, char *why, size_t cap)
+{
+	char ws[32];
+
+	window_format_ms(c->window_ms, ws, sizeof(ws));
+	snprintf(why, cap, "above the ceiling %" PRIu64 "/%s of policy '%s' (%s); "
+	         "lower the %s, or raise live-max in the config", c->limit, ws, p->name,
+	         p->live_nwin ? "its live-max" : "its configured limits", what);
+	return -1;
+}
+
 /* A live override of GCRA policy <p>: one rate, no faster than any
  * ceiling window's rate (limit per window, compared exactly), and a bucket
  * (live_rule_gcra_burst()) whose span the engines can hold. Writes <why>. */
@@ -314,7 +328,6 @@ static int live_rule_check_gcra(const struct window_policy *p, const struct live
                                 size_t cap)
 {
 	uint64_t b = live_rule_gcra_burst(p, r);
-	char ws[32];
 	unsigned i;
 
 	if (r->nwin != 1) {
@@ -323,14 +336,8 @@ static int live_rule_check_gcra(const struct window_policy *p, const struct live
 		return -1;
 	}
 	for (i = 0; i < nceil; i++)
-		if (r->win[0].limit * ceil[i].window_ms > ceil[i].limit * r->win[0].window_ms) {
-			window_format_ms(ceil[i].window_ms, ws, sizeof(ws));
-			snprintf(why, cap, "above the ceiling %" PRIu64 "/%s of policy '%s' (%s); "
-			         "lower the rate, or raise live-max in the config",
-			         ceil[i].limit, ws, p->name,
-			         p->live_nwin ? "its live-max" : "its configured limits");
-			return -1;
-		}
+		if (r->win[0].limit * ceil[i].window_ms > ceil[i].limit * r->win[0].window_ms)
+			return live_rule_over(p, &ceil[i], "rate", why, cap);
 	if (b == 0 || b * r->win[0].window_ms * 1000 > WINDOW_GCRA_MAX_SPAN_US) {
 		snprintf(why, cap, "a bucket of %" PRIu64 " over that window is more than the "
 		         "engines hold (burst x window at most 2^52 us)", b);
@@ -345,7 +352,6 @@ int live_rule_check(const struct window_policy *p, const struct live_rule *r,
 {
 	const struct window_limit *ceil;
 	unsigned nceil, i, j;
-	char ws[32];
 
 	if (r->block)
 		return 0;
@@ -366,14 +372,8 @@ int live_rule_check(const struct window_policy *p, const struct live_rule *r,
 			if (r->win[j].limit <= ceil[i].limit / spans)
 				break;
 		}
-		if (j == r->nwin) {
-			window_format_ms(ceil[i].window_ms, ws, sizeof(ws));
-			snprintf(why, cap, "above the ceiling %" PRIu64 "/%s of policy '%s' (%s); "
-			         "lower the limits, or raise live-max in the config",
-			         ceil[i].limit, ws, p->name,
-			         p->live_nwin ? "its live-max" : "its configured limits");
-			return -1;
-		}
+		if (j == r->nwin)
+			return live_rule_over(p, &ceil[i], "limits", why, cap);
 	}
 	return 0;
 }
