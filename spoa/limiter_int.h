@@ -153,6 +153,10 @@ struct limiter_link {
 	ev_timer connect_timer;         /* CONNECTING: give up */
 	unsigned backoff_ms;
 	bool attempted;                 /* a first connect was tried */
+	bool was_ready;                 /* ready since it was made (or moved to a new
+	                                 * primary): once it was, a decision no
+	                                 * longer waits for it (an outage answers at
+	                                 * once, as before decisions could wait) */
 	unsigned failures;              /* failed attempts since last ready */
 	unsigned held;                  /* calls hiredis holds on this link */
 	int64_t quiet_since_us;         /* last reply, or when <held> left 0 */

@@ -94,6 +94,7 @@ struct limiter_link *limiter_link_get(struct limiter *l, const char *host, int p
 		l->engines.all[i]->link_reset(k);
 	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	k->attempted = false;
+	k->was_ready = false;
 	k->failures = 0;
 	limiter_link_watch_reset(k);
 	limiter_link_set_target(k, host, port, is_unix);
@@ -313,6 +314,7 @@ static void limiter_link_ready(struct limiter_link *k)
 
 	ev_timer_stop(l->loop, &k->connect_timer);
 	k->state = LIMITER_ST_READY;
+	k->was_ready = true;
 	k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
 	log_info("redis_connected", "addr=%s attempts=%u engine=%s script=%s", k->addr,
 	         k->failures + 1, k->engine->name, l->script.sha[0] ? l->script.sha : "-");
@@ -589,19 +591,28 @@ void limiter_link_move(struct limiter_link *k, const char *host, int port, bool 
 {
 	limiter_link_set_target(k, host, port, false);
 	k->state = LIMITER_ST_IDLE;
-	if (fresh)
+	if (fresh) {
 		k->backoff_ms = LIMITER_BACKOFF_MIN_MS;
+		k->was_ready = false;   /* a new primary: waited for like a first one */
+	}
 	ev_timer_stop(k->l->loop, &k->connect_timer);
 	limiter_link_start(k);
 }
 
-/* Can <k> be ready within <within_us>: it is, or an attempt is under way,
- * or its next attempt starts by then (a link in a long backoff cannot). */
+/* Can <k> be ready within <within_us>: it is, or it was never ready yet
+ * (start-up, a new node or primary) and an attempt is under way or its
+ * next attempt starts by then (a link in a long backoff cannot). A link
+ * that was ready and went down is not waited for: an outage answers at
+ * once rather than holding every decision up to its deadline. */
 bool limiter_link_soon(const struct limiter_link *k, int64_t within_us)
 {
 	ev_timer *retry = (ev_timer *)&k->retry;   /* ev_timer_remaining() only reads */
 
 	if (!k->in_use)
+		return false;
+	if (k->state == LIMITER_ST_READY)
+		return true;
+	if (k->was_ready)
 		return false;
 	if (k->state != LIMITER_ST_IDLE)
 		return true;

@@ -600,6 +600,33 @@ static void test_wait_first_connect(void **state)
 	one_stop();
 }
 
+/* A link that was ready and went down is not waited for: with a deadline
+ * far longer than the reconnect backoff, a decision during the outage is
+ * answered "unavailable" at once (never queued), not held to its deadline. */
+static void test_wait_not_after_ready(void **state)
+{
+	struct answer *a;
+
+	(void)state;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:quinn");
+	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
+	fake_step(&f, FAKE_CLOSE, NULL);
+	fake_step(&f, FAKE_STALL, NULL);
+	one_connect(30000, true);
+	a = start(l, "quinn");
+	WAIT(a->n == 1);
+	assert_int_equal(a->d.status, WINDOW_ALLOW);
+	WAIT(l->links.main->state != LIMITER_ST_READY);
+	a = start(l, "quinn");
+	assert_int_equal(l->calls.nwaiting, 0);
+	WAIT(a->n == 1);
+	assert_int_equal(a->d.status, WINDOW_ERROR);
+	assert_int_equal(a->d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
+	assert_int_equal(fake_count(&f, "EVALSHA"), 1);
+	one_stop();
+}
+
 /* A link that never gets ready (a replica): a decision waits through the
  * failed attempts within its deadline, then is answered "unavailable"
  * (never sent: no script call). */
@@ -1246,6 +1273,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_engine_module_missing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_engine_module_gone, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wait_first_connect, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wait_not_after_ready, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wait_deadline, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wait_bound, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_role_replica, setup, teardown),
