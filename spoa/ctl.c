@@ -185,7 +185,6 @@ static void ctl_read_gcra(const char *v, const struct window_limit *lim, int64_t
 	__int128 dl, full;
 	int used = 0;
 
-	w->quota = lim->burst;
 	if (!v || sscanf(v, "%lld:%lld%n", &tat, &frac, &used) != 2 || v[used] != '\0' ||
 	    frac < 0 || lim->limit == 0) {
 		w->used = v ? lim->burst : 0;
@@ -212,7 +211,7 @@ static int ctl_read_window(struct ctl *x, const struct ctl_key *k, int64_t now_u
 	redisReply *r;
 
 	memset(w, 0, sizeof(*w));
-	w->quota = k->lim.limit;
+	w->quota = window_limit_quota(&k->lim);
 	switch (k->kind) {
 	case CTL_KEY_GCRA:
 		argv[0] = "GET"; argv[1] = k->name;

@@ -158,8 +158,7 @@ enum live_verdict live_apply(struct live *lv, const struct window_policy *p, con
 	d->status = WINDOW_DENY;
 	d->reason = WINDOW_REASON_BLOCKED;
 	d->has_quota = true;
-	/* (a bucket announces its burst as its limit, as its decisions do) */
-	d->limit = (int64_t)(p->algorithm == WINDOW_ALGO_GCRA ? lim[0].burst : lim[0].limit);
+	d->limit = (int64_t)window_limit_quota(&lim[0]);   /* a bucket's: its burst */
 	d->remaining = 0;
 	d->retry_after_us = d->reset_us = (int64_t)left_us;
 	d->retry_after = d->reset = window_us_to_s_ceil((int64_t)left_us);

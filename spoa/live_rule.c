@@ -298,7 +298,7 @@ uint64_t live_rule_gcra_burst(const struct window_policy *p, const struct live_r
 
 	live_rule_ceiling(p, r, &ceil, &nceil);
 	for (i = 0; i < nceil; i++) {
-		uint64_t cb = ceil[i].burst ? ceil[i].burst : ceil[i].limit;
+		uint64_t cb = window_limit_quota(&ceil[i]);
 
 		if (cb < b)
 			b = cb;

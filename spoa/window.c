@@ -397,7 +397,7 @@ int window_build_args(const struct window_policy *p, const char *sha,
 	}
 	/* (never fits: a log window's limit, a GCRA bucket's burst) */
 	for (i = 0; i < nwin; i++) {
-		if (cost > (lim[i].burst ? lim[i].burst : lim[i].limit)) {
+		if (cost > window_limit_quota(&lim[i])) {
 			*why = WINDOW_REASON_BAD_COST;
 			return -1;
 		}
@@ -493,8 +493,7 @@ void window_decide_error(const struct window_policy *p, enum window_reason why,
 		/* Fail-open: HAProxy still learns the limit, but no remaining or
 		 * reset it could mistake for a real count. */
 		d->status = WINDOW_ALLOW;
-		d->limit = !p->nwin ? 0 : p->win[0].burst ? (int64_t)p->win[0].burst
-		                                           : (int64_t)p->win[0].limit;
+		d->limit = p->nwin ? (int64_t)window_limit_quota(&p->win[0]) : 0;
 	}
 }
 

@@ -161,6 +161,13 @@ int window_format_ms(uint64_t ms, char *dst, size_t cap);
  * window / limit, ms rounded up). A log limit is itself. Into <out>. */
 void window_announced(const struct window_limit *lim, struct window_limit *out);
 
+/* The units <lim> holds at most: a GCRA bucket's burst, a log window's
+ * limit (the "limit" a decision announces, the largest cost that fits). */
+static inline uint64_t window_limit_quota(const struct window_limit *lim)
+{
+	return lim->burst ? lim->burst : lim->limit;
+}
+
 /* Is a window of <window_ms> under <p> counted in buckets (precision=)? */
 bool window_is_bucketed(const struct window_policy *p, uint64_t window_ms);
 
