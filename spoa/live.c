@@ -136,9 +136,11 @@ enum live_verdict live_apply(struct live *lv, const struct window_policy *p, con
 		expires = e->expires_us;
 	}
 	pthread_rwlock_unlock(&lv->mu);
+	if (!e)
+		return LIVE_NONE;   /* (no clock read for the accounts without one) */
 	now = metrics_now_us();
 	/* the ceiling is this generation's: a reload that lowers it applies at once */
-	if (!e || now >= expires || live_rule_check(p, &r, why, sizeof(why)) == -1)
+	if (now >= expires || live_rule_check(p, &r, why, sizeof(why)) == -1)
 		return LIVE_NONE;
 	if (!r.block) {
 		*out = *p;
