@@ -324,6 +324,7 @@ static bool limiter_cluster_up(const struct limiter *l)
 
 static const struct limiter_topo_ops limiter_cluster_ops = {
 	.skip_role = true,              /* CLUSTER SLOTS names the primaries */
+	.wait_lost = true,              /* a replica takes over, the map moves */
 	.on_ready = limiter_cluster_on_ready,
 	.on_lost = limiter_cluster_on_lost,
 	.up = limiter_cluster_up,

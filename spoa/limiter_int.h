@@ -156,7 +156,9 @@ struct limiter_link {
 	bool was_ready;                 /* ready since it was made (or moved to a new
 	                                 * primary): once it was, a decision no
 	                                 * longer waits for it (an outage answers at
-	                                 * once, as before decisions could wait) */
+	                                 * once, as before decisions could wait),
+	                                 * unless its topology waits for lost links
+	                                 * (limiter_topo_ops.wait_lost: Cluster) */
 	unsigned failures;              /* failed attempts since last ready */
 	unsigned held;                  /* calls hiredis holds on this link */
 	int64_t quiet_since_us;         /* last reply, or when <held> left 0 */
@@ -314,6 +316,10 @@ struct limiter_script {
 struct limiter_topo_ops {
 	bool skip_role;                 /* no ROLE at setup (a cluster seed may be a replica) */
 	bool role_required;             /* a refused ROLE fails the attempt (Sentinel) */
+	bool wait_lost;                 /* a lost link's decisions wait for it or for the
+	                                 * map to move, within their deadline (a Cluster
+	                                 * node failing over); else only a link never
+	                                 * ready yet is waited for */
 	/* before a connect attempt of <k>: true when the topology takes it over */
 	bool (*before_connect)(struct limiter_link *k);
 	/* <k>'s connect timer fired while the topology works for it: true when

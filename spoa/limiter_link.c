@@ -602,8 +602,10 @@ void limiter_link_move(struct limiter_link *k, const char *host, int port, bool 
 /* Can <k> be ready within <within_us>: it is, or it was never ready yet
  * (start-up, a new node or primary) and an attempt is under way or its
  * next attempt starts by then (a link in a long backoff cannot). A link
- * that was ready and went down is not waited for: an outage answers at
- * once rather than holding every decision up to its deadline. */
+ * that was ready and went down is not waited for (an outage answers at
+ * once rather than holding every decision up to its deadline) unless the
+ * topology says so: a Cluster's lost node is waited for, as its replica
+ * takes over and the moved map wakes the waiting calls. */
 bool limiter_link_soon(const struct limiter_link *k, int64_t within_us)
 {
 	ev_timer *retry = (ev_timer *)&k->retry;   /* ev_timer_remaining() only reads */
@@ -612,7 +614,7 @@ bool limiter_link_soon(const struct limiter_link *k, int64_t within_us)
 		return false;
 	if (k->state == LIMITER_ST_READY)
 		return true;
-	if (k->was_ready)
+	if (k->was_ready && !(k->l->topo && k->l->topo->wait_lost))
 		return false;
 	if (k->state != LIMITER_ST_IDLE)
 		return true;
