@@ -11,6 +11,7 @@
 #include <ev.h>
 #include "hiredis_compat.h"
 #include <hiredis/async.h>
+#include <hiredis/sds.h>
 
 #include "limiter_health.h"
 #include "limiter_link.h"
@@ -638,6 +639,25 @@ void limiter_link_release(struct limiter_link *k, unsigned n)
 {
 	k->held -= n;
 	k->l->links.held -= n;
+}
+
+/*
+ * Write what hiredis holds for ready link <k> now, from a callback of the
+ * loop's own (the batch flush before the loop waits), instead of arming
+ * the write watcher: that costs the loop one more wakeup and two
+ * epoll_ctl per flush, one to add the watcher and one to drop it after
+ * the write. What is left over (a full socket) goes on through the
+ * watcher as before; a failed write drops the connection as the watcher
+ * would (hiredis answers the calls it holds, synchronously).
+ */
+void limiter_link_write_now(struct limiter_link *k)
+{
+	redisAsyncContext *ac = k->ac;
+
+	if (k->state != LIMITER_ST_READY || !ac || !(ac->c.flags & REDIS_CONNECTED) ||
+	    (ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)) || sdslen(ac->c.obuf) == 0)
+		return;
+	redisAsyncHandleWrite(ac);
 }
 
 /* An attempt of <k> failed where its topology worked (a sentinel's answer

@@ -78,6 +78,9 @@ void limiter_link_hold(struct limiter_link *k);
 void limiter_link_hold_n(struct limiter_link *k, unsigned n);
 /* hiredis handed back <n> calls held on <k>. */
 void limiter_link_release(struct limiter_link *k, unsigned n);
+/* Write what hiredis holds for <k> now (ready links only), not on the
+ * write watcher's next wakeup; only from a callback of the loop's own. */
+void limiter_link_write_now(struct limiter_link *k);
 /* A call's deadline passed on <k>: drop it if it stalled (nothing
  * answered for the stall limit while calls wait). */
 void limiter_link_check_stall(struct limiter_link *k);

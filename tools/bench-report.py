@@ -397,7 +397,8 @@ g.append(f"HAProxy {R.get('haproxy')}'s own CPU (user + system) per request, alo
          for s in ('uniform', 'mixed', 'abuse')) + ".\n")
 nj = [(eng, R.get(k + '_rounds', '-'), rtxt(k, 'wrk_alone_nojwt'),
        R.get(f'wrk_alone_nojwt_r{median_round(k)}_cpu_us', '-'),
-       R.get(k + '_cpu_us', '-'), R.get(k + '_agent_us', '-'), R.get(k + '_redis_us', '-'), nojwt_cpu_rounds(k))
+       R.get(k + '_cpu_us', '-'), R.get(k + '_agent_us', '-'), R.get(k + '_redis_us', '-'),
+       R.get(k + '_dpc', '-'), nojwt_cpu_rounds(k))
       for k, eng in (('wrk_full_nojwt_floor', 'SPOE floor (bench/spoa-floor)'), ('wrk_full_nojwt', 'script (EVALSHA)'),
                      ('wrk_full_nojwt_mod', 'module (RATELIMIT.DECIDE)'))
       if k + '_rps' in R]
@@ -407,10 +408,12 @@ if nj:
              "*agent* is the floor program's own CPU) or the agent on `redis-engine script` or `module` "
              "(the bench's Redis loads `module/ratelimit.so`), run alone -> floor -> script -> module back "
              "to back in each round. CPU (user + system) per request served, median round, then round by round "
-             "(HAProxy alone/e2e, agent, redis-server, µs):\n")
+             "(HAProxy alone/e2e, agent, redis-server, µs); *decisions / call*: requests served / "
+             "`INFO commandstats` calls of `EVALSHA`, `EVAL` and `RATELIMIT.DECIDE` in the median round (the "
+             "agent's batches as the load made them):\n")
     g.append(md(('engine', 'e2e req/s rounds', 'e2e / alone', 'HAProxy alone µs', 'HAProxy e2e µs',
-                 'agent µs', 'redis-server µs', 'by round'), nj,
-                ('---', '---', '---:', '---:', '---:', '---:', '---:', '---')))
+                 'agent µs', 'redis-server µs', 'decisions / call', 'by round'), nj,
+                ('---', '---', '---:', '---:', '---:', '---:', '---:', '---:', '---')))
 g.append('### (f) Redis per decision: batched vs `redis-batch 1`\n')
 g.append(f"spoa-bench at {c1} x 1 and {c16} x 16 in flight, uniform over {R.get('accounts')} accounts, "
          "deny cache off (every decision reaches Redis), one agent per row. *Redis CPU*: redis-server's "

@@ -373,10 +373,11 @@ for n in p1 p16 mixed abuse; do pick_median sb $n; done
 # redis-server's process CPU per decision, and INFO commandstats (usec per
 # decision, decisions per script call). The deny cache is off so that every
 # decision reaches Redis.
-# redis_script_stats: "calls usec" of EVALSHA + EVAL since the last RESETSTAT.
+# redis_script_stats: "calls usec" of EVALSHA + EVAL (and the module's
+# RATELIMIT.DECIDE) since the last RESETSTAT.
 redis_script_stats() {
 	redis-cli -p "$REDIS_PORT" INFO commandstats | tr -d '\r' | awk -F'[:=,]' '
-		$1 == "cmdstat_evalsha" || $1 == "cmdstat_eval" { c += $3; u += $5 }
+		$1 == "cmdstat_evalsha" || $1 == "cmdstat_eval" || $1 == "cmdstat_ratelimit.decide" { c += $3; u += $5 }
 		END { printf "%d %d\n", c, u }'
 }
 if want f; then
@@ -601,15 +602,21 @@ hz=$(getconf CLK_TCK)
 # full_nojwt NAME PORT AGENT-PID: one no-JWT e2e run, with the agent's and
 # redis-server's CPU per request (R[wrk_NAME_agent_us], R[wrk_NAME_redis_us]).
 full_nojwt() {
-	local name=$1 port=$2 apid=$3 a0 r0 a1 r1 n
+	local name=$1 port=$2 apid=$3 a0 r0 a1 r1 n calls usec
+	redis-cli -p "$REDIS_PORT" CONFIG RESETSTAT >/dev/null
 	a0=$(proc_ticks "$apid"); r0=$(proc_ticks "$REDIS_PID")
 	run_wrk "$name" "$port" 0 0 "$IDS" header
 	a1=$(proc_ticks "$apid"); r1=$(proc_ticks "$REDIS_PID")
+	read -r calls usec < <(redis_script_stats)
 	n=$(awk '/ requests in / { print $1 }' "$T/wrk-$name.out")
 	if [ "${n:-0}" -gt 0 ]; then
 		R[wrk_${name}_agent_us]=$(awk -v t=$((a1 - a0)) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
 		R[wrk_${name}_redis_us]=$(awk -v t=$((r1 - r0)) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
-		say "    per request: agent ${R[wrk_${name}_agent_us]} us, redis-server ${R[wrk_${name}_redis_us]} us of CPU"
+		# every request of this uniform load is one decision in Redis
+		# (none over its limit): how many a call carried
+		[ "${calls:-0}" -eq 0 ] ||
+			R[wrk_${name}_dpc]=$(awk -v c="$calls" -v n="$n" 'BEGIN { printf "%.1f", n / c }')
+		say "    per request: agent ${R[wrk_${name}_agent_us]} us, redis-server ${R[wrk_${name}_redis_us]} us of CPU${R[wrk_${name}_dpc]:+; ${R[wrk_${name}_dpc]} decisions per Redis call}"
 	fi
 	flush_redis
 }
