@@ -32,13 +32,15 @@
 # global section so that one thread does all the work and the count does not
 # depend on how connections spread over threads; the agent's server line
 # without "check", whose timer would add a count that depends on the run's
-# length) under valgrind --tool=callgrind; WARM requests to warm it up
-# (connections to the backend and the agent, pools), the counters zeroed
-# (callgrind_control -z), N requests (a python keep-alive client, CONNS
-# connections with one request each in flight: several NOTIFYs in flight per
-# agent connection), one dump (callgrind_control -d): its total / N. Every
-# answer must be 201. Then the same HAProxy without valgrind and N requests
-# under strace -c -f: syscalls per request.
+# length) under valgrind --tool=callgrind --instr-atstart=no; WARM requests
+# to warm it up (connections to the backend and the agent, pools), then
+# instrumentation on (callgrind_control -i on), N requests (a python
+# keep-alive client, CONNS connections with one request each in flight:
+# several NOTIFYs in flight per agent connection), instrumentation off, one
+# dump (callgrind_control -d): its total / N. Every answer must be 201. Then
+# the same HAProxy without valgrind and N requests under strace -c -f:
+# syscalls per request. Counts repeat within about 1% (how many frames
+# HAProxy finds per read and sends per write still depends on timing).
 #
 # Knobs: BENCH_HIR_N=4000, BENCH_HIR_WARM=1000, BENCH_HIR_CONNS=32,
 # BENCH_HIR_TOP=20 (inclusive functions listed per case with
@@ -117,12 +119,7 @@ cat >"$T/client.py" <<-'PY'
 client() { python3 "$T/client.py" "$1" "$2" "$CONNS"; }
 
 # The demo backend, never counted.
-BE_T=$(free_port)
-BE_A=$(free_port)
-RL_LOG=stdout RL_TRANSFERS_BIND=127.0.0.1:$BE_T RL_ACCOUNTS_BIND=127.0.0.1:$BE_A \
-	"$HAPROXY" -db -f haproxy/backend.cfg >/dev/null 2>"$T/backend.log" &
-t_track $!
-wait_port "$BE_T" || die "backend did not start"
+start_backend >/dev/null || die "backend did not start"
 
 # agent_port AGENT: sets APORT, the agent's port, started on the first case
 # that needs it (not in a subshell: the processes must stay tracked).
@@ -150,19 +147,13 @@ agent_port() {
 				--dir "$T" --logfile "$T/redis.log" --loadmodule "$MODULE_SO" >/dev/null 2>&1 &
 			t_track $!
 			wait_port "$REDIS_PORT" || die "redis did not start"
-			MODULE_PORT=$(free_port)
-			cat >"$T/agent.conf" <<-CONF
-			listen        127.0.0.1:$MODULE_PORT
-			redis         redis://127.0.0.1:$REDIS_PORT/0
-			redis-timeout 10s
-			threads       1
-			log-level     warn
-			policy transfer 1000000/1s
-			redis-engine  module
-			CONF
-			"$AGENT" -f "$T/agent.conf" >"$T/agent.log" 2>&1 &
-			t_track $!
-			wait_port "$MODULE_PORT" 10 || die "the agent did not start ($T/agent.log)"
+			# every decision allowed: a limit no run reaches
+			start_agent "redis-timeout 10s
+threads 1
+log-level warn
+policy transfer 1000000/1s
+redis-engine module" >&2 || die "the agent did not start"
+			MODULE_PORT=$AGENT_PORT
 		fi
 		APORT=$MODULE_PORT ;;
 	*) return 1 ;;
@@ -226,13 +217,21 @@ run_edge() {
 	local c=$1; shift
 	EPORT=$(free_port)
 	env RL_BIND="127.0.0.1:$EPORT" RL_INSTANCE=ir RL_AGENT_ADDR="127.0.0.1:$APORT" \
-		RL_TRANSFERS_ADDR="127.0.0.1:$BE_T" RL_ACCOUNTS_ADDR="127.0.0.1:$BE_A" \
+		RL_TRANSFERS_ADDR="127.0.0.1:$TRANSFERS_PORT" RL_ACCOUNTS_ADDR="127.0.0.1:$ACCOUNTS_PORT" \
 		RL_HAPROXY_DIR="$DIR" \
 		RL_ADMIN_SOCK="$DIR/admin.sock" RL_LOG=stdout RL_SPOE_TIMEOUT=30s \
 		"$@" "$HAPROXY" -db -f "$DIR/edge.cfg" >/dev/null 2>"$DIR/edge.log" &
 	EPID=$!
 	t_track "$EPID"
 	wait_port "$EPORT" 120 || { tail -n 5 "$DIR/edge.log" >&2; return 1; }
+}
+
+# cg_total DUMP OUT: the dump's total instructions; OUT gets its inclusive
+# profile (callgrind_annotate).
+cg_total() {
+	[ -s "$1" ] || return 0
+	callgrind_annotate --inclusive=yes --auto=no --threshold=100 "$1" >"$2" 2>/dev/null
+	awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }' "$2"
 }
 
 stop_edge() {
@@ -247,23 +246,21 @@ printf '%-34s %14s %14s %12s\n' case "instr/request" "vs alone" "sys/request"
 declare -A IR
 for c in "${CASES[@]}"; do
 	prepare "$c" || { FAILED=1; continue; }
-	run_edge "$c" valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$DIR/cg.%p" \
+	# instrumentation off until the warm-up is done: only the N requests
+	# between "-i on" and "-i off" are counted, dumped with -d
+	run_edge "$c" valgrind --tool=callgrind --instr-atstart=no --dump-instr=no \
+		--callgrind-out-file="$DIR/cg.%p" \
 		|| { echo "bench-haproxy-ir: $c: HAProxy did not start ($DIR/edge.log)" >&2; FAILED=1; continue; }
-	client "$EPORT" "$WARM" || { echo "bench-haproxy-ir: $c: warm-up failed" >&2; stop_edge; FAILED=1; continue; }
-	callgrind_control -z "$EPID" >/dev/null 2>&1
-	if ! client "$EPORT" "$N"; then
-		echo "bench-haproxy-ir: $c: the counted run failed" >&2
-		stop_edge; FAILED=1; continue
-	fi
-	callgrind_control -d "$EPID" >/dev/null 2>&1
+	ok=0
+	client "$EPORT" "$WARM" && callgrind_control -i on "$EPID" >/dev/null 2>&1 &&
+		client "$EPORT" "$N" && callgrind_control -i off "$EPID" >/dev/null 2>&1 &&
+		callgrind_control -d "$EPID" >/dev/null 2>&1 && ok=1
 	stop_edge
-	f=$(find "$DIR" -name "cg.$EPID.1" | head -n 1)
-	ir=
-	if [ -n "$f" ]; then
-		callgrind_annotate --inclusive=yes --auto=no --threshold=100 "$f" >"$DIR/annotate" 2>/dev/null
-		ir=$(awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }' "$DIR/annotate")
+	ir=$(cg_total "$DIR/cg.$EPID.1" "$DIR/annotate")
+	if [ "$ok" != 1 ] || [ -z "$ir" ]; then
+		echo "bench-haproxy-ir: $c: no count (a request failed? see $DIR/edge.log)" >&2
+		FAILED=1; continue
 	fi
-	[ -n "$ir" ] || { echo "bench-haproxy-ir: $c: no count" >&2; FAILED=1; continue; }
 	IR[$c]=$((ir / N))
 	sys=-
 	if [ -n "$STRACE" ] && run_edge "$c"; then
