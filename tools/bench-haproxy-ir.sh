@@ -42,12 +42,12 @@
 # syscalls per request. Counts repeat within about 1% (how many frames
 # HAProxy finds per read and sends per write still depends on timing).
 #
-# Knobs: BENCH_HIR_N=4000, BENCH_HIR_WARM=1000, BENCH_HIR_CONNS=32,
+# Knobs: BENCH_HIR_N=3000, BENCH_HIR_WARM=500, BENCH_HIR_CONNS=32,
 # BENCH_HIR_TOP=20 (inclusive functions listed per case with
 # BENCH_HIR_DETAIL=1), BENCH_HIR_TSV=FILE (name<TAB>value lines:
 # hir_<case> instructions, hir_sys_<case> syscalls per request),
 # BENCH_HIR_STRACE=0 (no syscall column), T_KEEP=1 keeps the dumps.
-# About 30 s per case on 2.6, a minute on 3.2.
+# About 20 s per case (the two valgrind-free parts included).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=../tests/lib.sh
@@ -56,8 +56,8 @@ t_setup
 for t in valgrind callgrind_control callgrind_annotate redis-server python3; do
 	command -v "$t" >/dev/null || { echo "bench-haproxy-ir: $t not found (make deps)" >&2; exit 1; }
 done
-N=${BENCH_HIR_N:-4000}
-WARM=${BENCH_HIR_WARM:-1000}
+N=${BENCH_HIR_N:-3000}
+WARM=${BENCH_HIR_WARM:-500}
 CONNS=${BENCH_HIR_CONNS:-32}
 TOP=${BENCH_HIR_TOP:-20}
 TSV=${BENCH_HIR_TSV:-}
