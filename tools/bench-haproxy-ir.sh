@@ -39,7 +39,7 @@
 # several NOTIFYs in flight per agent connection), instrumentation off, one
 # dump (callgrind_control -d): its total / N. Every answer must be 201. Then
 # the same HAProxy without valgrind and N requests under strace -c -f:
-# syscalls per request. Counts repeat within about 1% (how many frames
+# syscalls per request. Counts repeat within about 1.5% (how many frames
 # HAProxy finds per read and sends per write still depends on timing).
 #
 # Knobs: BENCH_HIR_N=3000, BENCH_HIR_WARM=500, BENCH_HIR_CONNS=32,
@@ -213,6 +213,8 @@ prepare() {
 }
 
 # run_edge CASE WRAP...: HAProxy on $DIR/edge.cfg under WRAP; sets EPORT, EPID.
+# RL_SPOE_TIMEOUT 30s: under callgrind HAProxy runs tens of times slower, and
+# the shipped 500ms would turn some decisions into 503s.
 run_edge() {
 	local c=$1; shift
 	EPORT=$(free_port)
