@@ -23,6 +23,8 @@
 #   mfsN         "max-frame-size N"
 #   mwfN         "max-waiting-frames N" (2.6; 3.x ignores it)
 #   maxconnN     "maxconn N" on the agent's server line (agent connections)
+#   acl503       the 503 rule testing the status first (two ACLs where an
+#                allowed request now runs four; the same answers)
 #   nohdrs       no RateLimit-* header rules (measures what the variables'
 #                use costs, apart from setting them; not a deployable edge)
 # Default cases: alone floor floor-s module.
@@ -173,6 +175,8 @@ edit_knob() {
 	args1) sed -i 's/^\([[:space:]]*args\) .*/\1 key=var(txn.rl_key)/' "$spoe" ;;
 	mfs[0-9]*) sed -i "s/^\([[:space:]]*\)use-backend /\1max-frame-size ${2#mfs}\n&/" "$spoe" ;;
 	mwf[0-9]*) sed -i "s/^\([[:space:]]*\)use-backend /\1max-waiting-frames ${2#mwf}\n&/" "$spoe" ;;
+	acl503) sed -i 's/if { var(txn.rl_action) -m str ask } !{ var(txn.rl.status) -m str allow deny } || { var(txn.rl.status) -m found } !{ var(txn.rl.status) -m str allow deny }$/if !{ var(txn.rl.status) -m str allow deny } { var(txn.rl_action) -m str ask } || !{ var(txn.rl.status) -m str allow deny } { var(txn.rl.status) -m found }/' "$cfg"
+		grep -q 'if !{ var(txn.rl.status) -m str allow deny } { var(txn.rl_action)' "$cfg" ;;
 	nohdrs) sed -i '/^[[:space:]]*http-after-response set-header RateLimit/d' "$cfg" ;;
 	maxconn[0-9]*) sed -i "s/^\([[:space:]]*server agent1 .*\)$/\1 maxconn ${2#maxconn}/" "$cfg" ;;
 	*) return 1 ;;
