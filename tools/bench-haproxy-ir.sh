@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench-haproxy-ir.sh - HAProxy's own instructions per request, counted by
 # callgrind: make bench's no-JWT edge (haproxy/haproxy.cfg, identity from an
-# X-Bench-Account header as tools/bench.sh's nojwt()) answering by itself
+# X-Bench-Account header, tools/edge-nojwt.sh) answering by itself
 # (tools/edge-alone.sh) or asking an agent over SPOE: bench/spoa-floor (fixed
 # answers, no I/O), the floor with -s (status only), or the real agent on the
 # module engine (a redis-server with module/ratelimit.so). What SPOE costs
@@ -183,12 +183,6 @@ edit_knob() {
 	esac
 }
 
-# nojwt CFG: tools/bench.sh's no-JWT edge (its nojwt(), kept in step).
-nojwt() {
-	sed -e 's|^\([[:space:]]*\)http-request set-var(txn.auth_error) str(multiple-authorization-headers) if rl_jwt .*$|\1http-request set-var(txn.account) req.hdr(x-bench-account) if rl_jwt|' \
-	    -e '/ if rl_jwt !rl_autherr/d' -e '/http_auth_bearer if rl_jwt$/d' "$1"
-}
-
 # prepare CASE: $T/<case>/ (a copy of haproxy/ with the case's edits and
 # edge.cfg, the config HAProxy runs); sets DIR and APORT.
 prepare() {
@@ -208,9 +202,9 @@ prepare() {
 		-e 's/^global$/&\n    nbthread 1/' "$DIR/haproxy.cfg"
 	if [ "$agent" = alone ]; then
 		tools/edge-alone.sh "$DIR/haproxy.cfg" >"$DIR/alone.cfg" || return 1
-		nojwt "$DIR/alone.cfg" >"$DIR/edge.cfg"
+		tools/edge-nojwt.sh "$DIR/alone.cfg" >"$DIR/edge.cfg" || return 1
 	else
-		nojwt "$DIR/haproxy.cfg" >"$DIR/edge.cfg"
+		tools/edge-nojwt.sh "$DIR/haproxy.cfg" >"$DIR/edge.cfg" || return 1
 	fi
 	grep -v '^[[:space:]]*#' "$DIR/edge.cfg" | grep -q jwt_verify && { echo "bench-haproxy-ir: JWT left in $c" >&2; return 1; }
 	return 0

@@ -504,12 +504,8 @@ smoke() {
 # No JWT (the limiter's overhead alone, not hidden behind RS256): the same
 # edges with the identity taken from a plain X-Bench-Account header instead
 # of a verified token (a bench-only variant, never a deployment).
-nojwt() {
-	sed -e 's|^\([[:space:]]*\)http-request set-var(txn.auth_error) str(multiple-authorization-headers) if rl_jwt .*$|\1http-request set-var(txn.account) req.hdr(x-bench-account) if rl_jwt|' \
-	    -e '/ if rl_jwt !rl_autherr/d' -e '/http_auth_bearer if rl_jwt$/d' "$1"
-}
-nojwt "$T/haproxy-alone.cfg" >"$T/haproxy-alone-nojwt.cfg"
-nojwt haproxy/haproxy.cfg >"$T/haproxy-nojwt.cfg"
+tools/edge-nojwt.sh "$T/haproxy-alone.cfg" >"$T/haproxy-alone-nojwt.cfg" || die "tools/edge-nojwt.sh failed"
+tools/edge-nojwt.sh haproxy/haproxy.cfg >"$T/haproxy-nojwt.cfg" || die "tools/edge-nojwt.sh failed"
 cat "$T/haproxy-nojwt.cfg" "$T/haproxy-alone-nojwt.cfg" | grep -v '^[[:space:]]*#' | grep -q 'jwt_verify' \
 	&& die "could not strip the JWT check out of haproxy/haproxy.cfg (did its layout change?)"
 IDS=$T/accounts.txt
