@@ -47,4 +47,19 @@ eq "bench-agent-ir.sh exits 0" 0 "$rc"
 [ "$rc" = 0 ] || cat "$T/air.out"
 eq "it counts the floor's and the agent's instructions per decision" 2 \
 	"$(grep -Ec "^air_(floor|script)_c4d4"$'\t'"[1-9][0-9]*\$" "$T/air.tsv" 2>/dev/null)"
+# tools/bench-haproxy-ir.sh on a few requests: HAProxy's instructions per
+# request on make bench's no-JWT edge (tools/edge-nojwt.sh), alone
+# (tools/edge-alone.sh) and asking the SPOE floor; every answer a 201.
+BENCH_HIR_N=40 BENCH_HIR_WARM=10 BENCH_HIR_CONNS=4 BENCH_HIR_STRACE=0 \
+	BENCH_HIR_TSV="$T/hir.tsv" "$ROOT/tools/bench-haproxy-ir.sh" alone floor >"$T/hir.out" 2>&1; rc=$?
+eq "bench-haproxy-ir.sh exits 0" 0 "$rc"
+[ "$rc" = 0 ] || cat "$T/hir.out"
+hir() { awk -F'\t' -v k="hir_$1" '$1 == k { print $2 }' "$T/hir.tsv" 2>/dev/null; }
+alone=$(hir alone); floor=$(hir floor)
+eq "it counts HAProxy's instructions per request, alone and with SPOE" 2 \
+	"$(grep -Ec "^hir_(alone|floor)"$'\t'"[1-9][0-9]*\$" "$T/hir.tsv" 2>/dev/null)"
+more=no
+[ "${alone:-0}" -gt 0 ] && [ "${floor:-0}" -gt "$alone" ] && more=yes
+eq "the SPOE exchange adds instructions to HAProxy's request (alone ${alone:-?}, floor ${floor:-?})" \
+	yes "$more"
 t_done
