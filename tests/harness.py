@@ -501,6 +501,13 @@ class Harness:
         else:
             self.fail("%s: expected %r, got %r" % (what, expected, got))
 
+    def require_module(self):
+        """End the test, failed, when module/ratelimit.so is not built
+        (make module): the tests that need the module say so first."""
+        if not os.path.exists(MODULE_SO):
+            self.fail("module built (make module): %s missing" % MODULE_SO)
+            self.done()
+
     def done(self):
         print("# %s: %d passed, %d failed" % (os.path.basename(sys.argv[0]), self.passed, self.failed))
         sys.exit(1 if self.failed else 0)

@@ -22,9 +22,7 @@ import spop  # noqa: E402
 harness.FORCED_ENGINE = ""   # each agent here names its engine
 HOUR_US = 3600 * 1000000
 h = Harness()
-if not os.path.exists(MODULE_SO):
-    h.fail("module built (make module): %s missing" % MODULE_SO)
-    h.done()
+h.require_module()
 h.start_redis(extra=["--loadmodule", MODULE_SO])
 
 ports = h.engine_agents("threads 2\nredis-batch 8\n"

@@ -19,9 +19,7 @@ import spop  # noqa: E402
 
 harness.FORCED_ENGINE = ""   # each agent here names its engine
 h = Harness()
-if not os.path.exists(MODULE_SO):
-    h.fail("module built (make module): %s missing" % MODULE_SO)
-    h.done()
+h.require_module()
 h.start_redis(extra=["--loadmodule", MODULE_SO])
 
 ENGINES = ("script", "module")

@@ -25,9 +25,7 @@ import harness  # noqa: E402
 harness.FORCED_ENGINE = ""
 
 h = Harness()
-if not os.path.exists(MODULE_SO):
-    h.fail("module built (make module): %s missing" % MODULE_SO)
-    h.done()
+h.require_module()
 LOAD = ["--loadmodule", MODULE_SO, "--enable-module-command", "yes"]
 h.start_redis(extra=LOAD)
 r = resp.Redis(h.redis_port)

@@ -24,9 +24,7 @@ D = "RATELIMIT.DECIDE"
 
 
 h = Harness()
-if not os.path.exists(MODULE_SO):
-    h.fail("module built (make module): %s missing" % MODULE_SO)
-    h.done()
+h.require_module()
 ports = []
 for name in ("a", "b"):
     for _ in range(5):

@@ -21,9 +21,7 @@ import spop  # noqa: E402
 harness.FORCED_ENGINE = ""   # the primary has the module, the replica not
 MASTER = "rlmod"
 h = Harness()
-if not os.path.exists(MODULE_SO):
-    h.fail("module built (make module): %s missing" % MODULE_SO)
-    h.done()
+h.require_module()
 
 
 cli = harness.rcli
