@@ -13,6 +13,7 @@ struct deny_cache_entry {
 	int64_t reset_us;               /* monotonic: the oldest entry leaves, and
 	                                 * with it the numbers below may change */
 	uint64_t cost;                  /* denied cost: the only one answered */
+	uint64_t rule;                  /* deny_cache_rule(): the only one answered */
 	int64_t limit;
 	int64_t remaining;
 	unsigned window;
@@ -48,6 +49,31 @@ static bool deny_cache_match(const struct deny_cache_entry *e, uint64_t h,
 {
 	return e->hash == h && e->name_len == name_len && e->key_len == key_len &&
 	       memcmp(e->name, name, name_len) == 0 && memcmp(e->key, key, key_len) == 0;
+}
+
+/* Mixes 64-bit word <v> into fingerprint <h>. */
+static uint64_t deny_cache_mix(uint64_t h, uint64_t v)
+{
+	h = (h ^ v) * 0x100000001b3ULL;
+	h ^= h >> 29;
+	return h * 0xbf58476d1ce4e5b9ULL;
+}
+
+/* Borrows <p> and <lim> for the call. See deny_cache.h. */
+uint64_t deny_cache_rule(const struct window_policy *p, const struct window_limit *lim,
+                         unsigned nwin)
+{
+	uint64_t h = deny_cache_mix(0xcbf29ce484222325ULL, (uint64_t)p->algorithm);
+	unsigned i;
+
+	h = deny_cache_mix(h, p->precision_ms);
+	h = deny_cache_mix(h, nwin);
+	for (i = 0; i < nwin; i++) {
+		h = deny_cache_mix(h, lim[i].limit);
+		h = deny_cache_mix(h, lim[i].window_ms);
+		h = deny_cache_mix(h, lim[i].burst);
+	}
+	return h;
 }
 
 size_t deny_cache_entry_size(void)
@@ -125,18 +151,20 @@ static struct deny_cache_entry *deny_cache_find(struct deny_cache *dc, const cha
 
 /* Borrows <name> and <key> for the call. See deny_cache.h. */
 bool deny_cache_lookup(struct deny_cache *dc, const char *name, size_t name_len,
-                       const char *key, size_t key_len, uint64_t cost, int64_t now,
-                       struct window_decision *d)
+                       const char *key, size_t key_len, uint64_t rule, uint64_t cost,
+                       int64_t now, struct window_decision *d)
 {
 	struct deny_cache_entry *e = deny_cache_find(dc, name, name_len, key, key_len);
 	int64_t left;
 
 	if (!e)
 		return false;
-	/* Another cost has another Retry-After (and may even pass); once the
-	 * reset passed, an entry left the window and remaining grew. Either
-	 * way Redis answers, and its answer may change the window: empty. */
-	if (cost != e->cost || e->deadline_us <= now || e->reset_us <= now) {
+	/* Another cost has another Retry-After (and may even pass); other
+	 * limits (a live override began or ended) give another answer on the
+	 * same data; once the reset passed, an entry left the window and
+	 * remaining grew. Each way Redis answers, and its answer may change
+	 * the window: empty. */
+	if (cost != e->cost || rule != e->rule || e->deadline_us <= now || e->reset_us <= now) {
 		e->hash = 0;
 		return false;
 	}
@@ -169,8 +197,8 @@ void deny_cache_forget(struct deny_cache *dc, const char *name, size_t name_len,
 /* Copies <name> and <key> into the table <dc> owns (mapped on the first
  * deny). See deny_cache.h. */
 void deny_cache_store(struct deny_cache *dc, const char *name, size_t name_len,
-                      const char *key, size_t key_len, uint64_t cost, int64_t sent_us,
-                      const struct window_decision *d, int64_t now)
+                      const char *key, size_t key_len, uint64_t rule, uint64_t cost,
+                      int64_t sent_us, const struct window_decision *d, int64_t now)
 {
 	struct deny_cache_entry *same = NULL, *unused = NULL, *oldest = NULL, *e;
 	int64_t until;
@@ -213,6 +241,7 @@ void deny_cache_store(struct deny_cache *dc, const char *name, size_t name_len,
 	if (sent_us + until > dc->live_until)
 		dc->live_until = sent_us + until;
 	e->cost = cost;
+	e->rule = rule;
 	e->limit = d->limit;
 	e->remaining = d->remaining;
 	e->window = d->window;

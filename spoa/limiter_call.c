@@ -491,7 +491,8 @@ void limiter_call_finish(struct limiter *l, struct limiter_link *k,
 		limiter_warn_reply(k, view, d.reason);
 	} else if (c->cacheable && window_deny_holds(&c->policy, c->cost, &d)) {
 		deny_cache_store(&l->calls.cache, c->policy.name, c->policy.name_len, c->key, c->key_len,
-		                 c->cost, c->sent_us, &d, now);
+		                 deny_cache_rule(&c->policy, c->policy.win, c->policy.nwin), c->cost,
+		                 c->sent_us, &d, now);
 	} else if (c->cacheable) {
 		/* an admission changed the window a cached deny describes (or a
 		 * deny whose numbers do not hold replaces what was cached) */
@@ -677,11 +678,17 @@ bool limiter_call_cached(struct limiter *l, const struct window_policy *p, const
 {
 	struct limiter_calls *cs = &l->calls;
 	struct window_decision d;
+	const struct window_limit *lim;
+	unsigned nwin;
 	size_t i;
 
-	if (!cs->cache_on || p->shadow ||
-	    !deny_cache_lookup(&cs->cache, p->name, p->name_len, key, key_len, cost,
-	                       limiter_now_us(), &d))
+	if (!cs->cache_on || p->shadow || deny_cache_bytes(&cs->cache) == 0)
+		return false;
+	/* the limits that apply now: an entry made under others (a live
+	 * override since ended, or begun) is not answered */
+	lim = window_limits_for(p, key, key_len, &nwin);
+	if (!deny_cache_lookup(&cs->cache, p->name, p->name_len, key, key_len,
+	                       deny_cache_rule(p, lim, nwin), cost, limiter_now_us(), &d))
 		return false;
 	*rc = limiter_defer(l, cb, arg, &d);
 	log_debug("deny_cache_hit", "policy=%.*s retry_after=%lld", (int)p->name_len,

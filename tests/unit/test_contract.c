@@ -265,7 +265,7 @@ static void test_contract_deny_cache(void **state)
 		steps[1] = until / 2;
 		steps[2] = until - 1;
 		deny_cache_init(&dc, 42);
-		deny_cache_store(&dc, "p", 1, "k", 1, pr->cost, sent, &off, sent);
+		deny_cache_store(&dc, "p", 1, "k", 1, 0, pr->cost, sent, &off, sent);
 		for (k = 0; k < 3; k++) {
 			struct window_reply later = pr->reply;
 			struct window_decision want;
@@ -273,7 +273,7 @@ static void test_contract_deny_cache(void **state)
 			later.v[3] -= steps[k];
 			later.v[4] -= steps[k];
 			assert_int_equal(window_decide_reply(&plain, &later, &want), 0);
-			if (!deny_cache_lookup(&dc, "p", 1, "k", 1, pr->cost, sent + steps[k], &on))
+			if (!deny_cache_lookup(&dc, "p", 1, "k", 1, 0, pr->cost, sent + steps[k], &on))
 				fail_msg("%s: no cached answer %lld us after", pr->where,
 				         (long long)steps[k]);
 			if (on.status != want.status || on.limit != want.limit ||
@@ -288,9 +288,9 @@ static void test_contract_deny_cache(void **state)
 				         (long long)want.remaining, (long long)want.reset,
 				         (long long)want.retry_after, want.window);
 		}
-		assert_false(deny_cache_lookup(&dc, "p", 1, "k", 1, pr->cost + 1, sent, &on));
-		deny_cache_store(&dc, "p", 1, "k", 1, pr->cost, sent, &off, sent);
-		assert_false(deny_cache_lookup(&dc, "p", 1, "k", 1, pr->cost, sent + until, &on));
+		assert_false(deny_cache_lookup(&dc, "p", 1, "k", 1, 0, pr->cost + 1, sent, &on));
+		deny_cache_store(&dc, "p", 1, "k", 1, 0, pr->cost, sent, &off, sent);
+		assert_false(deny_cache_lookup(&dc, "p", 1, "k", 1, 0, pr->cost, sent + until, &on));
 		deny_cache_clear(&dc);
 	}
 	printf("# contract: %zu denies answered again from the deny cache (%zu of GCRA)\n", ndeny,

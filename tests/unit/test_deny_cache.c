@@ -4,7 +4,8 @@
  * cached deadlines, only the cost denied is answered, an entry answers
  * only until its reset, an admission forgets it, expiry, replacement of
  * the same key, eviction of the entry that expires first, clear, the
- * configured size, and the table given back once no entry is live.
+ * configured size, the table given back once no entry is live, and an
+ * entry answered only under the limits (rule) that made it.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include "deny_cache.h"
 
 #define S 1000000   /* one second in microseconds */
+#define RULE 7      /* the rule the entries are made and asked under */
 
 static struct window_decision deny(int64_t retry_after_us, int64_t reset_s)
 {
@@ -41,13 +43,13 @@ static void store(struct deny_cache *dc, const char *key, uint64_t cost, int64_t
 {
 	struct window_decision d = deny(retry_us, 60);
 
-	deny_cache_store(dc, "api", 3, key, strlen(key), cost, sent, &d, now);
+	deny_cache_store(dc, "api", 3, key, strlen(key), RULE, cost, sent, &d, now);
 }
 
 static bool lookup(struct deny_cache *dc, const char *key, uint64_t cost, int64_t now,
                    struct window_decision *d)
 {
-	return deny_cache_lookup(dc, "api", 3, key, strlen(key), cost, now, d);
+	return deny_cache_lookup(dc, "api", 3, key, strlen(key), RULE, cost, now, d);
 }
 
 static void test_empty(void **state)
@@ -86,7 +88,7 @@ static void test_hit_counts_down(void **state)
 	assert_int_equal(d.retry_after, 1);
 	/* another key, another policy: not cached */
 	assert_false(lookup(&dc, "other", 1, 11 * S, &d));
-	assert_false(deny_cache_lookup(&dc, "web", 3, "k", 1, 1, 11 * S, &d));
+	assert_false(deny_cache_lookup(&dc, "web", 3, "k", 1, RULE, 1, 11 * S, &d));
 	deny_cache_clear(&dc);
 }
 
@@ -130,8 +132,8 @@ static void test_replace_and_clear(void **state)
 		struct window_decision x = deny(S, 1);
 
 		memset(big, 'a', sizeof(big));
-		deny_cache_store(&dc, "api", 3, big, sizeof(big), 1, 0, &x, 0);
-		assert_false(deny_cache_lookup(&dc, "api", 3, big, sizeof(big), 1, 0, &d));
+		deny_cache_store(&dc, "api", 3, big, sizeof(big), RULE, 1, 0, &x, 0);
+		assert_false(deny_cache_lookup(&dc, "api", 3, big, sizeof(big), RULE, 1, 0, &d));
 	}
 	deny_cache_clear(&dc);
 }
@@ -236,13 +238,13 @@ static void test_only_the_cost_denied(void **state)
 	(void)state;
 	deny_cache_init(&dc, 11);
 	d.remaining = 1;
-	deny_cache_store(&dc, "api", 3, "k", 1, 2, 0, &d, 0);
+	deny_cache_store(&dc, "api", 3, "k", 1, RULE, 2, 0, &d, 0);
 	assert_true(lookup(&dc, "k", 2, S / 10, &d));
 	assert_int_equal(d.remaining, 1);
 	assert_false(lookup(&dc, "k", 3, S / 10, &d));
 	assert_false(lookup(&dc, "k", 2, S / 10, &d));   /* emptied by the miss */
 	d = deny(6 * S, 6);
-	deny_cache_store(&dc, "api", 3, "k", 1, 2, 0, &d, 0);
+	deny_cache_store(&dc, "api", 3, "k", 1, RULE, 2, 0, &d, 0);
 	assert_false(lookup(&dc, "k", 1, S / 10, &d));
 	assert_false(lookup(&dc, "k", 2, S / 10, &d));
 	deny_cache_clear(&dc);
@@ -279,7 +281,7 @@ static void test_until_reset(void **state)
 	(void)state;
 	deny_cache_init(&dc, 17);
 	d.reset_us = 5 * S + S / 2;   /* the first entry leaves at 5.5 s */
-	deny_cache_store(&dc, "api", 3, "k", 1, 2, S, &d, S);
+	deny_cache_store(&dc, "api", 3, "k", 1, RULE, 2, S, &d, S);
 	assert_true(lookup(&dc, "k", 2, 4 * S, &d));
 	assert_int_equal(d.retry_after_us, 5 * S);
 	assert_int_equal(d.retry_after, 5);
@@ -291,8 +293,66 @@ static void test_until_reset(void **state)
 	assert_int_equal(deny_cache_trim(&dc, 6 * S + S / 2), 1);
 	d = deny(8 * S, 6);
 	d.reset_us = S;
-	deny_cache_store(&dc, "api", 3, "k", 1, 2, 0, &d, S);
+	deny_cache_store(&dc, "api", 3, "k", 1, RULE, 2, 0, &d, S);
 	assert_false(lookup(&dc, "k", 2, S, &d));
+	deny_cache_clear(&dc);
+}
+
+/* policy 3/1s; a live override 1/1h denies with Retry-After ~1 h; once it
+ * ends (expiry or removal) the policy's limits apply again, and the deny
+ * the override made must not be answered (it once was, for an hour) */
+static void test_only_the_rule_denied(void **state)
+{
+	struct window_policy p;
+	struct window_limit live = { .limit = 1, .window_ms = 3600 * 1000 }, raised[2];
+	struct window_decision d = deny((int64_t)3598 * S, 3598);
+	uint64_t under_live, under_policy;
+	struct deny_cache dc;
+
+	(void)state;
+	memset(&p, 0, sizeof(p));
+	p.nwin = 1;
+	p.win[0].limit = 3;
+	p.win[0].window_ms = 1000;
+	under_live = deny_cache_rule(&p, &live, 1);
+	under_policy = deny_cache_rule(&p, p.win, p.nwin);
+	assert_true(under_live != under_policy);
+	/* the same limits give the same rule, whoever set them */
+	assert_true(deny_cache_rule(&p, &live, 1) == under_live);
+
+	deny_cache_init(&dc, 42);
+	deny_cache_store(&dc, "transfer", 8, "jwt:X", 5, under_live, 1, 0, &d, 0);
+	assert_true(deny_cache_lookup(&dc, "transfer", 8, "jwt:X", 5, under_live, 1, 3 * S,
+	                              &d));
+	/* the override ended: its deny is not the policy's answer, and is gone */
+	assert_false(deny_cache_lookup(&dc, "transfer", 8, "jwt:X", 5, under_policy, 1,
+	                               3 * S, &d));
+	assert_false(deny_cache_lookup(&dc, "transfer", 8, "jwt:X", 5, under_live, 1,
+	                               3 * S, &d));
+
+	/* a raising override: the policy's deny is not its answer either */
+	d = deny(S / 2, 1);
+	deny_cache_store(&dc, "transfer", 8, "jwt:X", 5, under_policy, 1, 4 * S, &d, 4 * S);
+	raised[0].limit = 10;
+	raised[0].window_ms = 1000;
+	raised[0].burst = 0;
+	assert_false(deny_cache_lookup(&dc, "transfer", 8, "jwt:X", 5,
+	                               deny_cache_rule(&p, raised, 1), 1, 4 * S, &d));
+	/* every part of the limits counts: burst, another window, precision,
+	 * the algorithm */
+	raised[0] = p.win[0];
+	raised[0].burst = 5;
+	assert_true(deny_cache_rule(&p, raised, 1) != under_policy);
+	raised[0] = p.win[0];
+	raised[1].limit = 100;
+	raised[1].window_ms = 3600 * 1000;
+	raised[1].burst = 0;
+	assert_true(deny_cache_rule(&p, raised, 2) != under_policy);
+	p.precision_ms = 100;
+	assert_true(deny_cache_rule(&p, p.win, p.nwin) != under_policy);
+	p.precision_ms = 0;
+	p.algorithm = WINDOW_ALGO_GCRA;
+	assert_true(deny_cache_rule(&p, p.win, p.nwin) != under_policy);
 	deny_cache_clear(&dc);
 }
 
@@ -309,6 +369,7 @@ int main(void)
 		cmocka_unit_test(test_only_the_cost_denied),
 		cmocka_unit_test(test_admission_forgets),
 		cmocka_unit_test(test_until_reset),
+		cmocka_unit_test(test_only_the_rule_denied),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
