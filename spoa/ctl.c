@@ -18,6 +18,7 @@
 #include "ctl_args.h"
 #include "ctl_keys.h"
 #include "live_rule.h"
+#include "log.h"
 #include "redis_sync.h"
 
 #define CTL_TIMEOUT_MS 3000
@@ -65,6 +66,7 @@ struct ctl {
 	const struct window_policy *p;
 	char who[LIVE_WHO_MAX + 1];
 	char err[CONFIG_ERR_LEN];
+	char eerr[LOG_ESCAPED_MAX(CONFIG_ERR_LEN)];   /* err as printed */
 	bool refused;                   /* err is ctl's own verdict, not Redis's */
 };
 
@@ -291,6 +293,10 @@ static int ctl_show(struct ctl *x)
 	const struct window_limit *lim;
 	const char *source;
 	char why[256] = "", left[32], ws[32], limits[128];
+	/* text output: what came from outside, escaped (log_escape_text) */
+	char ea[LOG_ESCAPED_MAX(WINDOW_KEY_MAX)], ek[LOG_ESCAPED_MAX(WINDOW_REDIS_KEY_MAX)];
+	char ew[LOG_ESCAPED_MAX(LIVE_WHO_MAX)], er[LOG_ESCAPED_MAX(LIVE_REASON_MAX)];
+	char ey[LOG_ESCAPED_MAX(256)];
 	int64_t now_ms;
 	unsigned nwin, i;
 	int found, nkeys;
@@ -361,7 +367,8 @@ static int ctl_show(struct ctl *x)
 		printf("}\n");
 		return 0;
 	}
-	printf("policy %s account %s limits %s\n", x->p->name, acc, source);
+	printf("policy %s account %s limits %s\n", x->p->name,
+	       log_escape_text(ea, sizeof(ea), acc, acc_len), source);
 	for (i = 0; i < (unsigned)nkeys; i++) {
 		uint64_t l = w[i].quota;
 
@@ -370,16 +377,21 @@ static int ctl_show(struct ctl *x)
 			printf("bucket %" PRIu64 "/%s burst %" PRIu64 " used %" PRIu64 " remaining %"
 			       PRIu64 " full in %" PRId64 "s key %s\n", keys[i].lim.limit, ws, l,
 			       w[i].used, w[i].used >= l ? 0 : l - w[i].used,
-			       (w[i].reset_ms + 999) / 1000, keys[i].name);
+			       (w[i].reset_ms + 999) / 1000,
+			       log_escape_text(ek, sizeof(ek), keys[i].name, keys[i].len));
 		else
 			printf("window %" PRIu64 "/%s used %" PRIu64 " remaining %" PRIu64 " reset %"
 			       PRId64 "s key %s\n", l, ws, w[i].used, w[i].used >= l ? 0 : l - w[i].used,
-			       (w[i].reset_ms + 999) / 1000, keys[i].name);
+			       (w[i].reset_ms + 999) / 1000,
+			       log_escape_text(ek, sizeof(ek), keys[i].name, keys[i].len));
 	}
 	if (found && r.expires_ms > now_ms)
 		printf("live %s for %s more, by %s, reason \"%s\"%s%s\n", limits,
-		       ctl_left(r.expires_ms - now_ms, left, sizeof(left)), r.who[0] ? r.who : "-",
-		       r.reason, live ? "" : "; not applied: ", live ? "" : why);
+		       ctl_left(r.expires_ms - now_ms, left, sizeof(left)),
+		       r.who[0] ? log_escape_text(ew, sizeof(ew), r.who, strlen(r.who)) : "-",
+		       log_escape_text(er, sizeof(er), r.reason, strlen(r.reason)),
+		       live ? "" : "; not applied: ", live ? "" : log_escape_text(ey, sizeof(ey), why,
+		                                                                   strlen(why)));
 	if (r.block && live)
 		printf("blocked: every request is denied (reason=blocked) without Redis\n");
 	return 0;
@@ -437,7 +449,8 @@ static int ctl_reset(struct ctl *x)
 	struct ctl_key keys[CTL_KEYS_MAX];
 	const struct window_limit *lim;
 	struct live_rule r;
-	char ev[2048], detail[64];
+	char ev[2048], detail[64], ea[LOG_ESCAPED_MAX(WINDOW_KEY_MAX)];
+	char ew[LOG_ESCAPED_MAX(LIVE_WHO_MAX)];
 	long long version, hit, deleted = 0;
 	unsigned nwin, i;
 	int n, found;
@@ -473,7 +486,8 @@ static int ctl_reset(struct ctl *x)
 	    ctl_change(x, "", 0, "", ev, &version, &hit) == -1)
 		return 1;
 	fprintf(stderr, "ctl: reset policy=%s account=%s keys_deleted=%lld by=%s version=%lld\n",
-	        x->p->name, acc, deleted, x->who, version);
+	        x->p->name, log_escape_text(ea, sizeof(ea), acc, acc_len), deleted,
+	        log_escape_text(ew, sizeof(ew), x->who, strlen(x->who)), version);
 	return 0;
 }
 
@@ -482,7 +496,8 @@ static int ctl_override(struct ctl *x)
 {
 	struct live_rule *r = &x->a.rule;
 	char field[LIVE_FIELD_MAX + 1], value[LIVE_VALUE_MAX], ev[2048], limits[128], why[256];
-	char detail[LIVE_REASON_MAX + 200];
+	char detail[LIVE_REASON_MAX + 200], ea[LOG_ESCAPED_MAX(WINDOW_KEY_MAX)];
+	char ew[LOG_ESCAPED_MAX(LIVE_WHO_MAX)], er[LOG_ESCAPED_MAX(LIVE_REASON_MAX)];
 	long long version, hit;
 	int64_t now_ms;
 	int flen;
@@ -495,7 +510,9 @@ static int ctl_override(struct ctl *x)
 		    ctl_change(x, field, (size_t)flen, "", ev, &version, &hit) == -1)
 			return 1;
 		fprintf(stderr, "ctl: override removed policy=%s account=%s by=%s version=%lld%s\n",
-		        x->p->name, x->a.account, x->who, version, hit ? "" : " (there was none)");
+		        x->p->name, log_escape_text(ea, sizeof(ea), r->key, r->key_len),
+		        log_escape_text(ew, sizeof(ew), x->who, strlen(x->who)), version,
+		        hit ? "" : " (there was none)");
 		return 0;
 	}
 	/* the agents check this too: a ctl from another config cannot loosen */
@@ -522,8 +539,11 @@ static int ctl_override(struct ctl *x)
 	if (ctl_change(x, field, (size_t)flen, value, ev, &version, &hit) == -1)
 		return 1;
 	fprintf(stderr, "ctl: override set policy=%s account=%s limits=%s for=%s by=%s "
-	        "reason=\"%s\" version=%lld\n", x->p->name, x->a.account, limits,
-	        ctl_left((int64_t)x->a.for_ms, why, sizeof(why)), x->who, r->reason, version);
+	        "reason=\"%s\" version=%lld\n", x->p->name,
+	        log_escape_text(ea, sizeof(ea), r->key, r->key_len), limits,
+	        ctl_left((int64_t)x->a.for_ms, why, sizeof(why)),
+	        log_escape_text(ew, sizeof(ew), x->who, strlen(x->who)),
+	        log_escape_text(er, sizeof(er), r->reason, strlen(r->reason)), version);
 	return 0;
 }
 
@@ -542,7 +562,9 @@ static int ctl_overrides(struct ctl *x)
 		printf("[");
 	for (i = 0; rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2) {
 		struct live_rule r;
-		char limits[128], left[32];
+		char limits[128], left[32], ep[LOG_ESCAPED_MAX(WINDOW_NAME_MAX)];
+		char ea[LOG_ESCAPED_MAX(WINDOW_KEY_MAX)], ew[LOG_ESCAPED_MAX(LIVE_WHO_MAX)];
+		char er[LOG_ESCAPED_MAX(LIVE_REASON_MAX)];
 
 		memset(&r, 0, sizeof(r));
 		if (live_rule_parse_field(rep->element[i]->str, rep->element[i]->len, &r) == -1 ||
@@ -565,9 +587,12 @@ static int ctl_overrides(struct ctl *x)
 			if (n == 0)
 				printf("%-16s %-24s %-20s %-10s %-24s %s\n", "POLICY", "ACCOUNT", "LIMITS",
 				       "LEFT", "WHO", "REASON");
-			printf("%-16s %-24s %-20s %-10s %-24s %s\n", r.policy, r.key, limits,
+			printf("%-16s %-24s %-20s %-10s %-24s %s\n",
+			       log_escape_text(ep, sizeof(ep), r.policy, r.policy_len),
+			       log_escape_text(ea, sizeof(ea), r.key, r.key_len), limits,
 			       ctl_left(r.expires_ms - now_ms, left, sizeof(left)),
-			       r.who[0] ? r.who : "-", r.reason);
+			       r.who[0] ? log_escape_text(ew, sizeof(ew), r.who, strlen(r.who)) : "-",
+			       log_escape_text(er, sizeof(er), r.reason, strlen(r.reason)));
 		}
 		n++;
 	}
@@ -691,7 +716,11 @@ static int ctl_top_denied(struct ctl *x)
 			ctl_json_str(stdout, acc, d[i].len - pl - (sp ? 1 : 0));
 			printf(",\"denied\":%" PRIu64 "}", d[i].n);
 		} else {
-			printf("%-10" PRIu64 " %-16.*s %s\n", d[i].n, (int)pl, d[i].member, acc);
+			char ep[LOG_ESCAPED_MAX(WINDOW_NAME_MAX)], ea[LOG_ESCAPED_MAX(WINDOW_KEY_MAX)];
+
+			printf("%-10" PRIu64 " %-16s %s\n", d[i].n,
+			       log_escape_text(ep, sizeof(ep), d[i].member, pl),
+			       log_escape_text(ea, sizeof(ea), acc, d[i].len - pl - (sp ? 1 : 0)));
 		}
 	}
 	if (x->a.json)
@@ -715,8 +744,11 @@ int ctl_main(int argc, char **argv)
 		return 1;
 	}
 	config_init(&x->cfg);
+	/* an error may quote what was typed or read (an account): escaped */
 	if (ctl_parse_args(argc, argv, &x->a, x->err, sizeof(x->err)) == -1) {
-		fprintf(stderr, "ratelimit-spoa ctl: %s\n%s", x->err, ctl_usage(x->a.cmd));
+		fprintf(stderr, "ratelimit-spoa ctl: %s\n%s",
+		        log_escape_text(x->eerr, sizeof(x->eerr), x->err, strlen(x->err)),
+		        ctl_usage(x->a.cmd));
 		rc = 2;
 		goto out;
 	}
@@ -747,7 +779,8 @@ int ctl_main(int argc, char **argv)
 	if (rc == 0)
 		goto out;
 fail:
-	fprintf(stderr, "ratelimit-spoa ctl: %s%s%s\n", x->err,
+	fprintf(stderr, "ratelimit-spoa ctl: %s%s%s\n",
+	        log_escape_text(x->eerr, sizeof(x->eerr), x->err, strlen(x->err)),
 	        x->rs && !x->refused ? " on " : "", x->rs && !x->refused ? redis_sync_addr(x->rs) : "");
 	rc = 1;
 out:

@@ -38,7 +38,8 @@ static const char *const ctl_usages[CTL_CMD_COUNT] = {
 "\n"
 "Options: -c, --config FILE; --json (show, overrides, top-denied);\n"
 "-h, --help (also after a command). Exit status: 0 done, 1 refused or failed,\n"
-"2 bad usage. What a change did is written on stderr; agents log it too.\n",
+"2 bad usage. What a change did is written on stderr; agents log it too.\n"
+"Text output escapes names: \\\\ \\\" and \\xHH for control bytes and non-UTF-8.\n",
 	[CTL_CMD_SHOW] =
 "Usage: ratelimit-spoa ctl [-c FILE] show POLICY ACCOUNT [--json]\n"
 "\n"

@@ -174,7 +174,7 @@ static long long live_log_event(const char *s, size_t len, bool log)
 {
 	char w[7][3 * 400 + 2], acc[WINDOW_KEY_MAX + 1], who[LIVE_WHO_MAX + 1], det[400 + 1];
 	char qa[LOG_QUOTED_MAX(WINDOW_KEY_MAX)], qw[LOG_QUOTED_MAX(LIVE_WHO_MAX)];
-	char qd[LOG_QUOTED_MAX(400)];
+	char qd[LOG_QUOTED_MAX(400)], ew[4][LOG_ESCAPED_MAX(WINDOW_NAME_MAX)];
 	const char *p = s, *end = s + len;
 	unsigned i;
 
@@ -200,11 +200,15 @@ static long long live_log_event(const char *s, size_t len, bool log)
 	log_quote(qa, sizeof(qa), acc, strlen(acc));
 	log_quote(qw, sizeof(qw), who, strlen(who));
 	log_quote(qd, sizeof(qd), det, strlen(det));
+	/* the words before them have no space, yet come from Redis all the same */
+	for (i = 0; i < 4; i++)
+		log_escape_text(ew[i], sizeof(ew[i]), w[i], strlen(w[i]));
 #define LIVE_EVENT_FMT "seq=%s what=%s policy=%s account=%s who=%s at_ms=%s detail=%s"
 	if (strcmp(w[2], "reset") == 0)
-		log_info("live_reset", LIVE_EVENT_FMT, w[0], w[2], w[3], qa, qw, w[1], qd);
+		log_info("live_reset", LIVE_EVENT_FMT, ew[0], ew[2], ew[3], qa, qw, ew[1], qd);
 	else
-		log_info("live_override_change", LIVE_EVENT_FMT, w[0], w[2], w[3], qa, qw, w[1], qd);
+		log_info("live_override_change", LIVE_EVENT_FMT, ew[0], ew[2], ew[3], qa, qw, ew[1],
+		         qd);
 #undef LIVE_EVENT_FMT
 	return strtoll(w[0], NULL, 10);
 }
@@ -258,7 +262,10 @@ static void live_judge(struct live *lv, const struct live_rule *r, bool first)
 	const struct window_policy *p = config_find_policy(lv->cfg, r->policy, r->policy_len);
 	char why[256], lim[128], qa[LOG_QUOTED_MAX(WINDOW_KEY_MAX)];
 	char qw[LOG_QUOTED_MAX(LIVE_WHO_MAX)], qr[LOG_QUOTED_MAX(LIVE_REASON_MAX)];
+	char ep[LOG_ESCAPED_MAX(WINDOW_NAME_MAX)], ey[LOG_ESCAPED_MAX(sizeof(why))];
 
+	/* the policy is a hash field's first word: no space, any other byte */
+	log_escape_text(ep, sizeof(ep), r->policy, r->policy_len);
 	if (!p)
 		snprintf(why, sizeof(why), "no policy '%s' in this agent's configuration", r->policy);
 	live_rule_format_limits(r, lim, sizeof(lim));
@@ -266,10 +273,10 @@ static void live_judge(struct live *lv, const struct live_rule *r, bool first)
 	log_quote(qw, sizeof(qw), r->who, strlen(r->who));
 	if (!p || live_rule_check(p, r, why, sizeof(why)) == -1)
 		log_warn("live_override_refused", "policy=%s account=%s limits=%s who=%s reason=\"%s\"",
-		         r->policy, qa, lim, qw, why);
+		         ep, qa, lim, qw, log_escape_text(ey, sizeof(ey), why, strlen(why)));
 	else if (first)
 		log_info("live_override_active", "policy=%s account=%s limits=%s who=%s "
-		         "expires_ms=%" PRId64 " reason=%s", r->policy, qa, lim, qw, r->expires_ms,
+		         "expires_ms=%" PRId64 " reason=%s", ep, qa, lim, qw, r->expires_ms,
 		         log_quote(qr, sizeof(qr), r->reason, strlen(r->reason)));
 }
 

@@ -75,25 +75,61 @@ static size_t log_escape(char *dst, size_t cap, const char *src, size_t len)
 	return o;
 }
 
+/* Bytes of the character at <s> (<len> bytes left, s[0] >= 0x80) when it
+ * is valid UTF-8 and printable on one line, else 0 (see log.h). */
+static size_t log_utf8_printable(const unsigned char *s, size_t len)
+{
+	uint32_t cp;
+	size_t n, i;
+
+	if (s[0] < 0xc2 || s[0] > 0xf4)     /* a continuation, overlong, past U+10FFFF */
+		return 0;
+	n = s[0] < 0xe0 ? 2 : s[0] < 0xf0 ? 3 : 4;
+	if (len < n)
+		return 0;
+	cp = s[0] & (0x7fu >> n);
+	for (i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3fu);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	/* C1 controls (a terminal may act on them), the line and paragraph
+	 * separators, and the marks that make a line show in another order */
+	if (cp < 0xa0 || cp == 0x61c || cp == 0x200e || cp == 0x200f ||
+	    (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069))
+		return 0;
+	return n;
+}
+
 /* See log.h. Borrows <src>; writes only <dst>. */
-const char *log_quote(char *dst, size_t cap, const char *src, size_t len)
+const char *log_escape_text(char *dst, size_t cap, const char *src, size_t len)
 {
 	static const char hex[] = "0123456789abcdef";
-	size_t o = 0, i;
+	const unsigned char *u = (const unsigned char *)src;
+	size_t o = 0, i = 0;
 
-	if (cap < 6) {
+	if (cap < 4) {
 		if (cap)
 			dst[0] = '\0';
 		return dst;
 	}
-	dst[o++] = '"';
-	for (i = 0; i < len; i++) {
-		unsigned char ch = (unsigned char)src[i];
-		size_t need = (ch < 0x20 || ch == 0x7f) ? 4 : (ch == '"' || ch == '\\') ? 2 : 1;
+	while (i < len) {
+		unsigned char ch = u[i];
+		size_t n = ch >= 0x80 ? log_utf8_printable(u + i, len - i) : 0;
+		size_t need = n ? n : (ch < 0x20 || ch >= 0x7f) ? 4 : (ch == '"' || ch == '\\') ? 2 : 1;
 
-		/* keep room for the cut mark, the closing quote and the NUL */
-		if (o + need + 5 > cap)
+		/* keep room for the cut mark and the NUL */
+		if (o + need + 4 > cap)
 			break;
+		if (n) {
+			memcpy(dst + o, u + i, n);
+			o += n;
+			i += n;
+			continue;
+		}
 		if (need == 4) {
 			dst[o++] = '\\';
 			dst[o++] = 'x';
@@ -104,11 +140,29 @@ const char *log_quote(char *dst, size_t cap, const char *src, size_t len)
 				dst[o++] = '\\';
 			dst[o++] = (char)ch;
 		}
+		i++;
 	}
 	if (i < len) {
 		memcpy(dst + o, "...", 3);
 		o += 3;
 	}
+	dst[o] = '\0';
+	return dst;
+}
+
+/* See log.h. Borrows <src>; writes only <dst>. */
+const char *log_quote(char *dst, size_t cap, const char *src, size_t len)
+{
+	size_t o;
+
+	if (cap < 6) {
+		if (cap)
+			dst[0] = '\0';
+		return dst;
+	}
+	dst[0] = '"';
+	log_escape_text(dst + 1, cap - 2, src, len);
+	o = 1 + strlen(dst + 1);
 	dst[o++] = '"';
 	dst[o] = '\0';
 	return dst;
