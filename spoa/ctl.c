@@ -323,6 +323,12 @@ static int ctl_show(struct ctl *x)
 
 		if (t < 0 || ctl_read_window(x, &keys[i], t, &w[i]) == -1)
 			return 1;
+		/* a 1.0.x key is shown while it counts (an upgrade's first window) */
+		if (keys[i].legacy && w[i].used == 0) {
+			memmove(&keys[i], &keys[i + 1], (size_t)(nkeys - (int)i - 1) * sizeof(keys[0]));
+			nkeys--;
+			i--;
+		}
 	}
 	if (found)
 		live_rule_format_limits(&r, limits, sizeof(limits));
