@@ -298,7 +298,7 @@ static int ctl_show(struct ctl *x)
 	char ew[LOG_ESCAPED_MAX(LIVE_WHO_MAX)], er[LOG_ESCAPED_MAX(LIVE_REASON_MAX)];
 	char ey[LOG_ESCAPED_MAX(256)];
 	int64_t now_ms;
-	unsigned nwin, i;
+	unsigned nwin, i, kept;
 	int found, nkeys;
 	bool live = false;
 
@@ -322,14 +322,19 @@ static int ctl_show(struct ctl *x)
 		snprintf(x->err, sizeof(x->err), "account '%s' makes no key", acc);
 		return 1;
 	}
-	for (i = 0; i < (unsigned)nkeys; i++) {
+	for (i = 0, kept = 0; i < (unsigned)nkeys; i++) {
 		/* each key's own node's clock, as its decisions use */
 		int64_t t = redis_sync_time_us(x->rs, keys[i].name, keys[i].len, x->err,
 		                               sizeof(x->err));
 
-		if (t < 0 || ctl_read_window(x, &keys[i], t, &w[i]) == -1)
+		if (t < 0 || ctl_read_window(x, &keys[i], t, &w[kept]) == -1)
 			return 1;
+		/* a 1.0.x key is shown while it counts (an upgrade's first window) */
+		if (keys[i].legacy && w[kept].used == 0)
+			continue;
+		keys[kept++] = keys[i];
 	}
+	nkeys = (int)kept;
 	if (found)
 		live_rule_format_limits(&r, limits, sizeof(limits));
 	if (x->a.json) {

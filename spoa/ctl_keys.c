@@ -23,11 +23,13 @@ int ctl_keys_for(const struct window_policy *p, const struct window_limit *win, 
 	q.overrides = NULL;
 	q.noverrides = 0;
 	q.max_cost = 0;
+	q.legacy_key = true;    /* what 1.0.x wrote is the account's too */
 	if (window_build_args(&q, "", key, key_len, 1, &a, &why) == -1)
 		return -1;
-	for (i = 0; i < a.nkeys && i < nwin; i++) {
+	for (i = 0; i < a.nkeys; i++) {
 		const char *k = a.argv[3 + i];
 		size_t kl = a.argvlen[3 + i];
+		unsigned wi = i < nwin ? i : 0;
 
 		for (j = 0; j < have; j++)
 			if (out[j].len == kl && memcmp(out[j].name, k, kl) == 0)
@@ -38,8 +40,9 @@ int ctl_keys_for(const struct window_policy *p, const struct window_limit *win, 
 		out[have].name[kl] = '\0';
 		out[have].len = kl;
 		out[have].kind = p->algorithm == WINDOW_ALGO_GCRA ? CTL_KEY_GCRA :
-		                 window_is_bucketed(p, win[i].window_ms) ? CTL_KEY_BUCKETS : CTL_KEY_LOG;
-		out[have].lim = win[i];
+		                 window_is_bucketed(p, win[wi].window_ms) ? CTL_KEY_BUCKETS : CTL_KEY_LOG;
+		out[have].lim = win[wi];
+		out[have].legacy = i >= nwin;
 		have++;
 	}
 	return (int)have;

@@ -25,6 +25,7 @@ struct ctl_key {
 	size_t len;
 	enum ctl_key_kind kind;
 	struct window_limit lim;       /* the window it counts */
+	bool legacy;                   /* the 1.0.x one-window form (an upgrade's) */
 };
 
 /* All the key forms any of these limits may have written */
@@ -32,7 +33,7 @@ struct ctl_key {
 
 /*
  * The keys of <key>/<key_len> under <p> when its limits are <win>/<nwin>,
- * one per window, appended to <out> (room for CTL_KEYS_MAX) unless already
+ * one per window (with one window, also its 1.0.x form), appended to <out> (room for CTL_KEYS_MAX) unless already
  * there. Returns how many <out> holds then, or -1 for a bad key.
  */
 int ctl_keys_for(const struct window_policy *p, const struct window_limit *win, unsigned nwin,

@@ -13,6 +13,7 @@
  */
 #include <limits.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -84,12 +85,38 @@ unsigned limiter_trim(struct limiter *l)
 	return limiter_calls_trim(l) + limiter_batch_trim(l);
 }
 
+/* How long after the process's first limiter the 1.0.x one-window keys
+ * still count, beyond the window itself: the time a rolling upgrade may
+ * take to stop the last 1.0.x agent (docs/deployment.md, Upgrading). */
+#define LIMITER_LEGACY_ROLL_US  (3600LL * 1000000)
+
+/* Does a decision of <p> for <key> under <l> also count the account's
+ * 1.0.x one-window key? From the process's first limiter (a reload keeps
+ * it) for that window plus LIMITER_LEGACY_ROLL_US, 1.0.x agents may still
+ * write it or its units still count; never on Cluster (another slot). */
+static bool limiter_legacy_on(struct limiter *l, const struct window_policy *p,
+                              const char *key, size_t key_len)
+{
+	static _Atomic int64_t first_us;
+	const struct window_limit *lim;
+	int64_t now = limiter_now_us(), zero = 0;
+	unsigned nwin;
+
+	if (!l->legacy_keys || l->url.mode == REDIS_URL_CLUSTER || p->algorithm == WINDOW_ALGO_GCRA)
+		return false;
+	atomic_compare_exchange_strong(&first_us, &zero, now);
+	lim = window_limits_for(p, key, key_len, &nwin);
+	return nwin == 1 &&
+	       now - atomic_load(&first_us) < (int64_t)lim[0].window_ms * 1000 + LIMITER_LEGACY_ROLL_US;
+}
+
 /* Borrows <p> and <key> for the call only: a call sent to Redis keeps its
  * own copies (in a pool call owned by <l>). Runs with l->in_check set. */
 static int limiter_check_now(struct limiter *l, const struct window_policy *p,
                              const char *key, size_t key_len, uint64_t cost,
                              limiter_cb cb, void *arg)
 {
+	struct window_policy q;
 	struct window_args a;
 	struct window_decision d;
 	enum window_reason why;
@@ -98,6 +125,9 @@ static int limiter_check_now(struct limiter *l, const struct window_policy *p,
 	if (l->closing || !p || !cb)
 		return -1;
 	l->counter++;
+	q = *p;
+	q.legacy_key = limiter_legacy_on(l, p, key, key_len);
+	p = &q;
 
 	/* Step 1: the request itself must be valid (never fails open). Its
 	 * head ("EVALSHA" <sha>) is the engine's, made where it is sent. */
@@ -226,6 +256,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	l->metrics = s->metrics;
 	l->instance = limiter_random64((uint64_t)(uintptr_t)l);
 	l->allow_eviction = s->allow_eviction;
+	l->legacy_keys = s->legacy_keys;
 	l->module_protocol_min = limiter_protocol_needed(s->policies, s->npolicies);
 	limiter_choose_engines(l, s->engine);
 	l->standby = s->standby;
@@ -275,6 +306,7 @@ int limiter_reconfigure(struct limiter *l, const struct limiter_settings *s,
 	script_changed = limiter_script_set(&l->script, s->script, s->script_len);
 	l->timeout_ms = s->timeout_ms ? s->timeout_ms : 1;
 	l->allow_eviction = s->allow_eviction;
+	l->legacy_keys = s->legacy_keys;
 	/* (a new need for the module's protocol asks every link again) */
 	needed = limiter_protocol_needed(s->policies, s->npolicies);
 	engine_changed = s->engine != l->engine_mode || needed != l->module_protocol_min;

@@ -61,6 +61,9 @@ struct limiter_settings {
 	 * are read (copied) by limiter_new()/limiter_reconfigure(); may be NULL. */
 	const struct window_policy *policies;
 	size_t npolicies;
+	/* count and write the 1.0.x one-window keys beside the new ones while
+	 * an upgrade needs them (limiter.c: limiter_legacy_on) */
+	bool legacy_keys;
 };
 
 /* Create a limiter on <loop>; its links connect from the loop's first

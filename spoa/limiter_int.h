@@ -377,6 +377,7 @@ struct limiter {
 	uint64_t timeout_ms;
 	struct metrics *metrics;
 	bool allow_eviction;            /* redis-allow-eviction yes */
+	bool legacy_keys;               /* an upgrade's 1.0.x keys (limiter_legacy_on) */
 	enum limiter_engine_mode engine_mode;   /* redis-engine */
 	long long module_protocol_min;  /* the oldest module protocol that decides every
 	                                 * policy (2 with an algorithm=gcra policy, else 1) */

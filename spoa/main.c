@@ -173,8 +173,8 @@ static const char main_usage[] =
 "'file:line: reason' and the running configuration stays. A new Redis is set\n"
 "up before the old one is dropped; a reload is all or nothing.\n"
 "Logs: one key=value line per event on stderr. Exit status: 0 ok, 1 error.\n"
-"Durations: 50ms, 1s, 10m, 1h. Redis key of a request: <policy>:limit:v1:<key>\n"
-"(algorithm=gcra: <policy>:limit:g1:{<key>}).\n";
+"Durations: 50ms, 1s, 10m, 1h. Redis key of each window of a request:\n"
+"<policy>:limit:v1:{<key>}:<window> (algorithm=gcra: <policy>:limit:g1:{<key>}).\n";
 
 /* Parse, merge flags, validate. Returns 0 or -1 with <err>. <c> is filled
  * on success and must be released by the caller either way. */

@@ -319,6 +319,54 @@ int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
 	return (int)at;
 }
 
+/*
+ * The one rule for an account's Redis keys: argv entry "<policy>:limit:"
+ * then, by <form>,
+ *   LOG      "v1:{<tag>}:<window>"   a window's log, whatever the count
+ *   BUCKETS  "b1:{<tag>}:<window>"   a bucketed window (precision=)
+ *   GCRA     "g1:{<tag>}"            a token bucket
+ *   LEGACY_LOG / LEGACY_BUCKETS  "v1:<account>" / "b1:<account>": what
+ *            1.0.x wrote for a one-window policy (read, written and
+ *            deleted while an upgrade needs it, never for an account
+ *            starting with '{', whose raw form could be a tagged key).
+ * The tag (args_put_tag) ends at the first '}' and the window follows it,
+ * so the forms never meet: distinct accounts, policies or windows give
+ * distinct keys, and every key of an account shares one Cluster slot.
+ */
+static void args_add_key(struct args_writer *w, const struct window_policy *p,
+                         enum window_key_form form, uint64_t window_ms,
+                         const char *key, size_t key_len)
+{
+	static const char *const kind[WINDOW_KEY_FORM_COUNT] = {
+		[WINDOW_KEY_LOG] = ":limit:v1:", [WINDOW_KEY_BUCKETS] = ":limit:b1:",
+		[WINDOW_KEY_GCRA] = ":limit:g1:", [WINDOW_KEY_LEGACY_LOG] = ":limit:v1:",
+		[WINDOW_KEY_LEGACY_BUCKETS] = ":limit:b1:",
+	};
+	char *start = args_begin(w);
+	size_t pos = 0;
+	char ws[32];
+	int n;
+
+	if (!start)
+		return;
+	args_put(w, &pos, p->name, p->name_len);
+	args_put(w, &pos, kind[form], strlen(kind[form]));
+	if (form == WINDOW_KEY_LEGACY_LOG || form == WINDOW_KEY_LEGACY_BUCKETS) {
+		args_put(w, &pos, key, key_len);
+	} else {
+		args_put(w, &pos, "{", 1);
+		args_put_tag(w, &pos, key, key_len);
+		args_put(w, &pos, "}", 1);
+		if (form != WINDOW_KEY_GCRA) {
+			n = window_format_ms(window_ms, ws, sizeof(ws));
+			args_put(w, &pos, ":", 1);
+			args_put(w, &pos, ws, n > 0 ? (size_t)n : 0);
+		}
+	}
+	if (!w->failed)
+		args_end(w, start, pos);
+}
+
 /* window_build_args() for GCRA policy <p> (one limit in <lim>/<nwin>,
  * checked): "EVALSHA" <sha> 1 "<policy>:limit:g1:{<key>}" <cost> <limit>
  * "gcra:<ms>:<burst>". Borrows as window_build_args(). */
@@ -326,7 +374,6 @@ static int build_gcra_args(const struct window_policy *p, const char *sha, const
                            size_t key_len, uint64_t cost, const struct window_limit *lim,
                            unsigned nwin, struct window_args *a, enum window_reason *why)
 {
-	static const char gprefix[] = ":limit:g1:{";
 	struct args_writer w = { .a = a, .used = 0, .failed = 0 };
 	char *start;
 	size_t pos = 0;
@@ -338,16 +385,7 @@ static int build_gcra_args(const struct window_policy *p, const char *sha, const
 	args_add(&w, "EVALSHA", 7);
 	args_add(&w, sha, strlen(sha));
 	args_add_u64(&w, 1, 0);
-	start = args_begin(&w);
-	if (start) {
-		/* always a hash tag: one slot whatever the account holds */
-		args_put(&w, &pos, p->name, p->name_len);
-		args_put(&w, &pos, gprefix, sizeof(gprefix) - 1);
-		args_put_tag(&w, &pos, key, key_len);
-		args_put(&w, &pos, "}", 1);
-		if (!w.failed)
-			args_end(&w, start, pos);
-	}
+	args_add_key(&w, p, WINDOW_KEY_GCRA, 0, key, key_len);
 	args_add_u64(&w, cost, 0);
 	args_add_u64(&w, lim[0].limit, 0);
 	start = args_begin(&w);
@@ -375,10 +413,10 @@ int window_build_args(const struct window_policy *p, const char *sha,
                       struct window_args *a,
                       enum window_reason *why)
 {
-	static const char prefix[] = ":limit:v1:", bprefix[] = ":limit:b1:";
 	struct args_writer w = { .a = a, .used = 0, .failed = 0 };
 	const struct window_limit *lim;
-	unsigned nwin, i;
+	unsigned nwin, i, nkeys;
+	bool legacy;
 
 	a->argc = 0;
 	a->nkeys = 0;
@@ -405,49 +443,33 @@ int window_build_args(const struct window_policy *p, const char *sha,
 	if (p->algorithm == WINDOW_ALGO_GCRA)
 		return build_gcra_args(p, sha, key, key_len, cost, lim, nwin, a, why);
 
+	/* an upgrade from 1.0.x: its one-window key is a second window of the
+	 * same limit, so it counts (and gets) what either form admitted */
+	legacy = p->legacy_key && nwin == 1 && key[0] != '{';
+	nkeys = nwin + (legacy ? 1 : 0);
 	args_add(&w, "EVALSHA", 7);
 	args_add(&w, sha, strlen(sha));
-	args_add_u64(&w, nwin, 0);
-	for (i = 0; i < nwin; i++) {
-		char *start = args_begin(&w);
-		size_t pos = 0;
-
-		if (!start)
-			break;
-		args_put(&w, &pos, p->name, p->name_len);
-		if (window_is_bucketed(p, lim[i].window_ms))
-			args_put(&w, &pos, bprefix, sizeof(bprefix) - 1);
-		else
-			args_put(&w, &pos, prefix, sizeof(prefix) - 1);
-		if (nwin == 1) {
-			args_put(&w, &pos, key, key_len);
-		} else {
-			/* One hash tag for all windows: Redis Cluster puts them in
-			 * one slot, so one script call can touch them all. */
-			char ws[32];
-			int n = window_format_ms(lim[i].window_ms, ws, sizeof(ws));
-
-			args_put(&w, &pos, "{", 1);
-			args_put_tag(&w, &pos, key, key_len);
-			args_put(&w, &pos, "}:", 2);
-			args_put(&w, &pos, ws, n > 0 ? (size_t)n : 0);
-		}
-		if (w.failed)
-			break;
-		args_end(&w, start, pos);
-	}
+	args_add_u64(&w, nkeys, 0);
+	for (i = 0; i < nwin; i++)
+		args_add_key(&w, p, window_is_bucketed(p, lim[i].window_ms) ?
+		             WINDOW_KEY_BUCKETS : WINDOW_KEY_LOG, lim[i].window_ms, key, key_len);
+	if (legacy)
+		args_add_key(&w, p, window_is_bucketed(p, lim[0].window_ms) ?
+		             WINDOW_KEY_LEGACY_BUCKETS : WINDOW_KEY_LEGACY_LOG, 0, key, key_len);
 	args_add_u64(&w, cost, 0);
-	for (i = 0; i < nwin; i++) {
-		args_add_u64(&w, lim[i].limit, 0);
-		args_add_u64(&w, lim[i].window_ms,
-		             window_is_bucketed(p, lim[i].window_ms) ? p->precision_ms : 0);
+	for (i = 0; i < nkeys; i++) {
+		const struct window_limit *li = &lim[i < nwin ? i : 0];
+
+		args_add_u64(&w, li->limit, 0);
+		args_add_u64(&w, li->window_ms,
+		             window_is_bucketed(p, li->window_ms) ? p->precision_ms : 0);
 	}
 	if (w.failed) {
 		a->argc = 0;
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
-	a->nkeys = nwin;
+	a->nkeys = nkeys;
 	*why = WINDOW_REASON_NONE;
 	return 0;
 }
@@ -537,6 +559,9 @@ int window_decide_reply(const struct window_policy *p, const struct window_reply
 	d->reset = window_us_to_s_ceil(r->v[3]);
 	d->reset_us = r->v[3];
 	d->window = (unsigned)r->v[5];
+	/* the 1.0.x key of an upgrade is window 0 again (see window_build_args) */
+	if (p && p->legacy_key && p->nwin == 1 && d->window == 1)
+		d->window = 0;
 	if (r->v[0] == 1) {
 		d->status = WINDOW_ALLOW;
 		return 0;

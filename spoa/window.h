@@ -115,6 +115,19 @@ struct window_policy {
 	 * limits configured for the account */
 	unsigned live_nwin;
 	struct window_limit live_win[WINDOW_MAX_WINDOWS];
+	/* set by the caller per decision: with one window, also count and
+	 * write the 1.0.x one-window key (an upgrade; see window_build_args) */
+	bool legacy_key;
+};
+
+/* The forms of an account's Redis keys (window_build_args owns them). */
+enum window_key_form {
+	WINDOW_KEY_LOG = 0,            /* <policy>:limit:v1:{<tag>}:<window> */
+	WINDOW_KEY_BUCKETS,            /* <policy>:limit:b1:{<tag>}:<window> */
+	WINDOW_KEY_GCRA,               /* <policy>:limit:g1:{<tag>} */
+	WINDOW_KEY_LEGACY_LOG,         /* <policy>:limit:v1:<account> (1.0.x) */
+	WINDOW_KEY_LEGACY_BUCKETS,     /* <policy>:limit:b1:<account> (1.0.x) */
+	WINDOW_KEY_FORM_COUNT
 };
 
 struct window_decision {
@@ -185,16 +198,21 @@ int window_check_key(const char *key, size_t key_len);
 /*
  * Build the Redis key(s) and script argv for one request:
  * "EVALSHA" <sha> <nkeys> KEYS... ARGV... .
- * Single-window key: "<policy>:limit:v1:<key>". Multi-window keys share a
- * hash tag: "<policy>:limit:v1:{<key>}:<window>" (e.g. ":1s"), where '}'
- * and '%' of <key> are written "%7D" and "%25" so that the tag is the whole
- * account, never empty, and the same for every window. A bucketed window
- * (precision=) is a hash under "b1" instead of "v1", so that a config
- * change never reads a sorted set as a hash or the reverse; its window
- * argument is "<ms>:<precision ms>". A GCRA policy (algorithm=gcra) has one
- * window and one key, a string "<policy>:limit:g1:{<key>}" (the tag as
- * above), and its window argument is "gcra:<ms>:<burst>"; a cost above its
- * burst is BAD_COST.
+ * Every window has its own key, whatever the number of windows, so that a
+ * change of limits (override, live override, reload) keeps counting:
+ * "<policy>:limit:v1:{<tag>}:<window>" (e.g. ":1s"), where <tag> is <key>
+ * with '}' and '%' written "%7D" and "%25", so that the tag is the whole
+ * account, never empty, the same for every window (one Cluster slot), and
+ * distinct accounts have distinct keys. A bucketed window (precision=) is
+ * a hash under "b1" instead of "v1", so that a config change never reads a
+ * sorted set as a hash or the reverse; its window argument is
+ * "<ms>:<precision ms>". A GCRA policy (algorithm=gcra) has one window and
+ * one key, a string "<policy>:limit:g1:{<tag>}", and its window argument
+ * is "gcra:<ms>:<burst>"; a cost above its burst is BAD_COST.
+ * With p->legacy_key, a decision of one (log or bucketed) window of an
+ * account not starting with '{' has a second key: the 1.0.x form
+ * "<policy>:limit:v1:<key>" (b1 likewise) with the same limit and window,
+ * so that units 1.0.x agents admitted still count and they see ours.
  * Returns 0, or -1 with the reason in <*why> (BAD_KEY, BAD_COST).
  */
 int window_build_args(const struct window_policy *p, const char *sha,

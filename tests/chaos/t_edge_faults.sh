@@ -35,7 +35,7 @@ until_decided() {
 }
 
 touch "$T/load.out"
-$CHAOS watch "$REDIS_PORT" transfer:limit:v1:jwt:ACC-EDGE "$T/members" "$T/stop" &
+$CHAOS watch "$REDIS_PORT" 'transfer:limit:v1:{jwt:ACC-EDGE}:1s' "$T/members" "$T/stop" &
 watch_pid=$!
 $CHAOS httpload "http://127.0.0.1:$HAP_PORT_A/transfers" "$tok" "$T/load.out" "$T/stop" 2 &
 load_pid=$!

@@ -6,8 +6,9 @@ the real agent:
              allow-remote-listen (SPOP has no authentication)
   secrets    the Redis password works but never shows in argv
              (/proc/<pid>/cmdline), the log (debug level) or /metrics
-  keys       whatever bytes the key holds, the only Redis key written is
-             exactly "<policy>:limit:v1:<key>": no other key touched, no
+  keys       whatever bytes the key holds, the only Redis keys written are
+             exactly "<policy>:limit:v1:{<tag>}:<window>" (and, for an
+             upgrade, "<policy>:limit:v1:<key>"): no other key touched, no
              Lua or RESP injection, no escape from the prefix; keys that
              are empty, too long, NULL or an address are refused
 """
@@ -149,8 +150,19 @@ def redis_keys():
             continue
 
 
-want = {b"transfer:limit:v1:" + k for k in keys} | {b"transfer:limit:v1:ACC-SEC", b"canary"}
-h.eq("Redis holds exactly <policy>:limit:v1:<key> for each key, and the canary",
+def key_forms(k):
+    """Its window's key "<policy>:limit:v1:{<tag>}:1s" ('}' and '%' escaped),
+    and the 1.0.x key an agent writes beside it for an upgrade (never for a
+    key starting with '{': that could be another account's window key)."""
+    tag = k.replace(b"%", b"%25").replace(b"}", b"%7D")
+    forms = {b"transfer:limit:v1:{" + tag + b"}:1s"}
+    if not k.startswith(b"{"):
+        forms.add(b"transfer:limit:v1:" + k)
+    return forms
+
+
+want = set().union(*(key_forms(k) for k in keys + [b"ACC-SEC"])) | {b"canary"}
+h.eq("Redis holds exactly the keys of each key's window (and their 1.0.x form), and the canary",
      sorted(want), sorted(redis_keys()))
 h.eq("the canary survived every injection attempt", "alive", rcli("GET", "canary"))
 for what, args in (("an empty key", [("key", "")]), ("a 257-byte key", [("key", "K" * 257)]),

@@ -29,7 +29,7 @@ policy transfer %d/1s
 policy noise 1000000/1s
 """ % LIMIT
 KEY = "ACC-HOT"
-RKEY = "transfer:limit:v1:" + KEY
+RKEY = "transfer:limit:v1:{%s}:1s" % KEY
 BENCH = os.environ.get("BENCH", os.path.join(ROOT, "bench", "spoa-bench"))
 
 h = Harness()

@@ -96,7 +96,8 @@ check "certificate of another CA: refused ($RSP_STATUS)" test "$RSP_STATUS" != 2
 req A GET /internal/accounts/x "$(mint_token svc-billing)"
 eq "cert route over plain HTTP: 401" 401 "$RSP_STATUS"
 # (transfer's 1s keys may have expired by now: only the 1m windows are listed)
+# (each window's key, and the 1.0.x one-window key an agent writes beside it for an upgrade)
 eq "refused requests reached no window" \
-	"reads:limit:v1:cert:svc-billing reads:limit:v1:jwt:ACC-K reads:limit:v1:key:ACC-K" \
+	"reads:limit:v1:cert:svc-billing reads:limit:v1:jwt:ACC-K reads:limit:v1:key:ACC-K reads:limit:v1:{cert:svc-billing}:1m reads:limit:v1:{jwt:ACC-K}:1m reads:limit:v1:{key:ACC-K}:1m" \
 	"$(rcli keys 'reads:*' | sort | xargs)"
 t_done

@@ -32,7 +32,7 @@ c = conn(h)
 d = wait_decisions(c, "warm", "big", secs=30)
 h.check("cluster+tls://: the agent decides", d and d.get("status") == "allow", d)
 keys = ["acct-%d" % i for i in range(12)]
-owners = {cl.owner("transfer:limit:v1:" + k) for k in keys}
+owners = {cl.owner("transfer:limit:v1:{%s}:1s" % k) for k in keys}
 h.check("the keys live on several primaries", len(owners) >= 2, owners)
 bad = []
 for k in keys:
@@ -40,7 +40,7 @@ for k in keys:
     if seq != ["allow", "allow", "allow", "deny"]:
         bad.append((k, seq))
 h.eq("the story on every key over TLS (3 allow, then deny)", [], bad)
-h.eq("the windows are in the TLS cluster", "3", cl.rcli("ZCARD", "transfer:limit:v1:acct-0"))
+h.eq("the windows are in the TLS cluster", "3", cl.rcli("ZCARD", "transfer:limit:v1:{acct-0}:1s"))
 c.close()
 h.stop(h.agent)
 for p in list(cl.procs):

@@ -261,7 +261,7 @@ log-level debug
     wait_decisions(a, "ACC-WARMUP", "transfer")
 
     # -- our slot function agrees with the cluster's ---------------------------
-    keys = ["transfer:limit:v1:ACC-1001", "api:limit:v1:{ACC-1001}:1s", "foo", "123456789"]
+    keys = ["transfer:limit:v1:{ACC-1001}:1s", "api:limit:v1:{ACC-1001}:1s", "foo", "123456789"]
     h.eq("CRC16 slots agree with CLUSTER KEYSLOT",
          [key_slot(k) for k in keys],
          [int(cl.cli(cl.ports[0], "CLUSTER", "KEYSLOT", k)) for k in keys])
@@ -272,7 +272,7 @@ log-level debug
         seen.append((a if i % 2 == 0 else b).ratelimit("ACC-1001")["actions"]["status"])
     h.eq("story: 6 alternating requests -> 3 allow, 3 deny", ["allow"] * 3 + ["deny"] * 3, seen)
     h.eq("story: denied not recorded (on the owning primary)", "3",
-         cl.cli(cl.owner("transfer:limit:v1:ACC-1001"), "ZCARD", "transfer:limit:v1:ACC-1001"))
+         cl.cli(cl.owner("transfer:limit:v1:{ACC-1001}:1s"), "ZCARD", "transfer:limit:v1:{ACC-1001}:1s"))
     time.sleep(1.05)
     h.eq("story: a second later it passes again", "allow",
          a.ratelimit("ACC-1001")["actions"]["status"])
@@ -285,10 +285,10 @@ log-level debug
         if d["status"] != "allow":
             h.fail("spread: %s decided %r" % (k, d))
             break
-        owners.setdefault(cl.owner("burst:limit:v1:" + k), []).append(k)
+        owners.setdefault(cl.owner("burst:limit:v1:{%s}:30s" % k), []).append(k)
     h.eq("40 accounts spread over all 3 primaries", 3, len(owners))
     bad = [(p, k) for p, ks in owners.items() for k in ks
-           if cl.cli(p, "EXISTS", "burst:limit:v1:" + k) != "1"]
+           if cl.cli(p, "EXISTS", "burst:limit:v1:{%s}:30s" % k) != "1"]
     h.eq("each key lives on the primary CRC16 routes it to", [], bad)
 
     # -- multi-window: one slot, one script call ----------------------------------
@@ -337,7 +337,7 @@ log-level debug
     # -- slot migration during traffic: ASK, then MOVED, exact counts ----------------
     # Two slots move at once: one holds a single-window key, the other the
     # two keys of a multi-window account (moved together by one MIGRATE).
-    single = "mig:limit:v1:ACC-MIG"
+    single = "mig:limit:v1:{ACC-MIG}:1h"
     multi = ["mw:limit:v1:{ACC-MIGW}:1h", "mw:limit:v1:{ACC-MIGW}:24h"]
     moves = []
     for key in (single, multi[0]):
@@ -427,11 +427,11 @@ log-level debug
     end = time.time() + 20
     while time.time() < end:
         d = a.ratelimit("ACC-RELOAD", policy="burst")["actions"]
-        if d["status"] in ("allow", "deny") and h.rcli("EXISTS", "burst:limit:v1:ACC-RELOAD") == "1":
+        if d["status"] in ("allow", "deny") and h.rcli("EXISTS", "burst:limit:v1:{ACC-RELOAD}:30s") == "1":
             break
         time.sleep(0.1)
     h.eq("reload to redis://: decided on the single server", ("allow", "1"),
-         (d and d["status"], h.rcli("EXISTS", "burst:limit:v1:ACC-RELOAD")))
+         (d and d["status"], h.rcli("EXISTS", "burst:limit:v1:{ACC-RELOAD}:30s")))
     with open(conf, "w") as f:
         f.write(text)
     h.agent.send_signal(signal.SIGHUP)
@@ -440,7 +440,7 @@ log-level debug
     while time.time() < end:
         d = a.ratelimit("ACC-RELOAD2", policy="burst")["actions"]
         if d["status"] in ("allow", "deny") and \
-                cl.cli(cl.owner("burst:limit:v1:ACC-RELOAD2"), "EXISTS", "burst:limit:v1:ACC-RELOAD2") == "1":
+                cl.cli(cl.owner("burst:limit:v1:{ACC-RELOAD2}:30s"), "EXISTS", "burst:limit:v1:{ACC-RELOAD2}:30s") == "1":
             break
         time.sleep(0.1)
     h.eq("reload back to cluster://: decided on the cluster again", "allow", d and d["status"])

@@ -24,7 +24,7 @@ policy big 1000000/1h
 a = conn(h)
 wait_decisions(a, "ACC-WARMUP", "big")
 
-key = "big:limit:v1:ACC-FO"
+key = "big:limit:v1:{ACC-FO}:1h"
 victim = cl.owner(key)
 for _ in range(5):
     d = a.ratelimit("ACC-FO", policy="big")["actions"]

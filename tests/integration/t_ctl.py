@@ -103,7 +103,7 @@ def run_common(h, conf, agents, logs, cli):
     s = ctl_json(h, conf, "show", "minute", "jwt:ACC-S")
     w = s["windows"][0]
     h.eq("show after 2 decisions on two agents: used 2, remaining 3, the key",
-         (2, 3, "minute:limit:v1:jwt:ACC-S"), (w["used"], w["remaining"], w["key"]))
+         (2, 3, "minute:limit:v1:{jwt:ACC-S}:1m"), (w["used"], w["remaining"], w["key"]))
     h.check("show: reset is when the oldest unit leaves, within the minute", 1 <= w["reset"] <= 60, w)
     rc, out, _ = ctl(conf, "show", "minute", "jwt:ACC-S")
     h.check("show (text): one line per window with used and remaining",
@@ -296,7 +296,9 @@ def run_common(h, conf, agents, logs, cli):
     h.eq("jwt:ACC-R exhausted under slow 2/1m: 2 allow, then deny (each agent caches it)",
          ["allow"] * 2 + ["deny"] * 2, got)
     rc, _, err = ctl(conf, "reset", "slow", "jwt:ACC-R")
-    h.check("reset: exit 0, keys deleted", rc == 0 and "keys_deleted=1" in err, err)
+    # (its window's key, and the 1.0.x one an agent writes for an upgrade;
+    # none of the latter on a cluster)
+    h.check("reset: exit 0, keys deleted", rc == 0 and re.search(r"keys_deleted=[12] ", err), err)
     s = ctl_json(h, conf, "show", "slow", "jwt:ACC-R")
     h.eq("show after reset: used 0", 0, s["windows"][0]["used"])
     # each agent forgets its cached denial once it sees the reset

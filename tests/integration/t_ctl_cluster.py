@@ -48,7 +48,7 @@ h.eq("the live-control keys share one slot", 1, len({key_slot(k) for k in keys})
 # ctl's own config: the agents' policies, one seed that serves neither the
 # {ctl} slot nor the first account below: its commands go there by MOVED
 ctl_owner = cl.owner(keys[0])
-acc_owner = cl.owner("minute:limit:v1:jwt:ACC-S")
+acc_owner = cl.owner("minute:limit:v1:{jwt:ACC-S}:1m")
 seed = [p for p in cl.primaries() if p not in (ctl_owner, acc_owner)]
 h.check("a primary serves neither the {ctl} slot nor jwt:ACC-S's", seed, (ctl_owner, acc_owner))
 # (agent A's file too: the reload checks of run_common edit it)
@@ -68,7 +68,7 @@ by_node = {}
 i = 0
 while len(by_node) < len(cl.primaries()) and i < 1000:
     acc = "jwt:ACC-N%d" % i
-    by_node.setdefault(cl.owner("slow:limit:v1:" + acc), acc)
+    by_node.setdefault(cl.owner("slow:limit:v1:{%s}:1m" % acc), acc)
     i += 1
 h.eq("an account on every primary", len(cl.primaries()), len(by_node))
 for port, acc in sorted(by_node.items()):
@@ -78,5 +78,5 @@ for port, acc in sorted(by_node.items()):
     rc, _, err = ctl(conf, "reset", "slow", acc)
     h.check("reset %s (on :%d): its key deleted" % (acc, port), rc == 0 and "keys_deleted=1" in err,
             err)
-    h.eq("the key is gone from its primary", "0", cl.rcli("EXISTS", "slow:limit:v1:" + acc))
+    h.eq("the key is gone from its primary", "0", cl.rcli("EXISTS", "slow:limit:v1:{%s}:1m" % acc))
 h.done()

@@ -235,7 +235,11 @@ h.eq("agent: 5th denied", "deny", d["status"])
 h.check("agent: retry_after from the bucket end: %s s (bucket ends in %d s, + 1 h)"
         % (d.get("retry_after"), end_s - now_s),
         end_s - now_s + 3600 - 2 <= d.get("retry_after", 0) <= end_s - now_s + 3600 + 1)
-h.eq("agent: single-window key is a b1 hash", "hash", r("TYPE", "big:limit:b1:ACC-2"))
+h.eq("agent: single-window key is a b1 hash, the form of any window count", "hash",
+     r("TYPE", "big:limit:b1:{ACC-2}:1h"))
+h.eq("agent: ... and, for an upgrade, the 1.0.x form is written beside it: 4 units each", (4, 4),
+     tuple(sum(int(v) for v in r("HVALS", k)) for k in ("big:limit:b1:{ACC-2}:1h",
+                                                                 "big:limit:b1:ACC-2")))
 d = ask("ACC-VIP", "big", cost=2)
 h.eq("agent: override's 1s window stays exact, 1h bucketed",
      ("allow", "zset", "hash"), (d["status"], r("TYPE", "big:limit:v1:{ACC-VIP}:1s"),

@@ -129,6 +129,6 @@ h.eq("cluster://: decisions sent before the agent had a slot map are answered on
      "one and the slot's primary, in order", [("allow", None)] * 3 + [("deny", None)],
      [answer(c, s) for s in sids])
 h.eq("cluster://: the three admissions are recorded on the slot's primary", "3",
-     cl.rcli("ZCARD", "startup:limit:v1:ACC-CLUSTER"))
+     cl.rcli("ZCARD", "startup:limit:v1:{ACC-CLUSTER}:1m"))
 c.close()
 h.done()

@@ -378,17 +378,26 @@ static void test_keys(void **state)
 	load(&c, "policy transfer 3/1s\npolicy exports 10/1s 1000/1h precision=1m\n");
 	p = config_find_policy(&c, "transfer", 8);
 	n = ctl_keys_for(p, p->win, p->nwin, "jwt:A}", 6, k, 0);
-	assert_int_equal(n, 1);
-	assert_string_equal(k[0].name, "transfer:limit:v1:jwt:A}");
+	/* one window: its own key, and the 1.0.x form an upgrade may hold */
+	assert_int_equal(n, 2);
+	assert_string_equal(k[0].name, "transfer:limit:v1:{jwt:A%7D}:1s");
 	assert_int_equal(k[0].kind, CTL_KEY_LOG);
-	/* a live override with two windows: the multi-window form, added */
+	assert_false(k[0].legacy);
+	assert_string_equal(k[1].name, "transfer:limit:v1:jwt:A}");
+	assert_true(k[1].legacy);
+	assert_int_equal(k[1].lim.window_ms, 1000);
+	/* a live override with two windows: its 1s key is the same key */
 	n = ctl_keys_for(p, two, 2, "jwt:A}", 6, k, (size_t)n);
 	assert_int_equal(n, 3);
-	assert_string_equal(k[1].name, "transfer:limit:v1:{jwt:A%7D}:1s");
 	assert_string_equal(k[2].name, "transfer:limit:v1:{jwt:A%7D}:1h");
 	/* the same forms again add nothing */
 	n = ctl_keys_for(p, &one, 1, "jwt:A}", 6, k, (size_t)n);
 	assert_int_equal(n, 3);
+	/* an account whose raw 1.0.x key would be another's tagged key
+	 * ("{jwt:VIP}:1s" is jwt:VIP's 1s window): no 1.0.x form */
+	n = ctl_keys_for(p, p->win, p->nwin, "{jwt:VIP}:1s", 12, k, 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(k[0].name, "transfer:limit:v1:{{jwt:VIP%7D:1s}:1s");
 
 	p = config_find_policy(&c, "exports", 7);
 	n = ctl_keys_for(p, p->win, p->nwin, "jwt:B", 5, k, 0);
@@ -398,6 +407,13 @@ static void test_keys(void **state)
 	assert_string_equal(k[1].name, "exports:limit:b1:{jwt:B}:1h");
 	assert_int_equal(k[1].kind, CTL_KEY_BUCKETS);
 	assert_int_equal(k[1].lim.limit, 1000);
+	/* a one-window override of a bucketed window: b1 in both forms */
+	two[0] = (struct window_limit){ 20, 3600000, 0 };
+	n = ctl_keys_for(p, two, 1, "jwt:B", 5, k, 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(k[0].name, "exports:limit:b1:{jwt:B}:1h");
+	assert_string_equal(k[1].name, "exports:limit:b1:jwt:B");
+	assert_int_equal(k[1].kind, CTL_KEY_BUCKETS);
 	assert_int_equal(ctl_keys_for(p, p->win, p->nwin, "", 0, k, 0), -1);
 	config_release(&c);
 }

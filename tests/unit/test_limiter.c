@@ -216,7 +216,7 @@ static unsigned slot_of(const char *key)
 {
 	char rkey[128];
 
-	snprintf(rkey, sizeof(rkey), "%.*s:limit:v1:%s", (int)pol.name_len, pol.name, key);
+	snprintf(rkey, sizeof(rkey), "%.*s:limit:v1:{%s}:1m", (int)pol.name_len, pol.name, key);
 	return cluster_key_slot(rkey, strlen(rkey));
 }
 
@@ -276,7 +276,7 @@ static void test_allow(void **state)
 
 	(void)state;
 	assert_int_equal(fake_start(&f, loop), 0);
-	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:alice");
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:{alice}:1m");
 	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
 	one_connect(1000, true);
 	assert_int_equal(fake_hits(&f, "ROLE"), 1);
@@ -319,7 +319,7 @@ static void test_noscript(void **state)
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_step(&f, FAKE_EXPECT, "EVALSHA");
 	fake_step(&f, FAKE_SEND, "-NOSCRIPT No matching script. Please use EVAL.\r\n");
-	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 1 api:limit:v1:carol");
+	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 1 api:limit:v1:{carol}:1m");
 	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
 	one_connect(1000, true);
 	assert_int_equal(ask(l, "carol").status, WINDOW_ALLOW);
@@ -435,14 +435,14 @@ static void test_engine_auto_module(void **state)
 	(void)state;
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
-	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:kate 1 10 60000");
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:{kate}:1m 1 10 60000");
 	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
-	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:kate");
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:{kate}:1m");
 	fake_step(&f, FAKE_SEND, "-ERR unknown command 'RATELIMIT.DECIDE', with args beginning "
 	          "with: '1' \r\n");
-	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 1 api:limit:v1:kate");
+	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 1 api:limit:v1:{kate}:1m");
 	fake_step(&f, FAKE_SEND, REPLY_DENY);
-	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:kate");
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:{kate}:1m");
 	fake_step(&f, FAKE_SEND, REPLY_DENY);
 	one_connect(1000, true);
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_MODULE]), 1);
@@ -475,7 +475,7 @@ static void test_engine_protocol(void **state)
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
 	fake_rule(&f, "RATELIMIT.VERSION", FAKE_VERSION(1));
-	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:pia");
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:{pia}:1m");
 	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
 	one_connect(1000, true);
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_MODULE]), 1);
@@ -487,7 +487,7 @@ static void test_engine_protocol(void **state)
 	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
 	fake_rule(&f, "RATELIMIT.VERSION", FAKE_VERSION(3));
 	fake_rule(&f, "RATELIMIT.DECIDE", REPLY_ALLOW);
-	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:pia");
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:{pia}:1m");
 	fake_step(&f, FAKE_SEND, REPLY_DENY);
 	one_connect(1000, true);
 	assert_int_equal(atomic_load(&metrics.redis_engine[METRICS_ENGINE_SCRIPT]), 1);
@@ -516,7 +516,7 @@ static void test_engine_auto_script(void **state)
 {
 	(void)state;
 	assert_int_equal(fake_start(&f, loop), 0);
-	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:liam");
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:{liam}:1m");
 	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
 	one_connect(1000, true);
 	assert_int_equal(fake_hits(&f, "COMMAND INFO ratelimit.decide"), 1);
@@ -557,9 +557,9 @@ static void test_engine_module_gone(void **state)
 	(void)state;
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
-	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:noah");
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:{noah}:1m");
 	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
-	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:noah");
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 1 api:limit:v1:{noah}:1m");
 	fake_step(&f, FAKE_SEND, "-ERR unknown command 'RATELIMIT.DECIDE'\r\n");
 	engine = LIMITER_ENGINE_ONLY_MODULE;
 	one_connect(1000, true);
@@ -585,7 +585,7 @@ static void test_wait_first_connect(void **state)
 
 	(void)state;
 	assert_int_equal(fake_start(&f, loop), 0);
-	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:olga");
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:{olga}:1m");
 	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
 	one_connect(3000, false);
 	a = start(l, "olga");
@@ -609,7 +609,7 @@ static void test_wait_not_after_ready(void **state)
 
 	(void)state;
 	assert_int_equal(fake_start(&f, loop), 0);
-	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:quinn");
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:{quinn}:1m");
 	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
 	fake_step(&f, FAKE_CLOSE, NULL);
 	fake_step(&f, FAKE_STALL, NULL);
@@ -777,7 +777,7 @@ static void test_stall(void **state)
 /* ------------------------------------------------------------------------ */
 
 #define BATCH_HEAD(n, keys) "EVALSHA " FAKE_SHA " " #n " " keys " batch " #n " 1 1 "
-#define KEYS3 "api:limit:v1:alice api:limit:v1:bob api:limit:v1:carol"
+#define KEYS3 "api:limit:v1:{alice}:1m api:limit:v1:{bob}:1m api:limit:v1:{carol}:1m"
 
 /* Start a decision for each of <keys> in the same loop iteration. */
 static void start_all(const char *const *keys, size_t n, struct answer **out)
@@ -799,9 +799,9 @@ static void test_batch_args(void **state)
 	(void)state;
 	batch = 2;
 	assert_int_equal(fake_start(&f, loop), 0);
-	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(2, "api:limit:v1:alice api:limit:v1:bob"));
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(2, "api:limit:v1:{alice}:1m api:limit:v1:{bob}:1m"));
 	fake_step(&f, FAKE_SEND, "*2\r\n" REPLY_ALLOW REPLY_DENY);
-	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:carol 1 ");
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:{carol}:1m 1 ");
 	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
 	one_connect(1000, true);
 	start_all(keys3, 3, a);
@@ -832,7 +832,7 @@ static void test_batch_trim(void **state)
 	for (i = 0; i < 12; i += 2) {
 		char *head = heads[i / 2];
 
-		snprintf(head, sizeof(heads[0]), "EVALSHA %s 2 api:limit:v1:%s api:limit:v1:%s batch 2 ",
+		snprintf(head, sizeof(heads[0]), "EVALSHA %s 2 api:limit:v1:{%s}:1m api:limit:v1:{%s}:1m batch 2 ",
 		         FAKE_SHA, keys12[i], keys12[i + 1]);
 		fake_step(&f, FAKE_EXPECT, head);
 		fake_step(&f, FAKE_SEND, "*2\r\n" REPLY_ALLOW REPLY_ALLOW);
@@ -947,12 +947,12 @@ static void test_batch_kept_across_retry(void **state)
 	(void)state;
 	batch = 32;
 	assert_int_equal(fake_start(&f, loop), 0);
-	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(2, "api:limit:v1:alice api:limit:v1:bob"));
-	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(2, "api:limit:v1:carol api:limit:v1:dave"));
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(2, "api:limit:v1:{alice}:1m api:limit:v1:{bob}:1m"));
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(2, "api:limit:v1:{carol}:1m api:limit:v1:{dave}:1m"));
 	fake_step(&f, FAKE_SEND, "*2\r\n" REPLY_ALLOW REPLY_ALLOW
 	          "-NOSCRIPT No matching script. Please use EVAL.\r\n");
-	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 2 api:limit:v1:carol api:limit:v1:dave batch 2 1 1 ");
-	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(2, "api:limit:v1:erin api:limit:v1:frank"));
+	fake_step(&f, FAKE_EXPECT, "EVAL " SCRIPT " 2 api:limit:v1:{carol}:1m api:limit:v1:{dave}:1m batch 2 1 1 ");
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(2, "api:limit:v1:{erin}:1m api:limit:v1:{frank}:1m"));
 	fake_step(&f, FAKE_SEND, "*2\r\n" REPLY_ALLOW REPLY_DENY "*2\r\n" REPLY_DENY REPLY_ALLOW);
 	one_connect(1000, true);
 	start_all(first, 2, a);
@@ -1021,7 +1021,7 @@ static void test_batch_timeout(void **state)
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(3, KEYS3));
 	/* the batch's reply comes with the next call's */
-	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:zed");
+	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:{zed}:1m");
 	fake_step(&f, FAKE_SEND, "*3\r\n" REPLY_ALLOW REPLY_DENY REPLY_ALLOW);
 	fake_step(&f, FAKE_SEND, REPLY_ALLOW);
 	/* The batch times out because the fake holds its reply, not because

@@ -159,7 +159,7 @@ static void test_args_single(void **state)
 	assert_arg(&a, 0, "EVALSHA");
 	assert_arg(&a, 1, "0123456789abcdef0123456789abcdef01234567");
 	assert_arg(&a, 2, "1");
-	assert_arg(&a, 3, "transfer:limit:v1:ACC-1001");
+	assert_arg(&a, 3, "transfer:limit:v1:{ACC-1001}:1s");
 	assert_arg(&a, 4, "1");
 	assert_arg(&a, 5, "3");
 	assert_arg(&a, 6, "1000");
@@ -192,7 +192,7 @@ static void test_args_batch(void **state)
 		len += (size_t)snprintf(joined + len, sizeof(joined) - len, "%s%.*s", i ? " " : "",
 		                        (int)argvlen[i], argv[i]);
 	}
-	assert_string_equal(joined, "EVALSHA sha 3 api:limit:v1:A exp:limit:v1:{B}:1m "
+	assert_string_equal(joined, "EVALSHA sha 3 api:limit:v1:{A}:1s exp:limit:v1:{B}:1m "
 	                    "exp:limit:v1:{B}:1h batch 2 1 1 10 1000 2 3 5 60000 100 3600000");
 	assert_int_equal(window_build_batch(one, 0, "EVALSHA", "sha", 3, argv, argvlen, nums), -1);
 	one[1].argc--;
@@ -247,11 +247,11 @@ static void test_args_precision(void **state)
 	assert_arg(&a, 10, "3600000:60000");
 	assert_arg(&a, 12, "60000");
 
-	/* single window: no tag, b1 */
+	/* single window: the same form, b1 */
 	policy_make(&p, "big", 10000, 86400000);
 	p.precision_ms = 900000;
 	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 1, &a, &why), 0);
-	assert_arg(&a, 3, "big:limit:b1:ACC-1");
+	assert_arg(&a, 3, "big:limit:b1:{ACC-1}:24h");
 	assert_int_equal(a.argc, 7);
 	assert_arg(&a, 5, "10000");
 	assert_arg(&a, 6, "86400000:900000");
@@ -364,8 +364,8 @@ static void test_args_worst_case(void **state)
 }
 
 /* '}' and '%' of the account are escaped inside the hash tag, so the tag
- * is never empty or cut short; everything else, '{' included, is kept. A
- * single-window key has no tag and stays as it was. */
+ * is never empty or cut short; everything else, '{' included, is kept,
+ * whatever the number of windows. */
 static void test_args_tag_escape(void **state)
 {
 	static const struct { const char *key, *want; } cases[] = {
@@ -394,7 +394,136 @@ static void test_args_tag_escape(void **state)
 	}
 	p.nwin = 1;
 	assert_int_equal(window_build_args(&p, "sha", "}x%", 3, 1, &a, &why), 0);
-	assert_arg(&a, 3, "api:limit:v1:}x%");
+	assert_arg(&a, 3, "api:limit:v1:{%7Dx%25}:1s");
+}
+
+/* Every key an account can have, under every algorithm, number of
+ * windows and precision, for accounts made of '{', '}', ':', '%' and
+ * window-like suffixes: no two (account, form, window) share a key, and
+ * one account's keys share one Cluster hash tag. */
+static void test_keys_injective(void **state)
+{
+	static const char *const acc[] = {
+		"jwt:VIP", "{jwt:VIP}:1s", "{jwt:VIP}:1h", "{jwt:VIP}", "jwt:VIP}:1s", "a}:1s", "a",
+		"%7D", "}", "%", "%25", "{", "{}", "}{", ":1s", "a:1s", "{a}:1s}:1s", "a%7D:1s",
+		"jwt:VIP%7D:1s", "{jwt:VIP%7D:1s}:1s",
+	};
+	enum { NACC = sizeof(acc) / sizeof(acc[0]), NFORM = 5 };
+	struct window_policy p;
+	struct window_args a;
+	enum window_reason why;
+	size_t i, j, k;
+	int f;
+
+	(void)state;
+	/* each account under each form (log, several windows, bucketed,
+	 * several with buckets, GCRA; 1s or 1h first window) against every
+	 * other account under every form */
+	for (i = 0; i < NACC; i++) {
+		for (j = i + 1; j < NACC; j++) {
+			for (f = 0; f < NFORM * 2; f++) {
+				struct window_args b;
+
+				policy_make(&p, "transfer", 100, 1000);
+				p.legacy_key = true;
+				if (f % NFORM == 1)
+					policy_add(&p, 1000, 3600000);
+				if (f % NFORM == 2)
+					p.precision_ms = 500;
+				if (f % NFORM == 3) {
+					policy_add(&p, 5000, 86400000);
+					p.precision_ms = 60000;
+				}
+				if (f % NFORM == 4) {
+					p.algorithm = WINDOW_ALGO_GCRA;
+					p.win[0].burst = 100;
+				}
+				if (f >= NFORM)
+					p.win[0].window_ms = 3600000;
+				assert_int_equal(window_build_args(&p, "sha", acc[i], strlen(acc[i]), 1, &a,
+				                                   &why), 0);
+				for (k = 0; k < (size_t)NFORM * 2; k++) {
+					struct window_policy q;
+					size_t x, y;
+
+					policy_make(&q, "transfer", 100, 1000);
+					q.legacy_key = true;
+					if (k % NFORM == 1)
+						policy_add(&q, 1000, 3600000);
+					if (k % NFORM == 2)
+						q.precision_ms = 500;
+					if (k % NFORM == 3) {
+						policy_add(&q, 5000, 86400000);
+						q.precision_ms = 60000;
+					}
+					if (k % NFORM == 4) {
+						q.algorithm = WINDOW_ALGO_GCRA;
+						q.win[0].burst = 100;
+					}
+					if (k >= NFORM)
+						q.win[0].window_ms = 3600000;
+					assert_int_equal(window_build_args(&q, "sha", acc[j], strlen(acc[j]), 1,
+					                                   &b, &why), 0);
+					for (x = 0; x < a.nkeys; x++)
+						for (y = 0; y < b.nkeys; y++)
+							if (a.argvlen[3 + x] == b.argvlen[3 + y] &&
+							    memcmp(a.argv[3 + x], b.argv[3 + y], a.argvlen[3 + x]) == 0)
+								fail_msg("'%s' and '%s' share key %.*s", acc[i], acc[j],
+								         (int)a.argvlen[3 + x], a.argv[3 + x]);
+				}
+			}
+		}
+	}
+}
+
+/* One window with legacy_key (an upgrade): the window's key, then the
+ * 1.0.x one (raw account, v1 or b1) as a second window of the same limit;
+ * never for several windows, GCRA, or an account starting with '{' (its
+ * raw form could be another account's tagged key). A deny from the 1.0.x
+ * key is window 0. */
+static void test_args_legacy(void **state)
+{
+	struct window_policy p;
+	struct window_args a;
+	struct window_decision d;
+	enum window_reason why;
+
+	(void)state;
+	policy_make(&p, "hr", 5, 3600000);
+	p.legacy_key = true;
+	assert_int_equal(window_build_args(&p, "sha", "jwt:H1", 6, 1, &a, &why), 0);
+	assert_int_equal(a.nkeys, 2);
+	assert_int_equal(a.argc, 4 + 3 * 2);
+	assert_arg(&a, 2, "2");
+	assert_arg(&a, 3, "hr:limit:v1:{jwt:H1}:1h");
+	assert_arg(&a, 4, "hr:limit:v1:jwt:H1");
+	assert_arg(&a, 5, "1");
+	assert_arg(&a, 6, "5");
+	assert_arg(&a, 7, "3600000");
+	assert_arg(&a, 8, "5");
+	assert_arg(&a, 9, "3600000");
+	assert_int_equal(decide(&p, "*6\r\n:0\r\n:5\r\n:0\r\n:100\r\n:100\r\n:1\r\n", &d), 0);
+	assert_int_equal(d.status, WINDOW_DENY);
+	assert_int_equal(d.window, 0);
+	p.precision_ms = 60000;
+	assert_int_equal(window_build_args(&p, "sha", "jwt:H1", 6, 1, &a, &why), 0);
+	assert_arg(&a, 3, "hr:limit:b1:{jwt:H1}:1h");
+	assert_arg(&a, 4, "hr:limit:b1:jwt:H1");
+	assert_arg(&a, 9, "3600000:60000");
+	assert_int_equal(window_build_args(&p, "sha", "{jwt:H1}:1h", 11, 1, &a, &why), 0);
+	assert_int_equal(a.nkeys, 1);
+	p.precision_ms = 0;
+	policy_add(&p, 10, 86400000);
+	assert_int_equal(window_build_args(&p, "sha", "jwt:H1", 6, 1, &a, &why), 0);
+	assert_int_equal(a.nkeys, 2);
+	assert_arg(&a, 4, "hr:limit:v1:{jwt:H1}:24h");
+	policy_make(&p, "g", 5, 1000);
+	p.legacy_key = true;
+	p.algorithm = WINDOW_ALGO_GCRA;
+	p.win[0].burst = 5;
+	assert_int_equal(window_build_args(&p, "sha", "jwt:H1", 6, 1, &a, &why), 0);
+	assert_int_equal(a.nkeys, 1);
+	assert_arg(&a, 3, "g:limit:g1:{jwt:H1}");
 }
 
 /* An oversized script name cannot overflow the buffer: it is refused. */
@@ -436,8 +565,8 @@ static void test_args_bad_key(void **state)
 	assert_int_equal(why, WINDOW_REASON_BAD_KEY);
 	/* Bytes travel length-delimited: an embedded NUL is kept, not cut. */
 	assert_int_equal(window_build_args(&p, "sha", "a\0b", 3, 1, &a, &why), 0);
-	assert_int_equal(a.argvlen[3], strlen("transfer:limit:v1:") + 3);
-	assert_memory_equal(a.argv[3], "transfer:limit:v1:a\0b", a.argvlen[3]);
+	assert_int_equal(a.argvlen[3], strlen("transfer:limit:v1:{}:1s") + 3);
+	assert_memory_equal(a.argv[3], "transfer:limit:v1:{a\0b}:1s", a.argvlen[3]);
 }
 
 static void test_args_bad_cost(void **state)
@@ -513,9 +642,9 @@ static void test_overrides(void **state)
 
 	/* The override's limits go to the script and bound the cost. */
 	assert_int_equal(window_build_args(&p, "sha", "ACC-VIP", 7, 20, &a, &why), 0);
-	assert_arg(&a, 3, "transfer:limit:v1:ACC-VIP");
+	assert_arg(&a, 3, "transfer:limit:v1:{ACC-VIP}:1s");
 	assert_arg(&a, 5, "30");
-	/* Two windows for that account: the hash-tagged key form. */
+	/* Two windows for that account: the 1s window is the same key. */
 	assert_int_equal(window_build_args(&p, "sha", "ACC-1", 5, 1, &a, &why), 0);
 	assert_int_equal(a.nkeys, 2);
 	assert_arg(&a, 3, "transfer:limit:v1:{ACC-1}:1s");
@@ -905,6 +1034,8 @@ int main(void)
 		cmocka_unit_test(test_check_precision),
 		cmocka_unit_test(test_args_worst_case),
 		cmocka_unit_test(test_args_tag_escape),
+		cmocka_unit_test(test_keys_injective),
+		cmocka_unit_test(test_args_legacy),
 		cmocka_unit_test(test_args_overflow),
 		cmocka_unit_test(test_args_bad_key),
 		cmocka_unit_test(test_args_bad_cost),
