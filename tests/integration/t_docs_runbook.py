@@ -88,4 +88,29 @@ for tag in ("spoe-2.6", "spoe-3"):
     for line in lines:
         st = re.search(r" st=(\d+) ", line)
         h.check(f"{tag}: st= of '{line}' is in the table", st is not None and st.group(1) in values, values)
+
+# --- deployment.md: the files each host needs are the package's ---------------
+hosts = section(read("deployment.md"), "Several HAProxy hosts, one Redis")
+h.check("deployment.md has the several-hosts section", len(hosts) > 1000)
+with open(os.path.join(ROOT, "Makefile")) as f:
+    makefile = f.read()
+examples = re.search(r"^HAPROXY_EXAMPLES := (.*?)\n(?!\s)", makefile, re.S | re.M).group(1)
+shipped = {os.path.basename(w) for w in examples.split() if w.startswith("haproxy/")} | {"errors/"}
+with open(os.path.join(ROOT, "debian", "ratelimit-spoa.install")) as f:
+    installed = {"/" + line.strip() for line in f if line.strip()}
+names = set(re.findall(r"`([^` ]+\.(?:cfg|conf|map|service|timer)|errors/)`", hosts))
+for name in sorted(names):
+    base = os.path.basename(name.rstrip("/")) + ("/" if name.endswith("/") else "")
+    if name.startswith("/etc/ratelimit-spoa/") or "/etc/ratelimit-spoa/" + name in installed:
+        h.check(f"deployment.md: {name} is installed by the package",
+                os.path.join("/etc/ratelimit-spoa", base) in installed, installed)
+    elif name.startswith("/etc/systemd/") or name.startswith("/etc/haproxy/ratelimit/") and base not in shipped:
+        h.check(f"deployment.md: {name} is one integrate.md makes", name in read("integrate.md"))
+    elif base.endswith((".service", ".timer")):
+        h.check(f"deployment.md: {base} is a unit the package has", os.path.exists(os.path.join(ROOT, "etc", base)))
+    else:
+        h.check(f"deployment.md: {name} is a file of /usr/share/ratelimit-spoa/haproxy", base in shipped, shipped)
+h.check("deployment.md names the package's HAProxy directory", "/usr/share/ratelimit-spoa/haproxy/" in hosts)
+for cmd in ("ratelimit-spoa -c -f", "--routes", "ratelimit-spoa ctl show", "/readyz"):
+    h.check(f"deployment.md: '{cmd}' is one the agent has", cmd in hosts)
 h.done()
