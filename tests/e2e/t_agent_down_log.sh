@@ -9,8 +9,9 @@
 . "$(dirname "$0")/../lib.sh"
 t_setup
 DOC=$ROOT/docs/operations.md
-ver=$("$HAPROXY" -v | sed -n 's/^HA-\{0,1\}Proxy version \([0-9]*\)\..*/\1/p' | head -1)
-echo "# HAProxy $ver ($HAPROXY)"
+ver=$("$HAPROXY" -v | sed -n 's/^HA-\{0,1\}Proxy version \([0-9]*\)\.\([0-9]*\).*/\1 \2/p' | head -1)
+read -r vmaj vmin <<<"$ver"
+echo "# HAProxy $vmaj.$vmin ($HAPROXY)"
 # block NAME: the code block under "<!-- t_docs_runbook: NAME -->".
 block() {
 	awk -v tag="<!-- t_docs_runbook: $1 -->" '
@@ -18,7 +19,8 @@ block() {
 		f && /^```/ { if (inb) exit; inb = 1; next }
 		f && inb { print }' "$DOC"
 }
-if [ "$ver" -ge 3 ]; then examples=$(block spoe-3) down_st=257; else examples=$(block spoe-2.6) down_st=2; fi
+# 3.1 rewrote the SPOE engine: its line and its "no connection" value.
+if [ $((vmaj * 100 + vmin)) -ge 301 ]; then examples=$(block spoe-3) down_st=257; else examples=$(block spoe-2.6) down_st=2; fi
 check "the runbook has this version's SPOE example lines" test "$(wc -l <<<"$examples")" -eq 2
 eq "the runbook's example for a DOWN agent has st=$down_st" "$down_st" \
 	"$(sed -n 2p <<<"$examples" | sed -n 's/.* st=\([0-9]*\) .*/\1/p')"
@@ -42,8 +44,13 @@ eq "agent up: 201" 201 "$RSP_STATUS"
 eq "show servers state: the agent's server UP (2)" 2 "$(state)"
 
 stop_agent
+# The health check marks the server DOWN after 2 failed checks a second
+# apart; a machine too busy to send the next request before that has no
+# "still UP" request to look at (then either value is the documented one).
+up_before=$(state)
 req A POST /transfers "$tok"
-eq "agent stopped, server still UP: 503" 503 "$RSP_STATUS"
+up_after=$(state)
+eq "agent stopped: 503" 503 "$RSP_STATUS"
 for _ in $(seq 100); do [ "$(state)" = 0 ] && break; sleep 0.1; done
 eq "show servers state: the agent's server DOWN (0)" 0 "$(state)"
 req A POST /transfers "$tok"
@@ -63,7 +70,13 @@ for i in 1 2; do
 	check "SPOE line $i: its request logged rl=- reason=no-decision spoe_err=$st ($req_line)" \
 		grep -Eq " rl=- .* reason=no-decision .* spoe_err=$st spoe_ms=[0-9]+$" <<<"$req_line"
 done
-eq "while still UP: st=1 (timeout)" 1 "$(sed -n '1s/.* st=\([0-9]*\) .*/\1/p' <<<"$spoe")"
+first_st=$(sed -n '1s/.* st=\([0-9]*\) .*/\1/p' <<<"$spoe")
+if [ "$up_before$up_after" = 22 ]; then
+	eq "while still UP: st=1 (timeout)" 1 "$first_st"
+else
+	echo "# the server was marked DOWN around the first request ($up_before, $up_after)"
+	check "around the DOWN mark: st=$first_st is 1 or $down_st" grep -qx "1\|$down_st" <<<"$first_st"
+fi
 eq "once DOWN: st=$down_st, as the runbook says for this version" "$down_st" "$(sed -n '2s/.* st=\([0-9]*\) .*/\1/p' <<<"$spoe")"
 check "HAProxy logged the server DOWN as the runbook quotes it" \
 	grep -q 'Server be_ratelimit_agent/agent1 is DOWN, reason: Layer4 connection problem, info: "Connection refused"' "$T/haproxy-A.log"
