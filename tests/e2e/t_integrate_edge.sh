@@ -391,15 +391,16 @@ eq "agent stopped: the problem's reason" no-decision "$(jq -r .reason "$T/rsp.bo
 # (a log line is written when the stream ends: wait until the last one shows)
 for _ in $(seq 50); do grep -q ' 503 .*policy=orders' "$T/haproxy-A.log" && break; sleep 0.1; done
 l429=$(grep -h ' 429 ' "$T/haproxy-A.log" "$T/haproxy-B.log" | grep 'policy=orders' | head -1)
-check "httplog: the 429 logs rl=deny reason=- policy=orders auth=- ($l429)" \
-	grep -Eq ' www~ www/<NOSRV> .* 429 .* rl=deny reason=- policy=orders auth=-$' <<<"$l429"
+check "httplog: the 429 logs rl=deny reason=- policy=orders auth=- key= spoe_err=- spoe_ms= ($l429)" \
+	grep -Eq ' www~ www/<NOSRV> .* 429 .* rl=deny reason=- policy=orders auth=- key=jwt:ACC-[0-9]+ spoe_err=- spoe_ms=[0-9]+$' <<<"$l429"
 l503=$(grep -h ' 503 ' "$T/haproxy-A.log" | grep 'policy=orders' | head -1)
-check "httplog: the limiter 503 logs rl=- reason=no-decision ($l503)" \
-	grep -Eq ' 503 .* rl=- reason=no-decision policy=orders auth=-$' <<<"$l503"
+check "httplog: the limiter 503 logs rl=- reason=no-decision, the account and HAProxy's SPOE error ($l503)" \
+	grep -Eq ' 503 .* rl=- reason=no-decision policy=orders auth=- key=jwt:ACC-9 spoe_err=[0-9]+ spoe_ms=[0-9]+$' <<<"$l503"
 l401=$(grep -h ' 401 ' "$T/haproxy-B.log" | head -1)
-check "httplog: the 401 logs why ($l401)" grep -Eq ' 401 .* rl=- reason=- policy=orders auth=missing-bearer-token$' <<<"$l401"
+check "httplog: the 401 logs why ($l401)" grep -Eq ' 401 .* rl=- reason=- policy=orders auth=missing-bearer-token key=- spoe_err=- spoe_ms=-$' <<<"$l401"
 j429=$(grep -h '^{' "$T/haproxy-A.log" | jq -c 'select((.status // .status_code) == 429)' 2>/dev/null | head -1)
-eq "JSON: the 429 logs rl and policy ($j429)" "deny partner" "$(jq -r '"\(.rl) \(.policy)"' <<<"$j429")"
+eq "JSON: the 429 logs rl, policy, key and spoe_err ($j429)" "deny partner key:PARTNER-1 -" \
+	"$(jq -r '"\(.rl) \(.policy) \(.key) \(.spoe_err | if . == "" then "-" else . end)"' <<<"$j429")"
 j200=$(grep -h '^{' "$T/haproxy-A.log" | jq -c 'select((.status // .status_code) == 200 and .rl == "allow")' 2>/dev/null | head -1)
 check "JSON: an allowed request logs rl=allow ($j200)" test -n "$j200"
 t_done

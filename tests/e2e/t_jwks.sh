@@ -163,6 +163,20 @@ expect "old key withdrawn: the new kid" 201 "" "$(mint new 2026-07)"
 expect "one key again: a token without kid" 201 "" "$(mint new "")"
 eq "old key withdrawn: one key file left" 1 "$(find "$T/jwks" -name 'k-*.pem' | wc -l)"
 
+# --- A kid with a trailing newline beside the kid in use ------------------------
+# It would split its map line and shadow the good one (401 unknown-key for
+# every token of the key in use): it is left out, the good key keeps working.
+w3=$(hap_workers "$master")
+publish new:2026-07 ec:ec-1 "old:2026-07
+"
+jwks --reload-cmd "kill -USR2 $master"
+eq "kid '2026-07\\n' beside 2026-07: exit 0" 0 $?
+check "kid '2026-07\\n': left out, said" grep -q "'2026-07\\\\n') left out" "$T/jwks.out"
+check "kid '2026-07\\n': reloaded" wait_new_worker "$master" "$w3"
+expect "kid '2026-07\\n' beside 2026-07: the good key's token" 201 "" "$(mint new 2026-07)"
+expect "kid '2026-07\\n' beside 2026-07: the other kept kid" 201 "" "$(mint ec ec-1 --alg ES256)"
+expect "kid '2026-07\\n' beside 2026-07: the left-out key's token" 401 invalid-signature "$(mint old 2026-07)"
+
 # --- haproxy -c: clean with -dW; RL_JWKS_MAP excludes RL_JWT_KEY<n> ------------
 hcheck() { env RL_HAPROXY_DIR="$HAPROXY_FILES" RL_ADMIN_SOCK="$T/c.sock" RL_JWKS_MAP="$T/jwks/kid.map" "$@" \
 	"$HAPROXY" -c -dW -f "$HAPROXY_FILES/haproxy.cfg" -f "$T/jwks/keys.cfg" 2>&1; }

@@ -3,7 +3,11 @@
 very keys (RSA and EC P-256), use/alg/key_ops are respected, keys without a
 kid are handled as documented, bad documents are refused with a clear error
 and nothing written, an https:// URL is fetched only with the right CA, and
-a second run over the same keys writes nothing and reloads nothing."""
+a second run over the same keys writes nothing and reloads nothing. A kid
+the map would not read back as written (newline, CR, blank, #) is left out
+and the map is checked as HAProxy reads it; odd documents (nested 100000
+deep, huge numbers, NaN, invalid UTF-8) get the tool's refusal, never a
+traceback."""
 import http.server
 import importlib.machinery
 import importlib.util
@@ -117,6 +121,40 @@ files, kidmap, cfg = jw.render(entries, "/var/lib/x")
 h.check("key files are named by hash, never by kid",
         all(n.startswith("k-") and "/" not in n and ".." not in n for n in files), list(files))
 
+# --- Kids the map would not read back as written -------------------------------
+# HAProxy reads kid.map line by line, key up to the first blank: a kid with a
+# newline, CR, blank or # would split, merge or shadow a line. Each is left
+# out (and said, escaped), and the map loads back as exactly the kids kept.
+h.eq("the map reader skips comments and blank lines, trims as HAProxy does",
+     [("a", "RS256 /f"), ("#b", "c"), ("d", "")],
+     jw.read_map(b"# c\n\n  a \t RS256 /f \t\r\n #b c\n\t\nd\n"))
+for bad in ("2026-01\n", "2026-01\r", " 2026-01", "2026-01 ", "2026-01\t", "\t2026-01",
+            "20 26-01", "2026#01", "#2026-01", "2026-01\x00", "2026-01\u2028", "2026-01\x0b", "2026-0١"):
+    entries, notes = jw.plan({"keys": [rsa_jwk(r1, "2026-01"), rsa_jwk(r2, bad)]})
+    h.eq(f"kid {bad!r} beside 2026-01: left out, 2026-01 kept for its own key",
+         [("2026-01", spki(r1)), ("*", spki(r1))], [(k, p) for k, _, p in entries])
+    h.check(f"kid {bad!r}: the note names it escaped, on one line",
+            len(notes) == 1 and repr(bad) in notes[0] and "\n" not in notes[0], notes)
+    kidmap = jw.render(entries, "/var/lib/x")[1]
+    h.eq(f"kid {bad!r} beside 2026-01: the map loads back as the kids kept",
+         ["*", "2026-01"], sorted(k for k, _ in jw.read_map(kidmap)))
+entries, notes = jw.plan({"keys": [rsa_jwk(r1, "x" * 5000 + "\n"), rsa_jwk(r2, "b")]})
+h.check("a long bad kid: the note quotes it cut short", len(notes) == 1 and len(notes[0]) < 200, notes)
+# The check that refuses a map that would not load back, on entries plan()
+# would never make (a kid with a newline given straight to render).
+forged = [("2026-01", "RS256", spki(r1)), ("2026-01\n", "RS256", spki(r2))]
+try:
+    jw.check_map(jw.render(forged, "/var/lib/x")[1], forged, "/var/lib/x")
+    h.fail("a map whose line a kid splits: accepted")
+except jw.JwksError as exc:
+    h.check("a map whose line a kid splits: refused, said", "would not load back" in str(exc), str(exc))
+forged_dir = os.path.join(h.tmp, "forged")
+try:
+    jw.install(forged, forged_dir, "", lambda msg: None)
+    h.fail("install of a map a kid splits: accepted")
+except jw.JwksError:
+    h.check("install of a map a kid splits: refused before writing anything", not os.path.exists(forged_dir))
+
 
 def plan_refused(what, document, needle):
     refused(what, document, needle, jw.plan)
@@ -181,6 +219,44 @@ for what, body in (("not JSON", "{"), ("no usable key", '{"keys":[]}'),
     h.check(what + ": refused, nothing written (says so)", "refused, nothing written" in text, text)
     h.eq(what + ": the files unchanged", snap, snapshot())
 h.eq("refused documents: no reload", 1, reloads())
+
+# A document that would give a traceback elsewhere: the tool's own refusal.
+deep = "[" * 100000 + "]" * 100000
+odd = {
+    "nested 100000 deep": deep,
+    "keys nested 100000 deep": '{"keys":' + deep + "}",
+    "a member nested 900 deep": '{"keys":[{"kty":"RSA","kid":' + "[" * 900 + "]" * 900 + "}]}",
+    "a 5000-digit number": '{"keys":[{"kty":"RSA","kid":' + "9" * 5000 + "}]}",
+    "a number too large for a float": '{"keys":[{"kty":"RSA","use":1e400}]}',
+    "NaN": '{"keys":[{"kty":NaN}]}',
+    "invalid UTF-8": b'{"keys":[{"kty":"\xff\xfe"}]}',
+    "a lone surrogate": '{"keys":[{"kty":"RSA","use":"\\ud800"}]}',
+    "a top-level array": "[1]",
+    "keys that are not objects": '{"keys":[1,2]}',
+    "keys not an array": '{"keys":{"kty":"RSA"}}',
+    "a base64url member of 4n+1 characters": '{"keys":[{"kty":"EC","crv":"P-256","x":"A","y":"A"}]}',
+    "an RSA e larger than n": json.dumps({"keys": [dict(rsa_jwk(r1, "a"), e=b64((1 << 80000) + 1))]}),
+    "two keys, one kid": json.dumps({"keys": [rsa_jwk(r1, "d"), rsa_jwk(r2, "d")]}),
+}
+for what, body in odd.items():
+    with open(src, "wb") as f:
+        f.write(body if isinstance(body, bytes) else body.encode())
+    rc, text = run()
+    h.check(what + ": exit 1, refused in the tool's own words, no traceback",
+            rc == 1 and "refused, nothing written" in text and "Traceback" not in text, text[-300:])
+    h.eq(what + ": the files unchanged", snap, snapshot())
+h.eq("odd documents: no reload", 1, reloads())
+with open(src, "w") as f:
+    json.dump(doc, f)
+for what, args, code, needle in (
+        ("a --ca-file that does not exist", ["--ca-file", os.path.join(h.tmp, "none.pem"),
+                                             "--source", "https://127.0.0.1:1/"], 1, "cannot fetch"),
+        ("a --reload-cmd with an open quote", ["--reload-cmd", "'a"], 2, "--reload-cmd"),
+        ("a --dir that cannot be made", ["--dir", "/proc/no/such"], 1, "cannot write")):
+    p = subprocess.run([sys.executable, TOOL, "--source", src, "--dir", out] + args,
+                       capture_output=True, text=True, timeout=60)
+    h.check(what + f": exit {code}, said, no traceback",
+            p.returncode == code and needle in p.stderr and "Traceback" not in p.stderr, p.stderr[-300:])
 p = subprocess.run([sys.executable, TOOL, "--source", src, "--dir", os.path.join(h.tmp, "a $x")],
                    capture_output=True, text=True, timeout=60)
 h.check("a --dir HAProxy would read otherwise ($, space) is refused, nothing made",
@@ -201,8 +277,27 @@ with open(src, "w") as f:
 p = subprocess.run([sys.executable, TOOL, "--source", src, "--dir", out, "--reload-cmd", "false"],
                    capture_output=True, text=True, timeout=60)
 h.check("a failed reload: exit 1, said", p.returncode == 1 and "next run tries again" in p.stderr, p.stderr)
+p = subprocess.run([sys.executable, TOOL, "--source", src, "--dir", out, "--reload-cmd", "/no/such/reload"],
+                   capture_output=True, text=True, timeout=60)
+h.check("a reload command that cannot run: exit 1, said, no traceback",
+        p.returncode == 1 and "next run tries again" in p.stderr and "Traceback" not in p.stderr, p.stderr)
 rc, text = run()
 h.eq("after a failed reload: the next run reloads", (0, 3), (rc, reloads()))
+
+# The tester's document: the kid in use and the same kid with a newline. The
+# second is left out; kid.map holds 2026-01 on one line, for its own key.
+nl_dir = os.path.join(h.tmp, "jwks-nl")
+with open(src, "w") as f:
+    json.dump({"keys": [rsa_jwk(r1, "2026-01"), rsa_jwk(r2, "2026-01\n")]}, f)
+p = subprocess.run([sys.executable, TOOL, "--source", src, "--dir", nl_dir, "--reload-cmd", ""],
+                   capture_output=True, text=True, timeout=60)
+h.check("kid '2026-01\\n' beside 2026-01: exit 0, the left-out kid named escaped",
+        p.returncode == 0 and "'2026-01\\n') left out" in p.stderr, p.stdout + p.stderr)
+with open(os.path.join(nl_dir, "kid.map"), "rb") as f:
+    pairs = jw.read_map(f.read())
+pem_of = {k: open(v.split()[1], "rb").read() for k, v in pairs}
+h.eq("kid '2026-01\\n' beside 2026-01: the map as HAProxy reads it is 2026-01 and *, the good key",
+     {"2026-01": spki(r1), "*": spki(r1)}, pem_of)
 
 # --- https:// with a CA bundle ----------------------------------------------------
 certs = TLSCerts(os.path.join(h.tmp, "tls"))
