@@ -6,7 +6,8 @@
  * exactly its reply, and the stored data are the same (a sorted set per
  * log window, member "<cum>:<cost>" in hex, score = Redis time in us,
  * strictly increasing within a key; a hash per bucketed window, field =
- * bucket end in ms, value = units; a string "<tat>:<frac>" per GCRA
+ * bucket end in ms, value = units; a string "<tat>:<frac>:<ms>:<limit>:<owed>"
+ * (or, written before, "<tat>:<frac>") per GCRA
  * bucket): agents on the script and agents on the
  * module share one Redis and never over-admit. The script's header says
  * the rules; this file follows it step for step, reading through the key
