@@ -332,14 +332,20 @@ local function gcra(k0, a0, n)
 			end
 			-- e: the write's time from now (e + o is exact where a time is not)
 			local e = t - o - now
-			w1 = w1 * 1000
 			if fr >= l1 then o, fr = o + 1, 0 end
-			-- q + r / w1: the units owed at the write, at most the burst
-			local q, r = b, 0
-			if o <= divmod(GCRA_MAX, l1) then q, r = divmod(o * l1 + fr, w1) end
-			local x = bw
-			if q < b then x = q * w + muldiv_up(r, w, w1) end
-			o, fr = divmod(x, l)
+			if w1 * 1000 == w and l1 == l then
+				-- the same rate: what the general case gives, cheaper (o * l
+				-- may be inexact above 2^53, never on the wrong side of bw)
+				if o * l + fr > bw then o, fr = divmod(bw, l) end
+			else
+				w1 = w1 * 1000
+				-- q + r / w1: the units owed at the write, at most the burst
+				local q, r = b, 0
+				if o <= divmod(GCRA_MAX, l1) then q, r = divmod(o * l1 + fr, w1) end
+				local x = bw
+				if q < b then x = q * w + muldiv_up(r, w, w1) end
+				o, fr = divmod(x, l)
+			end
 			if e + o >= 0 then d, f = e + o, fr end
 		else
 			if fr >= l then t, fr = t + 1, 0 end

@@ -348,18 +348,27 @@ int rl_args_gcra_owed(const struct rl_window *w, int64_t now, const struct rl_gc
 		o++;
 		fr = 0;
 	}
-	/* q + r / w1: the units owed at the write, at most the burst */
-	q = w->burst;
-	r = 0;
-	if (o <= RL_GCRA_MAX_SPAN / v->limit)
-		q = div_floor_pos(o * v->limit + fr, w1, &r);
-	x = bw;
-	/* (r < w1 <= 10^15 and us <= 2^52: the product needs 128 bits; the
-	 * script gets the same ceiling bit by bit) */
-	if (q < w->burst)
-		x = q * us + (int64_t)(((unsigned __int128)r * (unsigned __int128)us +
-		                        (unsigned __int128)(w1 - 1)) / (unsigned __int128)w1);
-	o = div_floor_pos(x, l, &fr);
+	if (w1 == us && v->limit == l) {
+		/* the same rate: what the general case gives, cheaper */
+		q = div_floor_pos(bw, l, &r);
+		if (o > q || (o == q && fr > r)) {
+			o = q;
+			fr = r;
+		}
+	} else {
+		/* q + r / w1: the units owed at the write, at most the burst */
+		q = w->burst;
+		r = 0;
+		if (o <= RL_GCRA_MAX_SPAN / v->limit)
+			q = div_floor_pos(o * v->limit + fr, w1, &r);
+		x = bw;
+		/* (r < w1 <= 10^15 and us <= 2^52: the product needs 128 bits;
+		 * the script gets the same ceiling bit by bit) */
+		if (q < w->burst)
+			x = q * us + (int64_t)(((unsigned __int128)r * (unsigned __int128)us +
+			                        (unsigned __int128)(w1 - 1)) / (unsigned __int128)w1);
+		o = div_floor_pos(x, l, &fr);
+	}
 	if (e + o >= 0) {
 		*d = e + o;
 		*f = fr;
