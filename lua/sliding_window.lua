@@ -273,8 +273,11 @@ local BAD_ENTRY = 'ERR sliding_window: bad entry'
 -- change never frees a part of a unit), and drain from the write's time.
 -- The debt is then never more than a full bucket of the current policy,
 -- and no interval admits more than the looser of the two rates with the
--- larger burst would. The 2-field form (written before this) reads as the
--- TAT under the current rate, as ever.
+-- larger burst would. The value keeps its TTL (when the old rate drained
+-- it): then the bucket is empty, as the old rate would have it. The 2-field
+-- form (written before this) reads as the TAT under the current rate, as
+-- ever. A value of the 5-field form with a rate out of bounds, owed > tat,
+-- or written more than 2^52 us after now is a bad entry.
 local GCRA_MAX = 4503599627370496   -- 2^52
 local floor = math.floor
 
