@@ -133,6 +133,8 @@ SPOA_MODULES += resp_cmd
 SPOA_MODULES += redis_reply
 SPOA_MODULES += live_rule ctl_args ctl_keys redis_sync ctl live denied
 AGENT_OBJS   := $(addprefix $(BUILD)/spoa/,$(addsuffix .o,$(SPOA_MODULES)))
+# ctl show reads a token bucket's stored value as the engines do (pure C)
+AGENT_OBJS   += $(BUILD)/module/rl_args.o
 MAIN_OBJ     := $(BUILD)/spoa/main.o
 BENCH_OBJ    := $(BUILD)/bench/spoa-bench.o
 # make bench's SPOE floor (bench/spoa-floor.c): built, never installed.

@@ -263,6 +263,21 @@ local BAD_ENTRY = 'ERR sliding_window: bad entry'
 -- burst * T - now rounded up to a us, 0 }. A cost above the burst never
 -- passes: denied, retry = the whole bucket's time (burst * T).
 -- A stored frac >= limit (the limit changed) reads as the next us.
+-- A change of rate or burst (reload, override, its expiry): an admission
+-- stores "<tat>:<frac>:<ms>:<limit>:<owed>", the rate it was decided under
+-- and the us owed at that write (owed + frac / limit; the write was at tat
+-- - owed). Read under the same rate and burst it is the TAT above. Under
+-- another, the bucket is read as if the current rate and burst had held
+-- since that write: the units owed then, (owed + frac / limit) / T_old, at
+-- most the current burst, become units of the current T, rounded up (a
+-- change never frees a part of a unit), and drain from the write's time.
+-- The debt is then never more than a full bucket of the current policy,
+-- and no interval admits more than the looser of the two rates with the
+-- larger burst would. The value keeps its TTL (when the old rate drained
+-- it): then the bucket is empty, as the old rate would have it. The 2-field
+-- form (written before this) reads as the TAT under the current rate, as
+-- ever. A value of the 5-field form with a rate out of bounds, owed > tat,
+-- or written more than 2^52 us after now is a bad entry.
 local GCRA_MAX = 4503599627370496   -- 2^52
 local floor = math.floor
 
@@ -272,6 +287,21 @@ local floor = math.floor
 local function divmod(a, b)
 	local q = floor(a / b)
 	return q, a - q * b
+end
+
+-- ceil(a * b / c), 0 <= a < c <= 10^15, 0 <= b <= 2^52, exact in doubles:
+-- b's bits from the top, the partial product kept as q * c + r (r < c).
+local function muldiv_up(a, b, c)
+	local q, r, bit = 0, 0, 1
+	while bit * 2 <= b do bit = bit * 2 end
+	while bit >= 1 do
+		q, r = q * 2, r * 2
+		if b >= bit then b, r = b - bit, r + a end
+		while r >= c do q, r = q + 1, r - c end
+		bit = bit / 2
+	end
+	if r > 0 then q = q + 1 end
+	return q
 end
 
 local function gcra(k0, a0, n)
@@ -287,17 +317,44 @@ local function gcra(k0, a0, n)
 	local key = KEYS[k0 + 1]
 	-- d + f / l: max(TAT, now) - now
 	local d, f = 0, 0
+	local bw = b * w
 	local v = call('GET', key)
 	if v then
-		local ts, fs = match(v, '^(%d+):(%d+)$')
+		local ts, fs, ms1, ls1, os1 = match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+		if not ts then ts, fs = match(v, '^(%d+):(%d+)$') end
 		local t, fr = tonumber(ts), tonumber(fs)
 		if not (t and t <= 9007199254740992 and fr <= 9007199254740992) then
 			return redis.error_reply(BAD_ENTRY)
 		end
-		if fr >= l then t, fr = t + 1, 0 end
-		if t >= now then d, f = t - now, fr end
+		if ms1 then
+			-- (the rate it was written under; see the header)
+			local w1, l1, o = tonumber(ms1), tonumber(ls1), tonumber(os1)
+			if not (w1 >= 1 and w1 <= 1e12 and l1 >= 1 and l1 <= 1e15 and o <= t and
+			        t - o - now <= GCRA_MAX) then
+				return redis.error_reply(BAD_ENTRY)
+			end
+			-- e: the write's time from now (e + o is exact where a time is not)
+			local e = t - o - now
+			if fr >= l1 then o, fr = o + 1, 0 end
+			if w1 * 1000 == w and l1 == l then
+				-- the same rate: what the general case gives, cheaper (o * l
+				-- may be inexact above 2^53, never on the wrong side of bw)
+				if o * l + fr > bw then o, fr = divmod(bw, l) end
+			else
+				w1 = w1 * 1000
+				-- q + r / w1: the units owed at the write, at most the burst
+				local q, r = b, 0
+				if o <= divmod(GCRA_MAX, l1) then q, r = divmod(o * l1 + fr, w1) end
+				local x = bw
+				if q < b then x = q * w + muldiv_up(r, w, w1) end
+				o, fr = divmod(x, l)
+			end
+			if e + o >= 0 then d, f = e + o, fr end
+		else
+			if fr >= l then t, fr = t + 1, 0 end
+			if t >= now then d, f = t - now, fr end
+		end
 	end
-	local bw = b * w
 	local retry
 	if cost <= b then
 		-- admitted iff d + f / l <= (burst - cost) * w / l
@@ -309,7 +366,7 @@ local function gcra(k0, a0, n)
 			local reset = d
 			if f > 0 then reset = d + 1 end
 			local ttl = int(divmod(reset + 999, 1000) + 1)
-			call('SET', key, format('%d:%d', now + d, f), 'PX', ttl)
+			call('SET', key, format('%d:%d:%d:%d:%d', now + d, f, w / 1000, l, d), 'PX', ttl)
 			return { 1, b, (divmod(bw - d * l - f, w)), reset, 0, 0 }
 		end
 		retry = d - qx

@@ -6,7 +6,8 @@
  * exactly its reply, and the stored data are the same (a sorted set per
  * log window, member "<cum>:<cost>" in hex, score = Redis time in us,
  * strictly increasing within a key; a hash per bucketed window, field =
- * bucket end in ms, value = units; a string "<tat>:<frac>" per GCRA
+ * bucket end in ms, value = units; a string "<tat>:<frac>:<ms>:<limit>:<owed>"
+ * (or, written before, "<tat>:<frac>") per GCRA
  * bucket): agents on the script and agents on the
  * module share one Redis and never over-admit. The script's header says
  * the rules; this file follows it step for step, reading through the key
@@ -634,7 +635,7 @@ static void decide_gcra(RedisModuleCtx *ctx, RedisModuleString *name, const stru
 {
 	RedisModuleKey *k = RedisModule_OpenKey(ctx, name, REDISMODULE_READ);
 	int type = RedisModule_KeyType(k), has = 0;
-	int64_t tat = 0, frac = 0;
+	struct rl_gcra_value v;
 	struct rl_gcra g;
 	const char *err = NULL;
 
@@ -644,23 +645,26 @@ static void decide_gcra(RedisModuleCtx *ctx, RedisModuleString *name, const stru
 		 * on it, the same bytes, the same MEMORY USAGE) */
 		const char *p = RedisModule_StringDMA(k, &len, REDISMODULE_READ);
 
-		if (!p || rl_args_parse_gcra(p, len, &tat, &frac) == -1)
+		if (!p || rl_args_parse_gcra(p, len, &v) == -1)
 			err = RL_ERR_ENTRY_TEXT;
 		has = 1;
 	} else if (type != REDISMODULE_KEYTYPE_EMPTY) {
 		err = RL_ERR_WRONGTYPE;
 	}
 	RedisModule_CloseKey(k);
+	if (!err && rl_args_gcra(&d->w[0], d->cost, now, has ? &v : NULL, &g) == -1)
+		err = RL_ERR_ENTRY_TEXT;
 	if (err) {
 		RedisModule_ReplyWithError(ctx, err);
 		return;
 	}
-	rl_args_gcra(&d->w[0], d->cost, now, has, tat, frac, &g);
 	if (g.allowed) {
-		char buf[48];
-		size_t len = rl_args_format_gcra(buf, sizeof(buf), g.tat, g.frac);
+		/* the rate it was decided under beside it: a change reads it */
+		struct rl_gcra_value nv = { g.tat, g.frac, d->w[0].win_ms, d->w[0].limit, g.tat - now };
+		char buf[96];
+		size_t len = rl_args_format_gcra(buf, sizeof(buf), &nv);
 		long long at = (long long)(floor_div(now, 1000) + g.ttl_ms);
-		RedisModuleString *v;
+		RedisModuleString *sv;
 
 		/* over maxmemory an admission is refused, nothing written (the
 		 * script's SET is refused the same way) */
@@ -668,22 +672,22 @@ static void decide_gcra(RedisModuleCtx *ctx, RedisModuleString *name, const stru
 			RedisModule_ReplyWithError(ctx, RL_ERR_OOM_TEXT);
 			return;
 		}
-		v = RedisModule_CreateString(ctx, buf, len);
+		sv = RedisModule_CreateString(ctx, buf, len);
 		k = RedisModule_OpenKey(ctx, name, REDISMODULE_READ | REDISMODULE_WRITE);
-		if (RedisModule_StringSet(k, v) != REDISMODULE_OK) {
+		if (RedisModule_StringSet(k, sv) != REDISMODULE_OK) {
 			RedisModule_CloseKey(k);
-			RedisModule_FreeString(ctx, v);
+			RedisModule_FreeString(ctx, sv);
 			RedisModule_ReplyWithError(ctx, "ERR ratelimit: the server refused the write");
 			return;
 		}
-		RedisModule_Replicate(ctx, "SET", "ss", name, v);
+		RedisModule_Replicate(ctx, "SET", "ss", name, sv);
 		RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_STRING, "set", name);
 		if (RedisModule_SetAbsExpire(k, at) == REDISMODULE_OK) {
 			RedisModule_Replicate(ctx, "PEXPIREAT", "sl", name, at);
 			RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", name);
 		}
 		RedisModule_CloseKey(k);
-		RedisModule_FreeString(ctx, v);
+		RedisModule_FreeString(ctx, sv);
 	}
 	RedisModule_ReplyWithArray(ctx, 6);
 	RedisModule_ReplyWithLongLong(ctx, g.allowed);

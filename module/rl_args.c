@@ -272,21 +272,36 @@ int64_t rl_args_bucket_end(int64_t now_us, int64_t prec_ms)
 	return (q + 1) * prec_ms;
 }
 
-/* A stored GCRA value "<tat>:<frac>" into <tat>, <frac>; 0 or -1. */
-int rl_args_parse_gcra(const char *p, size_t len, int64_t *tat, int64_t *frac)
+/* A stored GCRA value, either form, into <v>; 0 or -1. */
+int rl_args_parse_gcra(const char *p, size_t len, struct rl_gcra_value *v)
 {
-	struct rl_arg a = { p, len }, t, f;
+	struct rl_arg a = { p, len }, t, f, rest, ms, l, o;
 
-	if (split_pair(&a, &t, &f) == -1 || parse_bounded(&t, 0, RL_MAX_MEMBER, tat) == -1 ||
-	    parse_bounded(&f, 0, RL_MAX_MEMBER, frac) == -1)
+	memset(v, 0, sizeof(*v));
+	if (split_pair(&a, &t, &f) == -1 || parse_bounded(&t, 0, RL_MAX_MEMBER, &v->tat) == -1)
+		return -1;
+	if (!memchr(f.p, ':', f.len))
+		return parse_bounded(&f, 0, RL_MAX_MEMBER, &v->frac);
+	rest = f;
+	if (split_pair(&rest, &f, &ms) == -1 || parse_bounded(&f, 0, RL_MAX_MEMBER, &v->frac) == -1)
+		return -1;
+	rest = ms;
+	if (split_pair(&rest, &ms, &l) == -1 || parse_bounded(&ms, 1, RL_MAX_MS, &v->win_ms) == -1)
+		return -1;
+	rest = l;
+	if (split_pair(&rest, &l, &o) == -1 || parse_bounded(&l, 1, RL_MAX_UNITS, &v->limit) == -1 ||
+	    parse_bounded(&o, 0, RL_MAX_MEMBER, &v->owed) == -1 || v->owed > v->tat)
 		return -1;
 	return 0;
 }
 
-/* "<tat>:<frac>" into <buf>; its length, 0 when it does not fit. */
-size_t rl_args_format_gcra(char *buf, size_t size, int64_t tat, int64_t frac)
+/* <v> into <buf>; its length, 0 when it does not fit. */
+size_t rl_args_format_gcra(char *buf, size_t size, const struct rl_gcra_value *v)
 {
-	int n = snprintf(buf, size, "%lld:%lld", (long long)tat, (long long)frac);
+	int n = v->win_ms ? snprintf(buf, size, "%lld:%lld:%lld:%lld:%lld", (long long)v->tat,
+	                             (long long)v->frac, (long long)v->win_ms, (long long)v->limit,
+	                             (long long)v->owed)
+	                  : snprintf(buf, size, "%lld:%lld", (long long)v->tat, (long long)v->frac);
 
 	return n < 0 || (size_t)n >= size ? 0 : (size_t)n;
 }
@@ -298,24 +313,79 @@ static int64_t div_floor_pos(int64_t a, int64_t b, int64_t *r)
 	return a / b;
 }
 
+/* The script's reading of a stored value, step for step (its gcra()
+ * header says why). */
+int rl_args_gcra_owed(const struct rl_window *w, int64_t now, const struct rl_gcra_value *v,
+                      int64_t *d, int64_t *f)
+{
+	int64_t l = w->limit, us = w->win_ms * 1000, bw = w->burst * us;
+	int64_t t, fr, o, e, w1, q, r, x;
+
+	*d = 0;
+	*f = 0;
+	if (!v)
+		return 0;
+	t = v->tat;
+	fr = v->frac;
+	if (!v->win_ms) {
+		if (fr >= l) {
+			t++;
+			fr = 0;
+		}
+		if (t >= now) {
+			*d = t - now;
+			*f = fr;
+		}
+		return 0;
+	}
+	o = v->owed;
+	/* e: the write's time from now */
+	e = t - o - now;
+	if (e > RL_GCRA_MAX_SPAN)
+		return -1;
+	w1 = v->win_ms * 1000;
+	if (fr >= v->limit) {
+		o++;
+		fr = 0;
+	}
+	if (w1 == us && v->limit == l) {
+		/* the same rate: what the general case gives, cheaper */
+		q = div_floor_pos(bw, l, &r);
+		if (o > q || (o == q && fr > r)) {
+			o = q;
+			fr = r;
+		}
+	} else {
+		/* q + r / w1: the units owed at the write, at most the burst */
+		q = w->burst;
+		r = 0;
+		if (o <= RL_GCRA_MAX_SPAN / v->limit)
+			q = div_floor_pos(o * v->limit + fr, w1, &r);
+		x = bw;
+		/* (r < w1 <= 10^15 and us <= 2^52: the product needs 128 bits;
+		 * the script gets the same ceiling bit by bit) */
+		if (q < w->burst)
+			x = q * us + (int64_t)(((unsigned __int128)r * (unsigned __int128)us +
+			                        (unsigned __int128)(w1 - 1)) / (unsigned __int128)w1);
+		o = div_floor_pos(x, l, &fr);
+	}
+	if (e + o >= 0) {
+		*d = e + o;
+		*f = fr;
+	}
+	return 0;
+}
+
 /* The script's gcra(), step for step (its header says the rules). */
-void rl_args_gcra(const struct rl_window *w, int64_t cost, int64_t now, int has, int64_t tat,
-                  int64_t frac, struct rl_gcra *out)
+int rl_args_gcra(const struct rl_window *w, int64_t cost, int64_t now,
+                 const struct rl_gcra_value *v, struct rl_gcra *out)
 {
 	int64_t l = w->limit, b = w->burst, us = w->win_ms * 1000, bw = b * us;
-	int64_t d = 0, f = 0, qx, rx, qc, rc, qb, rb, r;
+	int64_t d, f, qx, rx, qc, rc, qb, rb, r;
 
 	memset(out, 0, sizeof(*out));
-	if (has) {
-		if (frac >= l) {
-			tat++;
-			frac = 0;
-		}
-		if (tat >= now) {
-			d = tat - now;
-			f = frac;
-		}
-	}
+	if (rl_args_gcra_owed(w, now, v, &d, &f) == -1)
+		return -1;
 	if (cost <= b) {
 		qx = div_floor_pos((b - cost) * us, l, &rx);
 		if (d < qx || (d == qx && f <= rx)) {
@@ -332,7 +402,7 @@ void rl_args_gcra(const struct rl_window *w, int64_t cost, int64_t now, int has,
 			out->tat = now + d;
 			out->frac = f;
 			out->ttl_ms = div_floor_pos(out->reset + 999, 1000, &r) + 1;
-			return;
+			return 0;
 		}
 		out->retry = d - qx + (f > rx);
 	}
@@ -343,4 +413,5 @@ void rl_args_gcra(const struct rl_window *w, int64_t cost, int64_t now, int has,
 	out->reset = d + (f > 0);
 	if (d < qb || (d == qb && f <= rb))
 		out->remaining = div_floor_pos(bw - d * l - f, us, &r);
+	return 0;
 }

@@ -48,8 +48,21 @@ struct rl_window {
 	int64_t burst;     /* 0; else GCRA ("gcra:<ms>:<burst>"): a string key */
 };
 
-/* A GCRA decision (see the script's gcra()): in, the stored TAT (tat us +
- * frac / limit); out, the reply and what an admission stores. */
+/* A stored GCRA value (the script's gcra() header): "<tat>:<frac>", the
+ * TAT tat + frac / limit us (win_ms 0: read under the current rate), or
+ * "<tat>:<frac>:<win_ms>:<limit>:<owed>", written under rate limit/win_ms
+ * at tat - owed. */
+struct rl_gcra_value {
+	int64_t tat;
+	int64_t frac;
+	int64_t win_ms;
+	int64_t limit;
+	int64_t owed;
+};
+
+/* A GCRA decision (see the script's gcra()): in, the stored value; out,
+ * the reply and what an admission stores (with the window's rate, and
+ * owed = tat - now). */
 struct rl_gcra {
 	int64_t allowed;
 	int64_t remaining;
@@ -109,19 +122,28 @@ int rl_args_parse_member(const char *p, size_t len, int64_t *cum, int64_t *cost)
  * <buf> of <size> bytes; returns its length. */
 size_t rl_args_format_member(char *buf, size_t size, int64_t cum, int64_t cost);
 
-/* A stored GCRA value "<tat>:<frac>" (decimal, both 0..2^53; <p>
- * borrowed) into <tat>, <frac>. Returns 0, or -1 for anything else. */
-int rl_args_parse_gcra(const char *p, size_t len, int64_t *tat, int64_t *frac);
+/* A stored GCRA value (decimal; <p> borrowed) into <v>: tat, frac and
+ * owed 0..2^53, owed <= tat, win_ms 1..RL_MAX_MS, limit 1..RL_MAX_UNITS.
+ * Returns 0, or -1 for anything else. */
+int rl_args_parse_gcra(const char *p, size_t len, struct rl_gcra_value *v);
 
-/* Writes "<tat>:<frac>" (the script's '%d:%d') into <buf> of <size>
- * bytes; returns its length (0: it does not fit). */
-size_t rl_args_format_gcra(char *buf, size_t size, int64_t tat, int64_t frac);
+/* Writes <v> (borrowed; the script's '%d:%d:%d:%d:%d', or '%d:%d' when
+ * win_ms is 0) into <buf> of <size> bytes; returns its length (0: it does
+ * not fit). */
+size_t rl_args_format_gcra(char *buf, size_t size, const struct rl_gcra_value *v);
+
+/* What stored <v> (borrowed; NULL: no key) owes at <now> under GCRA window
+ * <w> (borrowed), max(TAT, now) - now = *<d> + *<f> / limit us, as the
+ * script reads it. Returns 0, or -1 when <v> is not ours (written more
+ * than 2^52 us after <now>). */
+int rl_args_gcra_owed(const struct rl_window *w, int64_t now, const struct rl_gcra_value *v,
+                      int64_t *d, int64_t *f);
 
 /* Decides GCRA window <w> (borrowed) for <cost> at <now> over the stored
- * <tat>, <frac> (<has>: 0 when there is no key) into <out>, exactly as
- * the script does. */
-void rl_args_gcra(const struct rl_window *w, int64_t cost, int64_t now, int has, int64_t tat,
-                  int64_t frac, struct rl_gcra *out);
+ * <v> (borrowed; NULL: no key) into <out>, exactly as the script does.
+ * Returns 0, or -1 as rl_args_gcra_owed() (nothing decided). */
+int rl_args_gcra(const struct rl_window *w, int64_t cost, int64_t now,
+                 const struct rl_gcra_value *v, struct rl_gcra *out);
 
 /* The end (ms) of the <prec_ms> bucket that holds <now_us>
  * (epoch-aligned: the script's (floor(floor(now / 1000) / p) + 1) * p). */

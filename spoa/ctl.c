@@ -20,6 +20,7 @@
 #include "live_rule.h"
 #include "log.h"
 #include "redis_sync.h"
+#include "../module/rl_args.h"
 
 #define CTL_TIMEOUT_MS 3000
 
@@ -174,25 +175,30 @@ struct ctl_window {
 };
 
 /*
- * A GCRA bucket's state from its stored "<tat>:<frac>" (TAT = tat +
- * frac/limit us of Redis time, docs/protocol.md "Token buckets") at
- * <now_us>, as its next decision would see it: remaining =
- * floor((burst*W - d*L) / W) with d = TAT - now (none left when the value
- * is unreadable), full again in d. Exact in 128 bits: d*L may pass 2^63.
+ * A GCRA bucket's state from its stored value <v> (<len> bytes; docs/
+ * protocol.md "Token buckets"), at <now_us>, as its next decision would
+ * see it (the engines' own reading, rl_args_gcra_owed(): a value written
+ * under another rate or burst converted): remaining = floor((burst*W -
+ * d*L) / W) with d the time owed (none left when the value is
+ * unreadable), full again in d. Exact in 128 bits: d*L may pass 2^63.
  */
-static void ctl_read_gcra(const char *v, const struct window_limit *lim, int64_t now_us,
-                          struct ctl_window *w)
+static void ctl_read_gcra(const char *v, size_t len, const struct window_limit *lim,
+                          int64_t now_us, struct ctl_window *w)
 {
-	long long tat, frac;
+	struct rl_window rw = { (int64_t)lim->limit, (int64_t)lim->window_ms, 0,
+	                        (int64_t)lim->burst };
+	struct rl_gcra_value val;
+	int64_t d, f;
 	__int128 dl, full;
-	int used = 0;
 
-	if (!v || sscanf(v, "%lld:%lld%n", &tat, &frac, &used) != 2 || v[used] != '\0' ||
-	    frac < 0 || lim->limit == 0) {
-		w->used = v ? lim->burst : 0;
+	if (!v)
+		return;
+	if (lim->limit == 0 || rl_args_parse_gcra(v, len, &val) == -1 ||
+	    rl_args_gcra_owed(&rw, now_us, &val, &d, &f) == -1) {
+		w->used = lim->burst;
 		return;
 	}
-	dl = (__int128)(tat - now_us) * (__int128)lim->limit + frac;
+	dl = (__int128)d * (__int128)lim->limit + f;
 	if (dl <= 0)
 		return;   /* drained: full */
 	full = (__int128)lim->burst * (__int128)(lim->window_ms * 1000);
@@ -221,7 +227,8 @@ static int ctl_read_window(struct ctl *x, const struct ctl_key *k, int64_t now_u
 		r = ctl_cmd(x, k->name, k->len, 2, argv, len);
 		if (!r)
 			return -1;
-		ctl_read_gcra(r->type == REDIS_REPLY_STRING ? r->str : NULL, &k->lim, now_us, w);
+		ctl_read_gcra(r->type == REDIS_REPLY_STRING ? r->str : NULL,
+		              r->type == REDIS_REPLY_STRING ? (size_t)r->len : 0, &k->lim, now_us, w);
 		freeReplyObject(r);
 		return 0;
 	case CTL_KEY_LOG:

@@ -13,6 +13,7 @@ A case, one directive a line ('#' starts a comment):
   before K hash F V ...  after T0), bucket fields (ms after T0) and values,
   before K string V      a key of another type; "=x" is x as it stands
   before K gcra TAT FRAC a GCRA bucket: the string "<T0 + TAT us>:<FRAC>"
+  before K gcra TAT FRAC MS LIMIT OWED   or "<T0 + TAT us>:<FRAC>:<MS>:<LIMIT>:<OWED>"
   before K ttl MS        (and its expiry, ms after T0)
   reply A L R RESET RETRY IDX   the reply (one line per decision of a batch)
   reply error TEXT...    an error reply: it starts with TEXT
@@ -131,7 +132,7 @@ def setup_cmds(case, prefix):
         elif kind == "string":
             cmds.append(["SET", name, items[0]])
         elif kind == "gcra":
-            cmds.append(["SET", name, "%s:%s" % (score_abs(items[0]), items[1])])
+            cmds.append(["SET", name, ":".join([score_abs(items[0])] + items[1:])])
     for k, ms in case.ttl_before.items():
         if ms is not None:
             cmds.append(["PEXPIREAT", case.key(prefix, k), T0_MS + ms])
@@ -160,9 +161,9 @@ def read_state(conn, case, prefix):
             pairs = sorted(((field_rel(hh[i]), hh[i + 1]) for i in range(0, len(hh), 2)),
                            key=lambda p: (len(p[0]), p[0]))
             st = ("hash", [x for p in pairs for x in p])
-        elif t == "string" and re.fullmatch(r"[0-9]+:[0-9]+", s):
-            tat, frac = s.split(":")
-            st = ("gcra", [score_rel(tat), frac])
+        elif t == "string" and re.fullmatch(r"[0-9]+:[0-9]+(:[0-9]+:[0-9]+:[0-9]+)?", s):
+            tat, rest = s.split(":", 1)
+            st = ("gcra", [score_rel(tat)] + rest.split(":"))
         elif t == "string":
             st = ("string", [s])
         else:

@@ -51,9 +51,32 @@ static void check_decision(const struct rl_decision *d, size_t nkeys)
 	}
 }
 
+/* Borrows <w>, <v>: one GCRA decision over stored <v> at <now>: an
+ * admission leaves the bucket within its burst and asks no wait, a denial
+ * asks one. Returns what rl_args_gcra() did. */
+static int check_gcra_one(const struct rl_window *w, int64_t cost, int64_t now,
+                          const struct rl_gcra_value *v)
+{
+	int64_t full = w->burst * w->win_ms * 1000 / w->limit;
+	struct rl_gcra g;
+
+	if (rl_args_gcra(w, cost, now, v, &g) == -1)
+		return -1;
+	if (g.remaining < 0 || g.remaining > w->burst || g.reset < 0 || g.retry < 0)
+		abort();
+	if (g.allowed && (g.retry != 0 || g.tat - now > full + 1 || g.frac < 0 ||
+	                  g.frac >= w->limit || g.ttl_ms < 2))
+		abort();
+	if (!g.allowed && g.retry < 1)
+		abort();
+	return 0;
+}
+
 /* Borrows <d> (a GCRA decision): decided over stored TATs at and around
  * the edges of its bucket (the fuzzed numbers are the window's), from
- * now, 2^53 and a clock before 1970. */
+ * now, 2^53 and a clock before 1970; in the 2-field form, and written
+ * under another rate (the limit and window swapped) owing a whole
+ * bucket's time and one. */
 static void check_gcra(const struct rl_decision *d)
 {
 	const struct rl_window *w = &d->w[0];
@@ -67,18 +90,18 @@ static void check_gcra(const struct rl_decision *d)
 		for (j = 0; j < sizeof(ahead) / sizeof(ahead[0]); j++)
 			for (k = 0; k < sizeof(fracs) / sizeof(fracs[0]); k++) {
 				int64_t now = nows[i], tat = now + ahead[j];
-				struct rl_gcra g;
+				struct rl_gcra_value v2 = { tat, fracs[k], 0, 0, 0 };
+				struct rl_gcra_value v5 = { tat, fracs[k],
+				                            w->limit > RL_MAX_MS ? RL_MAX_MS : w->limit,
+				                            w->win_ms, full + 1 };
 
 				if (tat < 0)
 					continue;
-				rl_args_gcra(w, d->cost, now, 1, tat, fracs[k], &g);
-				if (g.remaining < 0 || g.remaining > w->burst || g.reset < 0 || g.retry < 0)
+				if (check_gcra_one(w, d->cost, now, &v2) == -1)
 					abort();
-				if (g.allowed && (g.retry != 0 || g.tat - now > full + 1 || g.frac < 0 ||
-				                  g.frac >= w->limit || g.ttl_ms < 2))
-					abort();
-				if (!g.allowed && g.retry < 1)
-					abort();
+				/* (-1: written too far ahead of now, refused) */
+				if (v5.owed <= v5.tat)
+					(void)check_gcra_one(w, d->cost, now, &v5);
 			}
 }
 
@@ -86,13 +109,14 @@ static void check_gcra(const struct rl_decision *d)
 static void check_member(const char *p, size_t len)
 {
 	int64_t cum, cost, cum2, cost2, v;
-	char buf[48];
+	struct rl_gcra_value g, g2;
+	char buf[96];
 	size_t n;
 
-	if (rl_args_parse_gcra(p, len, &cum, &cost) == 0) {
-		n = rl_args_format_gcra(buf, sizeof(buf), cum, cost);
-		if (n == 0 || rl_args_parse_gcra(buf, n, &cum2, &cost2) != 0 || cum2 != cum ||
-		    cost2 != cost || cum < 0 || cost < 0)
+	if (rl_args_parse_gcra(p, len, &g) == 0) {
+		n = rl_args_format_gcra(buf, sizeof(buf), &g);
+		if (n == 0 || rl_args_parse_gcra(buf, n, &g2) != 0 || memcmp(&g, &g2, sizeof(g)) != 0 ||
+		    g.tat < 0 || g.frac < 0 || g.owed < 0 || g.owed > g.tat)
 			abort();
 	}
 	if (rl_args_parse_member(p, len, &cum, &cost) == 0) {

@@ -69,7 +69,7 @@ def race(policy, key, per_conn, cost_max):
 def units_in_tat(key):
     """Units the stored TAT holds: (TAT - now) / T rounded up, T = 1 h
     (nothing refills within the test: each unit moved the TAT by T)."""
-    tat, frac = h.rcli("GET", key).strip().split(":")
+    tat, frac = h.rcli("GET", key).strip().split(":")[:2]   # then its rate and owed
     s, us = h.rcli("TIME").split()
     now = int(s) * 1000000 + int(us)
     return -(-(int(tat) - now) // HOUR_US), int(frac)

@@ -119,8 +119,8 @@ static void test_gcra(void **state)
 	struct rl_decision d;
 	struct rl_gcra g;
 	struct rl_window w = { 3, 1000, 0, 3 };
-	int64_t tat, frac;
-	char buf[48];
+	struct rl_gcra_value v, old;
+	char buf[96];
 
 	(void)state;
 	assert_int_equal(single("1 3 gcra:1000:3", 1, &d), RL_OK);
@@ -139,42 +139,91 @@ static void test_gcra(void **state)
 	assert_int_equal(single("1 3 gcra:1000:3 5 1000", 2, &d), RL_ERR_WINDOW);
 	assert_int_equal(single("1 5 1000 3 gcra:1000:3", 2, &d), RL_ERR_WINDOW);
 
-	assert_int_equal(rl_args_parse_gcra("123:4", 5, &tat, &frac), 0);
-	assert_true(tat == 123 && frac == 4);
-	assert_int_equal(rl_args_parse_gcra("9007199254740992:0", 18, &tat, &frac), 0);
-	assert_int_equal(rl_args_parse_gcra("9007199254740993:0", 18, &tat, &frac), -1);
-	assert_int_equal(rl_args_parse_gcra("1:-1", 4, &tat, &frac), -1);
-	assert_int_equal(rl_args_parse_gcra("-1:1", 4, &tat, &frac), -1);
-	assert_int_equal(rl_args_parse_gcra("12", 2, &tat, &frac), -1);
-	assert_int_equal(rl_args_parse_gcra("1:2:3", 5, &tat, &frac), -1);
-	assert_int_equal(rl_args_parse_gcra(":2", 2, &tat, &frac), -1);
-	assert_int_equal(rl_args_format_gcra(buf, sizeof(buf), 4000000000333333LL, 1), 18);
+	assert_int_equal(rl_args_parse_gcra("123:4", 5, &v), 0);
+	assert_true(v.tat == 123 && v.frac == 4 && v.win_ms == 0);
+	assert_int_equal(rl_args_parse_gcra("9007199254740992:0", 18, &v), 0);
+	assert_int_equal(rl_args_parse_gcra("9007199254740993:0", 18, &v), -1);
+	assert_int_equal(rl_args_parse_gcra("1:-1", 4, &v), -1);
+	assert_int_equal(rl_args_parse_gcra("-1:1", 4, &v), -1);
+	assert_int_equal(rl_args_parse_gcra("12", 2, &v), -1);
+	assert_int_equal(rl_args_parse_gcra("1:2:3", 5, &v), -1);
+	assert_int_equal(rl_args_parse_gcra(":2", 2, &v), -1);
+	assert_int_equal(rl_args_parse_gcra("4000000000333333:1", 18, &v), 0);
+	assert_int_equal(rl_args_format_gcra(buf, sizeof(buf), &v), 18);
 	assert_string_equal(buf, "4000000000333333:1");
+	/* the form with the rate it was written under */
+	assert_int_equal(rl_args_parse_gcra("500:1:1000:10:400", 17, &v), 0);
+	assert_true(v.tat == 500 && v.frac == 1 && v.win_ms == 1000 && v.limit == 10 && v.owed == 400);
+	assert_int_equal(rl_args_format_gcra(buf, sizeof(buf), &v), 17);
+	assert_string_equal(buf, "500:1:1000:10:400");
+	assert_int_equal(rl_args_parse_gcra("500:1:0:10:400", 14, &v), -1);
+	assert_int_equal(rl_args_parse_gcra("500:1:1000:0:400", 16, &v), -1);
+	assert_int_equal(rl_args_parse_gcra("500:1:1000:10:501", 17, &v), -1);
+	assert_int_equal(rl_args_parse_gcra("500:1:1000000000001:10:1", 24, &v), -1);
+	assert_int_equal(rl_args_parse_gcra("500:1:1000:1000000000000001:1", 29, &v), -1);
+	assert_int_equal(rl_args_parse_gcra("500:1:1000:10", 13, &v), -1);
+	assert_int_equal(rl_args_parse_gcra("500:1:1000:10:1:1", 17, &v), -1);
+	assert_int_equal(rl_args_parse_gcra("500:1:1000::1", 13, &v), -1);
 
 	/* empty, 3/1s burst 3: T = 333333 + 1/3 us */
-	rl_args_gcra(&w, 1, 1000000, 0, 0, 0, &g);
+	assert_int_equal(rl_args_gcra(&w, 1, 1000000, NULL, &g), 0);
 	assert_true(g.allowed == 1 && g.remaining == 2 && g.reset == 333334 && g.retry == 0);
 	assert_true(g.tat == 1333333 && g.frac == 1 && g.ttl_ms == 335);
 	/* full at now: one us before the boundary, then at it */
-	rl_args_gcra(&w, 1, 333333, 1, 1000000, 0, &g);
+	v = (struct rl_gcra_value){ 1000000, 0, 0, 0, 0 };
+	rl_args_gcra(&w, 1, 333333, &v, &g);
 	assert_true(g.allowed == 0 && g.retry == 1 && g.reset == 666667 && g.remaining == 0);
-	rl_args_gcra(&w, 1, 333334, 1, 1000000, 0, &g);
+	rl_args_gcra(&w, 1, 333334, &v, &g);
+	assert_true(g.allowed == 1 && g.tat == 1333333 && g.frac == 1);
+	/* the same in the form with its rate: the same answers */
+	v = (struct rl_gcra_value){ 1000000, 0, 1000, 3, 1000000 };
+	rl_args_gcra(&w, 1, 333333, &v, &g);
+	assert_true(g.allowed == 0 && g.retry == 1 && g.reset == 666667 && g.remaining == 0);
+	rl_args_gcra(&w, 1, 333334, &v, &g);
 	assert_true(g.allowed == 1 && g.tat == 1333333 && g.frac == 1);
 	/* cost above the burst: the whole bucket's time */
-	rl_args_gcra(&w, 4, 0, 0, 0, 0, &g);
+	rl_args_gcra(&w, 4, 0, NULL, &g);
 	assert_true(g.allowed == 0 && g.retry == 1000000 && g.remaining == 3);
+	/* a change of rate (issue 35): 10/1s burst 5 drained at 0, read 1 ms
+	 * later under 2/1s burst 5: 5 units = 2.5 s owed, denied */
+	old = (struct rl_gcra_value){ 500000, 0, 1000, 10, 500000 };
+	w = (struct rl_window){ 2, 1000, 0, 5 };
+	assert_int_equal(rl_args_gcra(&w, 1, 1000, &old, &g), 0);
+	assert_true(g.allowed == 0 && g.reset == 2499000 && g.retry == 499000 && g.remaining == 0);
+	/* an override 1/1h admitted at 0, read at 4 s under 3/1s: full */
+	old = (struct rl_gcra_value){ 3600000000LL, 0, 3600000, 1, 3600000000LL };
+	w = (struct rl_window){ 3, 1000, 0, 3 };
+	rl_args_gcra(&w, 1, 4000000, &old, &g);
+	assert_true(g.allowed == 1 && g.remaining == 2 && g.reset == 333334);
+	/* written more than 2^52 us after now: not ours */
+	old = (struct rl_gcra_value){ RL_GCRA_MAX_SPAN + 1, 0, 1000, 3, 0 };
+	assert_int_equal(rl_args_gcra(&w, 1, 0, &old, &g), -1);
+	old.tat = RL_GCRA_MAX_SPAN;
+	assert_int_equal(rl_args_gcra(&w, 1, 0, &old, &g), 0);
+	assert_true(g.allowed == 0 && g.reset == RL_GCRA_MAX_SPAN);
+	/* the largest owed units at the largest rates: no overflow */
+	old = (struct rl_gcra_value){ RL_MAX_MEMBER, RL_MAX_UNITS - 1, RL_MAX_MS, RL_MAX_UNITS, RL_MAX_MEMBER };
+	w = (struct rl_window){ 1, 4503599627, 0, 1000 };
+	assert_int_equal(rl_args_gcra(&w, 1, 1, &old, &g), 0);
+	assert_true(g.allowed == 0 && g.remaining == 0 && g.reset == 4503599626999999LL);
+	old = (struct rl_gcra_value){ 1000000, 999999999999999LL, 1000000000000LL, 1000000000000000LL, 1 };
+	assert_int_equal(rl_args_gcra(&w, 1, 999999, &old, &g), 0);
+	assert_true(g.allowed == 1);
+	w = (struct rl_window){ 3, 1000, 0, 3 };
 	/* at the bounds: the largest span, a TAT far ahead, the largest limit */
 	w.limit = 1;
 	w.win_ms = 4503599627;
 	w.burst = 1000;
-	rl_args_gcra(&w, 1000, 0, 0, 0, 0, &g);
+	rl_args_gcra(&w, 1000, 0, NULL, &g);
 	assert_true(g.allowed == 1 && g.tat == 4503599627000000LL && g.remaining == 0);
-	rl_args_gcra(&w, 1, -4000000000000000LL, 1, 9007199254740992LL, 999, &g);
+	v = (struct rl_gcra_value){ 9007199254740992LL, 999, 0, 0, 0 };
+	rl_args_gcra(&w, 1, -4000000000000000LL, &v, &g);
 	assert_true(g.allowed == 0 && g.remaining == 0);
 	w.limit = 1000000000000000LL;
 	w.win_ms = 1;
 	w.burst = 1;
-	rl_args_gcra(&w, 1, 0, 1, 0, 999999999999999LL, &g);
+	v = (struct rl_gcra_value){ 0, 999999999999999LL, 0, 0, 0 };
+	rl_args_gcra(&w, 1, 0, &v, &g);
 	assert_true(g.allowed == 0 && g.retry == 1);
 }
 
