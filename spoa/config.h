@@ -145,12 +145,14 @@ int config_copy(struct config *dst, const struct config *src);
  * "<METHOD>/<path prefix> <policy> [jwt|key|cert [<cost>]]" must name a
  * policy of <c>, and no line may sit behind an earlier prefix of its key
  * (map_beg takes the first match). '#' starts a comment. Returns the number
- * of routes, or -1 with "<name>:<line>: <reason>" in <err>.
- * config_check_routes_file() reads <path> first.
+ * of routes, or -1 with "<name>:<line>: <reason>" in <err>. A line that
+ * would decide methods no line names on a path that a later method's line
+ * limits more strictly (the block's method fallback) is a warning, appended
+ * to <c>'s. config_check_routes_file() reads <path> first.
  */
-int config_check_routes(const struct config *c, const char *name, const char *text,
+int config_check_routes(struct config *c, const char *name, const char *text,
                         size_t len, char *err, size_t errlen);
-int config_check_routes_file(const struct config *c, const char *path,
+int config_check_routes_file(struct config *c, const char *path,
                              char *err, size_t errlen);
 
 /* Policy named <name>/<len>, or NULL. Borrowed from <c>. */

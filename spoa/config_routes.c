@@ -6,6 +6,7 @@
  * earlier prefix. Reads the map's file; calls the reader
  * (config_lex) and the parser's policy lookup, never the other way.
  */
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,12 +143,170 @@ static int routes_check_line(struct config_lex *x, const struct config *c,
 	return 0;
 }
 
+/* The methods a request with no line of its own for its path falls back
+ * to, in the block's order (ratelimit-edge.cfg): the first that has a line
+ * for the path decides. */
+static const char *const routes_fallback[] = { "GET", "POST", "PUT", "PATCH", "DELETE" };
+#define ROUTES_FALLBACK_COUNT (sizeof(routes_fallback) / sizeof(routes_fallback[0]))
+
+/* What the edge checks of a route line, least first: exempt, the address,
+ * a credential or the address, a credential. */
+enum routes_strictness {
+	ROUTES_EXEMPT,
+	ROUTES_IP,
+	ROUTES_OR_IP,
+	ROUTES_CREDENTIAL,
+	ROUTES_STRICTNESS_COUNT
+};
+static const char *const routes_strictness_name[ROUTES_STRICTNESS_COUNT] = {
+	"exempt", "by address", "a credential or the address", "a credential"
+};
+
+/* A route line as the method check reads it; its words are borrowed from
+ * the map's text. */
+struct route_seen {
+	const char *p;                /* the key */
+	size_t len;
+	unsigned line;
+	struct word host, method, path;  /* host empty when host-less */
+	int exact;                    /* "?": that path only */
+	int fallback;                 /* index in routes_fallback, -1 if none */
+	enum routes_strictness strict;
+};
+
+/* Split key <k> (already checked) into <r>'s host, method and path; the
+ * default "*" gets an empty method. */
+static void routes_split_key(struct word k, struct route_seen *r)
+{
+	const char *p = k.p, *end = k.p + k.len, *colon, *slash;
+	size_t i;
+
+	colon = memchr(p, ':', k.len);
+	r->host.p = p;
+	r->host.len = colon ? (size_t)(colon - p) : 0;
+	if (colon)
+		p = colon + 1;
+	r->fallback = -1;
+	slash = memchr(p, '/', (size_t)(end - p));
+	if (!slash) {
+		r->method.p = r->path.p = p;
+		r->method.len = r->path.len = 0;
+		return;
+	}
+	r->method.p = p;
+	r->method.len = (size_t)(slash - p);
+	r->exact = end[-1] == '?';
+	r->path.p = slash;
+	r->path.len = (size_t)(end - slash) - (r->exact ? 1 : 0);
+	for (i = 0; i < ROUTES_FALLBACK_COUNT; i++)
+		if (config_word_is(r->method, routes_fallback[i]))
+			r->fallback = (int)i;
+}
+
+/* The strictness of a line's words <w>/<n> (already checked). */
+static enum routes_strictness routes_line_strictness(const struct word *w, int n)
+{
+	if (n < 2 || config_word_is(w[1], "-"))
+		return ROUTES_EXEMPT;
+	if (n < 3 || memchr(w[2].p, '=', w[2].len))
+		return ROUTES_CREDENTIAL;   /* the identity defaults to jwt */
+	if (config_word_is(w[2], "ip"))
+		return ROUTES_IP;
+	if (routes_identity(w[2]) == 1)
+		return ROUTES_OR_IP;
+	return ROUTES_CREDENTIAL;
+}
+
+/* Could one request path match both <a> and <b> (same or no host)? */
+static int routes_overlap(const struct route_seen *a, const struct route_seen *b)
+{
+	const struct route_seen *s = a->path.len <= b->path.len ? a : b;
+	const struct route_seen *l = s == a ? b : a;
+
+	if (a->host.len && b->host.len &&
+	    (a->host.len != b->host.len || memcmp(a->host.p, b->host.p, a->host.len) != 0))
+		return 0;
+	if (memcmp(s->path.p, l->path.p, s->path.len) != 0)
+		return 0;
+	/* an exact key matches its own path only */
+	if (s->exact && s->path.len != l->path.len)
+		return 0;
+	return !l->exact || l->path.len == s->path.len || !s->exact;
+}
+
+/* Append "<name>:<line>: warning: <fmt...>\n" to <c>'s warnings, as the
+ * config's own warnings (counted even when the buffer is full). */
+__attribute__((format(printf, 4, 5)))
+static void routes_warn(struct config *c, const char *name, unsigned line, const char *fmt, ...)
+{
+	char buf[CONFIG_ERR_LEN];
+	size_t used = strlen(c->warnings);
+	va_list ap;
+	int n;
+
+	c->nwarnings++;
+	n = snprintf(buf, sizeof(buf), "%s:%u: warning: ", name, line);
+	va_start(ap, fmt);
+	if (n >= 0 && (size_t)n < sizeof(buf))
+		vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (used + strlen(buf) + 2 <= sizeof(c->warnings))
+		snprintf(c->warnings + used, sizeof(c->warnings) - used, "%s\n", buf);
+}
+
+/* A method with no line of its own for a path takes the line of the first
+ * of GET, POST, ... that has one: warn about each line <r[i]> that so takes
+ * methods no line names from a path that a later method's line limits more
+ * strictly (GET/orders by address before POST/orders with a key: PUT,
+ * PATCH and DELETE on /orders would need no key). */
+static void routes_warn_methods(struct config *c, const char *name,
+                                const struct route_seen *r, size_t n)
+{
+	char unnamed[64];
+	size_t i, j, k, m, used;
+	int named;
+
+	for (i = 0; i < n; i++) {
+		if (r[i].fallback < 0)
+			continue;
+		/* an earlier method's line on the path is taken before it */
+		for (k = 0; k < n; k++)
+			if (r[k].fallback >= 0 && r[k].fallback < r[i].fallback && routes_overlap(&r[i], &r[k]))
+				break;
+		if (k < n)
+			continue;
+		for (j = 0; j < n; j++) {
+			if (r[j].fallback <= r[i].fallback || r[j].strict <= r[i].strict ||
+			    !routes_overlap(&r[i], &r[j]))
+				continue;
+			/* the fallback methods with no line on the path */
+			used = 0;
+			unnamed[0] = '\0';
+			for (m = 0; m < ROUTES_FALLBACK_COUNT; m++) {
+				named = (int)m == r[i].fallback;
+				for (k = 0; k < n && !named; k++)
+					named = r[k].fallback == (int)m && routes_overlap(&r[i], &r[k]);
+				if (!named && used + strlen(routes_fallback[m]) + 3 < sizeof(unnamed))
+					used += (size_t)snprintf(unnamed + used, sizeof(unnamed) - used, "%s%s",
+					                         used ? ", " : "", routes_fallback[m]);
+			}
+			if (used)
+				routes_warn(c, name, r[i].line,
+				            "route '%.*s' (%s) also decides %s and methods no line names on its path, which line %u ('%.*s') limits more strictly (%s): give them lines of their own",
+				            (int)r[i].len, r[i].p,
+				            routes_strictness_name[r[i].strict], unnamed, r[j].line,
+				            (int)r[j].len, r[j].p, routes_strictness_name[r[j].strict]);
+			break;
+		}
+	}
+}
+
 /* See config.h. The route keys seen so far are borrowed from <text>, in a
  * table owned here. */
-int config_check_routes(const struct config *c, const char *name, const char *text,
+int config_check_routes(struct config *c, const char *name, const char *text,
                         size_t len, char *err, size_t errlen)
 {
-	struct route_seen { const char *p; size_t len; unsigned line; } *seen = NULL, *grown;
+	struct route_seen *seen = NULL, *grown;
 	struct config_lex x;
 	struct word w[CONFIG_MAX_WORDS] = { { NULL, 0 } }, key;
 	const char *p = text, *end = text + len, *line;
@@ -196,10 +355,13 @@ int config_check_routes(const struct config *c, const char *name, const char *te
 		seen[nseen].p = key.p;
 		seen[nseen].len = key.len;
 		seen[nseen].line = x.line;
+		routes_split_key(key, &seen[nseen]);
+		seen[nseen].strict = routes_line_strictness(w, n);
 		nseen++;
 	}
 	if (n == -1)
 		goto out;
+	routes_warn_methods(c, x.name, seen, nseen);
 	rc = nseen > INT32_MAX ? INT32_MAX : (int)nseen;
 out:
 	free(seen);
@@ -207,7 +369,7 @@ out:
 }
 
 /* Read the routes map at <path> and check it against <c> (see config.h). */
-int config_check_routes_file(const struct config *c, const char *path,
+int config_check_routes_file(struct config *c, const char *path,
                              char *err, size_t errlen)
 {
 	char *buf;

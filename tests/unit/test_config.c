@@ -1196,6 +1196,63 @@ static void test_routes(void **state)
 	}
 }
 
+/* The warnings check_routes' config gets from <text> (none: ""), into
+ * <out> (CONFIG_WARN_LEN bytes); the route count must be <nroutes>. */
+static void routes_warnings(const char *text, int nroutes, char *out)
+{
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+
+	assert_int_equal(parse(&c, "policy transfer 3/1s\npolicy reads 10/1m on-redis-error=allow\n", err), 0);
+	assert_int_equal(config_check_routes(&c, "routes.map", text, strlen(text), err, CONFIG_ERR_LEN), nroutes);
+	snprintf(out, CONFIG_WARN_LEN, "%s", c.warnings);
+	config_release(&c);
+}
+
+/* A method with no line of its own takes the line of the first of GET,
+ * POST, PUT, PATCH, DELETE that has one for the path: a line that so takes
+ * methods from a path another line limits more strictly is a warning, with
+ * its file:line, naming the methods. */
+static void test_routes_methods(void **state)
+{
+	static const struct { const char *text; int n; const char *warn; } cases[] = {
+		/* issue's case: GET by address before POST with a key */
+		{ "POST/api/v1/orders transfer key\nGET/api/v1/orders reads ip\n", 2,
+		  "routes.map:2: warning: route 'GET/api/v1/orders' (by address) also decides PUT, PATCH, DELETE and methods no line names on its path, which line 1 ('POST/api/v1/orders') limits more strictly (a credential): give them lines of their own\n" },
+		/* a shorter GET prefix, exempt; the named methods are left out */
+		{ "GET/api/ -\nPOST/api/orders transfer\nDELETE/api/orders transfer\n", 3,
+		  "routes.map:1: warning: route 'GET/api/' (exempt) also decides PUT, PATCH and methods no line names on its path, which line 2 ('POST/api/orders') limits more strictly (a credential): give them lines of their own\n" },
+		/* no GET line: GET itself takes POST's line */
+		{ "POST/x reads jwt|ip\nPUT/x transfer key\n", 2,
+		  "routes.map:1: warning: route 'POST/x' (a credential or the address) also decides GET, PATCH, DELETE and methods no line names on its path, which line 2 ('PUT/x') limits more strictly (a credential): give them lines of their own\n" },
+		/* host-scoped GET line against a host-less POST line */
+		{ "api.example.com:GET/o reads ip\nPOST/o transfer\n", 2,
+		  "routes.map:1: warning: route 'api.example.com:GET/o' (by address) also decides PUT, PATCH, DELETE and methods no line names on its path, which line 2 ('POST/o') limits more strictly (a credential): give them lines of their own\n" },
+		/* every method named: nothing to say */
+		{ "GET/o reads ip\nPOST/o transfer\nPUT/o transfer\nPATCH/o transfer\nDELETE/o transfer\n", 5, "" },
+		/* the stricter line first in method order: it is the one taken */
+		{ "GET/o transfer key\nPOST/o reads ip\n", 2, "" },
+		/* paths that never meet, hosts that never meet, exact paths */
+		{ "GET/a reads ip\nPOST/b transfer\n", 2, "" },
+		{ "a.example:GET/o reads ip\nb.example:POST/o transfer\n", 2, "" },
+		{ "GET/o? reads ip\nPOST/o/x transfer\n", 2, "" },
+		/* a method outside the fallback order (PURGE) limits itself alone */
+		{ "GET/o reads ip\nPURGE/o transfer\n", 2, "" },
+		/* the same strictness: no warning */
+		{ "GET/o reads key\nPOST/o transfer jwt\n", 2, "" },
+		/* the default line takes part in no fallback */
+		{ "* reads ip\nPOST/o transfer\n", 2, "" },
+	};
+	char warn[CONFIG_WARN_LEN];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		routes_warnings(cases[i].text, cases[i].n, warn);
+		assert_string_equal(warn, cases[i].warn);
+	}
+}
+
 /* The shipped routes map names only policies of the shipped agent config. */
 static void test_shipped_routes(void **state)
 {
@@ -1208,6 +1265,7 @@ static void test_shipped_routes(void **state)
 		fail_msg("%s", err);
 	if (config_check_routes_file(&c, "haproxy/routes.map", err, sizeof(err)) < 1)
 		fail_msg("%s", err);
+	assert_string_equal(c.warnings, "");
 	assert_int_equal(config_check_routes_file(&c, "haproxy/nope.map", err, sizeof(err)), -1);
 	assert_string_equal(err, "haproxy/nope.map: cannot open: No such file or directory");
 	config_release(&c);
@@ -1241,6 +1299,7 @@ int main(void)
 		cmocka_unit_test(test_many_warnings),
 		cmocka_unit_test(test_deny_cache_switch),
 		cmocka_unit_test(test_routes),
+		cmocka_unit_test(test_routes_methods),
 		cmocka_unit_test(test_shipped_routes),
 		cmocka_unit_test(test_redis_url_tls),
 		cmocka_unit_test(test_tls_directives),
