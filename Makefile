@@ -132,7 +132,14 @@ SPOA_MODULES += redis_open
 SPOA_MODULES += resp_cmd
 SPOA_MODULES += redis_reply
 SPOA_MODULES += live_rule ctl_args ctl_keys redis_sync ctl live denied
-AGENT_OBJS   := $(addprefix $(BUILD)/spoa/,$(addsuffix .o,$(SPOA_MODULES)))
+# The agent's folders (spoa/<folder>/README.md says what each owns and may
+# call; tools/check-calls.py --folders holds the code to it). A module is
+# named by its file's stem; obj_of maps stems to objects wherever they live.
+SPOA_DIRS    := spoa spoa/conn spoa/ctl spoa/live spoa/limiter spoa/config spoa/redis spoa/obs spoa/spop spoa/core
+SPOA_INC     := $(addprefix -I,$(SPOA_DIRS))
+SPOA_SRCS    := $(foreach d,$(SPOA_DIRS),$(wildcard $(d)/*.c))
+obj_of        = $(foreach m,$(1),$(BUILD)/$(patsubst %.c,%.o,$(filter %/$(m).c,$(SPOA_SRCS))))
+AGENT_OBJS   := $(call obj_of,$(SPOA_MODULES))
 # ctl show reads a token bucket's stored value as the engines do (pure C)
 AGENT_OBJS   += $(BUILD)/module/rl_args.o
 MAIN_OBJ     := $(BUILD)/spoa/main.o
@@ -188,7 +195,7 @@ help:
 $(BUILD)/%.o: %.c | $(HIREDIS_DEP)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  CC      $<")
-	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -Ispoa -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(SPOA_INC) -c $< -o $@
 
 # SPOA_VERSION comes from VERSION: a new number rebuilds what prints it.
 $(MAIN_OBJ) $(BENCH_OBJ): VERSION
@@ -210,11 +217,11 @@ $(AGENT): $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o $(FLAVOUR)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS_AGENT)
 
-$(BENCH): $(BENCH_OBJ) $(BUILD)/spoa/spop.o $(BUILD)/spoa/spop_write.o
+$(BENCH): $(BENCH_OBJ) $(call obj_of,spop spop_write)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ -lev -lm -pthread
 
-$(FLOOR): $(FLOOR_OBJ) $(BUILD)/spoa/spop.o $(BUILD)/spoa/spop_write.o
+$(FLOOR): $(FLOOR_OBJ) $(call obj_of,spop spop_write)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ -lev
 
@@ -254,7 +261,7 @@ $(MODULE_TEST_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H)
 # A unit test links only the modules its tests/unit/<name>.deps lists
 # (pure ones: no sockets; test_limiter links the limiter and its fake Redis).
 .SECONDEXPANSION:
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $$(addprefix $(BUILD)/spoa/,$$(addsuffix .o,$$(shell cat tests/unit/$$*.deps)))
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $$(call obj_of,$$(shell cat tests/unit/$$*.deps))
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS_SAN) -o $@ $^ $(LDLIBS_TEST) \
 		$(if $(filter $(HIREDIS_MODULES),$(shell cat tests/unit/$*.deps)),$(HIREDIS_LIBS)) -lev -pthread
@@ -262,7 +269,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $$(addprefix $(BUILD)/spoa/,$$(addsuff
 $(BUILD)/tests/unit/%.o: tests/unit/%.c | $(HIREDIS_DEP)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  CC      $<")
-	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -Ispoa -Itests/unit -c $< -o $@
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes $(SPOA_INC) -Itests/unit -c $< -o $@
 
 # Debian's hiredis >= 1.1 source package built with SSL (cached).
 $(HIREDIS_LOCAL)/.done: tools/hiredis-build.sh
@@ -393,8 +400,8 @@ valgrind: $(UNIT_TESTS)
 # Redis module (module/: its own header from build/redismodule).
 lint: $(AGENT) $(MODULE_H)
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-		--inline-suppr --std=c11 -D_GNU_SOURCE -Ispoa spoa/*.c bench/spoa-bench.c bench/spoa-floor.c
-	clang-tidy --quiet spoa/*.c bench/spoa-bench.c bench/spoa-floor.c -- $(CFLAGS_BASE) -Ispoa
+		--inline-suppr --std=c11 -D_GNU_SOURCE $(SPOA_INC) $(SPOA_SRCS) bench/spoa-bench.c bench/spoa-floor.c
+	clang-tidy --quiet $(SPOA_SRCS) bench/spoa-bench.c bench/spoa-floor.c -- $(CFLAGS_BASE) $(SPOA_INC)
 	tools/check-calls.py --self-test
 	tools/check-calls.py --doc docs/architecture.md $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \

@@ -6,7 +6,7 @@
  * HAProxy -> spoa-floor costs what SPOE itself costs: the filter, the frames,
  * the variables the rules read. What the project adds over it is the agent's
  * decision work and Redis. It is built from the agent's own codec
- * (spoa/spop.c, spoa/spop_write.c) and reads and writes the way the agent
+ * (spoa/spop/spop.c, spoa/spop/spop_write.c) and reads and writes the way the agent
  * does (one read per readable event, every whole frame in it answered, one
  * write per batch), so it is a floor for the agent, not a different design.
  *

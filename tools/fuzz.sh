@@ -35,7 +35,8 @@ out=${FUZZ_OUT:-build/fuzz}
 clang=${CLANG:-clang}
 mkdir -p "$out/corpus" "$out/artifacts"
 
-# Modules each harness links (spoa/<module>.c, or a path: module/rl_args).
+# Modules each harness links (spoa/<folder>/<module>.c by its stem, or a
+# path: module/rl_args).
 modules() {
 	case $1 in
 	fuzz_spop)   echo "spop spop_write" ;;
@@ -47,13 +48,15 @@ modules() {
 }
 
 build() {
-	local name=$1 srcs=() m
+	local name=$1 srcs=() m inc=()
+	shopt -s nullglob
+	for m in spoa spoa/*/; do inc+=("-I${m%/}"); done
 	for m in $(modules "$name"); do
-		case $m in */*) srcs+=("$m.c") ;; *) srcs+=("spoa/$m.c") ;; esac
+		case $m in */*) srcs+=("$m.c") ;; *) srcs+=(spoa/$m.c spoa/*/$m.c) ;; esac
 	done
 	"$clang" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-		-Wall -Wextra -Werror -Wno-unused-parameter -pthread -Ispoa -Imodule \
+		-Wall -Wextra -Werror -Wno-unused-parameter -pthread "${inc[@]}" -Imodule \
 		-DSPOA_VERSION='"fuzz"' \
 		"tests/fuzz/$name.c" "${srcs[@]}" -o "$out/$name" -lev -lhiredis -lm
 }

@@ -97,7 +97,7 @@ for case in cases:
 # The deny cache (issue 28): an agent answers a deny again from its cache,
 # stored when the request was sent, until the deny's deadline or reset
 # (the first), with reset and retry_after counting down and the rest kept
-# (tests/unit/test_contract.c checks spoa/deny_cache.c gives exactly that).
+# (tests/unit/test_contract.c checks spoa/limiter/deny_cache.c gives exactly that).
 # So the cache on and off agree only if both engines, asked again at any
 # instant before then, give that reply and change nothing more: every
 # single-decision deny of the file, asked again at three later instants.
@@ -105,7 +105,7 @@ for case in cases:
 # both engines give it retry_after = the window at every instant.) A deny
 # adds nothing; it may trim what left a window, so later there may be less.
 # A GCRA deny holds only one unit short (remaining + 1 == cost: the bucket
-# drains continuously; window_deny_holds() in spoa/window.c).
+# drains continuously; window_deny_holds() in spoa/core/window.c).
 def sendable(case):
     try:
         cost, lims = int(case.args[0]), [int(x) for x in case.args[1::2]]

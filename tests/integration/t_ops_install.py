@@ -184,9 +184,9 @@ for i, line in enumerate(man_conf[:-1]):
         if tag:
             man_dirs.add(tag.group(1).replace("\\-", "-"))
 h.eq("--help and the man page list the same directives", sorted(help_dirs), sorted(man_dirs))
-with open(os.path.join(ROOT, "spoa", "config.c")) as f:
+with open(os.path.join(ROOT, "spoa", "config", "config.c")) as f:
     parsed = set(re.findall(r'^\t\{ "([a-z-]+)", +CONFIG_DIR_', f.read(), re.M))
-h.eq("--help lists every directive the parser accepts (spoa/config.c)", sorted(parsed), sorted(help_dirs))
+h.eq("--help lists every directive the parser accepts (spoa/config/config.c)", sorted(parsed), sorted(help_dirs))
 with open(os.path.join(ROOT, "docs", "configuration.md")) as f:
     directives = re.split(r"^#+ ", f.read().split("\n## Directives\n", 1)[-1], flags=re.M)[0]
     table = set(re.findall(r"^\| `([a-z-]+)` \|", directives, re.M))

@@ -2,11 +2,11 @@
 """One string per refusal reason, everywhere: the table in docs/operations.md
 (#refusal-reasons) against the code and a live agent.
 
-Static: the table lists exactly the agent's reasons (spoa/window.c) plus
+Static: the table lists exactly the agent's reasons (spoa/core/window.c) plus
 HAProxy's no-decision (haproxy/errors/503.json); each row's 503 body reason,
 errors_total label and redis_errors_total kind name the row's reason or a
-kind the agent renders (spoa/metrics.c); every log event it names is an
-event the agent logs (log_*("event", ...) in spoa/*.c); the 503 body takes
+kind the agent renders (spoa/obs/metrics.c); every log event it names is an
+event the agent logs (log_*("event", ...) in spoa/**/*.c); the 503 body takes
 the ACK's reason variable, which the agent sets from the same strings.
 
 Live: a real agent refuses unknown-policy, bad-key, bad-cost and overload;
@@ -39,7 +39,7 @@ for line in table:
     rows[cells[0].strip("`")] = cells
 h.check("the table has rows", len(rows) >= 8, list(rows))
 
-window_c = read("spoa", "window.c")
+window_c = read("spoa", "core", "window.c")
 agent_reasons = set(re.findall(r'\[WINDOW_REASON_[A-Z_]+\]\s*=\s*"([a-z-]+)"', window_c))
 h.check("window.c names the agent's reasons", len(agent_reasons) >= 8, agent_reasons)
 body503 = read("haproxy", "errors", "503.json")
@@ -48,11 +48,11 @@ h.check("the 503 body's reason is txn.rl.reason, defaulting to HAProxy's own", m
 haproxy_reasons = {m.group(1)} if m else set()
 h.eq("the table lists exactly the agent's reasons and HAProxy's default",
      sorted(agent_reasons | haproxy_reasons), sorted(rows))
-conn_c = read("spoa", "conn_notify.c")   # where the ACK is built
+conn_c = read("spoa", "conn", "conn_notify.c")   # where the ACK is built
 h.check("the ACK's reason variable is window_reason_str() (same strings as the table)",
         re.search(r'why = window_reason_str\(d->reason\).*?"reason", why', conn_c, re.S))
 h.check("errors_total's reason label is window_reason_str() (same strings)",
-        re.search(r'errors_total\{reason=\\"%s\\"\}.*?window_reason_str', read("spoa", "metrics.c"), re.S))
+        re.search(r'errors_total\{reason=\\"%s\\"\}.*?window_reason_str', read("spoa", "obs", "metrics.c"), re.S))
 
 # operations.md's errors_total row names exactly the same set (protocol.md's
 # lists: tests/unit/test_reasons.c).
@@ -64,9 +64,9 @@ while re.search(r"\([^()]*\)", ocell):      # the reasons, not what their notes 
 ovals = set(re.findall(r"`([a-z]+(?:-[a-z]+)*)`", ocell))
 h.eq("operations.md's errors_total row lists exactly the agent's reasons", sorted(agent_reasons), sorted(ovals))
 
-kinds = set(re.findall(r'\[METRICS_REDIS_ERR_[A-Z]+\]\s*=\s*"([a-z]+)"', read("spoa", "metrics.c")))
+kinds = set(re.findall(r'\[METRICS_REDIS_ERR_[A-Z]+\]\s*=\s*"([a-z]+)"', read("spoa", "obs", "metrics.c")))
 events = set()
-for path in glob.glob(os.path.join(u.ROOT, "spoa", "*.c")):
+for path in glob.glob(os.path.join(u.ROOT, "spoa", "**", "*.c"), recursive=True):
     with open(path) as f:
         src = f.read()
     events |= set(re.findall(r'log_(?:debug|info|warn|error)\(\s*"([a-z_]+)"', src))

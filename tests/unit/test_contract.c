@@ -4,7 +4,7 @@
  * and the module) fed to window_decide_reply, which must give the case's
  * "agent" line; and the same reply under a shadow policy (a deny answered
  * as allow + shadow-deny, the numbers kept); and every deny answered again
- * from the deny cache (spoa/deny_cache.c) while its entry lives, which must
+ * from the deny cache (spoa/limiter/deny_cache.c) while its entry lives, which must
  * give what window_decide_reply gives for the reply the engines send for
  * the same case later (t_contract runs those: reset and retry_after less the
  * time passed, the rest unchanged).

@@ -2,7 +2,7 @@
  * test_reasons - the reason list in the docs is the code's, both ways.
  *
  * The code's reasons are one table: enum window_reason and its names
- * (window_reason_str(), spoa/window.c), the only text the agent ever puts
+ * (window_reason_str(), spoa/core/window.c), the only text the agent ever puts
  * in txn.rl.reason (conn_notify.c). The docs list them in four places:
  * docs/protocol.md's `reason` row and its reason table, docs/configuration.md's
  * txn.rl.reason row (which adds the HAProxy block's own `no-decision`), and

@@ -276,7 +276,7 @@ void window_decide_error(const struct window_policy *p, enum window_reason why,
 
 /* Does deny <d> of a request of <cost> under <p> keep its numbers until its
  * retry_after or reset (the first), only counting them down, so the deny
- * cache may answer it (spoa/deny_cache.h)? A log's deny does (nothing but
+ * cache may answer it (spoa/limiter/deny_cache.h)? A log's deny does (nothing but
  * an admission changes its deciding window before its reset). A GCRA
  * bucket drains continuously: its remaining grows a unit at a time, so
  * only a deny one unit short (remaining + 1 == cost, every deny of cost 1)
