@@ -48,6 +48,7 @@
 #include <stdint.h>
 
 #include "log.h"
+#include "redis_tls.h"
 #include "window.h"
 
 #define CONFIG_ERR_LEN        512
@@ -58,17 +59,6 @@
 #define CONFIG_REDIS_BATCH_MAX 256u   /* decisions per script call */
 #define CONFIG_REDIS_BATCH_DEFAULT 32u
 #define CONFIG_WARN_LEN       1024
-
-/* The redis-tls-* directives ("" = not given). */
-struct config_tls {
-	char ca[CONFIG_ADDR_MAX];
-	char ca_dir[CONFIG_ADDR_MAX];
-	char cert[CONFIG_ADDR_MAX];
-	char key[CONFIG_ADDR_MAX];
-	char server_name[CONFIG_ADDR_MAX];
-	bool verify;                           /* default on */
-	bool any;                              /* some redis-tls-* was given */
-};
 
 /* 1 when built with TLS to Redis (make WITH_TLS=1). */
 #ifndef SPOA_TLS

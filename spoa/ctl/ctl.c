@@ -777,7 +777,7 @@ int ctl_main(int argc, char **argv)
 		goto fail;
 	}
 	ctl_who(x->who, sizeof(x->who));
-	x->rs = redis_sync_new(&x->cfg, CTL_TIMEOUT_MS, x->err, sizeof(x->err));
+	x->rs = redis_sync_new(x->cfg.redis, &x->cfg.tls, CTL_TIMEOUT_MS, x->err, sizeof(x->err));
 	if (!x->rs)
 		goto fail;
 	switch (x->a.cmd) {

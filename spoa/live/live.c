@@ -436,7 +436,7 @@ static void *live_main(void *arg)
 			redis_sync_free(lv->rs);
 			lv->rs = NULL;
 		}
-		if (!lv->rs && !(lv->rs = redis_sync_new(lv->cfg, LIVE_REDIS_TIMEOUT_MS, err,
+		if (!lv->rs && !(lv->rs = redis_sync_new(lv->cfg->redis, &lv->cfg->tls, LIVE_REDIS_TIMEOUT_MS, err,
 		                                          sizeof(err)))) {
 			log_limited(CONFIG_LOG_WARN, "live_poll", "live_poll_failed", "error=\"%s\"", err);
 			continue;

@@ -29,8 +29,8 @@ struct redis_sync {
 };
 
 /* See redis_sync.h: the caller owns the result (redis_sync_free). */
-struct redis_sync *redis_sync_new(const struct config *cfg, uint64_t timeout_ms,
-                                  char *err, size_t errlen)
+struct redis_sync *redis_sync_new(const char *redis, const struct config_tls *tls,
+                                  uint64_t timeout_ms, char *err, size_t errlen)
 {
 	struct redis_sync *s = calloc(1, sizeof(*s));
 	char why[160];
@@ -42,13 +42,13 @@ struct redis_sync *redis_sync_new(const struct config *cfg, uint64_t timeout_ms,
 	}
 	s->timeout_ms = timeout_ms;
 	cluster_map_init(&s->map);
-	if (redis_url_parse(cfg->redis, &s->url, why, sizeof(why)) == -1) {
+	if (redis_url_parse(redis, &s->url, why, sizeof(why)) == -1) {
 		snprintf(err, errlen, "redis: %s", why);
 		goto fail;
 	}
 	if (redis_url_load_secrets(&s->url, err, errlen) == -1)
 		goto fail;
-	if (s->url.tls && !(s->tls = redis_tls_new(&cfg->tls, err, errlen)))
+	if (s->url.tls && !(s->tls = redis_tls_new(tls, err, errlen)))
 		goto fail;
 	if (s->url.mode == REDIS_URL_CLUSTER)
 		for (i = 0; i < s->url.nhosts; i++)

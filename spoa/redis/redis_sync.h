@@ -13,16 +13,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "redis_tls.h"
 
 struct redisReply;
 struct redis_sync;
 
-/* Parse <cfg>'s redis URL and TLS settings (secrets from the environment
- * as the agent reads them); nothing connects yet. The caller owns the
+/* Parse the <redis> URL and <tls> settings (the config's redis and
+ * redis-tls-*; secrets from the environment as the agent reads them);
+ * nothing connects yet. Borrows both for the call only. The caller owns the
  * result: redis_sync_free(). NULL with <err> on a bad URL or TLS setting. */
-struct redis_sync *redis_sync_new(const struct config *cfg, uint64_t timeout_ms,
-                                  char *err, size_t errlen);
+struct redis_sync *redis_sync_new(const char *redis, const struct config_tls *tls,
+                                  uint64_t timeout_ms, char *err, size_t errlen);
 
 /* Close every connection and wipe the secrets. */
 void redis_sync_free(struct redis_sync *s);

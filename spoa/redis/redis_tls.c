@@ -30,7 +30,7 @@
 struct redis_tls {
 	SSL_CTX *ctx;
 	bool verify;
-	char server_name[CONFIG_ADDR_MAX];     /* "" = the host connected to */
+	char server_name[REDIS_TLS_PATH_MAX];     /* "" = the host connected to */
 	/* why the last handshake's certificate check failed: hiredis reports a
 	 * failed handshake as a closed connection, this says why */
 	char last_error[160];

@@ -21,7 +21,20 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "config.h"
+/* The longest redis-tls-* path or name the config takes. */
+#define REDIS_TLS_PATH_MAX 256
+
+/* The redis-tls-* directives ("" = not given): the config parses them
+ * into its struct config, this folder reads them. */
+struct config_tls {
+	char ca[REDIS_TLS_PATH_MAX];
+	char ca_dir[REDIS_TLS_PATH_MAX];
+	char cert[REDIS_TLS_PATH_MAX];
+	char key[REDIS_TLS_PATH_MAX];
+	char server_name[REDIS_TLS_PATH_MAX];
+	bool verify;                           /* default on */
+	bool any;                              /* some redis-tls-* was given */
+};
 
 struct redisAsyncContext;
 struct redisContext;
