@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Which agent source file calls which, read from the built objects.
 
-    tools/check-calls.py [--doc docs/architecture.md] [--print] OBJECT|DIR...
+    tools/check-calls.py [--doc docs/architecture.md] [--folders docs/architecture.md]
+                         [--print] OBJECT|DIR...
     tools/check-calls.py --self-test
 
 The agent's objects (make lint passes them: one <file>.o per spoa/<file>.c,
@@ -21,6 +22,13 @@ Checks, each failing with exit 1 and saying what to change:
     needs. A name followed by "(header only...)" (inline functions,
     structs, constants: nothing to link) or "(WITH_TLS=1...)" (only that
     build links it) may be absent from the objects.
+  - with --folders, the folder map of docs/architecture.md: the agent's
+    files live in spoa/ (the process) and spoa/<folder>/ (its subsystems);
+    a file of one folder may need (call) a file of another only where the
+    row of its folder names that folder under "may call", and may include
+    another folder's header only where the row names it, plain or "(header
+    only ...)"; and no two folders need or include each other, directly or
+    through others. The includes are read from the sources (spoa/**/*.[ch]).
 --print writes the graph, one "file: needs..." line each.
 """
 import os
@@ -29,6 +37,20 @@ import subprocess
 import sys
 
 DEFINED = set("TDRBCGSVWiu")        # nm's letters for a symbol a file defines
+
+
+FOLDER_OF = {}                      # module -> its folder ("spoa" for spoa/ itself)
+
+
+def folder_of_path(path):
+    """The agent folder of a source or object path: the directory under the
+    last "spoa/" ("spoa" for files directly in it)."""
+    parts = os.path.normpath(path).split(os.sep)
+    if "spoa" not in parts:
+        return "spoa"
+    i = len(parts) - 1 - parts[::-1].index("spoa")
+    rest = parts[i + 1:-1]
+    return rest[0] if rest else "spoa"
 
 
 def read_objects(paths):
@@ -43,6 +65,7 @@ def read_objects(paths):
     mods = {}
     for path in files:
         mod = os.path.basename(path)[:-2]
+        FOLDER_OF[mod] = folder_of_path(path)
         out = subprocess.run(["nm", "-P", path], check=True,
                              capture_output=True, text=True).stdout
         defined, undefined = set(), set()
@@ -168,6 +191,104 @@ def check_doc(graph, path):
     return bad
 
 
+FROW = re.compile(r"^\|\s*`spoa/(?:([a-z_]+)/)?`[^|]*\|[^|]*\|(.*)\|\s*$")
+FNAME = re.compile(r"`([a-z_]+)`")
+
+
+def read_folder_map(path):
+    """{folder: (may call set, header-only set, line number)} from the
+    folder map's rows ("| `spoa/<folder>/` | owns | may call |")."""
+    rows = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            m = FROW.match(line)
+            if not m:
+                continue
+            folder = m.group(1) or "spoa"
+            calls, header = set(), set()
+            for c in CHAIN_F.finditer(m.group(2)):
+                (header if c.group(2) else calls).update(FNAME.findall(c.group(1)))
+            rows[folder] = (calls, header, lineno)
+    return rows
+
+
+CHAIN_F = re.compile(r"(`[a-z_]+`(?: and `[a-z_]+`)*)(\s*\(header only\b)?")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)"', re.M)
+
+
+def include_graph(srcdir):
+    """{folder: {folder: [file -> header, ...]}} of the sources' includes
+    across folders."""
+    where = {}
+    files = []
+    for dp, _, names in os.walk(srcdir):
+        for n in names:
+            if n.endswith((".c", ".h")):
+                where[n] = folder_of_path(os.path.join(dp, n))
+                files.append(os.path.join(dp, n))
+    out = {}
+    for p in sorted(files):
+        a = folder_of_path(p)
+        with open(p, encoding="utf-8") as f:
+            for h in INCLUDE.findall(f.read()):
+                b = where.get(h)
+                if b and b != a:
+                    out.setdefault(a, {}).setdefault(b, []).append(
+                        "%s -> %s" % (os.path.relpath(p), h))
+    return out
+
+
+def check_folders(graph, path, srcdir):
+    """Calls and includes across folders against the folder map; no circle
+    among folders."""
+    rows = read_folder_map(path)
+    bad = 0
+    fcalls = {}
+    for a, needs in graph.items():
+        for b, syms in needs.items():
+            fa, fb = FOLDER_OF.get(a, "spoa"), FOLDER_OF.get(b, "spoa")
+            if fa != fb:
+                fcalls.setdefault(fa, {}).setdefault(fb, []).append(
+                    "%s -> %s (%s)" % (a, b, short(syms, 3)))
+    fincs = include_graph(srcdir)
+    for fa in sorted(set(FOLDER_OF.values()) | set(fincs)):
+        if fa not in rows:
+            print("check-calls: %s: no folder-map row for spoa/%s/" % (path, fa))
+            bad += 1
+    for fa, needs in sorted(fcalls.items()):
+        calls, _, lineno = rows.get(fa, (set(), set(), 0))
+        for fb, why in sorted(needs.items()):
+            if fb not in calls:
+                print("check-calls: %s:%d: spoa/%s/ calls into spoa/%s/, which its \"may call\" "
+                      "does not name: %s" % (path, lineno, fa, fb, "; ".join(why[:3])))
+                bad += 1
+    for fa, incs in sorted(fincs.items()):
+        calls, header, lineno = rows.get(fa, (set(), set(), 0))
+        for fb, why in sorted(incs.items()):
+            if fb not in calls and fb not in header:
+                print("check-calls: %s:%d: spoa/%s/ includes a header of spoa/%s/, which its "
+                      "\"may call\" does not name: %s" % (path, lineno, fa, fb, "; ".join(why[:3])))
+                bad += 1
+    fgraph = {f: set() for f in rows}
+    for src_map in (fcalls, fincs):
+        for fa, needs in src_map.items():
+            fgraph.setdefault(fa, set()).update(needs)
+    for f in list(fgraph):
+        for b in fgraph[f]:
+            fgraph.setdefault(b, set())
+    comps = circles({a: {b: [] for b in bs} for a, bs in fgraph.items()})
+    for comp in comps:
+        print("check-calls: folders that need each other: %s" % ", ".join("spoa/%s/" % c for c in comp))
+        bad += 1
+    for fa, (calls, header, lineno) in sorted(rows.items()):
+        used = set(fcalls.get(fa, {})) | set(fincs.get(fa, {}))
+        for fb in sorted((calls | header) - used - {fa}):
+            print("check-calls: %s:%d: spoa/%s/'s \"may call\" names `%s`, which it neither "
+                  "calls nor includes" % (path, lineno, fa, fb))
+            bad += 1
+    return bad
+
+
 def self_test():
     """Compile small files in a temporary directory: a chain passes, a
     circle of three (not only a pair) fails, naming its files and symbols."""
@@ -195,11 +316,14 @@ def self_test():
 
 
 def main(argv):
-    doc, show, args = None, False, []
+    doc, folders, show, args = None, None, False, []
     i = 0
     while i < len(argv):
-        if argv[i] == "--doc":
-            doc = argv[i + 1]
+        if argv[i] in ("--doc", "--folders"):
+            if argv[i] == "--doc":
+                doc = argv[i + 1]
+            else:
+                folders = argv[i + 1]
             i += 2
             continue
         if argv[i] == "--print":
@@ -218,14 +342,18 @@ def main(argv):
             print("%s: %s" % (m, " ".join(sorted(graph[m]))))
     ncirc = check_circles(graph)
     ndoc = check_doc(graph, doc) if doc else 0
+    nf = check_folders(graph, folders, "spoa") if folders else 0
+    if nf:
+        print("check-calls: %d difference(s) between %s's folder map and the code" % (nf, folders))
     if ncirc:
         print("check-calls: %d circle(s) among the agent's files: calls must run one way "
               "(a file may not need, directly or not, a file that needs it)" % ncirc)
     if ndoc:
         print("check-calls: %d difference(s) between %s's module map and the objects" % (ndoc, doc))
-    if not ncirc and not ndoc:
-        print("check-calls: %d files, no circle%s" % (len(graph), ", the module map matches" if doc else ""))
-    return 1 if ncirc or ndoc else 0
+    if not ncirc and not ndoc and not nf:
+        print("check-calls: %d files, no circle%s%s" % (len(graph), ", the module map matches" if doc else "",
+                                                     ", the folder map holds" if folders else ""))
+    return 1 if ncirc or ndoc or nf else 0
 
 
 if __name__ == "__main__":
