@@ -137,7 +137,8 @@ SPOA_MODULES += live_rule ctl_args ctl_keys redis_sync ctl live denied
 # call; tools/check-calls.py --folders holds the code to it). A module is
 # named by its file's stem; obj_of maps stems to objects wherever they live.
 SPOA_DIRS    := spoa spoa/conn spoa/ctl spoa/live spoa/limiter spoa/config spoa/redis spoa/obs spoa/spop spoa/core
-SPOA_INC     := $(addprefix -I,$(SPOA_DIRS))
+# module/rl_args.[ch], the module's pure half, is linked into the agent too
+SPOA_INC     := $(addprefix -I,$(SPOA_DIRS)) -Imodule
 SPOA_SRCS    := $(foreach d,$(SPOA_DIRS),$(wildcard $(d)/*.c))
 obj_of        = $(foreach m,$(1),$(BUILD)/$(patsubst %.c,%.o,$(filter %/$(m).c,$(SPOA_SRCS))))
 AGENT_OBJS   := $(call obj_of,$(SPOA_MODULES))

@@ -47,7 +47,9 @@ def folder_of_path(path):
     last "spoa/" ("spoa" for files directly in it)."""
     parts = os.path.normpath(path).split(os.sep)
     if "spoa" not in parts:
-        return "spoa"
+        # a file the agent links from outside spoa/ (module/rl_args.c):
+        # its own directory's name stands for its folder
+        return parts[-2] if len(parts) > 1 else "spoa"
     i = len(parts) - 1 - parts[::-1].index("spoa")
     rest = parts[i + 1:-1]
     return rest[0] if rest else "spoa"
@@ -191,7 +193,7 @@ def check_doc(graph, path):
     return bad
 
 
-FROW = re.compile(r"^\|\s*`spoa/(?:([a-z_]+)/)?`[^|]*\|[^|]*\|(.*)\|\s*$")
+FROW = re.compile(r"^\|\s*`(?:spoa/(?:([a-z_]+)/)?|(module)/)`[^|]*\|[^|]*\|(.*)\|\s*$")
 FNAME = re.compile(r"`([a-z_]+)`")
 
 
@@ -204,9 +206,9 @@ def read_folder_map(path):
             m = FROW.match(line)
             if not m:
                 continue
-            folder = m.group(1) or "spoa"
+            folder = m.group(1) or m.group(2) or "spoa"
             calls, header = set(), set()
-            for c in CHAIN_F.finditer(m.group(2)):
+            for c in CHAIN_F.finditer(m.group(3)):
                 (header if c.group(2) else calls).update(FNAME.findall(c.group(1)))
             rows[folder] = (calls, header, lineno)
     return rows

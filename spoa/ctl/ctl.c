@@ -20,7 +20,7 @@
 #include "live_rule.h"
 #include "log.h"
 #include "redis_sync.h"
-#include "../module/rl_args.h"
+#include "rl_args.h"
 
 #define CTL_TIMEOUT_MS 3000
 
