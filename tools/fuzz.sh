@@ -40,8 +40,8 @@ mkdir -p "$out/corpus" "$out/artifacts"
 modules() {
 	case $1 in
 	fuzz_spop)   echo "spop spop_write" ;;
-	fuzz_conn)   echo "conn conn_notify spop spop_write window headers config config_check config_lex config_routes redis_url log metrics live live_rule denied redis_sync redis_tls cluster" ;;
-	fuzz_config) echo "config config_check config_lex config_routes redis_url window" ;;
+	fuzz_conn)   echo "conn conn_notify spop spop_write window headers config config_directives config_policy config_check config_lex config_routes redis_url log metrics live live_rule denied redis_sync redis_tls cluster" ;;
+	fuzz_config) echo "config config_directives config_policy config_check config_lex config_routes redis_url window" ;;
 	fuzz_module_args) echo "module/rl_args" ;;
 	*) echo "unknown harness: $1" >&2; return 1 ;;
 	esac
@@ -52,7 +52,9 @@ build() {
 	shopt -s nullglob
 	for m in spoa spoa/*/; do inc+=("-I${m%/}"); done
 	for m in $(modules "$name"); do
-		case $m in */*) srcs+=("$m.c") ;; *) srcs+=(spoa/$m.c spoa/*/$m.c) ;; esac
+		# spoa/$m[.]c is a glob, so that nullglob drops it when the module
+		# lives in a folder (spoa/<folder>/$m.c) instead
+		case $m in */*) srcs+=("$m.c") ;; *) srcs+=(spoa/$m[.]c spoa/*/$m.c) ;; esac
 	done
 	"$clang" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
