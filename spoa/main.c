@@ -107,66 +107,11 @@ static const char main_usage[] =
 "                      whether this build has TLS to Redis (tls: yes|no)\n"
 "  -h, --help          this text\n"
 "\n"
-"Configuration directives (one per line, '#' comments):\n"
-"  listen ADDR                 default 127.0.0.1:12345 (loopback or unix only\n"
-"                              unless 'allow-remote-listen')\n"
-"  redis URL                   default redis://127.0.0.1:6379/0; also\n"
-"                              redis://user:pass@host[:port][/db] (port 6379),\n"
-"                              unix:///path, cluster://h:p[,h:p...],\n"
-"                              sentinel://h:p[,h:p...]/name; over TLS (make\n"
-"                              WITH_TLS=1): rediss://, cluster+tls://,\n"
-"                              sentinel+tls://. Host names are resolved off\n"
-"                              the event loop at every connection attempt\n"
-"  redis-timeout DURATION      per-decision deadline, default 50ms (1ms..60s)\n"
-"  redis-batch N               decisions ready together go to Redis in one\n"
-"                              script call, up to N (1..256, default 32; 1: one\n"
-"                              call per decision; cluster:// always 1)\n"
-"  threads N                   worker threads, default 1 (1..64)\n"
-"  policy NAME LIMIT/WINDOW [LIMIT/WINDOW...] [on-redis-error=deny|allow] [shadow]\n"
-"         [max-cost=N] [precision=DURATION] [algorithm=log|gcra] [burst=N]\n"
-"                              shadow: decide and count, but answer allow with\n"
-"                              reason=shadow-deny where it would deny;\n"
-"                              max-cost: a larger cost is bad-cost;\n"
-"                              precision: windows longer than it are counted\n"
-"                              in buckets of it (bounded memory, never over\n"
-"                              the limit, may under-admit by one bucket);\n"
-"                              algorithm=gcra: a token bucket, one LIMIT/WINDOW\n"
-"                              (the rate) and burst=N units (default LIMIT)\n"
-"  override POLICY KEY LIMIT/WINDOW [LIMIT/WINDOW...] [burst=N]\n"
-"                              limits of one account (e.g. a partner) in POLICY\n"
-"  live-max POLICY LIMIT/WINDOW [LIMIT/WINDOW...]\n"
-"                              the most a live override (ratelimit-spoa ctl)\n"
-"                              may allow POLICY's accounts; without it a live\n"
-"                              override may only lower their limits\n"
-"  log-level error|warn|info|debug     default info\n"
-"  metrics ADDR|off            Prometheus text on http://ADDR/metrics, e.g.\n"
-"                              127.0.0.1:9102, and probes /healthz (serving)\n"
-"                              and /readyz (Redis up, can decide); default off\n"
-"  max-connections N           default 10000\n"
-"  max-inflight N              decisions in flight per connection, default 256\n"
-"  max-notify-messages N       still read; a NOTIFY takes one 'ratelimit' message whatever N\n"
-"  hello-timeout DURATION      a new connection must send its HELLO, default 10s\n"
-"  frame-timeout DURATION      a started frame must arrive whole, default 10s\n"
-"  deny-cache on|off           answer an account known to be denied locally,\n"
-"                              without Redis, until its retry_after; default on\n"
-"  deny-cache-size N           its entries per worker thread (368 bytes each),\n"
-"                              default 4096 (1.44 MiB, held only while one is live)\n"
-"  redis-allow-eviction yes|no  decide even when Redis's maxmemory-policy is not\n"
-"                              noeviction (it may evict the windows); default no:\n"
-"                              answer error, reason=redis-evicts-keys\n"
-"  redis-engine auto|script|module  how Redis decides: the module's command\n"
-"                              RATELIMIT.DECIDE, or the script; auto (default):\n"
-"                              the module where Redis has it; module: a Redis\n"
-"                              without it answers every decision with error\n"
-"  redis-tls-ca FILE           CA certificates for the Redis server (TLS builds;\n"
-"                              default: the system's)\n"
-"  redis-tls-ca-dir DIR        the same, a hashed directory\n"
-"  redis-tls-cert FILE         client certificate for mutual TLS, with...\n"
-"  redis-tls-key FILE          ...its key (passphrase from the environment:\n"
-"                              RATELIMIT_SPOA_REDIS_TLS_KEY_PASSWORD[_FILE])\n"
-"  redis-tls-server-name NAME  SNI and the name verified; default: the host\n"
-"  redis-tls-verify on|off     default on; off warns at every connect\n"
-"  allow-remote-listen         permit a non-loopback listen/metrics address\n"
+"Configuration directives (one per line, '#' comments):\n";
+
+/* --help's text after the directive list, which config_print_directives()
+ * prints from the parser's table. */
+static const char main_usage_tail[] =
 "\n"
 "Signals: SIGTERM/SIGINT drain (stop accepting, finish in-flight decisions,\n"
 "exit 0); SIGHUP reloads the file: policies, overrides, redis, redis-timeout,\n"
@@ -177,6 +122,15 @@ static const char main_usage[] =
 "Logs: one key=value line per event on stderr. Exit status: 0 ok, 1 error.\n"
 "Durations: 50ms, 1s, 10m, 1h. Redis key of each window of a request:\n"
 "<policy>:limit:v1:{<key>}:<window> (algorithm=gcra: <policy>:limit:g1:{<key>}).\n";
+
+/* The --help text to <f>: options, the directives (from the parser's
+ * table), signals. */
+static void main_print_usage(FILE *f)
+{
+	fputs(main_usage, f);
+	config_print_directives(f);
+	fputs(main_usage_tail, f);
+}
 
 /* Parse, merge flags, validate. Returns 0 or -1 with <err>. <c> is filled
  * on success and must be released by the caller either way. */
@@ -657,8 +611,8 @@ int main(int argc, char **argv)
 		case 'M': routes = optarg; break;
 		case 'd': debug = true; break;
 		case 'v': main_print_version(); return 0;
-		case 'h': fputs(main_usage, stdout); return 0;
-		default: fputs(main_usage, stderr); return 1;
+		case 'h': main_print_usage(stdout); return 0;
+		default: main_print_usage(stderr); return 1;
 		}
 	}
 	if (optind < argc) {

@@ -4,36 +4,16 @@
  * Parsing and validation: no sockets, no libev, no hiredis. Not pure: it
  * reads the config file, stat()s the redis-tls-* files, and reads a routes
  * map. Errors are written as "<file>:<line>: <reason>" into the caller's
- * buffer. Files: config.c (the parser), config_lex.c (lines, words, reading
- * a file), config_check.c (shapes, config_validate), config_routes.c.
+ * buffer. Files: config.c (a parse, the defaults, copies), config_directives.c
+ * (the table of directives: name, arguments, parser, default, --help line),
+ * config_policy.c (policy, override, live-max), config_lex.c (lines, words,
+ * reading a file), config_check.c (shapes, config_validate),
+ * config_routes.c.
  *
- * Syntax (one directive a line, '#' starts a comment):
- *   listen        127.0.0.1:12345 | [::1]:12345 | unix:/path
- *   redis         redis://[user:password@]host:port[/db] | unix:///path
- *   redis-timeout 50ms
- *   threads       1
- *   policy <name> <limit>/<window> [<limit>/<window>...] [on-redis-error=deny|allow] [shadow]
- *          [max-cost=<n>] [precision=<d>] [algorithm=log|gcra] [burst=<n>]
- *   override <policy> <key> <limit>/<window> [<limit>/<window>...] [burst=<n>]
- *   log-level     error|warn|info|debug
- *   metrics       127.0.0.1:9102
- *   max-connections 10000
- *   max-inflight  256             (decisions in flight per connection)
- *   max-notify-messages 16        ("ratelimit" messages in one NOTIFY)
- *   hello-timeout 10s             (a new connection must send HAPROXY-HELLO)
- *   frame-timeout 10s             (a started frame must arrive whole)
- *   allow-remote-listen           (permit a non-loopback listen address)
- *   deny-cache    on|off          (answer known denials locally until retry_after)
- *   deny-cache-size 4096          (its entries per worker thread, 368 bytes each)
- *   redis-allow-eviction yes|no   (decide on a Redis that may evict keys)
- *   redis-engine auto|script|module   (how Redis decides; default auto)
- *   redis-tls-ca <file>           CA bundle that signs the Redis certificates
- *   redis-tls-ca-dir <dir>        a hashed CA directory (c_rehash), optional
- *   redis-tls-cert <file>         client certificate (mutual TLS) ...
- *   redis-tls-key <file>          ... and its key (both or neither)
- *   redis-tls-server-name <name>  SNI and the name verified (default: the host
- *                                 connected to)
- *   redis-tls-verify on|off       verify the server (default on)
+ * Syntax: one directive a line, '#' starts a comment. The directives, what
+ * follows each, its default and its help are the table in
+ * config_directives.c (--help prints it; the man page documents each, in
+ * its order).
  * The redis-tls-* directives need a TLS URL (rediss://, cluster+tls://,
  * sentinel+tls://) and a build with TLS (make WITH_TLS=1): without it they
  * are an error. Files must exist and be readable when the config is read.
@@ -46,6 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "log.h"
 #include "redis_tls.h"
@@ -57,7 +38,6 @@
 #define CONFIG_MAX_POLICIES   64
 #define CONFIG_THREADS_MAX    64u     /* worker threads */
 #define CONFIG_REDIS_BATCH_MAX 256u   /* decisions per script call */
-#define CONFIG_REDIS_BATCH_DEFAULT 32u
 #define CONFIG_WARN_LEN       1024
 
 /* 1 when built with TLS to Redis (make WITH_TLS=1). */
@@ -104,7 +84,8 @@ struct config {
 };
 
 /* Fill <c> with the defaults (listen 127.0.0.1:12345, redis
- * redis://127.0.0.1:6379/0, redis-timeout 50ms, threads 1, ...). */
+ * redis://127.0.0.1:6379/0, redis-timeout 50ms, threads 1, ...: the
+ * directives table's, parsed as if written in a file). */
 void config_init(struct config *c);
 
 /*
@@ -153,5 +134,9 @@ const struct window_policy *config_find_policy(const struct config *c,
 int config_parse_duration(const char *s, size_t len, uint64_t *ms);
 
 const char *config_log_level_str(enum config_log_level l);
+
+/* Print --help's list of the directives to <f>, from the parser's own table:
+ * each "  <name> <arguments>" with its help lines beside it. */
+void config_print_directives(FILE *f);
 
 #endif /* SPOA_CONFIG_H */

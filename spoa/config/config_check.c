@@ -244,6 +244,51 @@ int config_check_key_kind(const char *p, size_t len)
 	return -1;
 }
 
+/* Milliseconds in <unit>/<len> ("ms", "s", "m", "h"), or 0. */
+static uint64_t unit_ms(const char *unit, size_t len)
+{
+	if (len == 2 && memcmp(unit, "ms", 2) == 0)
+		return 1;
+	if (len == 1 && unit[0] == 's')
+		return 1000;
+	if (len == 1 && unit[0] == 'm')
+		return 60000;
+	if (len == 1 && unit[0] == 'h')
+		return 3600000;
+	return 0;
+}
+
+/* "<n>ms|s|m|h" in <s>/<len> to <*ms> (config_parse_duration's rule, here
+ * so that the directive parsers need not call up into config.c). Returns 0
+ * or -1. */
+int config_check_duration(const char *s, size_t len, uint64_t *ms)
+{
+	size_t i = 0;
+	uint64_t n, mul;
+
+	while (i < len && s[i] >= '0' && s[i] <= '9')
+		i++;
+	mul = unit_ms(s + i, len - i);
+	if (i == 0 || mul == 0 || decimal_parse(s, i, UINT64_MAX / mul, &n) != 0)
+		return -1;
+	*ms = n * mul;
+	return 0;
+}
+
+/* A window: a duration, or a bare unit meaning one of it ("s" = "1s"). */
+int config_check_window(const char *s, size_t len, uint64_t *ms)
+{
+	if (len && (s[0] < '0' || s[0] > '9')) {
+		uint64_t mul = unit_ms(s, len);
+
+		if (!mul)
+			return -1;
+		*ms = mul;
+		return 0;
+	}
+	return config_check_duration(s, len, ms);
+}
+
 /* Whole-config checks on <c> once file and flags are merged. */
 int config_validate(const struct config *c, char *err, size_t errlen)
 {

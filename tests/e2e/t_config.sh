@@ -97,10 +97,10 @@ same_set() {
 	eq "$1" "lacks: ; too many: " "lacks: $lack; too many: $extra"
 }
 
-# Every directive the parser knows (spoa/config/config.c's directives[] table) has
-# a row in docs/configuration.md's directive table and an entry in the man
+# Every directive the parser knows (the table in spoa/config/config_directives.c)
+# has a row in docs/configuration.md's directive table and an entry in the man
 # page; neither documents one the parser does not know.
-known=$(sed -n 's/^[[:space:]]*{ "\([a-z-]*\)",[[:space:]]*CONFIG_DIR_[A-Z_]* },$/\1/p' "$ROOT/spoa/config/config.c" | sort)
+known=$(sed -n 's/^[[:space:]]*{ "\([a-z-]*\)", CONFIG_ARG_[A-Z]*,.*/\1/p' "$ROOT/spoa/config/config_directives.c" | sort)
 check "the parser's directive table is found ($(wc -w <<<"$known") directives)" test "$(wc -w <<<"$known")" -ge 20
 table=$(awk '/^## Directives/{on=1; next} on && /^## /{exit} on' "$ROOT/docs/configuration.md" |
 	sed -n 's/^| `\([a-z-]*\)` |.*/\1/p' | sort)

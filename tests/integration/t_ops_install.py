@@ -173,20 +173,27 @@ h.check("--help lists its options", long_opts >= {"--config", "--check", "--list
                                                    "--version", "--help"}, long_opts)
 missing = sorted(o for o in long_opts if o not in man_text)
 h.eq("every --help option is in the man page", [], missing)
-help_dirs = set(re.findall(r"^  ([a-z][a-z-]+) ", helptext.split("Configuration directives")[1].split("Signals:")[0],
-                           re.M))
+# --help prints the directives from the parser's table (spoa/config/
+# config_directives.c), one "  <name> ..." line each, in its order.
+help_list = re.findall(r"^  ([a-z][a-z-]+)(?: |$)",
+                       helptext.split("Configuration directives")[1].split("Signals:")[0], re.M)
+help_dirs = set(help_list)
 # the directives are the tags of the CONFIGURATION section's .TP paragraphs
 man_conf = man_src.split(".SH CONFIGURATION")[1].split(".SH SIGNALS")[0].split("\n")
-man_dirs = set()
+man_list = []
 for i, line in enumerate(man_conf[:-1]):
     if line == ".TP":
         tag = re.match(r"^\.[BIR]+ +\"?([a-z\\-]+)", man_conf[i + 1])
         if tag:
-            man_dirs.add(tag.group(1).replace("\\-", "-"))
-h.eq("--help and the man page list the same directives", sorted(help_dirs), sorted(man_dirs))
-with open(os.path.join(ROOT, "spoa", "config", "config.c")) as f:
-    parsed = set(re.findall(r'^\t\{ "([a-z-]+)", +CONFIG_DIR_', f.read(), re.M))
-h.eq("--help lists every directive the parser accepts (spoa/config/config.c)", sorted(parsed), sorted(help_dirs))
+            man_list.append(tag.group(1).replace("\\-", "-"))
+# a row added to the table without its man page entry, an entry without a
+# row, or one out of the table's order fails here
+h.eq("the man page's CONFIGURATION entries are --help's directives, in the table's order",
+     help_list, man_list)
+with open(os.path.join(ROOT, "spoa", "config", "config_directives.c")) as f:
+    table = re.findall(r'^\t\{ "([a-z-]+)", CONFIG_ARG_[A-Z]+,', f.read(), re.M)
+h.eq("--help lists the parser's table (spoa/config/config_directives.c), in its order", table, help_list)
+parsed = set(table)
 with open(os.path.join(ROOT, "docs", "configuration.md")) as f:
     directives = re.split(r"^#+ ", f.read().split("\n## Directives\n", 1)[-1], flags=re.M)[0]
     table = set(re.findall(r"^\| `([a-z-]+)` \|", directives, re.M))

@@ -1,0 +1,410 @@
+/*
+ * config_policy - the directives that take a line of their own and may
+ * repeat: policy, override and live-max (their rows in config_directives.c
+ * point here), their <limit>/<window> words and options, the warnings about
+ * windows that never decide, and the overrides sorted once a parse is over
+ * (config_overrides_finish, called by config.c).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "config_int.h"
+#include "config_lex.h"
+#include "decimal.h"
+
+/* Append "<name>:<line>: warning: <fmt...>\n" to the config's warnings
+ * (counted even when the buffer is full, then not stored). */
+__attribute__((format(printf, 2, 3)))
+static void parse_warn(struct parse_ctx *x, const char *fmt, ...)
+{
+	char *w = x->c->warnings;
+	size_t used = strlen(w), cap = sizeof(x->c->warnings);
+	char line[CONFIG_ERR_LEN];
+	va_list ap;
+	int n;
+
+	x->c->nwarnings++;
+	va_start(ap, fmt);
+	n = snprintf(line, sizeof(line), "%s:%u: warning: ", x->lex.name, x->lex.line);
+	if (n >= 0 && (size_t)n < sizeof(line))
+		vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (used + strlen(line) + 2 <= cap)
+		snprintf(w + used, cap - used, "%s\n", line);
+}
+
+/*
+ * Parse one "<limit>/<window>" word <w> into <lim> appended to <win>/<*nwin>
+ * (checking range and that the window is new). <what> names the owner in
+ * messages ("policy 'x'"). Returns 0, 1 when <w> has no '/', or -1.
+ */
+static int parse_limit_word(struct parse_ctx *x, const char *what, struct word w,
+                            struct window_limit *win, unsigned *nwin)
+{
+	const char *slash = memchr(w.p, '/', w.len);
+	uint64_t limit, ms;
+	unsigned i;
+	int rc;
+
+	if (!slash)
+		return 1;
+	rc = decimal_parse(w.p, (size_t)(slash - w.p), CONFIG_LIMIT_MAX, &limit);
+	if (rc == -1 || (rc == 0 && limit == 0))
+		return config_parse_fail(&x->lex, "%s: limit must be a positive integer, got '%.*s'",
+		                  what, config_word_plen(w), w.p);
+	if (rc == -2)
+		return config_parse_fail(&x->lex, "%s: limit must be at most %u", what, CONFIG_LIMIT_MAX);
+	if (config_check_window(slash + 1, (size_t)(w.p + w.len - slash - 1), &ms) == -1)
+		return config_parse_fail(&x->lex, "%s: bad window in '%.*s' (use <n>ms, <n>s, <n>m or <n>h)",
+		                  what, config_word_plen(w), w.p);
+	if (ms < 1 || ms > CONFIG_WINDOW_MAX_MS)
+		return config_parse_fail(&x->lex, "%s: window must be 1ms..24h", what);
+	for (i = 0; i < *nwin; i++) {
+		if (win[i].window_ms == ms) {
+			char ws[32];
+
+			window_format_ms(ms, ws, sizeof(ws));
+			return config_parse_fail(&x->lex, "%s: window %s given twice", what, ws);
+		}
+	}
+	if (*nwin >= WINDOW_MAX_WINDOWS)
+		return config_parse_fail(&x->lex, "%s: at most %d windows", what, WINDOW_MAX_WINDOWS);
+	win[*nwin].limit = limit;
+	win[*nwin].window_ms = ms;
+	(*nwin)++;
+	return 0;
+}
+
+/* <what>'s windows <win>/<nwin> under precision=<precision_ms> (0: none):
+ * see window_check_precision. Returns 0 or -1 (a parse failure). */
+static int check_precision(struct parse_ctx *x, const char *what, uint64_t precision_ms,
+                           const struct window_limit *win, unsigned nwin)
+{
+	char why[160];
+
+	if (!precision_ms || window_check_precision(precision_ms, win, nwin, why, sizeof(why)) == 0)
+		return 0;
+	return config_parse_fail(&x->lex, "%s: %s", what, why);
+}
+
+/*
+ * Warn (see parse_warn) about each window of <win>/<nwin> that can never
+ * decide: a longer window holds every request the shorter one does, so with
+ * a limit no larger it always denies first. <what> names the owner.
+ */
+static void warn_dead_windows(struct parse_ctx *x, const char *what,
+                              const struct window_limit *win, unsigned nwin)
+{
+	char ws[32], wl[32];
+	unsigned i, j;
+
+	for (i = 0; i < nwin; i++) {
+		for (j = 0; j < nwin; j++) {
+			if (win[i].window_ms >= win[j].window_ms || win[i].limit < win[j].limit)
+				continue;
+			window_format_ms(win[i].window_ms, ws, sizeof(ws));
+			window_format_ms(win[j].window_ms, wl, sizeof(wl));
+			parse_warn(x, "%s: %llu/%s can never decide: %llu/%s, a longer window with "
+			           "a limit no larger, always denies first",
+			           what, (unsigned long long)win[i].limit, ws,
+			           (unsigned long long)win[j].limit, wl);
+			break;
+		}
+	}
+}
+
+/* A "burst=<n>" word <w> into <*burst> (1..WINDOW_BURST_MAX). Returns 0,
+ * 1 when <w> is not burst=, or -1. */
+static int parse_burst_word(struct parse_ctx *x, const char *what, struct word w, uint64_t *burst)
+{
+	if (w.len < 6 || memcmp(w.p, "burst=", 6) != 0)
+		return 1;
+	if (decimal_parse(w.p + 6, w.len - 6, WINDOW_BURST_MAX, burst) != 0 || *burst == 0)
+		return config_parse_fail(&x->lex, "%s: burst must be 1..%u, got '%.*s'", what,
+		                         WINDOW_BURST_MAX, config_word_plen(w), w.p);
+	return 0;
+}
+
+/* The one limit <win>/<nwin> (borrowed, written) of a GCRA policy or
+ * override <what>: its burst (<burst>, 0: the limit) set and bounded, and
+ * a <max_cost> (0: none) that fits in it. Returns 0 or -1 (a parse
+ * failure). */
+static int gcra_finish(struct parse_ctx *x, const char *what, struct window_limit *win,
+                       unsigned nwin, uint64_t burst, uint64_t max_cost)
+{
+	if (nwin != 1)
+		return config_parse_fail(&x->lex, "%s: algorithm=gcra takes exactly one <limit>/<window> "
+		                         "(the rate; burst=<n> is the bucket)", what);
+	win[0].burst = burst ? burst : win[0].limit;
+	if (win[0].burst > WINDOW_GCRA_MAX_SPAN_US / 1000 / win[0].window_ms)
+		return config_parse_fail(&x->lex, "%s: burst %llu times the window is too long for "
+		                         "algorithm=gcra (at most 2^52 us: write the same rate with a "
+		                         "shorter window, e.g. 625/54s burst=1000000 for 1000000/24h)",
+		                         what, (unsigned long long)win[0].burst);
+	if (max_cost > win[0].burst)
+		return config_parse_fail(&x->lex, "%s: max-cost=%llu is above the burst (%llu): such a "
+		                         "cost could never pass", what, (unsigned long long)max_cost,
+		                         (unsigned long long)win[0].burst);
+	return 0;
+}
+
+/* policy <name> <limit>/<window>... [on-redis-error=deny|allow] [shadow]
+ * [max-cost=<n>] [precision=<duration>] [algorithm=log|gcra] [burst=<n>] */
+int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
+{
+	struct config *c = x->c;
+	struct window_policy *p;
+	char what[WINDOW_NAME_MAX + 16];
+	uint64_t burst = 0;
+	size_t i;
+	int rc;
+
+	if (n < 3)
+		return config_parse_fail(&x->lex, "policy: expected 'policy <name> <limit>/<window> [options]'");
+	if (config_check_policy_name(w[1]) == -1)
+		return config_parse_fail(&x->lex, "policy name '%.*s' must be 1..%d characters of A-Z a-z 0-9 _ . -",
+		                  config_word_plen(w[1]), w[1].p, WINDOW_NAME_MAX);
+	if (config_policy_named(c, w[1].p, w[1].len))
+		return config_parse_fail(&x->lex, "duplicate policy '%.*s'", (int)w[1].len, w[1].p);
+	if (c->npolicies >= CONFIG_MAX_POLICIES)
+		return config_parse_fail(&x->lex, "too many policies (at most %d)", CONFIG_MAX_POLICIES);
+
+	p = &c->policies[c->npolicies];
+	memset(p, 0, sizeof(*p));
+	memcpy(p->name, w[1].p, w[1].len);
+	p->name_len = w[1].len;
+	snprintf(what, sizeof(what), "policy '%s'", p->name);
+	for (i = 2; i < n; i++) {
+		rc = parse_limit_word(x, what, w[i], p->win, &p->nwin);
+		if (rc == -1)
+			return -1;
+		if (rc == 0)
+			continue;
+		rc = parse_burst_word(x, what, w[i], &burst);
+		if (rc == -1)
+			return -1;
+		if (rc == 0)
+			continue;
+		if (config_word_is(w[i], "algorithm=log"))
+			p->algorithm = WINDOW_ALGO_LOG;
+		else if (config_word_is(w[i], "algorithm=gcra"))
+			p->algorithm = WINDOW_ALGO_GCRA;
+		else if (config_word_is(w[i], "on-redis-error=deny"))
+			p->on_error = WINDOW_ON_ERROR_DENY;
+		else if (config_word_is(w[i], "on-redis-error=allow"))
+			p->on_error = WINDOW_ON_ERROR_ALLOW;
+		else if (config_word_is(w[i], "shadow"))
+			p->shadow = true;
+		else if (w[i].len > 9 && memcmp(w[i].p, "max-cost=", 9) == 0) {
+			if (decimal_parse(w[i].p + 9, w[i].len - 9, CONFIG_LIMIT_MAX, &p->max_cost) != 0 ||
+			    p->max_cost == 0)
+				return config_parse_fail(&x->lex, "%s: max-cost must be 1..%u, got '%.*s'", what,
+				                  CONFIG_LIMIT_MAX, config_word_plen(w[i]), w[i].p);
+		} else if (w[i].len > 10 && memcmp(w[i].p, "precision=", 10) == 0) {
+			if (config_check_duration(w[i].p + 10, w[i].len - 10, &p->precision_ms) != 0 ||
+			    p->precision_ms == 0)
+				return config_parse_fail(&x->lex, "%s: bad precision in '%.*s' (use <n>s, <n>m or <n>h)",
+				                  what, config_word_plen(w[i]), w[i].p);
+		} else
+			return config_parse_fail(&x->lex, "%s: unknown option '%.*s' (expected <limit>/<window>, "
+			                  "on-redis-error=deny|allow, shadow, max-cost=<n>, "
+			                  "precision=<duration>, algorithm=log|gcra or burst=<n>)",
+			                  what, config_word_plen(w[i]), w[i].p);
+	}
+	if (p->nwin == 0)
+		return config_parse_fail(&x->lex, "%s: expected at least one <limit>/<window>", what);
+	if (p->algorithm == WINDOW_ALGO_GCRA) {
+		if (p->precision_ms)
+			return config_parse_fail(&x->lex, "%s: precision= does not apply to algorithm=gcra "
+			                         "(a bucket is one value per account)", what);
+		if (gcra_finish(x, what, p->win, p->nwin, burst, p->max_cost) == -1)
+			return -1;
+	} else if (burst) {
+		return config_parse_fail(&x->lex, "%s: burst= needs algorithm=gcra", what);
+	}
+	if (check_precision(x, what, p->precision_ms, p->win, p->nwin) == -1)
+		return -1;
+	if (p->precision_ms) {
+		for (i = 0; i < p->nwin && !window_is_bucketed(p, p->win[i].window_ms); i++)
+			;
+		if (i == p->nwin)
+			return config_parse_fail(&x->lex, "%s: precision applies to no window (only windows "
+			                  "longer than it are counted in buckets)", what);
+	}
+	warn_dead_windows(x, what, p->win, p->nwin);
+	/* Overrides added later in this parse start at index 0. */
+	x->ov_first[c->npolicies] = 0;
+	x->ov_cap[c->npolicies] = 0;
+	c->npolicies++;
+	return 0;
+}
+
+/* override <policy> <key> <limit>/<window>... [burst=<n>] (gcra). Grows
+ * the policy's override table (owned by the config) and this parse's line
+ * table (owned by <x>). */
+int config_dir_override(struct parse_ctx *x, const struct word *w, size_t n)
+{
+	struct config *c = x->c;
+	struct window_policy *p;
+	struct window_override *o;
+	char what[WINDOW_NAME_MAX + 32];
+	uint64_t burst = 0;
+	size_t pi, i, k;
+	int rc;
+
+	if (n < 4)
+		return config_parse_fail(&x->lex, "override: expected 'override <policy> <key> <limit>/<window>...'");
+	p = config_policy_named(c, w[1].p, w[1].len);
+	if (!p)
+		return config_parse_fail(&x->lex, "override for unknown policy '%.*s'", config_word_plen(w[1]), w[1].p);
+	if (window_check_key(w[2].p, w[2].len) == -1)
+		return config_parse_fail(&x->lex, "override: key must be 1..%d bytes", WINDOW_KEY_MAX);
+	pi = (size_t)(p - c->policies);
+
+	if (p->noverrides == x->ov_cap[pi]) {
+		size_t cap = x->ov_cap[pi] ? x->ov_cap[pi] * 2 : 8;
+		size_t nnew = cap - x->ov_first[pi];
+		struct window_override *grown = realloc(p->overrides, cap * sizeof(*grown));
+		unsigned *lines;
+
+		if (!grown)
+			return config_parse_fail(&x->lex, "out of memory");
+		p->overrides = grown;
+		x->ov_cap[pi] = cap;
+		lines = realloc(x->ov_line[pi], nnew * sizeof(*lines));
+		if (!lines)
+			return config_parse_fail(&x->lex, "out of memory");
+		x->ov_line[pi] = lines;
+	}
+	o = &p->overrides[p->noverrides];
+	memset(o, 0, sizeof(*o));
+	memcpy(o->key, w[2].p, w[2].len);
+	o->key_len = w[2].len;
+	snprintf(what, sizeof(what), "override '%.*s' of '%s'",
+	         config_word_plen(w[2]) > 24 ? 24 : config_word_plen(w[2]), w[2].p, p->name);
+	for (i = 3; i < n; i++) {
+		rc = parse_limit_word(x, what, w[i], o->win, &o->nwin);
+		if (rc == 1 && p->algorithm == WINDOW_ALGO_GCRA)
+			rc = parse_burst_word(x, what, w[i], &burst);
+		if (rc == -1)
+			return -1;
+		if (rc == 1)
+			return config_parse_fail(&x->lex, "%s: expected <limit>/<window>%s, got '%.*s'",
+			                  what, p->algorithm == WINDOW_ALGO_GCRA ? " or burst=<n>" : "",
+			                  config_word_plen(w[i]), w[i].p);
+	}
+	/* an override keeps its policy's algorithm */
+	if (p->algorithm == WINDOW_ALGO_GCRA &&
+	    gcra_finish(x, what, o->win, o->nwin, burst, p->max_cost) == -1)
+		return -1;
+	if (check_precision(x, what, p->precision_ms, o->win, o->nwin) == -1)
+		return -1;
+	/* HAProxy sends the identity with its kind ("jwt:ACC-1"): a bare
+	 * account parses but matches nothing the shipped block sends. A warning,
+	 * not an error: a site whose own HAProxy sends bare keys keeps working. */
+	if (config_check_key_kind(o->key, o->key_len) == -1)
+		parse_warn(x, "%s: the key has no identity kind (jwt:, key:, cert: or ip:), so it never "
+		           "matches a key the shipped HAProxy block sends (e.g. 'jwt:%.*s')",
+		           what, config_word_plen(w[2]) > 24 ? 24 : config_word_plen(w[2]), w[2].p);
+	warn_dead_windows(x, what, o->win, o->nwin);
+	k = p->noverrides - x->ov_first[pi];
+	x->ov_line[pi][k] = x->lex.line;
+	p->noverrides++;
+	return 0;
+}
+
+/* live-max <policy> <limit>/<window>...: the most a live override (ctl)
+ * may allow that policy's accounts; without it a live override may only
+ * lower an account's configured limits. */
+int config_dir_live_max(struct parse_ctx *x, const struct word *w, size_t n)
+{
+	struct window_policy *p;
+	char what[WINDOW_NAME_MAX + 32];
+	size_t i;
+	int rc;
+
+	if (n < 3)
+		return config_parse_fail(&x->lex, "live-max: expected 'live-max <policy> <limit>/<window>...'");
+	p = config_policy_named(x->c, w[1].p, w[1].len);
+	if (!p)
+		return config_parse_fail(&x->lex, "live-max for unknown policy '%.*s'", config_word_plen(w[1]), w[1].p);
+	if (p->live_nwin)
+		return config_parse_fail(&x->lex, "duplicate live-max for policy '%s'", p->name);
+	snprintf(what, sizeof(what), "live-max of '%s'", p->name);
+	for (i = 2; i < n; i++) {
+		rc = parse_limit_word(x, what, w[i], p->live_win, &p->live_nwin);
+		if (rc == 1)
+			rc = config_parse_fail(&x->lex, "%s: expected <limit>/<window>, got '%.*s'",
+			                       what, config_word_plen(w[i]), w[i].p);
+		if (rc == -1)
+			return -1;
+	}
+	return check_precision(x, what, p->precision_ms, p->live_win, p->live_nwin);
+}
+
+/* An override and where it was written, for sorting with line numbers. */
+struct ov_ref {
+	const struct window_override *ov;
+	unsigned line;                 /* 0 = from an earlier parse */
+};
+
+/* Order of struct ov_ref <a>, <b>: by key, then by line. */
+static int ov_ref_cmp(const void *a, const void *b)
+{
+	const struct ov_ref *x = a, *y = b;
+	int c = window_override_cmp(x->ov, y->ov);
+
+	if (c)
+		return c;
+	return (x->line > y->line) - (x->line < y->line);
+}
+
+/*
+ * Sort the overrides of policy <pi> (window.h's order, for bsearch) and
+ * refuse duplicate keys, naming the later line. The sorted table replaces
+ * the old one at its exact size (the old one is freed; the config owns the
+ * new one); the temporary reference array is freed here. Returns 0 or -1.
+ */
+int config_overrides_finish(struct parse_ctx *x, size_t pi)
+{
+	struct window_policy *p = &x->c->policies[pi];
+	size_t n = p->noverrides, i;
+	struct ov_ref *refs = NULL;
+	struct window_override *sorted = NULL;
+	int rc = -1;
+
+	refs = malloc(n * sizeof(*refs));
+	sorted = malloc(n * sizeof(*sorted));
+	if (!refs || !sorted) {
+		config_parse_fail(&x->lex, "out of memory");
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		refs[i].ov = &p->overrides[i];
+		refs[i].line = i < x->ov_first[pi] ? 0 : x->ov_line[pi][i - x->ov_first[pi]];
+	}
+	qsort(refs, n, sizeof(*refs), ov_ref_cmp);
+	for (i = 0; i < n; i++) {
+		if (i && window_override_cmp(refs[i - 1].ov, refs[i].ov) == 0) {
+			x->lex.line = refs[i].line;
+			config_parse_fail(&x->lex, "duplicate override '%.*s' for policy '%s'",
+			           refs[i].ov->key_len > 64 ? 64 : (int)refs[i].ov->key_len,
+			           refs[i].ov->key, p->name);
+			goto out;
+		}
+		sorted[i] = *refs[i].ov;
+	}
+	free(p->overrides);
+	p->overrides = sorted;
+	sorted = NULL;
+	x->ov_first[pi] = n;
+	x->ov_cap[pi] = n;
+	rc = 0;
+out:
+	free(sorted);
+	free(refs);
+	return rc;
+}
