@@ -134,7 +134,7 @@ SPOA_MODULES += resp_cmd
 SPOA_MODULES += redis_reply
 SPOA_MODULES += live_rule ctl_args ctl_keys redis_sync ctl live denied
 SPOA_MODULES += config_directives config_policy
-SPOA_MODULES += reload
+SPOA_MODULES += reload worker_reload
 # The agent's folders (spoa/<folder>/README.md says what each owns and may
 # call; tools/check-calls.py --folders holds the code to it). A module is
 # named by its file's stem; obj_of maps stems to objects wherever they live.

@@ -57,7 +57,7 @@ struct main_state {
 	/* A reload in two phases (worker.h): the workers prepare <staged>,
 	 * post their verdicts (reload_done), then main commits or aborts. */
 	ev_async reload_done;
-	bool reloading;
+	enum reload_state reload;       /* all workers' at once (reload.h) */
 	bool reload_again;              /* a SIGHUP came during a reload */
 	unsigned reload_seq;
 	struct config staged;           /* the parsed file, while reloading */
@@ -453,17 +453,20 @@ static void main_reload_metrics(struct main_state *m, struct config *next)
 /* The reload in progress has every worker's verdict: commit on all of
  * them, or (any failed) abort on all of them. Counted and logged here,
  * from what the workers did. */
-static void main_reload_finish(struct main_state *m, bool ok, unsigned nfailed,
-                               const char *why)
+static void main_reload_finish(struct main_state *m, unsigned nfailed, const char *why)
 {
+	enum reload_cmd cmd = nfailed ? RELOAD_CMD_ABORT : RELOAD_CMD_COMMIT;
 	unsigned i;
 
+	if (worker_reload_step(&m->reload, nfailed ? RELOAD_EV_FAIL : RELOAD_EV_READY,
+	                       -1, m->reload_seq) == -1)
+		return;
 	for (i = 0; i < m->nworkers; i++)
-		worker_finish_config(m->workers[i], m->reload_seq, ok);
+		worker_finish_config(m->workers[i], m->reload_seq, cmd);
 	cfg_gen_put(m->staged_gen);
 	m->staged_gen = NULL;
-	m->reloading = false;
-	if (!ok) {
+	worker_reload_step(&m->reload, reload_cmd_event(cmd), -1, m->reload_seq);
+	if (cmd == RELOAD_CMD_ABORT) {
 		config_release(&m->staged);
 		metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_FAILURE], 1);
 		log_error("reload_failed", "workers_failed=%u reason=\"%s\" "
@@ -502,7 +505,7 @@ static void main_on_reload_done(struct ev_loop *loop, ev_async *a, int revents)
 	bool ok;
 
 	(void)revents;
-	if (!m->reloading)
+	if (m->reload != RELOAD_PREPARING)
 		return;
 	for (i = 0; i < m->nworkers; i++) {
 		if (!worker_config_result(m->workers[i], m->reload_seq, &ok, err, sizeof(err)))
@@ -510,7 +513,7 @@ static void main_on_reload_done(struct ev_loop *loop, ev_async *a, int revents)
 		if (!ok && nfailed++ == 0)
 			snprintf(why, sizeof(why), "worker %u: %s", i, err);
 	}
-	main_reload_finish(m, nfailed == 0, nfailed, why);
+	main_reload_finish(m, nfailed, why);
 	if (m->reload_again && !m->stopping) {
 		m->reload_again = false;
 		main_on_hup(loop, &m->sig_hup, 0);
@@ -533,20 +536,15 @@ static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
 
 	(void)loop;
 	(void)revents;
-	if (m->reloading) {
+	if (m->reload != RELOAD_IDLE) {
 		/* one at a time: this one reads the file once the current is done */
 		m->reload_again = true;
 		return;
 	}
 	log_info("reloading", "file=%s", m->cfg_path ? m->cfg_path : "-");
 	main_sd_notify("RELOADING=1");
-	if (main_load_config(m, &next, err, sizeof(err)) == -1) {
-		metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_FAILURE], 1);
-		log_error("reload_rejected", "error=\"%s\" action=\"keeping the running configuration\"", err);
-		config_release(&next);
-		main_sd_notify("READY=1");
-		return;
-	}
+	if (main_load_config(m, &next, err, sizeof(err)) == -1)
+		goto rejected;
 	if (strcmp(next.listen, m->cfg.listen) != 0 || next.threads != m->cfg.threads)
 		log_warn("reload_partial", "reason=\"listen and threads change only on restart\"");
 	/* keep what cannot change live, so the next comparison stays honest */
@@ -555,17 +553,19 @@ static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
 	main_keep_policy_slots(&m->cfg, &next);
 	m->staged_gen = cfg_gen_new(&next);
 	if (!m->staged_gen) {
-		metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_FAILURE], 1);
-		log_error("reload_rejected", "error=\"out of memory\"");
-		config_release(&next);
-		main_sd_notify("READY=1");
-		return;
+		snprintf(err, sizeof(err), "out of memory");
+		goto rejected;
 	}
 	m->staged = next;
-	m->reloading = true;
-	m->reload_seq++;
+	worker_reload_step(&m->reload, RELOAD_EV_PREPARE, -1, ++m->reload_seq);
 	for (i = 0; i < m->nworkers; i++)
 		worker_prepare_config(m->workers[i], m->staged_gen, m->reload_seq);
+	return;
+rejected:
+	metrics_add(&m->metrics.config_reloads[METRICS_RELOAD_FAILURE], 1);
+	log_error("reload_rejected", "error=\"%s\" action=\"keeping the running configuration\"", err);
+	config_release(&next);
+	main_sd_notify("READY=1");
 }
 
 static void main_print_version(void)
@@ -735,7 +735,7 @@ out:
 	}
 	if (g)
 		cfg_gen_put(g);
-	if (m.reloading) {
+	if (m.reload != RELOAD_IDLE) {
 		/* stopped in the middle of a reload: the workers dropped theirs */
 		cfg_gen_put(m.staged_gen);
 		config_release(&m.staged);

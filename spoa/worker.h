@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "reload.h"
 
 struct ev_async;
 struct ev_loop;
@@ -51,10 +52,12 @@ void worker_give_fd(struct worker *w, int fd);
  *       Redis beside the old one (decisions keep going to the old one);
  *       then it posts its verdict and wakes <main_async> on <main_loop>.
  *   worker_config_result(w, seq, ...) main reads that verdict.
- *   worker_finish_config(w, seq, commit)  commit: switch to <g> (new
- *       decisions use it and the new Redis; the old one drains); abort:
- *       drop what was prepared. Cannot fail.
- * Main runs one reload at a time. All from main's thread.
+ *   worker_finish_config(w, seq, cmd)  RELOAD_CMD_COMMIT: switch to <g>
+ *       (new decisions use it and the new Redis; the old one drains);
+ *       RELOAD_CMD_ABORT: drop what was prepared. Cannot fail.
+ * Main runs one reload at a time. All from main's thread. Main and each
+ * worker keep the reload's state in the machine of reload.h: IDLE,
+ * PREPARING (staged), READY or FAILED (the verdict), IDLE again.
  */
 void worker_set_reply(struct worker *w, struct ev_loop *main_loop, struct ev_async *main_async);
 /* The live overrides and the denial counts its decisions use (live.h,
@@ -65,7 +68,11 @@ void worker_set_live(struct worker *w, struct live *live, struct denied *denied)
 void worker_prepare_config(struct worker *w, struct cfg_gen *g, unsigned seq);
 /* 1 with <*ok> and <err> when the verdict on <seq> is in, else 0. */
 int worker_config_result(struct worker *w, unsigned seq, bool *ok, char *err, size_t errlen);
-void worker_finish_config(struct worker *w, unsigned seq, bool commit);
+void worker_finish_config(struct worker *w, unsigned seq, enum reload_cmd cmd);
+/* The one function that changes a reload's state, main's (<worker> -1) or
+ * worker <worker>'s: reload_step(), an illegal move logged as the bug it
+ * is ("reload_bug", reload <seq>) and refused: -1, <*st> unchanged. */
+int worker_reload_step(enum reload_state *st, enum reload_event ev, int worker, unsigned seq);
 /* From another thread: stop taking work, finish in flight, then exit the
  * thread (at the latest after <grace> seconds). */
 void worker_drain(struct worker *w, double grace);
