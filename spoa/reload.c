@@ -82,3 +82,10 @@ enum reload_event reload_cmd_event(enum reload_cmd cmd)
 		return RELOAD_EV_COUNT;
 	}
 }
+
+/* See reload.h. Sequence numbers grow by one per reload (unsigned: they
+ * may wrap), so the finish is older when it is behind the prepare. */
+bool reload_finish_first(unsigned prep_seq, unsigned finish_seq)
+{
+	return (int)(prep_seq - finish_seq) > 0;
+}

@@ -15,6 +15,7 @@
 #ifndef SPOA_RELOAD_H
 #define SPOA_RELOAD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 enum reload_state {
@@ -49,6 +50,16 @@ int reload_step(enum reload_state *st, enum reload_event ev, char *err, size_t e
 /* The event a finishing command is (RELOAD_EV_COUNT for RELOAD_CMD_NONE,
  * which no state takes). */
 enum reload_event reload_cmd_event(enum reload_cmd cmd);
+/* Which of a worker's two posted messages it handles first: true for
+ * the finish of reload <finish_seq>, false for the prepare of <prep_seq>.
+ * Main finishes a reload before it prepares the next (a SIGHUP that came
+ * during reload N is prepared as N+1 right after N's commit), and both can
+ * wait in the mailbox when the worker wakes: the older one goes first, so
+ * a commit of N is not taken for a stale message after N+1's prepare has
+ * replaced N. A finish of the reload being prepared (main aborting it)
+ * comes after its prepare. */
+bool reload_finish_first(unsigned prep_seq, unsigned finish_seq);
+
 /* Names for logs ("?" out of range). */
 const char *reload_state_str(enum reload_state st);
 const char *reload_event_str(enum reload_event ev);

@@ -124,6 +124,12 @@ static void worker_on_wake(struct ev_loop *loop, ev_async *a, int revents)
 	grace = w->mbox.drain_grace;
 	pthread_mutex_unlock(&w->mbox.lock);
 
+	/* the older message first: a commit of N posted together with the
+	 * prepare of N+1 commits N before N+1 begins */
+	if (finish != RELOAD_CMD_NONE && (!g || reload_finish_first(prep_seq, finish_seq))) {
+		worker_reload_finish(w, finish_seq, finish);
+		finish = RELOAD_CMD_NONE;
+	}
 	if (g)
 		worker_reload_prepare(w, g, prep_seq);
 	if (finish != RELOAD_CMD_NONE)

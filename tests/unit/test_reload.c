@@ -143,6 +143,17 @@ static void test_walks(void **state)
 	assert_int_equal(st, RELOAD_PREPARING);
 }
 
+/* A commit of N and the prepare of N+1 in one wake: N is committed
+ * first; an abort of the reload being prepared comes after its prepare. */
+static void test_finish_first(void **state)
+{
+	(void)state;
+	assert_true(reload_finish_first(8, 7));            /* commit N, prepare N+1 */
+	assert_false(reload_finish_first(8, 8));           /* prepare N+1, abort N+1 */
+	assert_true(reload_finish_first(0, 0xffffffffu));  /* across the wrap */
+	assert_false(reload_finish_first(0xffffffffu, 0));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -151,6 +162,7 @@ int main(void)
 		cmocka_unit_test(test_commands),
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_walks),
+		cmocka_unit_test(test_finish_first),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
