@@ -29,6 +29,7 @@
 #include "limiter_cluster.h"
 #include "limiter_int.h"
 #include "limiter_link.h"
+#include "limiter_reply.h"
 #include "limiter_sentinel.h"
 #include "log.h"
 
@@ -274,6 +275,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct limiter_settings 
 	limiter_calls_set_policies(l, s->policies, s->npolicies);
 	limiter_batch_init(l, s->batch);
 	l->wake = limiter_wake;
+	l->on_reply = limiter_on_reply;
 	limiter_set_connected(l, false);
 	if (limiter_backend_start(l, err, errlen) == -1) {
 		limiter_free(l);

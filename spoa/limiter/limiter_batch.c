@@ -15,7 +15,7 @@
 #include "limiter_batch.h"
 #include "limiter_call.h"
 #include "limiter_link.h"
-#include "log.h"
+#include "limiter_reply.h"
 
 static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdata);
 
@@ -240,80 +240,31 @@ static void limiter_on_flush(struct ev_loop *loop, ev_prepare *w, int revents)
 		limiter_link_write_now(k);
 }
 
-/*
- * hiredis hands batch <privdata> back on <ac>: with the script's reply <r>
- * (borrowed), or NULL when the connection is gone. An array of one result
- * per call answers each call as its own reply would; an error answers
- * every call with it (NOSCRIPT: the batch is re-sent once as EVAL; READONLY
- * or CLUSTERDOWN: "unavailable"). Then the calls return to the pool.
- */
+/* s->eval of a batch: its first s->n calls (those that still wait)
+ * re-sent as one EVAL with the whole script (after NOSCRIPT, or the
+ * module gone), as one call would be re-sent. */
+static int limiter_batch_eval(const struct limiter_sent *s)
+{
+	struct limiter_batch *b = s->owner;
+
+	b->n = s->n;
+	return limiter_batch_send(b->l, b, true, NULL);
+}
+
+/* hiredis hands batch <privdata> back on <ac> with the script's reply <r>
+ * (borrowed), or NULL when the connection is gone: acted on as the reply
+ * of its calls, each answered by its element (limiter_reply_act()); then
+ * the batch returns to the pool, unless it was sent again. */
 static void limiter_on_batch_reply(redisAsyncContext *ac, void *r, void *privdata)
 {
 	struct limiter_batch *b = privdata;
-	struct limiter *l = b->l;
-	struct limiter_link *k = b->link;
-	const redisReply *reply = r;
-	struct window_reply view;
-	int64_t now = limiter_now_us();
-	unsigned i, waiting = 0;
+	struct limiter_sent s = {
+		.calls = b->calls, .n = b->n, .batch = true, .retried = b->retried,
+		.engine = b->engine, .eval = limiter_batch_eval, .owner = b,
+	};
 
-	limiter_link_release(k, b->n);
-	if (!reply) {
-		/* as for one call: each may or may not have been recorded */
-		if (l->metrics)
-			metrics_add(&l->metrics->unknown_outcome, b->n);
-		goto unavailable;
-	}
-	limiter_link_heard(k, now);
-	limiter_reply_view(reply, &view);
-	if (reply->type == REDIS_REPLY_ERROR) {
-		switch (cluster_classify_error(reply->str, reply->len)) {
-		case CLUSTER_REPLY_CLUSTERDOWN:
-			goto unavailable;
-		case CLUSTER_REPLY_READONLY:
-			log_warn("redis_read_only", "addr=%s", k->addr);
-			limiter_link_drop(k, "primary demoted to replica");
-			goto unavailable;
-		default:
-			break;
-		}
-	}
-	if (b->engine->missing(&view) && b->engine->gone(k, ac)) {
-		/* NOSCRIPT, or the module gone (auto): keep the calls that still
-		 * wait, re-send them as EVAL; the module gone under redis-engine
-		 * module: each call is answered with the error, below */
-		for (i = 0; i < b->n; i++) {
-			limiter_count_error(l, METRICS_REDIS_ERR_NOSCRIPT);
-			if (b->calls[i]->cb)
-				b->calls[waiting++] = b->calls[i];
-			else
-				limiter_call_put(b->calls[i]);
-		}
-		b->n = waiting;
-		if (!waiting) {
-			limiter_batch_put(b);
-			return;
-		}
-		if (!b->retried && ac == k->ac && limiter_batch_send(l, b, true, NULL) == 0)
-			return;   /* hiredis holds it again */
-	}
-	for (i = 0; i < b->n; i++) {
-		struct limiter_call *c = b->calls[i];
-		struct window_reply one = view;
-
-		if (reply->type == REDIS_REPLY_ARRAY && reply->elements == b->n && reply->element)
-			limiter_reply_view(reply->element[i], &one);
-		else if (reply->type != REDIS_REPLY_ERROR)
-			memset(&one, 0, sizeof(one));   /* not a batch's reply: an error each */
-		limiter_call_finish(l, k, c, &one, now);
-		limiter_call_put(c);
-	}
-	limiter_batch_put(b);
-	return;
-
-unavailable:
-	/* as for one call: a lost connection, or a Redis that cannot write */
-	limiter_batch_fail(b, false);
+	if (limiter_reply_act(b->link, ac, r, &s) == 0)
+		limiter_batch_put(b);
 }
 
 /* ------------------------------------------------------------------ */

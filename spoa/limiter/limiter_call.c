@@ -1,7 +1,7 @@
 /*
  * limiter_call - one decision's call to Redis: the answer queue, the call
- * pool, sending (EVALSHA, EVAL after NOSCRIPT), the reply, the deadline,
- * TRYAGAIN parking. See limiter_call.h.
+ * pool, sending, a result answered, the deadline, TRYAGAIN parking. See
+ * limiter_call.h.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -210,7 +210,7 @@ static int limiter_call_send_to(struct limiter *l, struct limiter_call *c, struc
 	first = limiter_engine_apply(k->engine, &l->script, false, a->argv, a->argvlen);
 	if (asking && redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK)
 		return -1;
-	if (limiter_call_command(l, k->ac, limiter_on_reply, c, a->argc - first, a->argv + first,
+	if (limiter_call_command(l, k->ac, l->on_reply, c, a->argc - first, a->argv + first,
 	                         a->argvlen + first) != REDIS_OK)
 		return -1;
 	c->engine = k->engine;
@@ -341,37 +341,9 @@ void limiter_call_unwait_all(struct limiter *l)
 	}
 }
 
-/*
- * Re-send call <c> as EVAL with the full script on link <k>, whose context
- * <ac> answered NOSCRIPT (Redis lost its script cache: restarted, failed
- * over, SCRIPT FLUSH; the engine loads it again) or found the module gone.
- * Returns 0, or -1 when it cannot be sent.
- */
-static int limiter_call_retry_eval(struct limiter *l, struct limiter_link *k,
-                                   redisAsyncContext *ac, struct limiter_call *c)
-{
-	struct window_args a;
-	enum window_reason why;
-
-	if (ac != k->ac)
-		return -1;
-	if (window_build_args(&c->policy, "", c->key, c->key_len, c->cost, &a,
-	                      &why) == -1)
-		return -1;
-	limiter_engine_apply(&limiter_engine_script, &l->script, true, a.argv, a.argvlen);
-	if (c->asking && redisAsyncCommand(ac, NULL, NULL, "ASKING") != REDIS_OK)
-		return -1;
-	if (limiter_call_command(l, ac, limiter_on_reply, c, a.argc, a.argv, a.argvlen) != REDIS_OK)
-		return -1;
-	c->retried = true;
-	c->engine = &limiter_engine_script;
-	limiter_link_hold(k);
-	return 0;
-}
-
-/* TRYAGAIN (the keys of a slot are mid-migration): park <c>; the park
- * timer re-sends it LIMITER_TRYAGAIN_MS later, its deadline still running. */
-static void limiter_call_park(struct limiter *l, struct limiter_call *c)
+/* See limiter_call.h: the park timer re-sends <c> LIMITER_TRYAGAIN_MS
+ * later, its deadline still running. */
+void limiter_call_park(struct limiter *l, struct limiter_call *c)
 {
 	c->next = l->calls.parked;
 	l->calls.parked = c;
@@ -419,33 +391,6 @@ static void limiter_warn_reply(const struct limiter_link *k, const struct window
 	log_limited(CONFIG_LOG_WARN, oom ? "redis_oom" : evicts ? "redis_evicts_keys" : "redis_script_error",
 	            oom ? "redis_oom" : evicts ? "redis_evicts_keys" : "redis_script_error",
 	            "addr=%s reply=\"%.*s\"", k->addr, err ? (int)v->len : 0, err ? v->str : "");
-}
-
-/* The view window.c reads of <r> (borrowed: <v> points into it until
- * hiredis frees <r>): an error's text, or an array's integers. */
-void limiter_reply_view(const redisReply *r, struct window_reply *v)
-{
-	size_t i;
-
-	memset(v, 0, sizeof(*v));
-	if (!r)
-		return;
-	if (r->type == REDIS_REPLY_ERROR && r->str) {
-		v->kind = WINDOW_REPLY_ERROR;
-		v->str = r->str;
-		v->len = r->len;
-		return;
-	}
-	if (r->type != REDIS_REPLY_ARRAY || (r->elements && !r->element))
-		return;
-	for (i = 0; i < r->elements; i++) {
-		if (!r->element[i] || r->element[i]->type != REDIS_REPLY_INTEGER)
-			return;
-		if (i < WINDOW_REPLY_INTS)
-			v->v[i] = r->element[i]->integer;
-	}
-	v->kind = WINDOW_REPLY_INTEGERS;
-	v->n = r->elements;
 }
 
 /*
@@ -499,112 +444,6 @@ void limiter_call_finish(struct limiter *l, struct limiter_link *k,
 		deny_cache_forget(&l->calls.cache, c->policy.name, c->policy.name_len, c->key, c->key_len);
 	}
 	limiter_call_answer(c, &d);
-}
-
-/*
- * hiredis hands call <privdata> back on <ac>: with the script's reply <r>
- * (borrowed: hiredis frees it after this returns), or NULL when the
- * connection is gone. Cluster redirects and TRYAGAIN send it on again;
- * NOSCRIPT re-sends it once as EVAL; CLUSTERDOWN and READONLY (a primary
- * lost or demoted) are answered "unavailable"; otherwise the call is
- * answered from the reply if it still waits, then returns to the pool.
- */
-void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata)
-{
-	struct limiter_call *c = privdata;
-	struct limiter *l = c->l;
-	struct limiter_link *k = c->link;
-	const redisReply *reply = r;
-	struct window_reply view;
-	struct window_decision d;
-	int64_t now = limiter_now_us();
-
-	limiter_link_release(k, 1);
-	if (!reply) {
-		/* Sent, and the connection is lost before the reply: Redis may
-		 * have run it. Counted whether it is answered now (unavailable)
-		 * or was already (timeout). */
-		if (l->metrics)
-			metrics_add(&l->metrics->unknown_outcome, 1);
-		/* The connection is going. A callback below may call
-		 * limiter_check(): hiredis refuses new commands on a dying context,
-		 * so those are answered "unavailable" too. */
-		if (c->cb) {
-			limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
-			window_decide_error(&c->policy, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
-			limiter_call_answer(c, &d);
-		}
-		goto recycle;
-	}
-	limiter_link_heard(k, now);
-	limiter_reply_view(reply, &view);
-	if (reply->type == REDIS_REPLY_ERROR) {
-		switch (cluster_classify_error(reply->str, reply->len)) {
-		case CLUSTER_REPLY_MOVED:
-		case CLUSTER_REPLY_ASK: {
-			struct limiter_link *to;
-			bool asking;
-
-			switch (limiter_cluster_redirect(l, c, reply, &to, &asking)) {
-			case LIMITER_REDIRECT_SEND:
-				c->redirects++;
-				if (limiter_call_send(l, c, to, asking) == 0)
-					return;   /* hiredis holds it again, or it waits for <to> */
-				break;
-			case LIMITER_REDIRECT_PARK:
-				limiter_call_park(l, c);
-				return;
-			default:
-				break;
-			}
-			break;
-		}
-		case CLUSTER_REPLY_TRYAGAIN:
-			if (c->cb && c->redirects < LIMITER_REDIRECTS_MAX) {
-				limiter_call_park(l, c);
-				return;
-			}
-			break;
-		case CLUSTER_REPLY_CLUSTERDOWN:
-			/* the cluster lost a primary and has not promoted its replica */
-			limiter_topo_refresh(l, "clusterdown");
-			goto unavailable;
-		case CLUSTER_REPLY_READONLY:
-			/* our primary became a replica (failover): find the new one */
-			log_warn("redis_read_only", "addr=%s", k->addr);
-			limiter_link_drop(k, "primary demoted to replica");
-			limiter_topo_refresh(l, "readonly");
-			goto unavailable;
-		default:
-			break;
-		}
-	}
-	if (c->engine->missing(&view)) {
-		/* NOSCRIPT: Redis lost its script cache (the engine loads it
-		 * again); or the module's command is gone: the script takes over
-		 * (auto), or the call is answered with the error (module) */
-		limiter_count_error(l, METRICS_REDIS_ERR_NOSCRIPT);
-		if (!c->engine->gone(k, ac))
-			goto finish;
-		if (!c->cb)
-			goto recycle;   /* answered already: nothing to retry */
-		if (!c->retried && limiter_call_retry_eval(l, k, ac, c) == 0)
-			return;   /* hiredis holds it again */
-	}
-finish:
-	limiter_call_finish(l, k, c, &view, now);
-	goto recycle;
-
-unavailable:
-	/* Redis is there but cannot take writes for this key now: the same
-	 * answer as a lost connection, not a script error. */
-	if (c->cb) {
-		limiter_count_error(l, METRICS_REDIS_ERR_REFUSED);
-		window_decide_error(&c->policy, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
-		limiter_call_answer(c, &d);
-	}
-recycle:
-	limiter_call_put(c);
 }
 
 /* Answer <c> "unavailable" if it still waits (a refused error), and return
@@ -775,7 +614,7 @@ int limiter_call_start(struct limiter *l, struct limiter_call *c, struct limiter
 {
 	int first = limiter_engine_apply(k->engine, &l->script, false, a->argv, a->argvlen);
 
-	if (limiter_call_command(l, k->ac, limiter_on_reply, c, a->argc - first, a->argv + first,
+	if (limiter_call_command(l, k->ac, l->on_reply, c, a->argc - first, a->argv + first,
 	                         a->argvlen + first) != REDIS_OK) {
 		limiter_call_fail(l, c, true);
 		return 0;

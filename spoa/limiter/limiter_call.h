@@ -1,8 +1,9 @@
 /*
  * limiter_call - one decision's call to Redis (struct limiter_call,
  * limiter_int.h): answers that need no Redis (queued, delivered on the
- * next loop iteration), the call pool, sending a call and reading its
- * reply, its deadline, TRYAGAIN parking.
+ * next loop iteration), the call pool, sending a call (its reply is
+ * handed to l->on_reply: limiter_reply.c acts on it), a result answered,
+ * its deadline, TRYAGAIN parking.
  *
  * Life of a call: limiter_check() (limiter.c) validates the request and
  * asks the deny cache; limiter_call_take() takes a call from the pool and
@@ -83,16 +84,17 @@ void limiter_call_unwait_all(struct limiter *l);
 
 /* Give <c> back to its limiter's pool (hiredis no longer holds it). */
 void limiter_call_put(struct limiter_call *c);
-/* hiredis: call <privdata> handed back on <ac> with its reply <r>
- * (borrowed), or NULL when the connection is gone. */
-void limiter_on_reply(redisAsyncContext *ac, void *r, void *privdata);
-/* The view window.c reads of <r>; <v> borrows from <r>. */
-void limiter_reply_view(const redisReply *r, struct window_reply *v);
-/* Answer <c> from its result <view> (borrowed) given on <k> at <now>. */
+/* Answer <c> from its result <view> (borrowed) given on <k> at <now>
+ * (limiter_reply.c, for one call or each of a batch's); the caller gives
+ * <c> back to the pool. */
 void limiter_call_finish(struct limiter *l, struct limiter_link *k, struct limiter_call *c,
                          const struct window_reply *view, int64_t now);
 /* Answer <c> "unavailable" if it still waits (<defer>: on the next loop
  * iteration) and give it back to the pool. */
 void limiter_call_fail(struct limiter *l, struct limiter_call *c, bool defer);
+/* TRYAGAIN (the keys of a slot are mid-migration), or a MOVED between
+ * two nodes that disagree: <c> (sent, its reply in) is re-sent a few
+ * milliseconds later by its key's route, within its deadline. */
+void limiter_call_park(struct limiter *l, struct limiter_call *c);
 
 #endif /* SPOA_LIMITER_CALL_H */

@@ -1,7 +1,8 @@
 /*
  * limiter_engine - how a link asks Redis for a decision: the request of
- * one decision or of a batch, and the reply that says the engine is not on
- * that server. Both engines take exactly the same KEYS and ARGV (window.c
+ * one decision or of a batch, and what the engine does when a reply says
+ * it is not on that server (limiter_verdict.c reads that reply, NOSCRIPT
+ * or an unknown RATELIMIT.DECIDE, by the engine's id). Both engines take exactly the same KEYS and ARGV (window.c
  * lays them out) and give exactly the same reply (window.c reads it):
  *   script  EVALSHA <sha> (EVAL <source> after NOSCRIPT) of
  *           lua/sliding_window.lua: limiter_engine_script.c
@@ -9,7 +10,7 @@
  *           limiter_engine_module.c
  * A link's engine (k->engine) is set at every (re)connect by the engines'
  * own part of the setup (load, probe: setup()); a call and a batch remember
- * the engine they were sent with, and a "missing" answer goes to its
+ * the engine they were sent with, and a "missing" verdict goes to its
  * gone(). The engines sit above the link (they queue their setup on it and
  * report through limiter_link_setup_done()); the link reaches them only
  * through l->engines and k->engine, never by name.
@@ -41,9 +42,6 @@ struct limiter_engine {
 	 * instead of the SHA (after NOSCRIPT). <*skip> of them are not sent. */
 	void (*head)(const struct limiter_script *sc, bool full, const char **cmd, size_t *cmd_len,
 	             const char **head, size_t *head_len, int *skip);
-	/* Does reply <v> say the engine is not on this server (NOSCRIPT: the
-	 * script cache is empty; an unknown command: no module)? */
-	bool (*missing)(const struct window_reply *v);
 	/* The engine's part of link <k>'s setup on its new connection (the
 	 * script: SCRIPT LOAD; the module: COMMAND INFO + RATELIMIT.VERSION,
 	 * whose verdict under redis-engine sets k->engine), or again on a

@@ -8,8 +8,6 @@
  * limiter_engine.h.
  */
 #include <stddef.h>
-#include <string.h>
-#include <strings.h>
 
 #include <ev.h>
 #include "hiredis_compat.h"
@@ -35,29 +33,6 @@ static void limiter_module_head(const struct limiter_script *sc, bool full, cons
 	*head = LIMITER_MODULE_CMD;
 	*head_len = sizeof(LIMITER_MODULE_CMD) - 1;
 	*skip = 1;
-}
-
-/* Does <s>/<len> hold <needle>, ASCII case aside? */
-static bool limiter_module_has(const char *s, size_t len, const char *needle)
-{
-	size_t n = strlen(needle), i;
-
-	for (i = 0; i + n <= len; i++)
-		if (strncasecmp(s + i, needle, n) == 0)
-			return true;
-	return false;
-}
-
-/* "ERR unknown command 'RATELIMIT.DECIDE'..." (no module, or one unloaded
- * at runtime), or an ACL that does not let this user run it. */
-static bool limiter_module_missing(const struct window_reply *v)
-{
-	if (v->kind != WINDOW_REPLY_ERROR || !v->str)
-		return false;
-	if (!limiter_module_has(v->str, v->len, LIMITER_MODULE_CMD))
-		return false;
-	return limiter_module_has(v->str, v->len, "unknown command") ||
-	       (v->len >= 6 && strncmp(v->str, "NOPERM", 6) == 0);
 }
 
 /* A new target for <k>: nothing known of its module. */
@@ -216,7 +191,6 @@ const struct limiter_engine limiter_engine_module = {
 	.id = LIMITER_ENGINE_MODULE,
 	.name = "module",
 	.head = limiter_module_head,
-	.missing = limiter_module_missing,
 	.setup = limiter_module_setup,
 	.gone = limiter_module_gone,
 	.link_reset = limiter_module_link_reset,

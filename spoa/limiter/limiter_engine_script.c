@@ -121,7 +121,6 @@ const struct limiter_engine limiter_engine_script = {
 	.id = LIMITER_ENGINE_SCRIPT,
 	.name = "script",
 	.head = limiter_script_head,
-	.missing = window_reply_is_noscript,
 	.setup = limiter_script_setup,
 	.gone = limiter_script_gone,
 	.link_reset = limiter_script_link_reset,

@@ -1,7 +1,9 @@
 /*
  * limiter_int - what the limiter's own files share, and nobody else:
  *   limiter.c          limiter_check() and the lifecycle (limiter.h)
- *   limiter_call.c     calls: the pool, answers, waiting, send, reply, deadlines
+ *   limiter_call.c     calls: the pool, answers, waiting, send, results, deadlines
+ *   limiter_reply.c    a reply acted on, one call's or a batch's
+ *   limiter_verdict.c  (pure, its own header) what a reply says
  *   limiter_batch.c    redis-batch: a loop iteration's calls as one
  *   limiter_link.c     one connection's life: connect, setup, backoff, stall, retire
  *   limiter_health.c   the gauges and each link's eviction watch
@@ -391,6 +393,10 @@ struct limiter {
 	/* limiter.c sets it: a link became ready, or the topology moved
 	 * (limiter_wake(), limiter_call.c's: send what waits) */
 	void (*wake)(struct limiter *l);
+	/* limiter.c sets it: what hiredis hands one call's reply to
+	 * (limiter_on_reply(), limiter_reply.c's); the call layer sends with
+	 * it and never names it */
+	redisCallbackFn *on_reply;
 	/* limiter.c, from redis-engine: the engines a link runs; the link
 	 * reaches them only through this table and k->engine, never by name */
 	struct {

@@ -1008,6 +1008,63 @@ static void test_batch_module(void **state)
 	one_stop();
 }
 
+/* redis-engine module, a batch, and the module unloaded at runtime: as for
+ * one call (test_engine_module_gone), each call of the batch is answered
+ * with the error, never re-sent to the script, counted as a missing
+ * engine ("noscript") each, as one call is; the link drops. */
+static void test_batch_module_gone(void **state)
+{
+	struct answer *a[3];
+	char why[160] = "";
+	size_t i;
+
+	(void)state;
+	batch = 32;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
+	fake_step(&f, FAKE_EXPECT, "RATELIMIT.DECIDE 3 " KEYS3 " batch 3 1 1 ");
+	fake_step(&f, FAKE_SEND, "-ERR unknown command 'RATELIMIT.DECIDE'\r\n");
+	engine = LIMITER_ENGINE_ONLY_MODULE;
+	one_connect(1000, true);
+	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_NO_MODULE);
+	start_all(keys3, 3, a);
+	WAIT(a[0]->n && a[1]->n && a[2]->n);
+	for (i = 0; i < 3; i++)
+		assert_int_equal(a[i]->d.status, WINDOW_ERROR);
+	assert_int_equal(atomic_load(&metrics.redis_errors[METRICS_REDIS_ERR_NOSCRIPT]), 3);
+	WAIT(!limiter_ready(l, why, sizeof(why)));
+	assert_true(fake_done(&f));
+	assert_int_equal(fake_count(&f, "EVAL"), 0);
+	one_stop();
+}
+
+/* A batch answered READONLY (its primary demoted under it): as for one
+ * call, each call is answered "unavailable" (counted as refused, not as a
+ * script error) and the link drops to find the primary again. */
+static void test_batch_readonly(void **state)
+{
+	struct answer *a[3];
+	size_t i;
+
+	(void)state;
+	batch = 32;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, BATCH_HEAD(3, KEYS3));
+	fake_step(&f, FAKE_SEND, "-READONLY You can't write against a read only replica.\r\n");
+	one_connect(1000, true);
+	start_all(keys3, 3, a);
+	WAIT(a[0]->n && a[1]->n && a[2]->n);
+	for (i = 0; i < 3; i++) {
+		assert_int_equal(a[i]->d.status, WINDOW_ERROR);
+		assert_int_equal(a[i]->d.reason, WINDOW_REASON_REDIS_UNAVAILABLE);
+	}
+	assert_int_equal(atomic_load(&metrics.redis_errors[METRICS_REDIS_ERR_REFUSED]), 3);
+	assert_int_equal(atomic_load(&metrics.redis_errors[METRICS_REDIS_ERR_SCRIPT]), 0);
+	WAIT(f.nconns >= 2);
+	assert_true(fake_done(&f));
+	one_stop();
+}
+
 /* A batch answered after its decisions' deadlines: each was answered
  * "timeout" once, and each admission Redis made anyway is counted late. */
 static void test_batch_timeout(void **state)
@@ -1289,6 +1346,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_batch_kept_across_retry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_module, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_module_gone, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_readonly, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_moved, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_redirect_evicting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_ask, setup, teardown),
