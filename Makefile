@@ -147,7 +147,10 @@ AGENT_OBJS   := $(call obj_of,$(SPOA_MODULES))
 # ctl show reads a token bucket's stored value as the engines do (pure C)
 AGENT_OBJS   += $(BUILD)/module/rl_args.o
 MAIN_OBJ     := $(BUILD)/spoa/main.o
-BENCH_OBJ    := $(BUILD)/bench/spoa-bench.o
+# the load generator (bench/bench.h says which file does what)
+BENCH_SRCS   := bench/spoa-bench.c bench/bench_args.c bench/bench_thread.c bench/bench_conn.c \
+                bench/bench_frame.c bench/bench_report.c
+BENCH_OBJ    := $(patsubst %.c,$(BUILD)/%.o,$(BENCH_SRCS))
 # make bench's SPOE floor (bench/spoa-floor.c): built, never installed.
 FLOOR_OBJ    := $(BUILD)/bench/spoa-floor.o
 # make bench preloads it into the agent to count allocations per request.
@@ -404,8 +407,8 @@ valgrind: $(UNIT_TESTS)
 # Redis module (module/: its own header from build/redismodule).
 lint: $(AGENT) $(MODULE_H)
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-		--inline-suppr --std=c11 -D_GNU_SOURCE $(SPOA_INC) $(SPOA_SRCS) bench/spoa-bench.c bench/spoa-floor.c
-	clang-tidy --quiet $(SPOA_SRCS) bench/spoa-bench.c bench/spoa-floor.c -- $(CFLAGS_BASE) $(SPOA_INC)
+		--inline-suppr --std=c11 -D_GNU_SOURCE $(SPOA_INC) $(SPOA_SRCS) $(BENCH_SRCS) bench/spoa-floor.c
+	clang-tidy --quiet $(SPOA_SRCS) $(BENCH_SRCS) bench/spoa-floor.c -- $(CFLAGS_BASE) $(SPOA_INC)
 	tools/check-calls.py --self-test
 	tools/check-calls.py --doc docs/architecture.md --folders docs/architecture.md $(AGENT_OBJS) $(MAIN_OBJ) $(BUILD)/spoa/script.o
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \

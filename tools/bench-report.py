@@ -374,7 +374,7 @@ missed = [t for t in targets if t[2] == 'MISSED']
 unmeasured = sum(1 for t in targets if t[2] == '-')
 g.append(f"Command: `{R.get('command')}`. "
          + (f"{len(missed)} target(s) missed: " + '; '.join(f'{t[0]} ({t[3] or t[1]})' for t in missed)
-            + '. See "What bounds each figure" below.' if missed else
+            + '. See "what bounds it" in "Current figures" above.' if missed else
             'All targets measured in this run were met.')
          + (f' {unmeasured} target(s) not measured in this run.' if unmeasured else '') + '\n')
 if plotted:
