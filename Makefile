@@ -125,7 +125,7 @@ else
 Q := @
 endif
 
-SPOA_MODULES := spop spop_write window headers config config_check config_lex config_routes log metrics proc conn conn_notify worker http net \
+SPOA_MODULES := spop spop_write window stored headers config config_check config_lex config_routes log metrics proc conn conn_notify worker http net \
                 limiter limiter_call limiter_reply limiter_verdict limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster deny_cache cluster redis_url
 SPOA_MODULES += resolve
 SPOA_MODULES += redis_tls
@@ -140,11 +140,12 @@ SPOA_MODULES += reload worker_reload
 # named by its file's stem; obj_of maps stems to objects wherever they live.
 SPOA_DIRS    := spoa spoa/conn spoa/ctl spoa/live spoa/limiter spoa/config spoa/redis spoa/obs spoa/spop spoa/core
 # module/rl_args.[ch], the module's pure half, is linked into the agent too
+# (a unit test's .deps names it rl_args)
 SPOA_INC     := $(addprefix -I,$(SPOA_DIRS)) -Imodule
 SPOA_SRCS    := $(foreach d,$(SPOA_DIRS),$(wildcard $(d)/*.c))
-obj_of        = $(foreach m,$(1),$(BUILD)/$(patsubst %.c,%.o,$(filter %/$(m).c,$(SPOA_SRCS))))
+obj_of        = $(foreach m,$(1),$(BUILD)/$(patsubst %.c,%.o,$(filter %/$(m).c,$(SPOA_SRCS) module/rl_args.c)))
 AGENT_OBJS   := $(call obj_of,$(SPOA_MODULES))
-# ctl show reads a token bucket's stored value as the engines do (pure C)
+# stored.c reads what the engines store with the module's own parsers
 AGENT_OBJS   += $(BUILD)/module/rl_args.o
 MAIN_OBJ     := $(BUILD)/spoa/main.o
 # the load generator (bench/bench.h says which file does what)

@@ -11,9 +11,13 @@
 
 
 #include "decimal.h"
+#include "stored.h"
 #include "window.h"
 
 #define US_PER_S 1000000
+
+/* window_reply holds what stored_read_reply() reads */
+_Static_assert(WINDOW_REPLY_INTS == STORED_REPLY_INTS, "a reply's integers");
 
 static const char *const status_names[WINDOW_STATUS_COUNT] = {
 	[WINDOW_ALLOW] = "allow",
@@ -519,30 +523,15 @@ void window_decide_error(const struct window_policy *p, enum window_reason why,
 	}
 }
 
-/* Is <r> a well-formed script result? Checks shape and value ranges. */
-static int reply_is_result(const struct window_reply *r)
-{
-	size_t i;
-
-	if (!r || r->kind != WINDOW_REPLY_INTEGERS || r->n != WINDOW_REPLY_INTS)
-		return 0;
-	if (r->v[0] != 0 && r->v[0] != 1)
-		return 0;
-	if (r->v[1] < 1)
-		return 0;
-	for (i = 2; i < 5; i++)
-		if (r->v[i] < 0)
-			return 0;
-	if (r->v[5] < 0 || r->v[5] >= WINDOW_MAX_WINDOWS)
-		return 0;
-	return 1;
-}
-
-/* Decision of <p> from script reply <r> (borrowed); see window.h. */
+/* Decision of <p> from script reply <r> (borrowed); see window.h. The
+ * reply's integers are read by stored_read_reply(), the one reader. */
 int window_decide_reply(const struct window_policy *p, const struct window_reply *r,
                         struct window_decision *d)
 {
-	if (!reply_is_result(r)) {
+	struct stored_reply sr;
+
+	if (!r || r->kind != WINDOW_REPLY_INTEGERS ||
+	    stored_read_reply(r->v, r->n, WINDOW_MAX_WINDOWS, &sr) == -1) {
 		enum window_reason why = WINDOW_REASON_REDIS_ERROR;
 
 		if (window_reply_is_oom(r))
@@ -554,20 +543,20 @@ int window_decide_reply(const struct window_policy *p, const struct window_reply
 	}
 	memset(d, 0, sizeof(*d));
 	d->has_quota = true;
-	d->limit = r->v[1];
-	d->remaining = r->v[2];
-	d->reset = window_us_to_s_ceil(r->v[3]);
-	d->reset_us = r->v[3];
-	d->window = (unsigned)r->v[5];
+	d->limit = sr.limit;
+	d->remaining = sr.remaining;
+	d->reset = window_us_to_s_ceil(sr.reset_us);
+	d->reset_us = sr.reset_us;
+	d->window = sr.window;
 	/* the 1.0.x key of an upgrade is window 0 again (see window_build_args) */
 	if (p && p->legacy_key && p->nwin == 1 && d->window == 1)
 		d->window = 0;
-	if (r->v[0] == 1) {
+	if (sr.allowed) {
 		d->status = WINDOW_ALLOW;
 		return 0;
 	}
 	d->status = WINDOW_DENY;
-	d->retry_after_us = r->v[4];
+	d->retry_after_us = sr.retry_after_us;
 	d->retry_after = window_us_to_s_ceil(d->retry_after_us);
 	/* A deny always means "come back later", never "now". */
 	if (d->retry_after < 1)

@@ -20,7 +20,7 @@
 #include "live_rule.h"
 #include "log.h"
 #include "redis_sync.h"
-#include "rl_args.h"
+#include "stored.h"
 
 #define CTL_TIMEOUT_MS 3000
 
@@ -166,60 +166,23 @@ static int ctl_get_rule(struct ctl *x, struct live_rule *r)
 	return rc;
 }
 
-/* One window's state from its key <k> at Redis time <now_us>. */
-struct ctl_window {
-	uint64_t quota;                 /* the window's limit; a bucket's burst */
-	uint64_t used;
-	int64_t reset_ms;               /* until the oldest counted unit leaves;
-	                                 * a bucket: until it is full again */
-};
-
 /*
- * A GCRA bucket's state from its stored value <v> (<len> bytes; docs/
- * protocol.md "Token buckets"), at <now_us>, as its next decision would
- * see it (the engines' own reading, rl_args_gcra_owed(): a value written
- * under another rate or burst converted): remaining = floor((burst*W -
- * d*L) / W) with d the time owed (none left when the value is
- * unreadable), full again in d. Exact in 128 bits: d*L may pass 2^63.
+ * Read <k> (kind decides the layout) at its node's time <now_us> into <w>,
+ * through the one reader of the stored data (stored.h: counted as the
+ * engines count; a key they refuse reads full). Returns 0 or -1.
  */
-static void ctl_read_gcra(const char *v, size_t len, const struct window_limit *lim,
-                          int64_t now_us, struct ctl_window *w)
-{
-	struct rl_window rw = { (int64_t)lim->limit, (int64_t)lim->window_ms, 0,
-	                        (int64_t)lim->burst };
-	struct rl_gcra_value val;
-	int64_t d, f;
-	__int128 dl, full;
-
-	if (!v)
-		return;
-	if (lim->limit == 0 || rl_args_parse_gcra(v, len, &val) == -1 ||
-	    rl_args_gcra_owed(&rw, now_us, &val, &d, &f) == -1) {
-		w->used = lim->burst;
-		return;
-	}
-	dl = (__int128)d * (__int128)lim->limit + f;
-	if (dl <= 0)
-		return;   /* drained: full */
-	full = (__int128)lim->burst * (__int128)(lim->window_ms * 1000);
-	w->used = dl >= full ? lim->burst :
-	          lim->burst - (uint64_t)((full - dl) / (__int128)(lim->window_ms * 1000));
-	w->reset_ms = (int64_t)((dl + (__int128)lim->limit * 1000 - 1) /
-	                        ((__int128)lim->limit * 1000));
-}
-
-/* Read <k> (kind decides the layout) into <w>. Returns 0 or -1. */
 static int ctl_read_window(struct ctl *x, const struct ctl_key *k, int64_t now_us,
-                           struct ctl_window *w)
+                           struct stored_usage *w)
 {
-	int64_t win_us = (int64_t)k->lim.window_ms * 1000, cut = now_us - win_us, oldest = -1;
 	char cuts[32];
 	const char *argv[5];
-	size_t len[5], i;
-	redisReply *r;
+	size_t len[5], i, n = 0;
+	struct stored_entry *e = NULL;
+	struct stored_field *f = NULL;
+	redisReply *r = NULL;
+	int rc = 0;
 
 	memset(w, 0, sizeof(*w));
-	w->quota = window_limit_quota(&k->lim);
 	switch (k->kind) {
 	case CTL_KEY_GCRA:
 		argv[0] = "GET"; argv[1] = k->name;
@@ -227,13 +190,13 @@ static int ctl_read_window(struct ctl *x, const struct ctl_key *k, int64_t now_u
 		r = ctl_cmd(x, k->name, k->len, 2, argv, len);
 		if (!r)
 			return -1;
-		ctl_read_gcra(r->type == REDIS_REPLY_STRING ? r->str : NULL,
-		              r->type == REDIS_REPLY_STRING ? (size_t)r->len : 0, &k->lim, now_us, w);
-		freeReplyObject(r);
-		return 0;
+		stored_read_gcra(r->type == REDIS_REPLY_STRING ? r->str : NULL,
+		                 r->type == REDIS_REPLY_STRING ? (size_t)r->len : 0, &k->lim, now_us, w);
+		break;
 	case CTL_KEY_LOG:
-		/* an entry exactly one window old is out, as in the decision */
-		snprintf(cuts, sizeof(cuts), "(%" PRId64, cut);
+		/* the entries after the cut, oldest first: the reader counts
+		 * from both ends, as the engines do */
+		snprintf(cuts, sizeof(cuts), "(%" PRId64, now_us - (int64_t)k->lim.window_ms * 1000);
 		argv[0] = "ZRANGEBYSCORE"; argv[1] = k->name; argv[2] = cuts; argv[3] = "+inf";
 		argv[4] = "WITHSCORES";
 		for (i = 0; i < 5; i++)
@@ -242,15 +205,15 @@ static int ctl_read_window(struct ctl *x, const struct ctl_key *k, int64_t now_u
 		r = ctl_cmd(x, k->name, k->len, 5, argv, len);
 		if (!r)
 			return -1;
-		for (i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
-			const char *m = r->element[i]->str, *colon = m ? strchr(m, ':') : NULL;
-
-			if (!colon)
-				continue;
-			w->used += strtoull(colon + 1, NULL, 16);
-			if (oldest < 0)
-				oldest = strtoll(r->element[i + 1]->str, NULL, 10);
+		if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
+		    !(e = calloc(r->elements / 2, sizeof(*e))))
+			goto oom;
+		for (i = 0; e && i + 1 < r->elements; i += 2, n++) {
+			e[n].member = r->element[i]->str ? r->element[i]->str : "";
+			e[n].len = r->element[i]->str ? (size_t)r->element[i]->len : 0;
+			e[n].score = r->element[i + 1]->str ? strtoll(r->element[i + 1]->str, NULL, 10) : 0;
 		}
+		stored_read_log(e, n, &k->lim, now_us, w);
 		break;
 	case CTL_KEY_BUCKETS:
 		argv[0] = "HGETALL"; argv[1] = k->name;
@@ -258,24 +221,29 @@ static int ctl_read_window(struct ctl *x, const struct ctl_key *k, int64_t now_u
 		r = ctl_cmd(x, k->name, k->len, 2, argv, len);
 		if (!r)
 			return -1;
-		for (i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
-			int64_t end = strtoll(r->element[i]->str, NULL, 10) * 1000;
-
-			/* a bucket counts while its end is after the cut */
-			if (end <= cut)
-				continue;
-			w->used += strtoull(r->element[i + 1]->str, NULL, 10);
-			if (oldest < 0 || end < oldest)
-				oldest = end;
+		if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
+		    !(f = calloc(r->elements / 2, sizeof(*f))))
+			goto oom;
+		for (i = 0; f && i + 1 < r->elements; i += 2, n++) {
+			f[n].name = r->element[i]->str ? r->element[i]->str : "";
+			f[n].name_len = r->element[i]->str ? (size_t)r->element[i]->len : 0;
+			f[n].value = r->element[i + 1]->str;
+			f[n].value_len = r->element[i + 1]->str ? (size_t)r->element[i + 1]->len : 0;
 		}
+		stored_read_buckets(f, n, &k->lim, now_us, w);
 		break;
 	default:
 		return -1;
 	}
+	goto out;
+oom:
+	snprintf(x->err, sizeof(x->err), "out of memory");
+	rc = -1;
+out:
+	free(e);
+	free(f);
 	freeReplyObject(r);
-	if (oldest >= 0)
-		w->reset_ms = (oldest + win_us - now_us + 999) / 1000;
-	return 0;
+	return rc;
 }
 
 /* Does <r> apply now (<now_ms>) to x->p? Sets <why> when it does not. */
@@ -296,7 +264,7 @@ static int ctl_show(struct ctl *x)
 	size_t acc_len = strlen(acc);
 	struct live_rule r;
 	struct ctl_key keys[CTL_KEYS_MAX];
-	struct ctl_window w[CTL_KEYS_MAX];
+	struct stored_usage w[CTL_KEYS_MAX];
 	const struct window_limit *lim;
 	const char *source;
 	char why[256] = "", left[32], ws[32], limits[128];
@@ -356,7 +324,7 @@ static int ctl_show(struct ctl *x)
 			printf("%s{\"limit\":%" PRIu64 ",\"window_ms\":%" PRIu64 ",\"used\":%" PRIu64
 			       ",\"remaining\":%" PRIu64 ",\"reset\":%" PRId64 ",\"key\":",
 			       i ? "," : "", l, keys[i].lim.window_ms, w[i].used,
-			       w[i].used >= l ? 0 : l - w[i].used, (w[i].reset_ms + 999) / 1000);
+			       w[i].remaining, window_us_to_s_ceil(w[i].reset_us));
 			ctl_json_str(stdout, keys[i].name, keys[i].len);
 			printf("}");
 		}
@@ -388,13 +356,12 @@ static int ctl_show(struct ctl *x)
 		if (keys[i].kind == CTL_KEY_GCRA)
 			printf("bucket %" PRIu64 "/%s burst %" PRIu64 " used %" PRIu64 " remaining %"
 			       PRIu64 " full in %" PRId64 "s key %s\n", keys[i].lim.limit, ws, l,
-			       w[i].used, w[i].used >= l ? 0 : l - w[i].used,
-			       (w[i].reset_ms + 999) / 1000,
+			       w[i].used, w[i].remaining, window_us_to_s_ceil(w[i].reset_us),
 			       log_escape_text(ek, sizeof(ek), keys[i].name, keys[i].len));
 		else
 			printf("window %" PRIu64 "/%s used %" PRIu64 " remaining %" PRIu64 " reset %"
-			       PRId64 "s key %s\n", l, ws, w[i].used, w[i].used >= l ? 0 : l - w[i].used,
-			       (w[i].reset_ms + 999) / 1000,
+			       PRId64 "s key %s\n", l, ws, w[i].used, w[i].remaining,
+			       window_us_to_s_ceil(w[i].reset_us),
 			       log_escape_text(ek, sizeof(ek), keys[i].name, keys[i].len));
 	}
 	if (found && r.expires_ms > now_ms)

@@ -108,6 +108,15 @@ def run_common(h, conf, agents, logs, cli):
     rc, out, _ = ctl(conf, "show", "minute", "jwt:ACC-S")
     h.check("show (text): one line per window with used and remaining",
             rc == 0 and "used 2 remaining 3" in out, out)
+    # a log whose newest entry neither engine wrote: their decisions on it
+    # fail ('bad entry'), so show reads it as they do, full (it used to sum
+    # the entries it could parse and show the window empty)
+    cli("ZADD", "minute:limit:v1:{jwt:ACC-BAD}:1m", "9000000000000000", "foreign")
+    h.eq("a decision on a log with a foreign entry: error", "error",
+         ask(a, "jwt:ACC-BAD", "minute").get("status"))
+    w = ctl_json(h, conf, "show", "minute", "jwt:ACC-BAD")["windows"][0]
+    h.eq("show, a log with a foreign entry: full, as the engines refuse it (used 5, remaining 0)",
+         (5, 0), (w["used"], w["remaining"]))
     for _ in range(3):
         ask(a, "jwt:ACC-MW", "api")
     s = ctl_json(h, conf, "show", "api", "jwt:ACC-MW")

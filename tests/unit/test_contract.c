@@ -25,6 +25,8 @@
 #include <cmocka.h>
 
 #include "deny_cache.h"
+#include "rl_args.h"
+#include "stored.h"
 #include "window.h"
 
 #define CONTRACT_LINE_MAX 4096
@@ -299,11 +301,309 @@ static void test_contract_deny_cache(void **state)
 	free(all);
 }
 
+/* One case of the file, as test_contract_stored reads it. */
+#define CASE_TOKENS_MAX 64
+struct contract_case {
+	char name[128];
+	int line;
+	int64_t clock;                /* us after T0 */
+	int nkeys, nargs, nafter;
+	char keys[WINDOW_MAX_WINDOWS * 2][64];
+	char args[CASE_TOKENS_MAX][64];
+	struct {
+		char key[64], kind[64];
+		int nitems;
+		char items[CASE_TOKENS_MAX][64];
+	} after[8];
+	int nreply;
+	struct contract_pair reply;   /* the first reply */
+};
+
+#define T0_US 4000000000000000LL
+#define T0_MS 4000000000000LL
+
+/* Splits <line> into at most <max> words of <cap> bytes into <out>. */
+static int contract_words(const char *line, char (*out)[64], int max)
+{
+	int n = 0, used;
+	char w[64];
+
+	while (n < max && sscanf(line, "%63s%n", w, &used) == 1) {
+		snprintf(out[n++], 64, "%s", w);
+		line += used;
+	}
+	return n;
+}
+
+/* Calls <fn> on each case of <path>; returns how many. */
+static size_t contract_cases(const char *path, void (*fn)(const struct contract_case *c, void *arg),
+                             void *arg)
+{
+	FILE *f = fopen(path, "r");
+	char line[CONTRACT_LINE_MAX], copy[CONTRACT_LINE_MAX], w[CASE_TOKENS_MAX + 3][64];
+	struct contract_case *c = calloc(1, sizeof(*c));
+	size_t ncases = 0;
+	int lineno = 0, n;
+
+	if (!f)
+		fail_msg("cannot open the contract %s (run from the repo root)", path);
+	assert_non_null(c);
+	while (fgets(line, sizeof(line), f)) {
+		char *hash = strchr(line, '#');
+
+		lineno++;
+		if (hash)
+			*hash = '\0';
+		n = contract_words(line, w, CASE_TOKENS_MAX + 3);
+		if (n == 0)
+			continue;
+		if (strcmp(w[0], "case") == 0) {
+			memset(c, 0, sizeof(*c));
+			snprintf(c->name, sizeof(c->name), "%s", w[1]);
+			c->line = lineno;
+		} else if (strcmp(w[0], "clock") == 0) {
+			c->clock = strtoll(w[1], NULL, 10);
+		} else if (strcmp(w[0], "keys") == 0) {
+			for (c->nkeys = 0; c->nkeys + 1 < n && c->nkeys < WINDOW_MAX_WINDOWS * 2; c->nkeys++)
+				snprintf(c->keys[c->nkeys], 64, "%s", w[c->nkeys + 1]);
+		} else if (strcmp(w[0], "args") == 0) {
+			for (c->nargs = 0; c->nargs + 1 < n; c->nargs++)
+				snprintf(c->args[c->nargs], 64, "%s", w[c->nargs + 1]);
+		} else if (strcmp(w[0], "after") == 0 && n >= 3 && strcmp(w[2], "ttl") != 0) {
+			int k = c->nafter++;
+
+			assert_true(k < 8);
+			snprintf(c->after[k].key, 64, "%s", w[1]);
+			snprintf(c->after[k].kind, 64, "%s", w[2]);
+			for (c->after[k].nitems = 0; c->after[k].nitems + 3 < n; c->after[k].nitems++)
+				snprintf(c->after[k].items[c->after[k].nitems], 64, "%s",
+				         w[c->after[k].nitems + 3]);
+		} else if (strcmp(w[0], "reply") == 0) {
+			if (c->nreply++ == 0) {
+				snprintf(copy, sizeof(copy), "%s", line);
+				if (contract_parse_reply(copy, &c->reply) == -1)
+					fail_msg("%s:%d: bad reply line", path, lineno);
+			}
+		} else if (strcmp(w[0], "end") == 0) {
+			if (c->reply.reply.kind == WINDOW_REPLY_ERROR)
+				c->reply.reply.str = c->reply.err;
+			fn(c, arg);
+			ncases++;
+		}
+	}
+	fclose(f);
+	free(c);
+	return ncases;
+}
+
+/* A time of the file: "=<x>" is x as it stands, else <base> + the number. */
+static int64_t contract_time(const char *s, int64_t base)
+{
+	return s[0] == '=' ? strtoll(s + 1, NULL, 10) : base + strtoll(s, NULL, 10);
+}
+
+/* qsort order of log entries: by score, then member (Redis's order). */
+static int contract_entry_cmp(const void *a, const void *b)
+{
+	const struct stored_entry *x = a, *y = b;
+
+	if (x->score != y->score)
+		return x->score < y->score ? -1 : 1;
+	return strcmp(x->member, y->member);
+}
+
+/* Reads the "after" state of key <key> of <c> as window <spec> (a window
+ * argument: "<ms>", "<ms>:<prec>" or "gcra:<ms>:<burst>", limit <limit>)
+ * at the case's clock into <u>; stored_read_*()'s result. */
+static int contract_read_after(const struct contract_case *c, const char *key, uint64_t limit,
+                               const char *spec, struct stored_usage *u)
+{
+	struct stored_entry e[CASE_TOKENS_MAX / 2];
+	struct stored_field f[CASE_TOKENS_MAX / 2];
+	char fields[CASE_TOKENS_MAX / 2][32], value[160];
+	struct window_limit lim = { limit, 0, 0 };
+	unsigned long long ms, prec = 0, burst;
+	int64_t now = T0_US + c->clock;
+	size_t n = 0;
+	int i, k, form;   /* 0 log, 1 buckets, 2 gcra */
+
+	if (sscanf(spec, "gcra:%llu:%llu", &ms, &burst) == 2)
+		form = 2, lim.burst = burst;
+	else if (sscanf(spec, "%llu:%llu", &ms, &prec) == 2)
+		form = 1;
+	else if (sscanf(spec, "%llu", &ms) == 1)
+		form = 0;
+	else
+		return -2;
+	lim.window_ms = ms;
+	for (k = 0; k < c->nafter && strcmp(c->after[k].key, key) != 0; k++)
+		;
+	if (k == c->nafter || strcmp(c->after[k].kind, "none") == 0) {
+		if (form == 2)
+			return stored_read_gcra(NULL, 0, &lim, now, u);
+		return form ? stored_read_buckets(NULL, 0, &lim, now, u)
+		            : stored_read_log(NULL, 0, &lim, now, u);
+	}
+	if (form == 0 && strcmp(c->after[k].kind, "zset") == 0) {
+		for (i = 0; i + 1 < c->after[k].nitems; i += 2, n++) {
+			e[n].member = c->after[k].items[i];
+			e[n].len = strlen(e[n].member);
+			e[n].score = contract_time(c->after[k].items[i + 1], T0_US);
+		}
+		qsort(e, n, sizeof(*e), contract_entry_cmp);
+		return stored_read_log(e, n, &lim, now, u);
+	}
+	if (form == 1 && strcmp(c->after[k].kind, "hash") == 0) {
+		for (i = 0; i + 1 < c->after[k].nitems; i += 2, n++) {
+			const char *fi = c->after[k].items[i];
+
+			if (fi[0] == '=')
+				snprintf(fields[n], sizeof(fields[n]), "%s", fi + 1);
+			else
+				snprintf(fields[n], sizeof(fields[n]), "%lld",
+				         (long long)contract_time(fi, T0_MS));
+			f[n].name = fields[n];
+			f[n].name_len = strlen(fields[n]);
+			f[n].value = c->after[k].items[i + 1];
+			f[n].value_len = strlen(f[n].value);
+		}
+		return stored_read_buckets(f, n, &lim, now, u);
+	}
+	if (form == 2 && strcmp(c->after[k].kind, "gcra") == 0) {
+		int len = snprintf(value, sizeof(value), "%lld",
+		                   (long long)contract_time(c->after[k].items[0], T0_US));
+
+		for (i = 1; i < c->after[k].nitems; i++)
+			len += snprintf(value + len, sizeof(value) - (size_t)len, ":%s",
+			                c->after[k].items[i]);
+		return stored_read_gcra(value, (size_t)len, &lim, now, u);
+	}
+	if (form == 2 && strcmp(c->after[k].kind, "string") == 0 && c->after[k].nitems == 1)
+		return stored_read_gcra(c->after[k].items[0], strlen(c->after[k].items[0]), &lim, now,
+		                        u);
+	return -2;   /* a key of another type: the engines answer WRONGTYPE */
+}
+
+struct stored_tally {
+	size_t log, buckets, gcra, allow, deny, refused, stepped_back;
+};
+
+/* Is window <idx> of <c> bucketed, with the read's oldest bucket the one
+ * this admission went into (Redis's clock stepped back behind a stored
+ * bucket)? Then the engines' reset names the oldest bucket before the
+ * admission, later than the one the read finds (the true oldest); the
+ * rest of the reply must still agree. */
+static bool contract_stepped_back(const struct contract_case *c, int idx,
+                                  const struct stored_usage *u)
+{
+	unsigned long long ms, prec;
+	int64_t now = T0_US + c->clock, end;
+
+	if (sscanf(c->args[2 + 2 * idx], "%llu:%llu", &ms, &prec) != 2)
+		return false;
+	end = rl_args_bucket_end(now, (int64_t)prec) * 1000;
+	return u->reset_us == end + (int64_t)ms * 1000 - now &&
+	       (int64_t)u->quota == c->reply.reply.v[1] &&
+	       (int64_t)u->remaining == c->reply.reply.v[2] && u->reset_us < c->reply.reply.v[3];
+}
+
+/*
+ * One case: a single decision the agent sends (cost within every limit)
+ * that the engines answered with a result. Its deciding window's key,
+ * read after the decision at the decision's clock, must give the reply's
+ * limit, remaining and reset:
+ *   - an admission is recorded, so the read counts it, as the reply's
+ *     remaining (limit - count - cost) and reset (its oldest unit) do;
+ *   - a denial writes nothing but trims of units already out, so the read
+ *     gives the denial's remaining (limit - count) and reset;
+ *   - retry-after is not a reading: it depends on the request's cost.
+ * A case the engines refuse with "bad entry" must read as refused (-1):
+ * `ctl show` then shows the window full, as its decisions fail.
+ */
+static void contract_check_stored(const struct contract_case *c, void *arg)
+{
+	struct stored_tally *t = arg;
+	const struct window_reply *r = &c->reply.reply;
+	struct stored_usage u;
+	unsigned long long cost;
+	int i, nwin, idx, rc;
+
+	if (c->nargs < 3 || strcmp(c->args[0], "batch") == 0 || c->nreply != 1 ||
+	    sscanf(c->args[0], "%llu", &cost) != 1 || (c->nargs - 1) % 2 != 0)
+		return;
+	nwin = (c->nargs - 1) / 2;
+	if (nwin != c->nkeys)
+		return;
+	if (r->kind == WINDOW_REPLY_ERROR) {
+		if (!strstr(r->str, "bad entry"))
+			return;
+		for (i = 0, rc = 0; i < nwin && rc != -1; i++)
+			rc = contract_read_after(c, c->keys[i], strtoull(c->args[1 + 2 * i], NULL, 10),
+			                         c->args[2 + 2 * i], &u);
+		if (rc != -1)
+			fail_msg("%s (line %d): the engines refuse the stored data, the reader reads it",
+			         c->name, c->line);
+		t->refused++;
+		return;
+	}
+	for (i = 0; i < nwin; i++) {
+		unsigned long long l = strtoull(c->args[1 + 2 * i], NULL, 10), ms, b;
+
+		if (sscanf(c->args[2 + 2 * i], "gcra:%llu:%llu", &ms, &b) == 2)
+			l = b;
+		if (cost > l)
+			return;   /* never sent: the agent refuses it as bad-cost */
+	}
+	if (r->kind != WINDOW_REPLY_INTEGERS || r->n != WINDOW_REPLY_INTS)
+		return;
+	idx = (int)r->v[5];
+	rc = contract_read_after(c, c->keys[idx], strtoull(c->args[1 + 2 * idx], NULL, 10),
+	                         c->args[2 + 2 * idx], &u);
+	if (rc == 0 && r->v[0] == 1 && contract_stepped_back(c, idx, &u)) {
+		t->stepped_back++;
+		return;
+	}
+	if (rc != 0 || (int64_t)u.quota != r->v[1] || (int64_t)u.remaining != r->v[2] ||
+	    u.reset_us != r->v[3])
+		fail_msg("%s (line %d): the reader (%d) of %s after gives limit %llu remaining %llu "
+		         "reset %lld us, the engines answered %lld %lld %lld", c->name, c->line, rc,
+		         c->keys[idx], (unsigned long long)u.quota, (unsigned long long)u.remaining,
+		         (long long)u.reset_us, (long long)r->v[1], (long long)r->v[2],
+		         (long long)r->v[3]);
+	if (strncmp(c->args[2 + 2 * idx], "gcra:", 5) == 0)
+		t->gcra++;
+	else if (strchr(c->args[2 + 2 * idx], ':'))
+		t->buckets++;
+	else
+		t->log++;
+	t->allow += r->v[0] == 1;
+	t->deny += r->v[0] == 0;
+}
+
+/* `ctl show`'s reading (spoa/core/stored.c) agrees with the engines on
+ * every case of the file it can be checked on (contract_check_stored). */
+static void test_contract_stored(void **state)
+{
+	struct stored_tally t = { 0 };
+	size_t n;
+
+	(void)state;
+	n = contract_cases(contract_path(), contract_check_stored, &t);
+	printf("# contract: %zu cases; the stored state after read as the engines answered: "
+	       "%zu log, %zu bucketed, %zu GCRA (%zu allow, %zu deny); %zu refused alike; "
+	       "%zu admissions behind a stored bucket (clock stepped back)\n", n, t.log,
+	       t.buckets, t.gcra, t.allow, t.deny, t.refused, t.stepped_back);
+	/* (every kind must be there: a test that reads nothing passes) */
+	assert_true(t.log > 0 && t.buckets > 0 && t.gcra > 0 && t.allow > 0 && t.deny > 0 &&
+	            t.refused > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_contract_replies),
 		cmocka_unit_test(test_contract_deny_cache),
+		cmocka_unit_test(test_contract_stored),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,125 @@
+/*
+ * stored - the engines' replies and stored windows read in C (see
+ * stored.h). Members, bucket fields and GCRA values are parsed by
+ * module/rl_args.c, the module's own parsers, so that this reading and
+ * the module's cannot drift apart.
+ */
+#include <string.h>
+
+#include "rl_args.h"
+#include "stored.h"
+
+/* A bucket end beyond this (ms, year 2255) is not ours: the module's
+ * RL_MAX_BUCKET_END (module/ratelimit.c), a dead field to both engines. */
+#define STORED_MAX_BUCKET_END 9000000000000LL
+
+/* See stored.h. Borrows <v>. */
+int stored_read_reply(const int64_t *v, size_t n, unsigned nwin_max, struct stored_reply *out)
+{
+	if (!v || n != STORED_REPLY_INTS || (v[0] != 0 && v[0] != 1) || v[1] < 1 || v[2] < 0 ||
+	    v[3] < 0 || v[4] < 0 || v[5] < 0 || v[5] >= (int64_t)nwin_max)
+		return -1;
+	out->allowed = v[0] == 1;
+	out->limit = v[1];
+	out->remaining = v[2];
+	out->reset_us = v[3];
+	out->retry_after_us = v[4];
+	out->window = (unsigned)v[5];
+	return 0;
+}
+
+/* <u> for quota <quota> with <used> units counted (negative: none) and
+ * <reset_us>. */
+static void usage_set(struct stored_usage *u, uint64_t quota, int64_t used, int64_t reset_us)
+{
+	u->quota = quota;
+	u->used = used > 0 ? (uint64_t)used : 0;
+	u->remaining = u->used >= quota ? 0 : quota - u->used;
+	u->reset_us = reset_us > 0 ? reset_us : 0;
+}
+
+/* A key the engines refuse to decide on: nothing left, as its decisions
+ * (which fail) would allow. */
+static int usage_refused(struct stored_usage *u, uint64_t quota)
+{
+	usage_set(u, quota, (int64_t)quota, 0);
+	return -1;
+}
+
+/* See stored.h. Borrows <e>. */
+int stored_read_log(const struct stored_entry *e, size_t n, const struct window_limit *lim,
+                    int64_t now_us, struct stored_usage *u)
+{
+	int64_t win_us = (int64_t)lim->window_ms * 1000, cut = now_us - win_us;
+	int64_t c1, k1, c2, k2;
+	size_t i;
+
+	/* the oldest entry still in the window: its score is after the cut */
+	for (i = 0; i < n && e[i].score <= cut; i++)
+		;
+	if (i == n) {
+		usage_set(u, lim->limit, 0, 0);
+		return 0;
+	}
+	if (rl_args_parse_member(e[i].member, e[i].len, &c1, &k1) == -1 ||
+	    rl_args_parse_member(e[n - 1].member, e[n - 1].len, &c2, &k2) == -1)
+		return usage_refused(u, lim->limit);
+	usage_set(u, lim->limit, c2 - c1 + k1, e[i].score + win_us - now_us);
+	return 0;
+}
+
+/* <a> / 1000 rounded toward minus infinity. */
+static int64_t floor_ms(int64_t a)
+{
+	return a / 1000 - (a % 1000 < 0);
+}
+
+/* See stored.h. Borrows <f>. */
+int stored_read_buckets(const struct stored_field *f, size_t n, const struct window_limit *lim,
+                        int64_t now_us, struct stored_usage *u)
+{
+	int64_t win_us = (int64_t)lim->window_ms * 1000, cut_ms = floor_ms(now_us - win_us);
+	int64_t count = 0, oldest = -1, end, v;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		/* e * 1000 > cut is e > floor(cut / 1000) for a whole e */
+		if (rl_args_parse_int(f[i].name, f[i].name_len, &end) == -1 || !f[i].value ||
+		    rl_args_parse_int(f[i].value, f[i].value_len, &v) == -1 ||
+		    end > STORED_MAX_BUCKET_END || v < -RL_MAX_MEMBER || v > RL_MAX_MEMBER ||
+		    end <= cut_ms)
+			continue;
+		count += v;
+		if (oldest < 0 || end < oldest)
+			oldest = end;
+	}
+	usage_set(u, lim->limit, count, oldest < 0 ? 0 : oldest * 1000 + win_us - now_us);
+	return 0;
+}
+
+/* See stored.h. Borrows <v>. Exact in 128 bits: owed * limit may pass 2^63
+ * where the value was written under another rate. */
+int stored_read_gcra(const char *v, size_t len, const struct window_limit *lim, int64_t now_us,
+                     struct stored_usage *u)
+{
+	struct rl_window rw = { (int64_t)lim->limit, (int64_t)lim->window_ms, 0,
+	                        (int64_t)lim->burst };
+	struct rl_gcra_value val;
+	int64_t d, f, w_us = (int64_t)lim->window_ms * 1000;
+	__int128 dl, full;
+
+	if (!v) {
+		usage_set(u, lim->burst, 0, 0);
+		return 0;
+	}
+	if (lim->limit == 0 || lim->burst == 0 || w_us <= 0 ||
+	    rl_args_parse_gcra(v, len, &val) == -1 ||
+	    rl_args_gcra_owed(&rw, now_us, &val, &d, &f) == -1)
+		return usage_refused(u, lim->burst);
+	dl = (__int128)d * (__int128)lim->limit + f;
+	full = (__int128)lim->burst * (__int128)w_us;
+	/* remaining = floor((burst * W - owed * limit) / W), none past a full debt */
+	usage_set(u, lim->burst, dl >= full ? (int64_t)lim->burst :
+	          (int64_t)lim->burst - (int64_t)((full - dl) / (__int128)w_us), d + (f > 0));
+	return 0;
+}

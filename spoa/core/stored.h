@@ -1,0 +1,101 @@
+/*
+ * stored - the one reading in C of what the engines store and answer
+ * (lua/sliding_window.lua, module/ratelimit.c; docs/protocol.md "Redis
+ * keys and entries"). Pure: plain values in (no hiredis, no clock, no
+ * I/O), so the decision path and `ctl show` read alike and a unit test
+ * checks both against tests/contract/decisions.txt.
+ *
+ *   (a) a decision's reply, { allowed, limit, remaining, reset_us,
+ *       retry_after_us, window index }, into a struct stored_reply
+ *       (window_decide_reply() reads it so);
+ *   (b) what one window's key holds at a Redis time: a log's entries, a
+ *       bucketed hash's fields, a GCRA string (through module/rl_args,
+ *       the module's own reading), into used / remaining / reset as the
+ *       engines' next decision would count it (`ctl show`).
+ */
+#ifndef SPOA_STORED_H
+#define SPOA_STORED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "window.h"
+
+#define STORED_REPLY_INTS 6     /* integers of one decision's reply */
+
+/* One decision's reply, by name. */
+struct stored_reply {
+	bool allowed;
+	int64_t limit;              /* the deciding window's limit (a bucket's burst), >= 1 */
+	int64_t remaining;          /* >= 0 */
+	int64_t reset_us;           /* until the deciding window frees its oldest unit
+	                             * (a bucket: until it is full again), >= 0 */
+	int64_t retry_after_us;     /* >= 0; 0 when allowed */
+	unsigned window;            /* index of the deciding window */
+};
+
+/* Read the <n> integers <v> of a reply into <out>: exactly
+ * STORED_REPLY_INTS of them, allowed 0 or 1, limit >= 1, the times and
+ * remaining >= 0, the index below <nwin_max>. Returns 0, or -1 for any
+ * other shape (<out> then unset). Borrows <v>. */
+int stored_read_reply(const int64_t *v, size_t n, unsigned nwin_max, struct stored_reply *out);
+
+/* One entry of a log window (a sorted set): its member and score. */
+struct stored_entry {
+	const char *member;         /* borrowed */
+	size_t len;
+	int64_t score;              /* Redis time, us */
+};
+
+/* One field of a bucketed window (a hash): bucket end (ms) and units. */
+struct stored_field {
+	const char *name;           /* borrowed */
+	size_t name_len;
+	const char *value;          /* borrowed */
+	size_t value_len;
+};
+
+/* One window's key read at a Redis time, as its next decision counts it. */
+struct stored_usage {
+	uint64_t quota;             /* the window's limit; a bucket's burst */
+	uint64_t used;              /* units counted now */
+	uint64_t remaining;         /* quota - used, at least 0 */
+	int64_t reset_us;           /* until the oldest counted unit leaves; a
+	                             * bucket: until it is full again; 0 when empty */
+};
+
+/*
+ * Read log window <lim> at <now_us> from its entries <e>/<n> in score
+ * order (Redis's: all of the key, or those after the cut, or more; an
+ * entry exactly one window old is out). Counted as the engines count:
+ * cum(newest) - cum(oldest in the window) + cost(oldest in the window).
+ * Returns 0, or -1 when an end holds a member the engines refuse (their
+ * decisions on the key fail: 'bad entry'); <u> then reads full (used =
+ * quota, remaining 0, reset 0). Borrows <e>.
+ */
+int stored_read_log(const struct stored_entry *e, size_t n, const struct window_limit *lim,
+                    int64_t now_us, struct stored_usage *u);
+
+/*
+ * Read bucketed window <lim> at <now_us> from the hash's fields <f>/<n>
+ * (any order): a bucket counts while its end is after the cut, a field
+ * that is not two integers (or an end the engines never write) not at
+ * all. Returns 0 (<u> set). Borrows <f>.
+ */
+int stored_read_buckets(const struct stored_field *f, size_t n, const struct window_limit *lim,
+                        int64_t now_us, struct stored_usage *u);
+
+/*
+ * Read GCRA bucket <lim> (limit per window_ms, burst) at <now_us> from
+ * its stored value <v>/<len> (NULL: no key, a full bucket), converted as
+ * the engines convert a value written under another rate or burst
+ * (rl_args_gcra_owed()): remaining = floor((burst * W - owed * limit) /
+ * W), reset = the time owed, rounded up to a us. Returns 0, or -1 when
+ * the value is not one the engines read (their decisions on it fail);
+ * <u> then reads full (used = burst, remaining 0, reset 0). Borrows <v>.
+ */
+int stored_read_gcra(const char *v, size_t len, const struct window_limit *lim, int64_t now_us,
+                     struct stored_usage *u);
+
+#endif /* SPOA_STORED_H */
