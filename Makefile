@@ -258,11 +258,11 @@ module: $(MODULE_SO) $(MODULE_TEST_SO)
 $(MODULE_H): tools/redismodule-header.sh
 	$(Q)tools/redismodule-header.sh build/redismodule
 
-$(MODULE_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H)
+$(MODULE_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H) VERSION
 	$(if $(Q),@echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(MODULE_CFLAGS) $(CFLAGS) $(LDFLAGS) -shared -o $@ $(MODULE_SRCS)
 
-$(MODULE_TEST_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H)
+$(MODULE_TEST_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H) VERSION
 	$(if $(Q),@echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(MODULE_CFLAGS) $(CFLAGS) $(LDFLAGS) -DRATELIMIT_TEST_CLOCK -shared -o $@ $(MODULE_SRCS)
 
