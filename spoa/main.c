@@ -25,6 +25,7 @@
 #include "denied.h"
 #include "http.h"
 #include "live.h"
+#include "live_control.h"
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
@@ -69,7 +70,8 @@ struct main_state {
 	 * given back by the worker that closes them */
 	_Atomic unsigned admitted;
 	struct http_server *http;
-	struct live *live;              /* live overrides and their poller (ctl) */
+	struct live *live;              /* live overrides, the table the workers read (ctl) */
+	struct live_control *control;   /* ... and the thread that polls Redis for it */
 	struct denied *denied;          /* denial counts for ctl top-denied */
 	/* Counters written by the main thread only (refused connections,
 	 * reloads): the scraper sums it with the workers' blocks. */
@@ -477,7 +479,7 @@ static void main_reload_finish(struct main_state *m, unsigned nfailed, const cha
 	/* the workers never read the metrics address: their generation may
 	 * keep the asked one */
 	main_reload_metrics(m, &m->staged);
-	if (m->live && live_reconfigure(m->live, &m->staged) == -1)
+	if (m->control && live_control_reconfigure(m->control, &m->staged) == -1)
 		log_warn("live_reconfigure_failed", "reason=\"out of memory\" "
 		         "action=\"live overrides keep the previous configuration's Redis\"");
 	config_release(&m->cfg);
@@ -684,9 +686,11 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	m.denied = denied_new();
-	m.live = live_new(&m.cfg, &m.metrics, m.denied, err, sizeof(err));
-	if (!m.denied || !m.live) {
-		log_error("startup_failed", "error=\"%s\"", m.denied ? err : "out of memory");
+	m.live = live_new();
+	if (m.denied && m.live)
+		m.control = live_control_new(&m.cfg, m.live, &m.metrics, m.denied, err, sizeof(err));
+	if (!m.control) {
+		log_error("startup_failed", "error=\"%s\"", m.denied && m.live ? err : "out of memory");
 		goto out;
 	}
 	m.nworkers = m.cfg.threads < 1 ? 1 : m.cfg.threads > CONFIG_THREADS_MAX ? CONFIG_THREADS_MAX : m.cfg.threads;
@@ -742,7 +746,9 @@ out:
 	}
 	if (m.http)
 		http_free(m.http);
-	/* after the workers: they read the table until they stop */
+	/* after the workers: they read the table until they stop; the
+	 * thread before the table it fills and the counts it flushes */
+	live_control_free(m.control);
 	live_free(m.live);
 	denied_free(m.denied);
 	if (m.listen_fd != -1) {

@@ -166,8 +166,8 @@ static void worker_on_beat(struct ev_loop *loop, ev_timer *t, int revents)
 	atomic_store_explicit(&w->health.beat_us, metrics_now_us(), memory_order_relaxed);
 	ready = w->limiter && limiter_ready(w->limiter, why, sizeof(why));
 	/* a ctl change (reset, override) makes the denials cached here stale */
-	if (w->env.live && w->limiter && live_epoch(w->env.live) != w->health.live_epoch) {
-		w->health.live_epoch = live_epoch(w->env.live);
+	if (w->notify.live && w->limiter && live_epoch(w->notify.live) != w->health.live_epoch) {
+		w->health.live_epoch = live_epoch(w->notify.live);
 		limiter_forget_denies(w->limiter);
 	}
 	if (!ready) {
@@ -185,7 +185,7 @@ static void worker_on_trim(struct ev_loop *loop, ev_timer *t, int revents)
 
 	(void)loop;
 	(void)revents;
-	if (conn_env_trim(&w->env) + limiter_trim(w->limiter) == 0)
+	if (conn_notify_trim(&w->notify) + limiter_trim(w->limiter) == 0)
 		return;
 #ifdef __GLIBC__
 	/* free() keeps what it can in the thread's arena: hand the pages just
@@ -236,11 +236,13 @@ struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
 	if (!w->limiter)
 		goto fail;
 	limiter_set_deny_cache(w->limiter, g->cfg.deny_cache, g->cfg.deny_cache_size);
+	w->notify.cfg = &wc->ref;
+	w->notify.ops.check = worker_ops_check;
+	w->notify.ops.ctx = w;
+	w->notify.metrics = &w->metrics;
 	w->env.loop = w->loop;
-	w->env.cfg = &wc->ref;
-	w->env.ops.check = worker_ops_check;
 	w->env.upper = &conn_notify_upper;
-	w->env.ops.ctx = w;
+	w->env.upper_ctx = &w->notify;
 	w->env.metrics = &w->metrics;
 	w->env.admitted = admitted;
 	w->env.hello_timeout = (double)g->cfg.hello_timeout_ms / 1000.0;
@@ -324,8 +326,8 @@ void worker_set_reply(struct worker *w, struct ev_loop *main_loop, struct ev_asy
 /* Before worker_start(): both borrowed for the worker's lifetime. */
 void worker_set_live(struct worker *w, struct live *live, struct denied *denied)
 {
-	w->env.live = live;
-	w->env.denied = denied;
+	w->notify.live = live;
+	w->notify.denied = denied;
 }
 
 /* The worker takes its own reference to <g>. */
@@ -386,8 +388,8 @@ void worker_free(struct worker *w)
 	}
 	if (w->mbox.prep_gen)
 		cfg_gen_put(w->mbox.prep_gen);
-	if (w->env.cfg && --w->env.cfg->refs == 0)
-		w->env.cfg->release(w->env.cfg);
+	if (w->notify.cfg && --w->notify.cfg->refs == 0)
+		w->notify.cfg->release(w->notify.cfg);
 	ev_loop_destroy(w->loop);
 	pthread_mutex_destroy(&w->mbox.lock);
 	free(w);

@@ -17,6 +17,7 @@
 #include <ev.h>
 
 #include "conn.h"
+#include "conn_notify.h"
 #include "limiter.h"
 #include "metrics.h"
 #include "reload.h"
@@ -40,7 +41,10 @@ struct worker_cfg {
  *                mbox.lock, read by main (worker_config_result)
  *   w->limiter   the reload: only a commit replaces the serving limiter
  *   w->health    the heartbeat (worker_on_beat); read by any thread
- *   w->env       the connections (conn/); a commit replaces cfg and timeouts
+ *   w->env       the connections (conn/: the transport); a commit replaces
+ *                the timeouts
+ *   w->notify    the NOTIFY side (conn/conn_notify.c), set up here once; a
+ *                commit replaces its cfg
  *   w->metrics   the decisions (conn/, limiter/); a commit moves per-policy
  *                counters; the metrics scraper reads them
  *   the rest     worker.c: the lifecycle (worker_new .. worker_free), the
@@ -106,6 +110,7 @@ struct worker {
 	struct limiter *limiter;        /* the one that serves */
 	struct worker_health health;
 	struct conn_env env;
+	struct conn_notify_env notify;
 	struct metrics metrics;
 };
 

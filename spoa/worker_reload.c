@@ -307,10 +307,10 @@ void worker_reload_finish(struct worker *w, unsigned seq, enum reload_cmd cmd)
 		log_error("reload_failed", "worker=%u reason=\"%s\"", w->id, err);
 	}
 	limiter_set_deny_cache(w->limiter, g->cfg.deny_cache, g->cfg.deny_cache_size);
-	worker_remap_metrics(w, w->env.cfg->cfg, &g->cfg);
-	if (--w->env.cfg->refs == 0)
-		w->env.cfg->release(w->env.cfg);
-	w->env.cfg = &wc->ref;
+	worker_remap_metrics(w, w->notify.cfg->cfg, &g->cfg);
+	if (--w->notify.cfg->refs == 0)
+		w->notify.cfg->release(w->notify.cfg);
+	w->notify.cfg = &wc->ref;
 	/* deadlines armed from now on use the new values */
 	w->env.hello_timeout = (double)g->cfg.hello_timeout_ms / 1000.0;
 	w->env.frame_timeout = (double)g->cfg.frame_timeout_ms / 1000.0;

@@ -84,6 +84,11 @@ bool conn_is_ready(const struct conn *c)
 	return c->state == CONN_ST_READY;
 }
 
+bool conn_is_draining(const struct conn *c)
+{
+	return c->env->draining;
+}
+
 /* NOTIFYs of <c> the layer above has not answered yet. */
 static unsigned conn_inflight(const struct conn *c)
 {
@@ -596,7 +601,7 @@ int conn_accept(struct conn_env *env, int fd)
 {
 	struct conn *c = calloc(1, sizeof(*c));
 
-	if (!c || !(c->up = env->upper->open(env, c))) {
+	if (!c || !(c->up = env->upper->open(env->upper_ctx, c))) {
 		free(c);
 		close(fd);
 		conn_release(env->admitted);
@@ -656,7 +661,7 @@ void conn_env_close_all(struct conn_env *env)
 		next = c->next;
 		conn_close(c, "shutdown");
 	}
-	env->upper->env_close(env);
+	env->upper->env_close(env->upper_ctx);
 }
 
 void conn_refuse(int fd, unsigned status, const char *msg)

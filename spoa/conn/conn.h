@@ -1,17 +1,19 @@
 /*
  * conn - one HAProxy connection in two layers: the transport (conn.c: the
  * SPOP state machine, HELLO, buffers, reads, coalesced writes, timers,
- * lifecycle) and above it the NOTIFY side (conn_notify.c: a NOTIFY's
+ * lifecycle) and above it the NOTIFY side (conn_notify.[ch]: a NOTIFY's
  * message checked and handed to the limiter, its decision, the ACK).
  *
  * Calls run one way. The NOTIFY side calls the transport by name
  * (conn_int.h): it writes an ACK between conn_out_begin() and
  * conn_out_commit() and may end the connection. The transport never names
  * the NOTIFY side: it reaches it through env->upper, one table of
- * callbacks (struct conn_upper), as memcached's connection hands a command
- * to its protocol or HAProxy's SPOP mux hands a frame to the SPOE filter.
- * struct conn is private to conn.c; the NOTIFY side owns its requests, its
- * in-flight count and its decisions.
+ * callbacks (struct conn_upper), and env->upper_ctx, that layer's own
+ * state, as memcached's connection hands a command to its protocol or
+ * HAProxy's SPOP mux hands a frame to the SPOE filter. This header knows
+ * frames and connections only: what a decision needs (the limiter, the
+ * configuration, live control, denial counts) is the NOTIFY side's
+ * (conn_notify.h). struct conn is private to conn.c.
  *
  * Callbacks are thin: the read callback only moves bytes into the input
  * buffer and calls conn_process(), which decodes frames and is the one place
@@ -19,9 +21,6 @@
  * frames are appended to the output buffer and flushed once per loop
  * iteration by the owner's prepare watcher (conn_env_flush), so ACKs that
  * complete in the same iteration leave in one write(2).
- *
- * Decisions come from a limiter through a small ops table, so the state
- * machine can be driven by a fake in tests.
  */
 #ifndef SPOA_CONN_H
 #define SPOA_CONN_H
@@ -31,42 +30,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "limiter.h"
-#include "window.h"
-
 struct ev_loop;
-struct config;
 struct metrics;
 struct conn;
-struct conn_env;
-struct conn_notify;
-struct conn_req;
 struct spop_frame;
-
-/* How a connection asks for one decision; same contract as limiter_check(). */
-struct limiter_ops {
-	int (*check)(void *ctx, const struct window_policy *p, const char *key,
-	             size_t key_len, uint64_t cost, limiter_cb cb, void *arg);
-	void *ctx;
-};
-
-/* Per-config-generation reference held by requests in flight, so a reload
- * never frees a policy that a pending decision still points to. */
-struct conn_cfg_ref {
-	const struct config *cfg;
-	unsigned refs;                  /* requests in flight + 1 while current */
-	void (*release)(struct conn_cfg_ref *ref);  /* called when refs hits 0 */
-};
 
 /*
  * The layer above the transport, as conn.c sees it: the only way conn.c
- * reaches the NOTIFY side (conn_notify_upper), or a fake in tests. <st> is
- * what open() returned for one connection; the layer owns it.
+ * reaches the NOTIFY side (conn_notify_upper), or a fake in tests. <ctx>
+ * is env->upper_ctx, the layer's state for all connections; <st> is what
+ * open() returned for one connection; the layer owns both.
  */
 struct conn_upper {
 	/* A connection <c> was accepted: its state, or NULL (out of memory:
 	 * the connection is refused). */
-	void *(*open)(struct conn_env *env, struct conn *c);
+	void *(*open)(void *ctx, struct conn *c);
 	/* One NOTIFY frame <f> on a connection past its HELLO. */
 	void (*notify)(void *st, const struct spop_frame *f);
 	/* NOTIFYs read and not answered yet (a draining conn waits for 0). */
@@ -77,24 +55,15 @@ struct conn_upper {
 	void (*close)(void *st);
 	/* Every connection closed: free the layer's pools. Requests still in
 	 * flight stay until their decisions come (each frees itself). */
-	void (*env_close)(struct conn_env *env);
+	void (*env_close)(void *ctx);
 };
 
-/* The NOTIFY side (conn_notify.c), what a worker puts in env->upper. */
-extern const struct conn_upper conn_notify_upper;
-
 /* Everything a worker shares with its connections. Owned by the worker. */
-struct live;
-struct denied;
-
 struct conn_env {
 	struct ev_loop *loop;
-	struct conn_cfg_ref *cfg;       /* current generation */
-	struct limiter_ops ops;
 	const struct conn_upper *upper; /* the NOTIFY side (conn_notify_upper) */
-	struct metrics *metrics;        /* may be NULL */
-	struct live *live;              /* live overrides (live.h), may be NULL */
-	struct denied *denied;          /* denial counts (denied.h), may be NULL */
+	void *upper_ctx;                /* ... and its state (struct conn_notify_env) */
+	struct metrics *metrics;        /* frames and connections counted, may be NULL */
 	bool draining;
 	unsigned nconns;
 	/* Connections of the whole process, counted by the acceptor before it
@@ -103,10 +72,6 @@ struct conn_env {
 	_Atomic unsigned *admitted;
 	struct conn *conns;             /* all open connections (conn.c) */
 	struct conn *flush_head;        /* connections with output to send (conn.c) */
-	/* the NOTIFY side's (conn_notify.c) */
-	struct conn_req *free_reqs;     /* recycled requests */
-	unsigned nfree_reqs;
-	struct conn_notify *detached;   /* closed connections' requests still in flight */
 	double hello_timeout;           /* seconds to receive HAPROXY-HELLO */
 	double frame_timeout;           /* seconds a partial frame may stall */
 	void (*on_idle)(struct conn_env *env); /* last conn closed while draining */
@@ -134,12 +99,9 @@ void conn_env_drain(struct conn_env *env);
 /* Write what every connection has queued (called once per loop iteration). */
 void conn_env_flush(struct conn_env *env);
 
-/* Free the recycled requests above a low-water mark (after a burst).
- * Returns how many were freed. (conn_notify.c) */
-unsigned conn_env_trim(struct conn_env *env);
-
-/* Close every connection at once, then env->upper->env_close() (free the
- * request pool; requests in flight free themselves when answered). */
+/* Close every connection at once, then env->upper->env_close() (the
+ * NOTIFY side frees its request pool; requests in flight free themselves
+ * when answered). */
 void conn_env_close_all(struct conn_env *env);
 
 /* A connection that never saw HELLO but must be refused (over the limit):

@@ -23,6 +23,9 @@ uint32_t conn_max_frame(const struct conn *c);
 /* Past its HELLO and not closing: a frame written now is sent. */
 bool conn_is_ready(const struct conn *c);
 
+/* The agent is shutting down (conn_env_drain): an idle connection ends. */
+bool conn_is_draining(const struct conn *c);
+
 /*
  * Begin one frame on <c>'s output: room for at least <need> bytes, whose
  * size goes to <*cap>. Returns where to write, or NULL when memory runs

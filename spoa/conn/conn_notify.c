@@ -4,9 +4,12 @@
  * ACK built (variables and RateLimit headers) and counted. It owns each
  * connection's requests, in-flight count and decisions (struct
  * conn_notify); when the connection closes first, that state stays, with
- * its requests, on env->detached until their decisions came. It calls the
- * transport by name (conn_int.h); the transport reaches it only through
- * conn_notify_upper. See conn.h for the model.
+ * its requests, on ne->detached until their decisions came. What it needs
+ * for a decision (the limiter's ops, the configuration, live control, the
+ * denial counts) and its pools are in the worker's struct conn_notify_env
+ * (conn_notify.h), never in the transport's. It calls the transport by name
+ * (conn_int.h); the transport reaches it only through conn_notify_upper and
+ * env->upper_ctx. See conn.h for the model.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 #include "config.h"
 #include "conn.h"
 #include "conn_int.h"
+#include "conn_notify.h"
 #include "denied.h"
 #include "headers.h"
 #include "live.h"
@@ -30,12 +34,12 @@
 /* One connection's NOTIFY side: owned here, from conn_notify_open() until
  * the connection closed and its last request finished. */
 struct conn_notify {
-	struct conn_env *env;
+	struct conn_notify_env *ne;
 	struct conn *conn;              /* NULL once the connection closed */
 	struct conn_req *reqs;          /* in flight, doubly linked; owned */
 	unsigned inflight;              /* NOTIFYs waiting for decisions */
 	unsigned decisions;             /* their "ratelimit" messages (max-inflight) */
-	struct conn_notify *prev, *next; /* env->detached, once closed */
+	struct conn_notify *prev, *next; /* ne->detached, once closed */
 };
 
 /* One NOTIFY in flight: its ids, the decisions still pending, and the
@@ -62,13 +66,13 @@ struct conn_req {
 
 /* Borrow a request from the worker's pool (or the heap). Caller returns it
  * with conn_req_put(). */
-static struct conn_req *conn_req_get(struct conn_env *env)
+static struct conn_req *conn_req_get(struct conn_notify_env *ne)
 {
-	struct conn_req *r = env->free_reqs;
+	struct conn_req *r = ne->free_reqs;
 
 	if (r) {
-		env->free_reqs = r->next;
-		env->nfree_reqs--;
+		ne->free_reqs = r->next;
+		ne->nfree_reqs--;
 		memset(r, 0, offsetof(struct conn_req, key));
 		return r;
 	}
@@ -81,26 +85,26 @@ static void conn_cfg_unref(struct conn_cfg_ref *ref)
 		ref->release(ref);
 }
 
-static void conn_req_put(struct conn_env *env, struct conn_req *r)
+static void conn_req_put(struct conn_notify_env *ne, struct conn_req *r)
 {
 	conn_cfg_unref(r->cfg);
-	if (env->nfree_reqs >= CONN_REQ_POOL_MAX) {
+	if (ne->nfree_reqs >= CONN_REQ_POOL_MAX) {
 		free(r);
 		return;
 	}
-	r->next = env->free_reqs;
-	env->free_reqs = r;
-	env->nfree_reqs++;
+	r->next = ne->free_reqs;
+	ne->free_reqs = r;
+	ne->nfree_reqs++;
 }
 
-unsigned conn_env_trim(struct conn_env *env)
+unsigned conn_notify_trim(struct conn_notify_env *ne)
 {
 	struct conn_req *r;
 	unsigned n = 0;
 
-	while (env->nfree_reqs > CONN_REQ_POOL_LOW && (r = env->free_reqs)) {
-		env->free_reqs = r->next;
-		env->nfree_reqs--;
+	while (ne->nfree_reqs > CONN_REQ_POOL_LOW && (r = ne->free_reqs)) {
+		ne->free_reqs = r->next;
+		ne->nfree_reqs--;
 		free(r);
 		n++;
 	}
@@ -121,12 +125,12 @@ static void conn_req_unlink(struct conn_notify *ns, struct conn_req *r)
 /* The decision histogram: <r> from its NOTIFY read to its ACK written (the
  * ACK leaves in this loop iteration's flush), under the policy and status
  * decisions_total counts it under. */
-static void conn_observe_decision(struct conn_env *env, const struct conn_req *r)
+static void conn_observe_decision(struct conn_notify_env *ne, const struct conn_req *r)
 {
 	const struct config *cfg = r->cfg->cfg;
 
-	if (env->metrics && r->policy && r->acc.status != WINDOW_STATUS_COUNT)
-		metrics_observe_decision(env->metrics, (size_t)(r->policy - cfg->policies), &r->acc,
+	if (ne->metrics && r->policy && r->acc.status != WINDOW_STATUS_COUNT)
+		metrics_observe_decision(ne->metrics, (size_t)(r->policy - cfg->policies), &r->acc,
 		                         metrics_now_us() - r->read_us);
 }
 
@@ -173,7 +177,7 @@ static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, si
 
 /* Append the ACK for <r> (its merged decision as txn variables) to <c>'s
  * output, between conn_out_begin() and conn_out_commit(). */
-static void conn_send_ack(struct conn *c, struct conn_env *env, const struct conn_req *r)
+static void conn_send_ack(struct conn *c, struct conn_notify_env *ne, const struct conn_req *r)
 {
 	const struct window_decision *d = &r->acc;
 	struct spop_writer a;
@@ -215,12 +219,12 @@ static void conn_send_ack(struct conn *c, struct conn_env *env, const struct con
 		return;
 	}
 	conn_out_commit(c, (size_t)n, METRICS_OUT_ACK);
-	conn_observe_decision(env, r);
+	conn_observe_decision(ne, r);
 }
 
 /* Count <d> under policy <p> of generation <cfg> (per NOTIFY: a NOTIFY with
  * several messages counts once, under its first policy). */
-static void conn_count_decision(struct conn_env *env, const struct config *cfg,
+static void conn_count_decision(struct conn_notify_env *ne, const struct config *cfg,
                                 const struct window_policy *p,
                                 const struct window_decision *d)
 {
@@ -234,29 +238,29 @@ static void conn_count_decision(struct conn_env *env, const struct config *cfg,
 		log_limited(CONFIG_LOG_WARN, window_reason_str(d->reason),
 		            d->status == WINDOW_ERROR ? "decision_refused" : "decision_fail_open",
 		            "reason=%s policy=%s", window_reason_str(d->reason), p ? p->name : "-");
-	if (!env->metrics)
+	if (!ne->metrics)
 		return;
 	if (p && p >= cfg->policies && p < cfg->policies + cfg->npolicies) {
 		idx = (size_t)(p - cfg->policies);
 		/* a shadow deny is its own status in the metrics, never an allow:
 		 * "allow" then means what the policy itself admitted */
 		if (d->reason == WINDOW_REASON_SHADOW_DENY)
-			metrics_add(&env->metrics->shadow_denies[idx], 1);
+			metrics_add(&ne->metrics->shadow_denies[idx], 1);
 		else if ((unsigned)d->status < WINDOW_STATUS_COUNT)
-			metrics_add(&env->metrics->decisions[idx][d->status], 1);
+			metrics_add(&ne->metrics->decisions[idx][d->status], 1);
 	}
 	if (d->reason != WINDOW_REASON_NONE && (unsigned)d->reason < WINDOW_REASON_COUNT)
-		metrics_add(&env->metrics->errors_by_reason[d->reason], 1);
+		metrics_add(&ne->metrics->errors_by_reason[d->reason], 1);
 }
 
-/* Take <ns> off env->detached and free it (its connection closed and its
+/* Take <ns> off ne->detached and free it (its connection closed and its
  * last request finished). */
 static void conn_notify_free(struct conn_notify *ns)
 {
 	if (ns->prev)
 		ns->prev->next = ns->next;
 	else
-		ns->env->detached = ns->next;
+		ns->ne->detached = ns->next;
 	if (ns->next)
 		ns->next->prev = ns->prev;
 	free(ns);
@@ -267,28 +271,28 @@ static void conn_notify_free(struct conn_notify *ns)
 static void conn_req_finish(struct conn_req *r)
 {
 	struct conn_notify *ns = r->ns;
-	struct conn_env *env = ns->env;
+	struct conn_notify_env *ne = ns->ne;
 	struct conn *c = ns->conn;
 
-	if (env->metrics)
-		metrics_sub(&env->metrics->notify_inflight, 1);
+	if (ne->metrics)
+		metrics_sub(&ne->metrics->notify_inflight, 1);
 	if (r->acc.status != WINDOW_STATUS_COUNT)
-		conn_count_decision(env, r->cfg->cfg, r->policy, &r->acc);
+		conn_count_decision(ne, r->cfg->cfg, r->policy, &r->acc);
 	/* ctl top-denied: the one place a denial is counted for it */
 	if (r->acc.status == WINDOW_DENY && r->policy && r->key_len)
-		denied_note(env->denied, r->policy->name, r->policy->name_len, r->key, r->key_len);
+		denied_note(ne->denied, r->policy->name, r->policy->name_len, r->key, r->key_len);
 	conn_req_unlink(ns, r);
 	ns->inflight--;
 	ns->decisions -= r->nmsgs;
 	if (c) {
 		if (conn_is_ready(c))
-			conn_send_ack(c, env, r);
-		if (env->draining && ns->inflight == 0 && conn_is_ready(c))
+			conn_send_ack(c, ne, r);
+		if (ns->inflight == 0 && conn_is_draining(c) && conn_is_ready(c))
 			conn_send_disconnect(c, SPOP_ST_NORMAL, "agent is shutting down");
 	} else if (!ns->reqs) {
 		conn_notify_free(ns);
 	}
-	conn_req_put(env, r);
+	conn_req_put(ne, r);
 }
 
 /* Limiter callback: one decision for one message of the request <arg>. */
@@ -306,7 +310,7 @@ static void conn_on_decision(void *arg, const struct window_decision *d)
  * then ask the limiter (which answers through conn_on_decision). Invalid
  * input is decided here as an error, never passed on.
  */
-static void conn_decide_message(struct conn_env *env, struct conn_req *r,
+static void conn_decide_message(struct conn_notify_env *ne, struct conn_req *r,
                                 const struct spop_message *m)
 {
 	const struct config *cfg = r->cfg->cfg;
@@ -354,9 +358,9 @@ static void conn_decide_message(struct conn_env *env, struct conn_req *r,
 	}
 	/* the one place a live override (ctl) enters a decision: its limits
 	 * replace the config's for this call, a block is answered here */
-	lv = live_apply(env->live, p, key.ptr, key.len, &live, &d);
-	if (lv != LIVE_NONE && env->metrics)
-		metrics_add(&env->metrics->live_decisions[lv == LIVE_BLOCK ? METRICS_LIVE_BLOCK :
+	lv = live_apply(ne->live, p, key.ptr, key.len, &live, &d);
+	if (lv != LIVE_NONE && ne->metrics)
+		metrics_add(&ne->metrics->live_decisions[lv == LIVE_BLOCK ? METRICS_LIVE_BLOCK :
 		                                          METRICS_LIVE_LIMITS], 1);
 	if (!r->policy) {
 		r->policy = p;
@@ -380,7 +384,7 @@ static void conn_decide_message(struct conn_env *env, struct conn_req *r,
 
 	r->pending++;
 	/* the limiter borrows <live> for the call only (a call keeps a copy) */
-	if (env->ops.check(env->ops.ctx, lv == LIVE_LIMITS ? &live : p, key.ptr, key.len,
+	if (ne->ops.check(ne->ops.ctx, lv == LIVE_LIMITS ? &live : p, key.ptr, key.len,
 	                   (uint64_t)cost, conn_on_decision, r) == -1) {
 		r->pending--;
 		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);
@@ -416,21 +420,21 @@ static unsigned conn_count_messages(const struct spop_frame *f)
 static void conn_notify_frame(void *st, const struct spop_frame *f)
 {
 	struct conn_notify *ns = st;
-	struct conn_env *env = ns->env;
-	const struct config *cfg = env->cfg->cfg;
+	struct conn_notify_env *ne = ns->ne;
+	const struct config *cfg = ne->cfg->cfg;
 	enum window_reason refuse = WINDOW_REASON_NONE;
 	struct conn_req *r;
 	struct spop_iter it;
 	struct spop_message m;
 	unsigned n;
 
-	r = conn_req_get(env);
+	r = conn_req_get(ne);
 	if (!r) {
 		conn_send_disconnect(ns->conn, SPOP_ST_RES, "out of memory");
 		return;
 	}
 	r->ns = ns;
-	r->cfg = env->cfg;
+	r->cfg = ne->cfg;
 	r->cfg->refs++;
 	r->stream_id = f->hdr.stream_id;
 	r->frame_id = f->hdr.frame_id;
@@ -442,8 +446,8 @@ static void conn_notify_frame(void *st, const struct spop_frame *f)
 		ns->reqs->prev = r;
 	ns->reqs = r;
 	ns->inflight++;
-	if (env->metrics)
-		metrics_add(&env->metrics->notify_inflight, 1);
+	if (ne->metrics)
+		metrics_add(&ne->metrics->notify_inflight, 1);
 
 	n = conn_count_messages(f);
 	/* max-notify-messages is still read (configs that set it load), but
@@ -469,7 +473,7 @@ static void conn_notify_frame(void *st, const struct spop_frame *f)
 		spop_iter_messages(&f->u.notify, &it);
 		while (spop_next_message(&it, &m)) {
 			if (spop_str_eq(m.name, "ratelimit"))
-				conn_decide_message(env, r, &m);
+				conn_decide_message(ne, r, &m);
 		}
 	}
 	if (--r->pending == 0)
@@ -478,13 +482,14 @@ static void conn_notify_frame(void *st, const struct spop_frame *f)
 
 /* A NOTIFY side for connection <c>, owned here until it closed and its
  * last request finished. */
-static void *conn_notify_open(struct conn_env *env, struct conn *c)
+static void *conn_notify_open(void *ctx, struct conn *c)
 {
+	struct conn_notify_env *ne = ctx;
 	struct conn_notify *ns = calloc(1, sizeof(*ns));
 
 	if (!ns)
 		return NULL;
-	ns->env = env;
+	ns->ne = ne;
 	ns->conn = c;
 	return ns;
 }
@@ -497,12 +502,12 @@ static unsigned conn_notify_inflight(const void *st)
 }
 
 /* The connection closed: nothing more is written to it. With requests in
- * flight, <st> goes on env->detached until the last one finished (their
+ * flight, <st> goes on ne->detached until the last one finished (their
  * decisions are counted, their ACKs dropped); else it is freed now. */
 static void conn_notify_close(void *st)
 {
 	struct conn_notify *ns = st;
-	struct conn_env *env = ns->env;
+	struct conn_notify_env *ne = ns->ne;
 
 	ns->conn = NULL;
 	if (!ns->reqs) {
@@ -510,24 +515,25 @@ static void conn_notify_close(void *st)
 		return;
 	}
 	ns->prev = NULL;
-	ns->next = env->detached;
-	if (env->detached)
-		env->detached->prev = ns;
-	env->detached = ns;
+	ns->next = ne->detached;
+	if (ne->detached)
+		ne->detached->prev = ns;
+	ne->detached = ns;
 }
 
 /* Every connection closed: free the request pool. Requests still in flight
- * stay on env->detached (the limiter answers each exactly once, freeing
+ * stay on ne->detached (the limiter answers each exactly once, freeing
  * it; a worker frees its limiters first, which answers them all). */
-static void conn_notify_env_close(struct conn_env *env)
+static void conn_notify_env_close(void *ctx)
 {
+	struct conn_notify_env *ne = ctx;
 	struct conn_req *r;
 
-	while ((r = env->free_reqs)) {
-		env->free_reqs = r->next;
+	while ((r = ne->free_reqs)) {
+		ne->free_reqs = r->next;
 		free(r);
 	}
-	env->nfree_reqs = 0;
+	ne->nfree_reqs = 0;
 }
 
 const struct conn_upper conn_notify_upper = {

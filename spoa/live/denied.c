@@ -1,7 +1,8 @@
 /*
- * denied - per-account denial counts, flushed to Redis each second
- * (denied.h). The tables are owned here; workers and the live-control
- * thread share them through each shard's lock.
+ * denied - per-account denial counts (denied.h): the workers' side, no
+ * Redis. The tables are owned here; workers and the flusher
+ * (denied_flush.c, on the live-control thread) share them through each
+ * shard's lock.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -10,17 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hiredis_compat.h"
-
 #include "denied.h"
 #include "live_rule.h"
-#include "redis_sync.h"
-
-struct denied_entry {
-	uint32_t count;                 /* 0: free */
-	uint16_t len;
-	char member[LIVE_FIELD_MAX];    /* "<policy> <account>" */
-};
 
 struct denied_shard {
 	pthread_mutex_t mu;
@@ -126,76 +118,15 @@ void denied_note(struct denied *d, const char *policy, size_t policy_len, const 
 	atomic_fetch_add(&d->dropped, 1);
 }
 
-/* Send <n> entries of <t> as one pipeline of ZINCRBY to minute key <key>
- * and its EXPIRE. Returns 0 or -1 with <err>. */
-static int denied_send(struct redis_sync *rs, const char *key, size_t keylen,
-                       const struct denied_entry *const *t, size_t n, char *err, size_t errlen)
+/* See denied.h: the busy shards' tables pass to <taken>, each shard gets
+ * an empty one (the spare, or a new one). */
+size_t denied_take(struct denied *d, struct denied_entry *taken[DENIED_SHARDS])
 {
-	size_t i, total = n + 1;
-	int *argc = calloc(total, sizeof(*argc));
-	const char *(*argv)[4] = calloc(total, sizeof(*argv));
-	size_t (*len)[4] = calloc(total, sizeof(*len));
-	const char *const **pv = calloc(total, sizeof(*pv));
-	const size_t **pl = calloc(total, sizeof(*pl));
-	char (*num)[16] = calloc(total, sizeof(*num));
-	struct redisReply **out = calloc(total, sizeof(*out));
-	char ttl[16];
-	int rc = -1;
-
-	if (!argc || !argv || !len || !pv || !pl || !num || !out) {
-		snprintf(err, errlen, "out of memory");
-		goto out;
-	}
-	for (i = 0; i < n; i++) {
-		snprintf(num[i], sizeof(num[i]), "%u", t[i]->count);
-		argc[i] = 4;
-		argv[i][0] = "ZINCRBY"; len[i][0] = 7;
-		argv[i][1] = key; len[i][1] = keylen;
-		argv[i][2] = num[i]; len[i][2] = strlen(num[i]);
-		argv[i][3] = t[i]->member; len[i][3] = t[i]->len;
-	}
-	snprintf(ttl, sizeof(ttl), "%d", LIVE_DENIED_TTL_S);
-	argc[n] = 3;
-	argv[n][0] = "EXPIRE"; len[n][0] = 6;
-	argv[n][1] = key; len[n][1] = keylen;
-	argv[n][2] = ttl; len[n][2] = strlen(ttl);
-	for (i = 0; i < total; i++) {
-		pv[i] = argv[i];
-		pl[i] = len[i];
-	}
-	if (redis_sync_pipeline(rs, key, keylen, total, argc, pv, pl, out, err, errlen) == -1)
-		goto out;
-	rc = 0;
-	for (i = 0; i < total; i++) {
-		if (out[i]->type == REDIS_REPLY_ERROR && rc == 0) {
-			snprintf(err, errlen, "%s", out[i]->str);
-			rc = -1;
-		}
-		freeReplyObject(out[i]);
-	}
-out:
-	free(argc);
-	free(argv);
-	free(len);
-	free(pv);
-	free(pl);
-	free(num);
-	free(out);
-	return rc;
-}
-
-/* See denied.h: borrows <rs>; the tables swapped out are recycled or freed here. */
-int denied_flush(struct denied *d, struct redis_sync *rs, char *err, size_t errlen)
-{
-	const struct denied_entry **t = NULL;
-	struct denied_entry *taken[DENIED_SHARDS] = { 0 };
 	size_t n = 0, i, j;
-	char key[96];
-	int64_t now_ms;
-	int rc = -1, klen;
 
-	/* swap each busy shard's table for an empty one, then write outside
-	 * the locks: a worker waits at most for a swap */
+	/* swap each busy shard's table for an empty one: the caller writes
+	 * outside the locks, and a worker waits at most for a swap */
+	memset(taken, 0, DENIED_SHARDS * sizeof(*taken));
 	for (i = 0; i < DENIED_SHARDS; i++) {
 		struct denied_shard *s = &d->shard[i];
 
@@ -213,31 +144,18 @@ int denied_flush(struct denied *d, struct redis_sync *rs, char *err, size_t errl
 	for (i = 0; i < DENIED_SHARDS; i++)
 		for (j = 0; taken[i] && j < DENIED_SLOTS; j++)
 			n += taken[i][j].count != 0;
-	if (n == 0) {
-		rc = 0;
-		goto out;
-	}
-	t = calloc(n, sizeof(*t));
-	if (!t) {
-		snprintf(err, errlen, "out of memory");
-		goto out;
-	}
-	for (i = 0, n = 0; i < DENIED_SHARDS; i++)
-		for (j = 0; taken[i] && j < DENIED_SLOTS; j++)
-			if (taken[i][j].count)
-				t[n++] = &taken[i][j];
-	/* the minute on Redis's clock, as ctl top-denied reads it */
-	now_ms = redis_sync_time_ms(rs, LIVE_KEY_RULES, sizeof(LIVE_KEY_RULES) - 1, err, errlen);
-	if (now_ms < 0)
-		goto out;
-	klen = snprintf(key, sizeof(key), "%s%lld", LIVE_KEY_DENIED, (long long)(now_ms / 60000));
-	if (denied_send(rs, key, (size_t)klen, t, n, err, errlen) == 0)
-		rc = (int)n;
-out:
+	return n;
+}
+
+/* See denied.h: takes <taken> back, keeps one table as the spare. */
+void denied_give_back(struct denied *d, struct denied_entry *taken[DENIED_SHARDS], bool lost)
+{
+	size_t i, j;
+
 	for (i = 0; i < DENIED_SHARDS; i++) {
 		if (!taken[i])
 			continue;
-		if (rc < 0)
+		if (lost)
 			for (j = 0; j < DENIED_SLOTS; j++)
 				atomic_fetch_add(&d->dropped, taken[i][j].count);
 		/* keep one table for the next swap, give the rest back */
@@ -247,7 +165,6 @@ out:
 		} else {
 			free(taken[i]);
 		}
+		taken[i] = NULL;
 	}
-	free(t);
-	return rc;
 }

@@ -1,13 +1,10 @@
 /*
- * live - the live overrides (ratelimit-spoa ctl override) in the agent:
- * the table the workers read, and the thread that keeps it in step with
- * Redis. The thread GETs LIVE_KEY_VERSION every LIVE_POLL_MS on its own
- * connection (redis_sync) and, when it changed, reads the rules and the
- * events (which it logs: who, what, when, why); each second it also
- * flushes the denial counts (denied.h). A decision never waits for it:
- * it reads the table under a short lock, and only when the table is not
- * empty. Each rule ends at its expiry on the agent's monotonic clock
- * (converted from Redis's when read), even when a poll is late.
+ * live - the live overrides (ratelimit-spoa ctl override) as the workers
+ * read them: one table, looked up on each decision (live_apply()) under a
+ * short read lock, and only when it is not empty. No Redis, no thread: the
+ * live-control thread (live_control.h) reads Redis and hands this table
+ * each new set of rules (live_publish()). Each rule ends at its expiry on
+ * the agent's monotonic clock, even when a poll is late.
  */
 #ifndef SPOA_LIVE_H
 #define SPOA_LIVE_H
@@ -15,14 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "live_rule.h"
 #include "window.h"
 
-#define LIVE_POLL_MS 500
-
 struct live;
-struct denied;
-struct metrics;
 
 /* What a live override makes of one decision. */
 enum live_verdict {
@@ -32,20 +25,19 @@ enum live_verdict {
 	LIVE_VERDICT_COUNT
 };
 
-/* Start the thread on <cfg> (copied). <metrics> (main's block: the gauge)
- * and <denied> (flushed each second) are borrowed, may be NULL. The caller
- * owns the result: live_free(). NULL with <err>. */
-struct live *live_new(const struct config *cfg, struct metrics *metrics, struct denied *denied,
-                      char *err, size_t errlen);
+/* One rule as the workers read it. */
+struct live_entry {
+	char field[LIVE_FIELD_MAX];    /* "<policy> <account>": the sort key */
+	size_t field_len;
+	struct live_rule rule;
+	uint64_t expires_us;           /* the agent's monotonic clock */
+};
 
-/* Bumped each time the thread sees a change in Redis (an override set,
- * replaced or removed, a reset): workers then empty their deny caches. */
-uint64_t live_epoch(const struct live *lv);
+/* An empty table. The caller owns the result: live_free(). NULL when out
+ * of memory. */
+struct live *live_new(void);
 
-/* A reload: the thread uses <cfg> (copied) from its next poll. 0 or -1. */
-int live_reconfigure(struct live *lv, const struct config *cfg);
-
-/* Stop the thread (at most one poll's wait) and free everything. */
+/* Free <lv> and its table (NULL: nothing); no reader may be left. */
 void live_free(struct live *lv);
 
 /*
@@ -58,5 +50,19 @@ void live_free(struct live *lv);
 enum live_verdict live_apply(struct live *lv, const struct window_policy *p, const char *key,
                              size_t key_len, struct window_policy *out,
                              struct window_decision *d);
+
+/* Bumped at each live_publish() (an override set, replaced or removed, a
+ * reset): workers then empty their deny caches. */
+uint64_t live_epoch(const struct live *lv);
+
+/* For the one writer (the live-control thread): replace the table with the
+ * <n> entries of <tab>, sorted by live_entry_cmp(), and bump the epoch.
+ * <tab> (calloc'ed, or NULL when <n> is 0) passes to <lv>, which frees the
+ * table it replaces; the writer may keep reading <tab> until its next call. */
+void live_publish(struct live *lv, struct live_entry *tab, size_t n);
+
+/* The table's order (qsort/bsearch of struct live_entry): bytewise by
+ * field, a shorter prefix first. */
+int live_entry_cmp(const void *a, const void *b);
 
 #endif /* SPOA_LIVE_H */

@@ -34,6 +34,7 @@
 
 #include "config.h"
 #include "conn.h"
+#include "conn_notify.h"
 #include "log.h"
 #include "metrics.h"
 #include "spop.h"
@@ -205,6 +206,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const size_t chunks[8] = { 1, 3, 7, 16, 64, 256, 1024, (size_t)-1 };
 	struct conn_env env;
+	struct conn_notify_env ne;
 	struct conn_cfg_ref ref;
 	struct metrics *m;
 	unsigned b0, b1;
@@ -252,11 +254,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ref.cfg = &fuzz_cfg;
 	ref.refs = 1;
 	ref.release = fuzz_release;
+	memset(&ne, 0, sizeof(ne));
+	ne.cfg = &ref;
+	ne.ops.check = fuzz_check;
+	ne.metrics = m;
 	memset(&env, 0, sizeof(env));
 	env.loop = fuzz_loop;
-	env.cfg = &ref;
-	env.ops.check = fuzz_check;
 	env.upper = &conn_notify_upper;
+	env.upper_ctx = &ne;
 	env.metrics = m;
 	env.hello_timeout = 5.0;
 	env.frame_timeout = (b0 & 16) ? 0.0 : 5.0;

@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "conn.h"
+#include "conn_notify.h"
 #include "metrics.h"
 #include "spop.h"
 #include "window.h"
@@ -82,6 +83,7 @@ static void fake_answer(unsigned i, enum window_status status, int64_t remaining
 struct fixture {
 	struct ev_loop *loop;
 	struct conn_env env;
+	struct conn_notify_env notify;
 	struct conn_cfg_ref ref;
 	struct config cfg;
 	struct metrics metrics;
@@ -123,10 +125,12 @@ static int setup(void **state)
 	f->ref.refs = 1;
 	f->ref.release = fixture_release;
 	f->loop = ev_loop_new(EVFLAG_AUTO);
+	f->notify.cfg = &f->ref;
+	f->notify.ops.check = fake_check;
+	f->notify.metrics = &f->metrics;
 	f->env.loop = f->loop;
-	f->env.cfg = &f->ref;
-	f->env.ops.check = fake_check;
 	f->env.upper = &conn_notify_upper;
+	f->env.upper_ctx = &f->notify;
 	f->env.metrics = &f->metrics;
 	f->env.hello_timeout = 5.0;
 	f->env.frame_timeout = 5.0;
@@ -933,14 +937,14 @@ static void test_request_pool_trim(void **state)
 		send_n(f, 2 * i + 1, 1);
 	assert_int_equal(fake.ncalls, 100);
 	answer_range(0, 100);
-	assert_int_equal(f->env.nfree_reqs, 100);
-	assert_int_equal(conn_env_trim(&f->env), 36);
-	assert_int_equal(f->env.nfree_reqs, 64);
-	assert_int_equal(conn_env_trim(&f->env), 0);
+	assert_int_equal(f->notify.nfree_reqs, 100);
+	assert_int_equal(conn_notify_trim(&f->notify), 36);
+	assert_int_equal(f->notify.nfree_reqs, 64);
+	assert_int_equal(conn_notify_trim(&f->notify), 0);
 	/* the pool still serves */
 	send_n(f, 999, 1);
 	assert_int_equal(fake.ncalls, 101);
-	assert_int_equal(f->env.nfree_reqs, 63);
+	assert_int_equal(f->notify.nfree_reqs, 63);
 	fake_answer(100, WINDOW_ALLOW, 1);
 }
 

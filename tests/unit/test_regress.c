@@ -214,10 +214,11 @@ static const unsigned char regress_hello[] = {
 	SPOP_T_STR, 10, 'p', 'i', 'p', 'e', 'l', 'i', 'n', 'i', 'n', 'g',
 };
 
-/* Set up <env>/<ref>/<cfg> on <loop> with a fake limiter that allows at
+/* Set up <env>/<ne>/<ref>/<cfg> on <loop> with a fake limiter that allows at
  * once (fz.mode 0) and the given deadlines. <cfg> is the caller's to
  * config_release(). */
 static void regress_env_init(struct ev_loop *loop, struct conn_env *env,
+                             struct conn_notify_env *ne,
                              struct conn_cfg_ref *ref, struct config *cfg,
                              double hello_timeout, double frame_timeout)
 {
@@ -231,11 +232,13 @@ static void regress_env_init(struct ev_loop *loop, struct conn_env *env,
 	ref->cfg = cfg;
 	ref->refs = 1;
 	ref->release = fuzz_release;
+	memset(ne, 0, sizeof(*ne));
+	ne->cfg = ref;
+	ne->ops.check = fuzz_check;
 	memset(env, 0, sizeof(*env));
 	env->loop = loop;
-	env->cfg = ref;
-	env->ops.check = fuzz_check;
 	env->upper = &conn_notify_upper;
+	env->upper_ctx = ne;
 	env->hello_timeout = hello_timeout;
 	env->frame_timeout = frame_timeout;
 	memset(&fz, 0, sizeof(fz));
@@ -247,6 +250,7 @@ static void test_busy_peer_keeps_its_connection(void **state)
 {
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct conn_env env;
+	struct conn_notify_env ne;
 	struct conn_cfg_ref ref;
 	struct config cfg;
 	unsigned char frame[64], stream[128], rd[65536];
@@ -256,7 +260,7 @@ static void test_busy_peer_keeps_its_connection(void **state)
 	ssize_t n;
 
 	(void)state;
-	regress_env_init(loop, &env, &ref, &cfg, 30.0, 1.0);
+	regress_env_init(loop, &env, &ne, &ref, &cfg, 30.0, 1.0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
 	assert_int_equal(conn_accept(&env, sv[1]), 0);
 	assert_int_equal(write(sv[0], regress_hello, sizeof(regress_hello)),
@@ -311,6 +315,7 @@ static void test_unread_acks_push_back(void **state)
 {
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct conn_env env;
+	struct conn_notify_env ne;
 	struct conn_cfg_ref ref;
 	struct config cfg;
 	unsigned char frame[64], rd[65536];
@@ -320,7 +325,7 @@ static void test_unread_acks_push_back(void **state)
 	ssize_t n;
 
 	(void)state;
-	regress_env_init(loop, &env, &ref, &cfg, 30.0, 30.0);
+	regress_env_init(loop, &env, &ne, &ref, &cfg, 30.0, 30.0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
 	setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
 	setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
