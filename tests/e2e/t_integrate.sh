@@ -37,6 +37,8 @@ cat > "$T/existing.cfg" <<'CFG'
 global
     log stdout format raw local0 info
     stats socket "${SITE_SOCK}" mode 600 level admin
+    # What the pasted block needs in global (docs/integrate.md).
+    lua-load-per-thread "${RL_HAPROXY_DIR-/etc/haproxy}/ratelimit-drain.lua"
 
 defaults
     mode http
@@ -69,7 +71,7 @@ CFG
 # --- Step 1: the files, in their own directory -------------------------------
 D=$T/etc-haproxy-ratelimit
 mkdir -p "$D"
-cp -r "$H/spoe-ratelimit.conf" "$H/errors" "$D/"
+cp -r "$H/spoe-ratelimit.conf" "$H/ratelimit-drain.lua" "$H/errors" "$D/"
 cat > "$D/routes.map" <<'MAP'
 # the site's limited routes; everything else stays as it was
 POST/api/orders     orders
