@@ -40,6 +40,17 @@ sed "s|^    bind \"\${RL_BIND-127.0.0.1:8080}\"$|&\\
 check "the edge has the h2c and h2 binds" grep -q "proto h2" "$T/hap/h2.cfg"
 
 HAPROXY_FILES=$T/hap
+# Without RL_DRAIN_LUA the shipped edge loads no Lua: a directory that has
+# no ratelimit-drain.lua (a site that linked step 1's files before it
+# existed) still loads after a package upgrade.
+mkdir -p "$T/nolua"
+cp -r "$ROOT/haproxy/." "$T/nolua/"
+rm -f "$T/nolua/ratelimit-drain.lua"
+check "without RL_DRAIN_LUA: the edge loads with no ratelimit-drain.lua in RL_HAPROXY_DIR" \
+	env RL_HAPROXY_DIR="$T/nolua" RL_JWT_PUBKEY="$ROOT/haproxy/haproxy.cfg" "$HAPROXY" -c -q \
+	-f "$T/nolua/haproxy.cfg"
+# The large-body cases below need the opt-in.
+export RL_DRAIN_LUA=$T/hap/ratelimit-drain.lua
 jwt_setup
 start_redis
 start_agent "$E2E_REDIS_TIMEOUT
