@@ -458,7 +458,7 @@ HAPROXY_EXAMPLES := haproxy/haproxy.cfg haproxy/spoe-ratelimit.conf \
                     haproxy/ratelimit-block.cfg haproxy/ratelimit-agent.cfg \
                     haproxy/ratelimit-edge.cfg haproxy/ratelimit-frontend.cfg \
                     haproxy/routes.map haproxy/apikeys.map \
-                    haproxy/backend.cfg
+                    haproxy/backend.cfg haproxy/ratelimit-drain.lua
 # Monitoring files, installed under DATADIR/<their directory under etc/>.
 OPS_FILES := etc/prometheus/ratelimit-spoa.rules.yml etc/grafana/ratelimit-spoa.json
 # ratelimit-jwks: the edge's JWT keys from an identity provider's JWKS

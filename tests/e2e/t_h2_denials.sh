@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The edge's own answers (401, 429) to a POST with a body over HTTP/2, h2c
-# (prior knowledge) and h2 (TLS, ALPN): the client gets the status, not a
-# reset stream. Without the "wait-for-body" line of ratelimit-frontend.cfg,
-# HAProxy 2.6 answers as soon as the headers are decided, ends the stream
-# while the body is still coming and resets it (CANCEL), and curl drops the
-# answer ("stream 1 was not closed cleanly"). The body is sent a moment after
-# the headers, as a client streaming an upload does, so that it is still on
-# its way when the edge has decided; each case is asked several times.
+# The edge's own answers (401, 429, 503) to a POST with a body over HTTP/2,
+# h2c (prior knowledge) and h2 (TLS, ALPN): the client gets the status, not a
+# reset stream. HAProxy's own answers drop the rest of the request; on 2.6
+# that resets (CANCEL) a stream the client is still sending on, and curl
+# drops the answer ("stream 1 was not closed cleanly"). A body that fits in a
+# buffer is waited for ("wait-for-body"); a larger one (200 kB, 1 MB) is read
+# to its end by ratelimit-drain.lua before the edge answers, so curl has sent
+# all of it when the answer comes, and the answer is the deny lines' own. The
+# 60 kB body is sent a moment after the headers, as a client streaming an
+# upload does, so that it is still on its way when the edge has decided; each
+# case is asked several times.
 . "$(dirname "$0")/../lib.sh"
 t_setup
 
@@ -37,6 +40,17 @@ sed "s|^    bind \"\${RL_BIND-127.0.0.1:8080}\"$|&\\
 check "the edge has the h2c and h2 binds" grep -q "proto h2" "$T/hap/h2.cfg"
 
 HAPROXY_FILES=$T/hap
+# Without RL_DRAIN_LUA the shipped edge loads no Lua: a directory that has
+# no ratelimit-drain.lua (a site that linked step 1's files before it
+# existed) still loads after a package upgrade.
+mkdir -p "$T/nolua"
+cp -r "$ROOT/haproxy/." "$T/nolua/"
+rm -f "$T/nolua/ratelimit-drain.lua"
+check "without RL_DRAIN_LUA: the edge loads with no ratelimit-drain.lua in RL_HAPROXY_DIR" \
+	env RL_HAPROXY_DIR="$T/nolua" RL_JWT_PUBKEY="$ROOT/haproxy/haproxy.cfg" "$HAPROXY" -c -q \
+	-f "$T/nolua/haproxy.cfg"
+# The large-body cases below need the opt-in.
+export RL_DRAIN_LUA=$T/hap/ratelimit-drain.lua
 jwt_setup
 start_redis
 start_agent "$E2E_REDIS_TIMEOUT
@@ -54,6 +68,16 @@ post() {
 	(sleep 0.2; head -c 60000 /dev/zero) |
 		curl -s -m 10 -o /dev/null -w '%{http_code} %{http_version}' -X POST \
 			-H 'Content-Type: application/octet-stream' --data-binary @- "$@" "$url"
+}
+
+head -c 200000 /dev/zero > "$T/body200k"
+head -c 1000000 /dev/zero > "$T/body1m"
+# post_file URL FILE [curl args...]: a POST of FILE's bytes (with its
+# Content-Length); prints "<status> <HTTP version> <bytes curl sent>".
+post_file() {
+	local url=$1 file=$2; shift 2
+	curl -s -m 10 -o /dev/null -w '%{http_code} %{http_version} %{size_upload}' -X POST \
+		-H 'Content-Type: application/octet-stream' --data-binary "@$file" "$@" "$url"
 }
 
 # The one request the policy allows, so that the next ones are denied.
@@ -75,6 +99,45 @@ for proto in h2c h2; do
 		"401 2 401 2 401 2 401 2 401 2 " "$got401"
 	eq "$proto: 5 POSTs with a body over the limit get 429 over HTTP/2" \
 		"429 2 429 2 429 2 429 2 429 2 " "$got429"
+	# Larger than HTTP/2's first window (64 kB): the edge reads the body to
+	# its end before it answers (curl sent all of it).
+	for size in 200000 1000000; do
+		f=$T/body200k; [ "$size" = 1000000 ] && f=$T/body1m
+		got401=""; got429=""
+		for _ in 1 2 3; do
+			got401+="$(post_file "$url" "$f" "${opts[@]}") "
+			got429+="$(post_file "$url" "$f" "${opts[@]}" -H "Authorization: Bearer $TOKEN") "
+		done
+		eq "$proto: 3 POSTs of $size bytes and no token get 401 after their body" \
+			"401 2 $size 401 2 $size 401 2 $size " "$got401"
+		eq "$proto: 3 POSTs of $size bytes over the limit get 429 after their body" \
+			"429 2 $size 429 2 $size 429 2 $size " "$got429"
+	done
 done
+
+# The answer after a drained body is the deny lines' own: the same status,
+# headers and body as the 429 and 401 of a POST without a body (digits aside:
+# Retry-After and RateLimit-Reset count down).
+# answer URL [curl args...]: the status line, the headers sorted, the body.
+answer() {
+	local url=$1; shift
+	curl -s -m 10 -D "$T/ans.hdr" -o "$T/ans.body" -X POST "$@" "$url" >/dev/null
+	{ head -1 "$T/ans.hdr"; tail -n +2 "$T/ans.hdr" | tr -d '\r' | grep . | sort; cat "$T/ans.body"; } | tr 0-9 N
+}
+h2c=(--http2-prior-knowledge)
+url=http://127.0.0.1:$H2C_PORT/transfers
+for auth in "" "Authorization: Bearer $TOKEN"; do
+	small=$(answer "$url" "${h2c[@]}" ${auth:+-H "$auth"})
+	large=$(answer "$url" "${h2c[@]}" ${auth:+-H "$auth"} -H 'Content-Type: application/octet-stream' --data-binary "@$T/body1m")
+	want=401; [ -n "$auth" ] && want=429
+	eq "h2c: a ${auth:+limited }POST of 1 MB gets $want" "HTTP/2 $want" "$(head -1 "$T/ans.hdr" | tr -d '\r' | sed 's/ *$//')"
+	eq "h2c: the answer after 1 MB is the answer to an empty POST${auth:+ (with the token)}" "$small" "$large"
+done
+
+# No decision (the agent stopped): the 503 of a fail-closed route, after the
+# body too.
+stop_agent
+got=$(post_file "$url" "$T/body1m" "${h2c[@]}" -H "Authorization: Bearer $TOKEN")
+eq "h2c: a POST of 1 MB without a decision gets 503 after its body" "503 2 1000000" "$got"
 
 t_done
