@@ -92,7 +92,9 @@ h.eq("another protocol, module: the module never decided", 0, commandstats(rport
 
 # GCRA needs protocol 2: a protocol-1 module is, for a gcra policy, a
 # protocol this agent does not speak; for a log policy, one it does.
-GCRA = "3/1s algorithm=gcra burst=3"
+# a bucket of one request lives T = 20 min, so its key is still there when
+# looked at on a loaded machine (at 3/1s it expired after 333 ms)
+GCRA = "3/1h algorithm=gcra burst=3"
 v, log, rport = one_case("p1-log", [MODULE_TEST_SO, "test-protocol=1"], "module")
 h.eq("protocol 1, a log policy, redis-engine module: allowed", "allow", v and v.get("status"))
 h.check("protocol 1, a log policy: the module decided", commandstats(rport, "ratelimit.decide") >= 1)
