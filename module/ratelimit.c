@@ -31,7 +31,7 @@
  * of RATELIMIT.DECIDE (its arguments and replies) and only changes when
  * that does; agents read it at connect and use the module only on a
  * protocol they speak. A module without the command (before 1.1.0) speaks
- * protocol 1; this one speaks 2 (GCRA), a superset of 1.
+ * protocol 1; this one speaks 3 (pools; 2: GCRA), a superset of 2 and 1.
  *
  * Load arguments: allow-eviction. A build with -DRATELIMIT_TEST_CLOCK
  * (module/ratelimit-test.so, for the tests only) also takes test-clock:
@@ -53,8 +53,10 @@
 #define RL_MODULE_NAME    "ratelimit"
 /* The protocol of RATELIMIT.DECIDE: what RATELIMIT.VERSION and MODULE LIST
  * report. 1: the log and precision= windows; 2: also GCRA windows
- * ("gcra:<ms>:<burst>"), every protocol-1 call answered as before. */
-#define RL_MODULE_VERSION 2
+ * ("gcra:<ms>:<burst>"), every protocol-1 call answered as before; 3:
+ * also pools (a last pair "pool:..."), every protocol-2 call answered as
+ * before. */
+#define RL_MODULE_VERSION 3
 #ifndef RL_PRODUCT_VERSION
 #define RL_PRODUCT_VERSION "unknown"
 #endif
@@ -118,9 +120,11 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
                    int64_t now, int oom)
 {
 	struct rl_state st[RL_MAX_WINDOWS];
+	struct rl_pool_state ps;
+	const struct rl_state *bs;
 	const char *err = NULL;
 	size_t i, best = 0;
-	int allowed = 1;
+	int allowed = 1, code = 0;
 	int64_t best_rem = 0, best_reset = 0, best_retry = 0;
 
 	/* (the parser gives 1..RL_MAX_WINDOWS; said again for the reader) */
@@ -146,6 +150,14 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		if (err)
 			goto fail;
 		if (s->count + d->cost > s->w->limit)
+			allowed = 0;
+	}
+	if (d->pooled) {
+		err = rl_pool_read(ctx, &ps, &d->pool, keys[d->key0 + d->nwin],
+		                   keys[d->key0 + d->nwin + 1], now, d->cost);
+		if (err)
+			goto fail;
+		if (!ps.admits)
 			allowed = 0;
 	}
 
@@ -181,6 +193,10 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 				best_rem = rem;
 			}
 		}
+		if (d->pooled && rl_pool_admit(ctx, &ps, now, d->cost) == -1) {
+			err = "ERR ratelimit: the server refused the write";
+			goto fail;
+		}
 		/* reset: when the oldest in-window entry or bucket (perhaps the
 		 * new one) leaves */
 		best_reset = (st[best].has_oldest ? st[best].oldest : st[best].score) +
@@ -198,6 +214,8 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 			rl_log_trim(ctx, k, &st[i], now, -1);
 			RedisModule_CloseKey(k);
 		}
+		if (d->pooled)
+			rl_pool_trim(ctx, &ps);
 		for (i = 0; i < d->nwin; i++) {
 			struct rl_state *s = &st[i];
 			int64_t need = s->count + d->cost - s->w->limit, retry;
@@ -215,20 +233,37 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 				have = 1;
 			}
 		}
-		best_rem = st[best].w->limit - st[best].count;
+		/* the pool, when it refuses, after the windows: it decides only
+		 * with a longer retry (need: the units that must leave it) */
+		if (d->pooled && !ps.admits) {
+			int64_t need = ps.log.count + d->cost - ps.room, retry = ps.w.win_ms * 1000;
+
+			if (need <= ps.log.count)
+				retry = rl_log_retry(ctx, &ps.log, need, now);
+			if (!have || retry > best_retry) {
+				best = d->nwin;
+				best_retry = retry;
+				code = ps.code;
+			}
+		}
+		bs = code ? &ps.log : &st[best];
+		best_rem = (code ? ps.room : bs->w->limit) - bs->count;
 		if (best_rem < 0)
 			best_rem = 0;
-		best_reset = st[best].has_oldest ? st[best].oldest + st[best].w->win_ms * 1000 - now
-		                                 : st[best].w->win_ms * 1000;
+		best_reset = bs->has_oldest ? bs->oldest + bs->w->win_ms * 1000 - now
+		                            : bs->w->win_ms * 1000;
 	}
 	rl_scratch_release_dead();
-	RedisModule_ReplyWithArray(ctx, 6);
+	bs = code ? &ps.log : &st[best];
+	RedisModule_ReplyWithArray(ctx, d->pooled ? 7 : 6);
 	RedisModule_ReplyWithLongLong(ctx, allowed);
-	RedisModule_ReplyWithLongLong(ctx, st[best].w->limit);
+	RedisModule_ReplyWithLongLong(ctx, bs->w->limit);
 	RedisModule_ReplyWithLongLong(ctx, best_rem);
 	RedisModule_ReplyWithLongLong(ctx, best_reset);
 	RedisModule_ReplyWithLongLong(ctx, best_retry);
 	RedisModule_ReplyWithLongLong(ctx, (long long)best);
+	if (d->pooled)
+		RedisModule_ReplyWithLongLong(ctx, code);
 	return;
 fail:
 	rl_scratch_release_dead();
@@ -357,7 +392,7 @@ static int cmd_test_fail_alloc(RedisModuleCtx *ctx, RedisModuleString **argv, in
 	X(ReplyWithSimpleString)                                                             \
 	X(WrongArity) X(StringPtrLen) X(StringToLongLong) X(CreateString)                   \
 	X(CreateStringFromLongLong) X(FreeString) X(RetainString) X(Alloc) X(Realloc)        \
-	X(Free) X(Log) X(NotifyKeyspaceEvent) X(StringSet) X(StringDMA)
+	X(Free) X(Log) X(NotifyKeyspaceEvent) X(StringSet) X(StringDMA) X(ValueLength)
 
 /* The two symbols Redis looks up (everything else is hidden). */
 #define RL_EXPORT __attribute__((visibility("default")))

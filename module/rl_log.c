@@ -82,9 +82,22 @@ void rl_scratch_free(long long fail_at)
 #endif
 }
 
+/* cum and cost of member <p>/<len> (a pool's when <pool>: its account
+ * after them); 0, or -1 when it is not ours. */
+static int parse_entry(const char *p, size_t len, int pool, int64_t *cum, int64_t *cost)
+{
+	const char *acc;
+	size_t acc_len;
+
+	if (pool)
+		return rl_args_parse_pool_member(p, len, cum, cost, &acc, &acc_len);
+	return rl_args_parse_member(p, len, cum, cost);
+}
+
 /* Member and score of the element the range of <k> is on; 0, or -1 when
  * the member is not ours or the score not an integer time. */
-static int current_entry(RedisModuleKey *k, int64_t *cum, int64_t *cost, int64_t *score)
+static int current_entry(RedisModuleKey *k, int pool, int64_t *cum, int64_t *cost,
+                         int64_t *score)
 {
 	double sc = 0;
 	RedisModuleString *m = RedisModule_ZsetRangeCurrentElement(k, &sc);
@@ -95,7 +108,7 @@ static int current_entry(RedisModuleKey *k, int64_t *cum, int64_t *cost, int64_t
 	if (!m)
 		return -1;
 	p = RedisModule_StringPtrLen(m, &len);
-	rc = rl_args_parse_member(p, len, cum, cost);
+	rc = parse_entry(p, len, pool, cum, cost);
 	RedisModule_FreeString(NULL, m);
 	/* (a score we never write: infinite, or beyond 2^53) */
 	if (!(sc >= -9007199254740992.0 && sc <= 9007199254740992.0))
@@ -126,14 +139,14 @@ const char *rl_log_read(RedisModuleCtx *ctx, struct rl_state *s)
 		RedisModule_ZsetRangeStop(k);
 		goto out;
 	}
-	if (current_entry(k, &c1, &k1, &o1) == -1)
+	if (current_entry(k, s->pool, &c1, &k1, &o1) == -1)
 		err = RL_ERR_ENTRY_TEXT;
 	RedisModule_ZsetRangeStop(k);
 	if (err)
 		goto out;
 	if (RedisModule_ZsetLastInScoreRange(k, REDISMODULE_NEGATIVE_INFINITE,
 	                                     REDISMODULE_POSITIVE_INFINITE, 0, 0) != REDISMODULE_OK ||
-	    current_entry(k, &c2, &k2, &t2) == -1)
+	    current_entry(k, s->pool, &c2, &k2, &t2) == -1)
 		err = RL_ERR_ENTRY_TEXT;
 	RedisModule_ZsetRangeStop(k);
 	if (err)
@@ -282,14 +295,16 @@ int rl_log_add(RedisModuleCtx *ctx, RedisModuleKey *k, struct rl_state *s, int64
                int64_t cost)
 {
 	RedisModuleString *m;
-	char buf[48];
+	char buf[48 + RL_POOL_ACC_MAX];
 	size_t len;
 	int flags = 0, rc = -1;
 
 	/* Above the newest entry, so that rank order stays cum order (a later
 	 * stamp only makes this entry live longer, never shorter). */
 	s->score = (s->has_top && s->top >= now) ? s->top + 1 : now;
-	len = rl_args_format_member(buf, sizeof(buf), s->cum + cost, cost);
+	len = s->pool ? rl_args_format_pool_member(buf, sizeof(buf), s->cum + cost, cost, s->acc,
+	                                           s->acc_len)
+	              : rl_args_format_member(buf, sizeof(buf), s->cum + cost, cost);
 	m = RedisModule_CreateString(ctx, buf, len);
 	if (RedisModule_ZsetAdd(k, (double)s->score, m, &flags) == REDISMODULE_OK) {
 		RedisModule_Replicate(ctx, "ZADD", "sls", s->name, (long long)s->score, m);
@@ -419,7 +434,8 @@ int rl_log_has_expired(RedisModuleCtx *ctx, const struct rl_state *s)
 /* Score of the first entry with a score in [lo, hi] of <k> into <score>,
  * its cum into <cum> (0 for a member not ours: the search goes past it,
  * later, never early). Returns 0, or -1 when there is none. */
-static int first_in(RedisModuleKey *k, int64_t lo, int64_t hi, int64_t *cum, int64_t *score)
+static int first_in(RedisModuleKey *k, int pool, int64_t lo, int64_t hi, int64_t *cum,
+                    int64_t *score)
 {
 	int64_t cost;
 	int rc = -1;
@@ -434,7 +450,7 @@ static int first_in(RedisModuleKey *k, int64_t lo, int64_t hi, int64_t *cum, int
 			size_t len;
 
 			p = RedisModule_StringPtrLen(m, &len);
-			if (rl_args_parse_member(p, len, cum, &cost) == -1)
+			if (parse_entry(p, len, pool, cum, &cost) == -1)
 				*cum = 0;
 			RedisModule_FreeString(NULL, m);
 			*score = (int64_t)sc;
@@ -465,7 +481,7 @@ int64_t rl_log_retry(RedisModuleCtx *ctx, const struct rl_state *s, int64_t need
 		while (lo <= hi) {
 			int64_t mid = lo + (hi - lo) / 2;
 
-			if (first_in(k, mid, hi, &cum, &sc) == -1 || sc > hi) {
+			if (first_in(k, s->pool, mid, hi, &cum, &sc) == -1 || sc > hi) {
 				hi = mid - 1;
 			} else if (cum + base >= need) {
 				ans = sc;

@@ -34,6 +34,21 @@ struct rl_state {
 	int has_top, has_oldest;
 	size_t b0, nb;                 /* counted buckets: scratch.b[b0 .. b0 + nb) */
 	size_t d0, nd;                 /* dead fields: scratch.dead[d0 .. d0 + nd) */
+	int pool;                      /* a pool's log: members carry the account */
+	const char *acc;               /* pool: this decision's account (borrowed) */
+	size_t acc_len;
+};
+
+/* A decision's pool (rl_pool.c): its log read as a window's, the share. */
+struct rl_pool_state {
+	struct rl_state log;           /* the log (log.pool = 1) */
+	struct rl_window w;            /* the pool's limit and length, for log.w */
+	const struct rl_pool *pool;    /* borrowed from the decision */
+	RedisModuleString *hkey;       /* borrowed from argv: account -> units */
+	int64_t room;                  /* units the rule lets the pool hold */
+	int code;                      /* refusal's kind: 1 pool-full, 2 pool-share */
+	int admits;
+	int expired;                   /* the log has entries to trim */
 };
 
 /* a / b rounded down (C rounds toward zero; a fake clock may be < 0). */
@@ -82,6 +97,17 @@ int rl_log_has_expired(RedisModuleCtx *ctx, const struct rl_state *s);
 int64_t rl_log_retry(RedisModuleCtx *ctx, const struct rl_state *s, int64_t need, int64_t now);
 /* Time (us) until <need> units have left bucketed window <s>. Never early. */
 int64_t rl_log_retry_buckets(const struct rl_state *s, int64_t need, int64_t now);
+
+/* Reads pool <pool> of keys <key> (its log) and <hkey> (borrowed from
+ * argv) at <now> for <cost> into <ps>. Returns NULL or the error text. */
+const char *rl_pool_read(RedisModuleCtx *ctx, struct rl_pool_state *ps, const struct rl_pool *pool,
+                         RedisModuleString *key, RedisModuleString *hkey, int64_t now,
+                         int64_t cost);
+/* Records an admission of <cost> in the pool read into <ps>, trims it and
+ * sets both keys' expiry. Returns 0, or -1 when Redis refused the write. */
+int rl_pool_admit(RedisModuleCtx *ctx, struct rl_pool_state *ps, int64_t now, int64_t cost);
+/* A denial's trim of the pool read into <ps> (when it has expired entries). */
+void rl_pool_trim(RedisModuleCtx *ctx, struct rl_pool_state *ps);
 
 /* A GCRA decision over the string key <name> (borrowed from argv); writes
  * the reply. <oom>: Redis is over maxmemory. */

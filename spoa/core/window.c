@@ -35,6 +35,8 @@ static const char *const reason_names[WINDOW_REASON_COUNT] = {
 	[WINDOW_REASON_REDIS_OOM]         = "redis-oom",
 	[WINDOW_REASON_TOO_MANY_MESSAGES] = "too-many-messages",
 	[WINDOW_REASON_BLOCKED]           = "blocked",
+	[WINDOW_REASON_POOL_FULL]         = "pool-full",
+	[WINDOW_REASON_POOL_SHARE]        = "pool-share",
 };
 
 /* Name of <s>; "unknown" outside the enum. Static storage. */
@@ -329,6 +331,9 @@ int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
  *            1.0.x wrote for a one-window policy (read, written and
  *            deleted while an upgrade needs it, never for an account
  *            starting with '{', whose raw form could be a tagged key).
+ *   POOL_LOG / POOL_ACCOUNTS  "<pool>:pool:p1:{<pool>}" and
+ *            "<pool>:pool:a1:{<pool>}" (<policy> is then the pool's name):
+ *            a pool's log and its account -> units hash, one slot.
  * The tag (args_put_tag) ends at the first '}' and the window follows it,
  * so the forms never meet: distinct accounts, policies or windows give
  * distinct keys, and every key of an account shares one Cluster slot.
@@ -340,8 +345,11 @@ static void args_add_key(struct args_writer *w, const struct window_policy *p,
 	static const char *const kind[WINDOW_KEY_FORM_COUNT] = {
 		[WINDOW_KEY_LOG] = ":limit:v1:", [WINDOW_KEY_BUCKETS] = ":limit:b1:",
 		[WINDOW_KEY_GCRA] = ":limit:g1:", [WINDOW_KEY_LEGACY_LOG] = ":limit:v1:",
-		[WINDOW_KEY_LEGACY_BUCKETS] = ":limit:b1:",
+		[WINDOW_KEY_LEGACY_BUCKETS] = ":limit:b1:", [WINDOW_KEY_POOL_LOG] = ":pool:p1:",
+		[WINDOW_KEY_POOL_ACCOUNTS] = ":pool:a1:",
 	};
+	const char *name = p->name;
+	size_t name_len = p->name_len;
 	char *start = args_begin(w);
 	size_t pos = 0;
 	char ws[32];
@@ -349,7 +357,13 @@ static void args_add_key(struct args_writer *w, const struct window_policy *p,
 
 	if (!start)
 		return;
-	args_put(w, &pos, p->name, p->name_len);
+	if (form == WINDOW_KEY_POOL_LOG || form == WINDOW_KEY_POOL_ACCOUNTS) {
+		name = p->pool.name;
+		name_len = p->pool.name_len;
+		key = name;
+		key_len = name_len;
+	}
+	args_put(w, &pos, name, name_len);
 	args_put(w, &pos, kind[form], strlen(kind[form]));
 	if (form == WINDOW_KEY_LEGACY_LOG || form == WINDOW_KEY_LEGACY_BUCKETS) {
 		args_put(w, &pos, key, key_len);
@@ -357,12 +371,35 @@ static void args_add_key(struct args_writer *w, const struct window_policy *p,
 		args_put(w, &pos, "{", 1);
 		args_put_tag(w, &pos, key, key_len);
 		args_put(w, &pos, "}", 1);
-		if (form != WINDOW_KEY_GCRA) {
+		if (form == WINDOW_KEY_LOG || form == WINDOW_KEY_BUCKETS) {
 			n = window_format_ms(window_ms, ws, sizeof(ws));
 			args_put(w, &pos, ":", 1);
 			args_put(w, &pos, ws, n > 0 ? (size_t)n : 0);
 		}
 	}
+	if (!w->failed)
+		args_end(w, start, pos);
+}
+
+/* The pool's pair of pooled policy <p> for account <key>/<key_len>:
+ * <limit> "pool:<ms>:<headroom>:<key>" (the account as sent, raw: the
+ * pool's members and hash fields carry it). */
+static void args_add_pool(struct args_writer *w, const struct window_policy *p, const char *key,
+                          size_t key_len)
+{
+	char *start;
+	size_t pos = 0;
+
+	args_add_u64(w, p->pool.limit, 0);
+	start = args_begin(w);
+	if (!start)
+		return;
+	args_put(w, &pos, "pool:", 5);
+	args_put_u64(w, &pos, p->pool.window_ms);
+	args_put(w, &pos, ":", 1);
+	args_put_u64(w, &pos, p->pool.headroom);
+	args_put(w, &pos, ":", 1);
+	args_put(w, &pos, key, key_len);
 	if (!w->failed)
 		args_end(w, start, pos);
 }
@@ -440,6 +477,11 @@ int window_build_args(const struct window_policy *p, const char *sha,
 			return -1;
 		}
 	}
+	if (p->pooled && (p->algorithm == WINDOW_ALGO_GCRA || cost > p->pool.limit)) {
+		*why = p->algorithm == WINDOW_ALGO_GCRA ? WINDOW_REASON_REDIS_ERROR
+		                                         : WINDOW_REASON_BAD_COST;
+		return -1;
+	}
 	if (p->algorithm == WINDOW_ALGO_GCRA)
 		return build_gcra_args(p, sha, key, key_len, cost, lim, nwin, a, why);
 
@@ -449,13 +491,17 @@ int window_build_args(const struct window_policy *p, const char *sha,
 	nkeys = nwin + (legacy ? 1 : 0);
 	args_add(&w, "EVALSHA", 7);
 	args_add(&w, sha, strlen(sha));
-	args_add_u64(&w, nkeys, 0);
+	args_add_u64(&w, nkeys + (p->pooled ? 2 : 0), 0);
 	for (i = 0; i < nwin; i++)
 		args_add_key(&w, p, window_is_bucketed(p, lim[i].window_ms) ?
 		             WINDOW_KEY_BUCKETS : WINDOW_KEY_LOG, lim[i].window_ms, key, key_len);
 	if (legacy)
 		args_add_key(&w, p, window_is_bucketed(p, lim[0].window_ms) ?
 		             WINDOW_KEY_LEGACY_BUCKETS : WINDOW_KEY_LEGACY_LOG, 0, key, key_len);
+	if (p->pooled) {
+		args_add_key(&w, p, WINDOW_KEY_POOL_LOG, 0, key, key_len);
+		args_add_key(&w, p, WINDOW_KEY_POOL_ACCOUNTS, 0, key, key_len);
+	}
 	args_add_u64(&w, cost, 0);
 	for (i = 0; i < nkeys; i++) {
 		const struct window_limit *li = &lim[i < nwin ? i : 0];
@@ -464,12 +510,14 @@ int window_build_args(const struct window_policy *p, const char *sha,
 		args_add_u64(&w, li->window_ms,
 		             window_is_bucketed(p, li->window_ms) ? p->precision_ms : 0);
 	}
+	if (p->pooled)
+		args_add_pool(&w, p, key, key_len);
 	if (w.failed) {
 		a->argc = 0;
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
-	a->nkeys = nkeys;
+	a->nkeys = nkeys + (p->pooled ? 2 : 0);
 	*why = WINDOW_REASON_NONE;
 	return 0;
 }
@@ -479,6 +527,10 @@ bool window_deny_holds(const struct window_policy *p, uint64_t cost,
                        const struct window_decision *d)
 {
 	if (d->status != WINDOW_DENY)
+		return false;
+	/* a pool's deny carries its reason, which the cache does not keep;
+	 * and a share can grow before the retry (accounts leave the pool) */
+	if (d->reason == WINDOW_REASON_POOL_FULL || d->reason == WINDOW_REASON_POOL_SHARE)
 		return false;
 	if (p->algorithm != WINDOW_ALGO_GCRA)
 		return true;
@@ -519,13 +571,21 @@ void window_decide_error(const struct window_policy *p, enum window_reason why,
 	}
 }
 
-/* Is <r> a well-formed script result? Checks shape and value ranges. */
-static int reply_is_result(const struct window_reply *r)
+/* Is <r> a well-formed script result for <p> (NULL: not pooled)? Checks
+ * shape and value ranges. */
+static int reply_is_result(const struct window_policy *p, const struct window_reply *r)
 {
 	size_t i;
 
-	if (!r || r->kind != WINDOW_REPLY_INTEGERS || r->n != WINDOW_REPLY_INTS)
+	if (!r || r->kind != WINDOW_REPLY_INTEGERS || r->n != (p && p->pooled ? 7u : 6u))
 		return 0;
+	/* pooled: the 7th says whether the pool decided (then its index is
+	 * the pool's, after the windows) */
+	if (r->n == 7 && (r->v[6] < 0 || r->v[6] > 2 ||
+	                  (r->v[6] != 0 && (r->v[0] != 0 || r->v[5] > WINDOW_MAX_WINDOWS))))
+		return 0;
+	if (r->n == 7 && r->v[6] != 0)
+		return r->v[1] >= 1 && r->v[2] >= 0 && r->v[3] >= 0 && r->v[4] >= 0;
 	if (r->v[0] != 0 && r->v[0] != 1)
 		return 0;
 	if (r->v[1] < 1)
@@ -542,7 +602,7 @@ static int reply_is_result(const struct window_reply *r)
 int window_decide_reply(const struct window_policy *p, const struct window_reply *r,
                         struct window_decision *d)
 {
-	if (!reply_is_result(r)) {
+	if (!reply_is_result(p, r)) {
 		enum window_reason why = WINDOW_REASON_REDIS_ERROR;
 
 		if (window_reply_is_oom(r))
@@ -562,6 +622,10 @@ int window_decide_reply(const struct window_policy *p, const struct window_reply
 	/* the 1.0.x key of an upgrade is window 0 again (see window_build_args) */
 	if (p && p->legacy_key && p->nwin == 1 && d->window == 1)
 		d->window = 0;
+	if (r->n == 7 && r->v[6] != 0) {
+		d->window = WINDOW_MAX_WINDOWS;
+		d->reason = r->v[6] == 1 ? WINDOW_REASON_POOL_FULL : WINDOW_REASON_POOL_SHARE;
+	}
 	if (r->v[0] == 1) {
 		d->status = WINDOW_ALLOW;
 		return 0;
