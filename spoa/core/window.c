@@ -286,8 +286,12 @@ int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
 	if (n == 0)
 		return -1;
 	for (i = 0; i < n; i++) {
-		if (one[i].nkeys < 1 || one[i].nkeys > WINDOW_MAX_WINDOWS ||
-		    one[i].argc != 4 + 3 * (int)one[i].nkeys)
+		/* (a pooled one: its pool's two keys share one pair) */
+		bool plain = one[i].nkeys <= WINDOW_MAX_WINDOWS && one[i].argc == 4 + 3 * (int)one[i].nkeys;
+		bool pooled = one[i].nkeys >= 3 && one[i].nkeys <= WINDOW_MAX_WINDOWS + 3 &&
+		              one[i].argc == 2 + 3 * (int)one[i].nkeys;
+
+		if (one[i].nkeys < 1 || !(plain || pooled))
 			return -1;
 		keys += one[i].nkeys;
 	}
