@@ -247,7 +247,8 @@ MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidde
 MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py \
                  tests/integration/t_module_cluster.py tests/integration/t_module_agents.py \
                  tests/integration/t_module_failalloc.py tests/integration/t_contract.py \
-                 tests/integration/t_module_version.py tests/integration/t_gcra_agents.py
+                 tests/integration/t_module_version.py tests/integration/t_gcra_agents.py \
+                 tests/integration/t_pool.py
 
 module: $(MODULE_SO) $(MODULE_TEST_SO)
 
