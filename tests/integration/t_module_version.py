@@ -11,8 +11,10 @@ A mixed-version fleet, each side on a real redis-server:
                                     error, never an allow; not ready
   a protocol-1 module, and a     -> protocol 1 cannot decide GCRA: as another
   policy with algorithm=gcra        protocol (auto: the script; module: refused)
+  a protocol-2 module, and a     -> protocol 2 cannot decide a pool: likewise
+  pooled policy (pool=)
 The last ones are module/ratelimit-test.so loaded with test-no-version,
-test-protocol=4 and test-protocol=1 (test builds only)."""
+test-protocol=4, test-protocol=1 and test-protocol=2 (test builds only)."""
 import os
 import signal
 import sys
@@ -36,15 +38,16 @@ def commandstats(port, name):
     return harness.engine_calls(harness.rcli(port, "INFO", "commandstats"), ("cmdstat_" + name,))
 
 
-def one_case(name, module_args, engine, policy="3/1s"):
+def one_case(name, module_args, engine, policy="3/1s", before=""):
     """A Redis loading the module with <module_args>, an agent on
-    redis-engine <engine> with policy transfer <policy>; (the decision's
-    status and reason, the agent's log, the Redis port)."""
+    redis-engine <engine> with <before> (lines) then policy transfer
+    <policy>; (the decision's status and reason, the agent's log, the Redis
+    port)."""
     port = h.spawn_redis(name, ["--loadmodule"] + module_args, module=False)
     p, aport, _, log = h.spawn_side_agent("agent-" + name,
                                           "redis redis://127.0.0.1:%d/0\nredis-timeout 5s\n"
-                                          "redis-engine %s\npolicy transfer %s\n" %
-                                          (port, engine, policy))
+                                          "redis-engine %s\n%spolicy transfer %s\n" %
+                                          (port, engine, before, policy))
     wait_for(lambda: "redis_connected" in harness.read_text(log) or
              "redis_engine_protocol" in harness.read_text(log), harness.REDIS_START_SECS)
     c = spop.Conn().connect("127.0.0.1", aport)
@@ -113,6 +116,28 @@ h.eq("protocol 1, gcra, redis-engine module: an error, never an allow", "error",
 h.check("protocol 1, gcra, module: logged at error",
         "level=error event=redis_engine_protocol" in log and "protocol=1 speaks=3 needs=2" in log, log)
 h.eq("protocol 1, gcra, module: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
+
+# A pooled policy (issue 37) needs protocol 3: a protocol-2 module is for it
+# a protocol it does not speak, as a protocol-1 module is for gcra.
+POOL = ("3/1s pool=tp", "pool tp 5/1s\n")
+v, log, rport = one_case("p2-pool-auto", [MODULE_TEST_SO, "test-protocol=2"], "auto", *POOL)
+h.eq("protocol 2, a pool, redis-engine auto: allowed", "allow", v and v.get("status"))
+h.check("protocol 2, a pool, auto: warned, naming the protocol needed",
+        "level=warn event=redis_engine_protocol" in log and "protocol=2 speaks=3 needs=3" in log, log)
+h.eq("protocol 2, a pool, auto: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
+h.check("protocol 2, a pool, auto: the script decided, into the pool",
+        harness.rcli(rport, "HGET", "tp:pool:a1:{tp}", "ACC-V-p2-pool-auto").strip() == "1",
+        harness.rcli(rport, "KEYS", "*"))
+v, log, rport = one_case("p2-pool-module", [MODULE_TEST_SO, "test-protocol=2"], "module", *POOL)
+h.eq("protocol 2, a pool, redis-engine module: an error, never an allow", "error",
+     v and v.get("status"))
+h.check("protocol 2, a pool, module: logged at error",
+        "level=error event=redis_engine_protocol" in log and "protocol=2 speaks=3 needs=3" in log, log)
+v, log, rport = one_case("p3-pool-module", [MODULE_TEST_SO], "module", *POOL)
+h.eq("protocol 3, a pool, redis-engine module: allowed", "allow", v and v.get("status"))
+h.check("protocol 3, a pool, module: the module decided, into the pool",
+        commandstats(rport, "ratelimit.decide") >= 1 and
+        harness.rcli(rport, "HGET", "tp:pool:a1:{tp}", "ACC-V-p3-pool-module").strip() == "1")
 
 # A reload that adds a gcra policy asks the module again: on protocol 1,
 # auto moves that Redis to the script (log and gcra decisions alike).
