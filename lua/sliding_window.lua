@@ -202,12 +202,12 @@ end
 -- pairs: the key, then the cut string (log) or the dead fields (bucketed).
 local held = nil
 
--- A pool's trim: its log's expired entries (read again here, so that a
+-- A pool's trim: its log's expired entries <e> (nil: read here, so that a
 -- batch's held trims of one pool take each entry off once) go, and their
 -- units off their accounts in <hkey> (a count at 0 or below: the field
 -- goes), in the order the accounts first appear.
-local function trim_pool(key, hkey, cuts)
-	local e = call('ZRANGEBYSCORE', key, '-inf', cuts)
+local function trim_pool(key, hkey, cuts, e)
+	e = e or call('ZRANGEBYSCORE', key, '-inf', cuts)
 	if not e[1] then return end
 	local dec, order = {}, {}
 	for j = 1, #e do
@@ -485,7 +485,7 @@ local function read_pool(cost)
 		local v = call('HGET', P.hkey, a)
 		if v and hnum(v) - k <= 0 then na = na - 1 end
 	end
-	P.expired = e[1] ~= nil
+	P.expired, P.gone = e[1] ~= nil, e
 	-- (exact in doubles: a product beyond 2^53 is beyond any limit)
 	if mine * (na + 1) >= l then
 		P.room, P.code = l - h, 2
@@ -592,8 +592,10 @@ local function decide(k0, a0, n, pooled)
 		end
 		if pooled then
 			-- (the log's TTL as a window's; the hash lives as long)
+			-- (at once, even in a batch: this admission wrote first, and a
+			-- later decision then finds nothing expired to read)
 			local P = pool
-			if P.expired then trim(P.key, P.trims) end
+			if P.expired then trim_pool(P.key, P.hkey, P.cuts, P.gone) end
 			-- (its entry is the newest: stamped above the newest before it)
 			local ttl = int(P.win + 1 + math.ceil((P.score - now) / 1000))
 			expire(P.key, ttl)
