@@ -211,6 +211,10 @@ const char *rl_pool_read(RedisModuleCtx *ctx, struct rl_pool_state *ps, const st
 	RedisModule_CloseKey(h);
 	ps->expired = ng > 0;
 	gone_free(g, ng);
+	/* (each account taken off is a distinct field of the hash: never
+	 * below 0, said again for the reader) */
+	if (na < 0)
+		na = 0;
 	/* at least its share: mine * (na + 1) >= limit, as a ceiling */
 	if (mine >= (pool->limit + na) / (na + 1)) {
 		ps->room = pool->limit - pool->headroom;
