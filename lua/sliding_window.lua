@@ -26,7 +26,8 @@
 -- cost is at most its limit, or at most limit - headroom for an account
 -- that already holds at least its share: mine * (n + 1) >= limit, n the
 -- accounts holding units in the pool's window (HLEN after the trim), mine
--- this account's units there. Both are read exactly before the trim by
+-- this account's units there (none at all while the log is empty: a hash
+-- left without its log goes with the next admission). Both are read exactly before the trim by
 -- taking the expired entries' units off their accounts (no scan of
 -- accounts: the expired entries only, which each trim then removes). The
 -- reply has a 7th element: 0, or 1 (pool-full) / 2 (pool-share) when the
@@ -479,11 +480,17 @@ local function read_pool(cost)
 		local _, k, a = parse(e[j], true)
 		if a then dec[a] = (dec[a] or 0) + k end
 	end
-	local mine = hnum(call('HGET', P.hkey, acc)) - (dec[acc] or 0)
-	local na = call('HLEN', P.hkey)
-	for a, k in pairs(dec) do
-		local v = call('HGET', P.hkey, a)
-		if v and hnum(v) - k <= 0 then na = na - 1 end
+	-- An empty log: nobody holds units, whatever the hash says (one left
+	-- behind, the log deleted by hand, goes with this pool's next admission).
+	P.orphan = not P.oldest and not e[1]
+	local mine, na = 0, 0
+	if not P.orphan then
+		mine = hnum(call('HGET', P.hkey, acc)) - (dec[acc] or 0)
+		na = call('HLEN', P.hkey)
+		for a, k in pairs(dec) do
+			local v = call('HGET', P.hkey, a)
+			if v and hnum(v) - k <= 0 then na = na - 1 end
+		end
 	end
 	P.expired, P.gone = e[1] ~= nil, e
 	-- (exact in doubles: a product beyond 2^53 is beyond any limit)
@@ -566,7 +573,12 @@ local function decide(k0, a0, n, pooled)
 			if P.top and P.top >= now then sc = P.top + 1 end
 			P.score = sc
 			call('ZADD', P.key, int(sc), format('%x:%x:%s', P.cum + cost, cost, P.acc))
-			call('HSET', P.hkey, P.acc, int(hnum(call('HGET', P.hkey, P.acc)) + cost))
+			if P.orphan then
+				call('DEL', P.hkey)
+				call('HSET', P.hkey, P.acc, int(cost))
+			else
+				call('HSET', P.hkey, P.acc, int(hnum(call('HGET', P.hkey, P.acc)) + cost))
+			end
 		end
 		for i = 1, n do
 			local s = slot[i]

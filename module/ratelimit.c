@@ -392,7 +392,7 @@ static int cmd_test_fail_alloc(RedisModuleCtx *ctx, RedisModuleString **argv, in
 	X(ReplyWithSimpleString)                                                             \
 	X(WrongArity) X(StringPtrLen) X(StringToLongLong) X(CreateString)                   \
 	X(CreateStringFromLongLong) X(FreeString) X(RetainString) X(Alloc) X(Realloc)        \
-	X(Free) X(Log) X(NotifyKeyspaceEvent) X(StringSet) X(StringDMA) X(ValueLength)
+	X(Free) X(Log) X(NotifyKeyspaceEvent) X(StringSet) X(StringDMA) X(ValueLength) X(DeleteKey)
 
 /* The two symbols Redis looks up (everything else is hidden). */
 #define RL_EXPORT __attribute__((visibility("default")))

@@ -49,6 +49,7 @@ struct rl_pool_state {
 	int code;                      /* refusal's kind: 1 pool-full, 2 pool-share */
 	int admits;
 	int expired;                   /* the log has entries to trim */
+	int orphan;                    /* the log is empty: the hash holds nothing */
 };
 
 /* a / b rounded down (C rounds toward zero; a fake clock may be < 0). */

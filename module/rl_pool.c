@@ -193,9 +193,11 @@ const char *rl_pool_read(RedisModuleCtx *ctx, struct rl_pool_state *ps, const st
 		return err;
 	}
 	/* what each account holds once the expired entries are gone: the
-	 * accounts left at 0 no longer hold units */
-	mine = hash_units(h, pool->acc, pool->acc_len, &exists);
-	na = type == REDISMODULE_KEYTYPE_HASH ? (int64_t)RedisModule_ValueLength(h) : 0;
+	 * accounts left at 0 no longer hold units; with the log empty, nobody
+	 * (a hash left without its log goes with the next admission) */
+	ps->orphan = !ps->log.has_oldest && ng == 0;
+	mine = ps->orphan ? 0 : hash_units(h, pool->acc, pool->acc_len, &exists);
+	na = type == REDISMODULE_KEYTYPE_HASH && !ps->orphan ? (int64_t)RedisModule_ValueLength(h) : 0;
 	for (i = 0; i < ng; i = j) {
 		int64_t dec = 0;
 
@@ -287,6 +289,11 @@ int rl_pool_admit(RedisModuleCtx *ctx, struct rl_pool_state *ps, int64_t now, in
 		return -1;
 	}
 	h = RedisModule_OpenKey(ctx, ps->hkey, REDISMODULE_READ | REDISMODULE_WRITE);
+	if (ps->orphan && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY &&
+	    RedisModule_DeleteKey(h) == REDISMODULE_OK) {
+		RedisModule_Replicate(ctx, "DEL", "s", ps->hkey);
+		RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "del", ps->hkey);
+	}
 	hash_put(ctx, h, ps->hkey, pool->acc, pool->acc_len,
 	         hash_units(h, pool->acc, pool->acc_len, &exists) + cost);
 	if (ps->expired)
