@@ -124,7 +124,7 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 	const struct rl_state *bs;
 	const char *err = NULL;
 	size_t i, best = 0;
-	int allowed = 1, code = 0;
+	int allowed = 1, code = 0, pooled_read = 0;
 	int64_t best_rem = 0, best_reset = 0, best_retry = 0;
 
 	/* (the parser gives 1..RL_MAX_WINDOWS; said again for the reader) */
@@ -157,6 +157,7 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		                   keys[d->key0 + d->nwin + 1], now, d->cost);
 		if (err)
 			goto fail;
+		pooled_read = 1;
 		if (!ps.admits)
 			allowed = 0;
 	}
@@ -254,6 +255,8 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		                            : bs->w->win_ms * 1000;
 	}
 	rl_scratch_release_dead();
+	if (d->pooled)
+		rl_pool_release(&ps);
 	bs = code ? &ps.log : &st[best];
 	RedisModule_ReplyWithArray(ctx, d->pooled ? 7 : 6);
 	RedisModule_ReplyWithLongLong(ctx, allowed);
@@ -267,6 +270,8 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 	return;
 fail:
 	rl_scratch_release_dead();
+	if (pooled_read)
+		rl_pool_release(&ps);
 	RedisModule_ReplyWithError(ctx, err);
 }
 

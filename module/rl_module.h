@@ -39,7 +39,10 @@ struct rl_state {
 	size_t acc_len;
 };
 
-/* A decision's pool (rl_pool.c): its log read as a window's, the share. */
+struct pool_gone;
+
+/* A decision's pool (rl_pool.c): its log read as a window's, the share,
+ * and the expired entries read (owned: rl_pool_release()). */
 struct rl_pool_state {
 	struct rl_state log;           /* the log (log.pool = 1) */
 	struct rl_window w;            /* the pool's limit and length, for log.w */
@@ -50,6 +53,8 @@ struct rl_pool_state {
 	int admits;
 	int expired;                   /* the log has entries to trim */
 	int orphan;                    /* the log is empty: the hash holds nothing */
+	struct pool_gone *gone;        /* the expired entries, by account (owned) */
+	size_t ngone;
 };
 
 /* a / b rounded down (C rounds toward zero; a fake clock may be < 0). */
@@ -100,7 +105,8 @@ int64_t rl_log_retry(RedisModuleCtx *ctx, const struct rl_state *s, int64_t need
 int64_t rl_log_retry_buckets(const struct rl_state *s, int64_t need, int64_t now);
 
 /* Reads pool <pool> of keys <key> (its log) and <hkey> (borrowed from
- * argv) at <now> for <cost> into <ps>. Returns NULL or the error text. */
+ * argv) at <now> for <cost> into <ps>, which then owns what it read until
+ * rl_pool_release(). Returns NULL or the error text (nothing owned). */
 const char *rl_pool_read(RedisModuleCtx *ctx, struct rl_pool_state *ps, const struct rl_pool *pool,
                          RedisModuleString *key, RedisModuleString *hkey, int64_t now,
                          int64_t cost);
@@ -109,6 +115,8 @@ const char *rl_pool_read(RedisModuleCtx *ctx, struct rl_pool_state *ps, const st
 int rl_pool_admit(RedisModuleCtx *ctx, struct rl_pool_state *ps, int64_t now, int64_t cost);
 /* A denial's trim of the pool read into <ps> (when it has expired entries). */
 void rl_pool_trim(RedisModuleCtx *ctx, struct rl_pool_state *ps);
+/* Frees what rl_pool_read() left in <ps>. */
+void rl_pool_release(struct rl_pool_state *ps);
 
 /* A GCRA decision over the string key <name> (borrowed from argv); writes
  * the reply. <oom>: Redis is over maxmemory. */

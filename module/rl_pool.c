@@ -212,7 +212,8 @@ const char *rl_pool_read(RedisModuleCtx *ctx, struct rl_pool_state *ps, const st
 	}
 	RedisModule_CloseKey(h);
 	ps->expired = ng > 0;
-	gone_free(g, ng);
+	ps->gone = g;
+	ps->ngone = ng;
 	/* (each account taken off is a distinct field of the hash: never
 	 * below 0, said again for the reader) */
 	if (na < 0)
@@ -230,19 +231,17 @@ const char *rl_pool_read(RedisModuleCtx *ctx, struct rl_pool_state *ps, const st
 }
 
 /* The trim of the pool's log <k> and hash <h> (open for writing): the
- * expired entries go, their units off their accounts. Out of memory,
- * neither changes (the next trim does it). */
+ * expired entries rl_pool_read() read (the same call: nothing else wrote
+ * the log since) go, their units off their accounts. */
 static void pool_trim_keys(RedisModuleCtx *ctx, struct rl_pool_state *ps, RedisModuleKey *k,
                            RedisModuleKey *h)
 {
-	struct pool_gone *g;
-	size_t ng, i, j;
+	const struct pool_gone *g = ps->gone;
+	size_t ng = ps->ngone, i, j;
 	int exists;
 
-	if (gone_read(k, ps->log.cut, &g, &ng) == -1 || ng == 0) {
-		RedisModule_Free(g);
+	if (ng == 0)
 		return;
-	}
 	for (i = 0; i < ng; i++) {
 		int deleted = 0;
 
@@ -261,7 +260,17 @@ static void pool_trim_keys(RedisModuleCtx *ctx, struct rl_pool_state *ps, RedisM
 			hash_put(ctx, h, ps->hkey, g[i].acc, g[i].acc_len,
 			         hash_units(h, g[i].acc, g[i].acc_len, &exists) - dec);
 	}
-	gone_free(g, ng);
+	rl_pool_release(ps);
+}
+
+/* Frees the expired entries <ps> holds. */
+void rl_pool_release(struct rl_pool_state *ps)
+{
+	if (ps->gone)
+		gone_free(ps->gone, ps->ngone);
+	ps->gone = NULL;
+	ps->ngone = 0;
+	ps->expired = 0;
 }
 
 /* Sets key <k> (open, named <name>) to expire at <at> ms. */
