@@ -137,6 +137,9 @@ h.check("the AOF: no window of the pool's length holds more than its limit (%d o
 stats = h.rcli("INFO", "commandstats")
 h.check("the module's agent called RATELIMIT.DECIDE", "cmdstat_ratelimit.decide:calls=" in stats, stats)
 h.check("the script's agent called EVALSHA", "cmdstat_evalsha:calls=" in stats, stats)
+logs = "".join(harness.read_text(os.path.join(h.tmp, "agent-%s.log" % e)) for e in ports)
+h.check("a pool's deny is a deny, never logged as a fail-open or a refusal",
+        "reason=pool-" not in logs, [ln for ln in logs.splitlines() if "reason=pool-" in ln][:3])
 mem = [int(h.rcli("MEMORY", "USAGE", k)) for k in (LOG, ACC)]
 print("# MEMORY USAGE of the pool with 5 accounts, 20 entries: log %d bytes, hash %d bytes" %
       tuple(mem))
