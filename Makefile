@@ -245,24 +245,25 @@ $(MCOUNT): bench/mcount.c
 MODULE_H      := build/redismodule/redismodule.h
 MODULE_SO     := module/ratelimit.so
 MODULE_TEST_SO := module/ratelimit-test.so
-MODULE_SRCS   := module/ratelimit.c module/rl_args.c
+MODULE_SRCS   := module/ratelimit.c module/rl_log.c module/rl_gcra.c module/rl_pool.c module/rl_args.c
 MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidden \
                  -isystem build/redismodule -Imodule -DRL_PRODUCT_VERSION='"$(VERSION)"'
 MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py \
                  tests/integration/t_module_cluster.py tests/integration/t_module_agents.py \
                  tests/integration/t_module_failalloc.py tests/integration/t_contract.py \
-                 tests/integration/t_module_version.py tests/integration/t_gcra_agents.py
+                 tests/integration/t_module_version.py tests/integration/t_gcra_agents.py \
+                 tests/integration/t_pool.py
 
 module: $(MODULE_SO) $(MODULE_TEST_SO)
 
 $(MODULE_H): tools/redismodule-header.sh
 	$(Q)tools/redismodule-header.sh build/redismodule
 
-$(MODULE_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H) VERSION
+$(MODULE_SO): $(MODULE_SRCS) module/rl_args.h module/rl_module.h $(MODULE_H) VERSION
 	$(if $(Q),@echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(MODULE_CFLAGS) $(CFLAGS) $(LDFLAGS) -shared -o $@ $(MODULE_SRCS)
 
-$(MODULE_TEST_SO): $(MODULE_SRCS) module/rl_args.h $(MODULE_H) VERSION
+$(MODULE_TEST_SO): $(MODULE_SRCS) module/rl_args.h module/rl_module.h $(MODULE_H) VERSION
 	$(if $(Q),@echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(MODULE_CFLAGS) $(CFLAGS) $(LDFLAGS) -DRATELIMIT_TEST_CLOCK -shared -o $@ $(MODULE_SRCS)
 
@@ -335,14 +336,14 @@ valgrind-module: module $(AGENT) $(BENCH)
 	n=$$(ls $(VALGRIND_MODULE_LOGS)/vg.* | wc -l); \
 	bad=$$(grep -L 'ERROR SUMMARY: 0 errors' $(VALGRIND_MODULE_LOGS)/vg.* || true); \
 	lost=$$(grep -lE 'definitely lost: [1-9]' $(VALGRIND_MODULE_LOGS)/vg.* | \
-		xargs -r grep -lE '(ratelimit|rl_args)\.c:' || true); \
+		xargs -r grep -lE '(ratelimit|rl_log|rl_gcra|rl_pool|rl_args)\.c:' || true); \
 	echo "valgrind-module: $$n redis-server processes, errors in: $${bad:-none}, module leaks in: $${lost:-none}"; \
 	[ -z "$$bad" ] && [ -z "$$lost" ]
 
 # Line and branch coverage of the module (gcov) by its tests: a --coverage
 # build of ratelimit-test.so in build/cov stands in for both modules (a
 # server that does not load it with test-clock reads the real clock); gcov
-# writes build/cov/ratelimit.c.gcov ("#####": a line no test ran) and
+# writes build/cov/<file>.c.gcov per module source ("#####": a line no test ran) and
 # prints the totals.
 MODULE_COV_SO := build/cov/ratelimit-cov.so
 module-coverage: $(MODULE_H) $(AGENT) $(BENCH)
@@ -351,10 +352,10 @@ module-coverage: $(MODULE_H) $(AGENT) $(BENCH)
 	$(Q)RATELIMIT_MODULE=$(CURDIR)/$(MODULE_COV_SO) RATELIMIT_MODULE_TEST=$(CURDIR)/$(MODULE_COV_SO) \
 		DIFF_OPS=1500 AGENT=$(CURDIR)/$(AGENT) BENCH=$(CURDIR)/$(BENCH) \
 		TESTS="$(MODULE_TESTS)" tests/run.sh integration || true
-	$(Q)gcov -b -o build/cov build/cov/ratelimit-cov.so-ratelimit.gcda \
-		build/cov/ratelimit-cov.so-rl_args.gcda 2>/dev/null | grep -A4 "^File 'module/"; \
-		mv -f ratelimit.c.gcov rl_args.c.gcov build/cov/; rm -f redismodule.h.gcov; \
-		echo "module-coverage: build/cov/ratelimit.c.gcov, build/cov/rl_args.c.gcov"
+	$(Q)gcov -b -o build/cov $(patsubst module/%.c,build/cov/ratelimit-cov.so-%.gcda,$(MODULE_SRCS)) \
+		2>/dev/null | grep -A4 "^File 'module/"; \
+		mv -f $(patsubst module/%,%.gcov,$(MODULE_SRCS)) build/cov/; rm -f redismodule.h.gcov; \
+		echo "module-coverage: $(patsubst module/%,build/cov/%.gcov,$(MODULE_SRCS))"
 
 # Fault injection under load and resource limits (tests/chaos, ~2 min).
 chaos: $(AGENT) $(BENCH)

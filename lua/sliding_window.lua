@@ -15,6 +15,26 @@
 -- for the deciding window (0-based index): the least remaining when allowed,
 -- the denying window with the longest retry when denied.
 --
+-- A pool (pool=, protocol 3): a decision whose last pair is <limit>
+-- "pool:<ms>:<headroom>:<account>" has two more keys after its windows'
+-- (so 2 * #KEYS - 1 arguments, or a batch decision of 2 * <key count>):
+-- the pool's log, a sorted set as a window's whose members are
+-- "<cum>:<cost>:<account>", and a hash account -> units of the log's
+-- entries (trimming an entry takes its units off its account, a field at 0
+-- goes). The decision admits only if every window and the pool admit, and
+-- a refusal writes neither. The pool admits a cost when its count plus the
+-- cost is at most its limit, or at most limit - headroom for an account
+-- that already holds at least its share: mine * (n + 1) >= limit, n the
+-- accounts holding units in the pool's window (HLEN after the trim), mine
+-- this account's units there (none at all while the log is empty: a hash
+-- left without its log goes with the next admission). Both are read exactly before the trim by
+-- taking the expired entries' units off their accounts (no scan of
+-- accounts: the expired entries only, which each trim then removes). The
+-- reply has a 7th element: 0, or 1 (pool-full) / 2 (pool-share) when the
+-- pool decides the denial (its retry the longest; its index the number of
+-- windows), then limit, remaining and reset are the pool's: remaining
+-- room under the rule that refused, retry when that much has left.
+--
 -- Rules: time is Redis's own (every agent shares one clock); an entry exactly
 -- one window old is out; admission is all-or-nothing over the windows; a
 -- denial writes nothing but the trims (a refused request does not count and
@@ -98,11 +118,20 @@ end
 -- share a policy.
 local ttl_win, ttl_now = false, false
 
--- cum and cost of member <m>; nil for a member this script never writes.
-local function parse(m)
-	local c, k = match(m, '^(%x+):(%x+)$')
-	if c then return tonumber(c, 16), tonumber(k, 16) end
+-- cum and cost of member <m> (of a pool's log when <pool>, then its
+-- account too); nil for a member this script never writes.
+local function parse(m, pool)
+	local c, k, a
+	if pool then c, k, a = match(m, '^(%x+):(%x+):(.+)$') else c, k = match(m, '^(%x+):(%x+)$') end
+	if c then return tonumber(c, 16), tonumber(k, 16), a end
 	return nil
+end
+
+-- A hash field as a count: its integer value, 0 for none or another.
+local function hnum(v)
+	local x = tonumber(v)
+	if x and x % 1 == 0 then return x end
+	return 0
 end
 
 -- The decision being made: slot[i] is window i's state, overwritten by
@@ -174,17 +203,48 @@ end
 -- pairs: the key, then the cut string (log) or the dead fields (bucketed).
 local held = nil
 
+-- A pool's trim: its log's expired entries <e> (nil: read here, so that a
+-- batch's held trims of one pool take each entry off once) go, and their
+-- units off their accounts in <hkey> (a count at 0 or below: the field
+-- goes), in the order the accounts first appear.
+local function trim_pool(key, hkey, cuts, e)
+	e = e or call('ZRANGEBYSCORE', key, '-inf', cuts)
+	if not e[1] then return end
+	local dec, order = {}, {}
+	for j = 1, #e do
+		local _, k, a = parse(e[j], true)
+		if a then
+			if not dec[a] then dec[a], order[#order + 1] = 0, a end
+			dec[a] = dec[a] + k
+		end
+	end
+	call('ZREMRANGEBYSCORE', key, '-inf', cuts)
+	for j = 1, #order do
+		local a = order[j]
+		local v = hnum(call('HGET', hkey, a)) - dec[a]
+		if v > 0 then call('HSET', hkey, a, int(v)) else call('HDEL', hkey, a) end
+	end
+end
+
 -- Drop the expired entries or buckets of <key> (after the first write):
--- <what> is a cut string (log) or a list of dead fields (bucketed).
+-- <what> is a cut string (log), a list of dead fields (bucketed) or
+-- { hkey, cuts } (a pool).
 local function trim(key, what)
 	if held then
 		held[#held + 1] = key
 		held[#held + 1] = what
 	elseif type(what) == 'string' then
 		call('ZREMRANGEBYSCORE', key, '-inf', what)
+	elseif what.pool then
+		trim_pool(key, what.pool, what.cuts)
 	else
 		call('HDEL', key, unpack(what))
 	end
+end
+
+-- PEXPIRE <key> <ttl>: every expiry the script sets, in one place.
+local function expire(key, ttl)
+	call('PEXPIRE', key, ttl)
 end
 
 -- Log window <s>, read only (see slot above). False when an end of the
@@ -195,8 +255,8 @@ local function read_window(s)
 	local a = call('ZRANGEBYSCORE', key, '(' .. s.cuts, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
 	if not a[1] then return true end
 	local b = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
-	local c1, k1 = parse(a[1])
-	local c2 = parse(b[1])
+	local c1, k1 = parse(a[1], s.pool)
+	local c2 = parse(b[1], s.pool)
 	if not (c1 and c2) then return false end
 	-- (scores are numeric strings: '+ 0' converts once, tonumber() twice)
 	s.oldest, s.top = a[2] + 0, b[2] + 0
@@ -231,7 +291,7 @@ local function retry_for(s, need, win_us)
 		local mid = math.floor((lo + hi) / 2)
 		-- (a member not ours in the middle reads as cum 0: the search goes
 		-- past it, later, never early)
-		local c = parse((at(key, mid))) or 0
+		local c = parse((at(key, mid)), s.pool) or 0
 		if c + base >= need then hi = mid else lo = mid + 1 end
 	end
 	local _, sc = at(key, lo)
@@ -384,13 +444,79 @@ local function gcra(k0, a0, n)
 	return { 0, b, rem, reset, retry, 0 }
 end
 
+-- Is <s> a pool's length argument ("pool:...")?
+local function is_pool(s)
+	return s ~= nil and s:sub(1, 5) == 'pool:'
+end
+
+-- The pool of the decision being made (see the header), reused.
+local pool = { pool = true }
+
+-- The pool's pair of a decision of <n> windows (after theirs; its keys
+-- after theirs) into <pool>. False: bad arguments.
+local function pool_args(k0, a0, n)
+	local P = pool
+	local l = num(ARGV[a0 + 2 + 2 * n])
+	local ms, hs, acc = match(ARGV[a0 + 3 + 2 * n], '^pool:(%d+):(%d+):(.+)$')
+	local w, h = num(ms), tonumber(hs)
+	if not (l and w and h and h < l and #acc <= 1024) then return false end
+	P.key, P.hkey, P.limit, P.win, P.head, P.acc = KEYS[k0 + n + 1], KEYS[k0 + n + 2], l, w, h, acc
+	P.cut = now - w * 1000
+	P.cuts = int(P.cut)
+	P.trims = { pool = P.hkey, cuts = P.cuts }
+	return true
+end
+
+-- Reads the pool for <cost>: its log as a window's, then this account's
+-- units and the accounts holding units, as they are once the expired
+-- entries are gone, then the room the rule gives. False: a bad entry.
+local function read_pool(cost)
+	local P = pool
+	local l, h, acc = P.limit, P.head, P.acc
+	if not read_window(P) then return false end
+	local e = call('ZRANGEBYSCORE', P.key, '-inf', P.cuts)
+	local dec = {}
+	for j = 1, #e do
+		local _, k, a = parse(e[j], true)
+		if a then dec[a] = (dec[a] or 0) + k end
+	end
+	-- An empty log: nobody holds units, whatever the hash says (one left
+	-- behind, the log deleted by hand, goes with this pool's next admission).
+	P.orphan = not P.oldest and not e[1]
+	local mine, na = 0, 0
+	if not P.orphan then
+		mine = hnum(call('HGET', P.hkey, acc)) - (dec[acc] or 0)
+		na = call('HLEN', P.hkey)
+		for a, k in pairs(dec) do
+			local v = call('HGET', P.hkey, a)
+			if v and hnum(v) - k <= 0 then na = na - 1 end
+		end
+	end
+	P.expired, P.gone = e[1] ~= nil, e
+	-- (exact in doubles: a product beyond 2^53 is beyond any limit)
+	if mine * (na + 1) >= l then
+		P.room, P.code = l - h, 2
+	else
+		P.room, P.code = l, 1
+	end
+	P.mine = mine
+	P.admits = P.count + cost <= P.room
+	return true
+end
+
 -- One decision over the <n> windows KEYS[k0 + i]: its cost is ARGV[a0 + 1],
 -- window i's limit and length ARGV[a0 + 2i] and ARGV[a0 + 1 + 2i] (the
--- script's own arguments: k0 = a0 = 0; or its slice of a batch).
-local function decide(k0, a0, n)
-	if match(ARGV[a0 + 3] or '', '^gcra:') then return gcra(k0, a0, n) end
+-- script's own arguments: k0 = a0 = 0; or its slice of a batch); with
+-- <pooled>, its pool's pair and keys follow.
+local function decide(k0, a0, n, pooled)
 	local cost = num(ARGV[a0 + 1])
+	if match(ARGV[a0 + 3] or '', '^gcra:') then
+		-- (a token bucket has no pool)
+		if pooled and cost then return redis.error_reply(BAD_WINDOW) end
+		if not pooled then return gcra(k0, a0, n) end
+	end
 	if not cost then return redis.error_reply(BAD_ARGS) end
+	if pooled and not pool_args(k0, a0, n) then return redis.error_reply(BAD_WINDOW) end
 	local allowed = true
 	for i = 1, n do
 		local s = slot[i]
@@ -417,8 +543,13 @@ local function decide(k0, a0, n)
 		end
 		if s.count + cost > l then allowed = false end
 	end
+	if pooled then
+		if not read_pool(cost) then return redis.error_reply(BAD_ENTRY) end
+		if not pool.admits then allowed = false end
+	end
 
 	local best, best_rem, best_reset, best_retry
+	local code = 0
 	if allowed then
 		for i = 1, n do
 			local s = slot[i]
@@ -434,6 +565,19 @@ local function decide(k0, a0, n)
 				if s.top and s.top >= now then sc = s.top + 1 end
 				s.score = sc
 				call('ZADD', s.key, sc == now and nows or int(sc), format('%x:%x', s.cum + cost, cost))
+			end
+		end
+		if pooled then
+			local P = pool
+			local sc = now
+			if P.top and P.top >= now then sc = P.top + 1 end
+			P.score = sc
+			call('ZADD', P.key, int(sc), format('%x:%x:%s', P.cum + cost, cost, P.acc))
+			if P.orphan then
+				call('DEL', P.hkey)
+				call('HSET', P.hkey, P.acc, int(cost))
+			else
+				call('HSET', P.hkey, P.acc, int(hnum(call('HGET', P.hkey, P.acc)) + cost))
 			end
 		end
 		for i = 1, n do
@@ -452,11 +596,22 @@ local function decide(k0, a0, n)
 			else
 				ttl = int(s.win + 1 + math.ceil((last - now) / 1000))
 			end
-			call('PEXPIRE', s.key, ttl)
+			expire(s.key, ttl)
 			local rem = s.limit - s.count - cost
 			if not best or rem < best_rem then
 				best, best_rem = i, rem
 			end
+		end
+		if pooled then
+			-- (the log's TTL as a window's; the hash lives as long)
+			-- (at once, even in a batch: this admission wrote first, and a
+			-- later decision then finds nothing expired to read)
+			local P = pool
+			if P.expired then trim_pool(P.key, P.hkey, P.cuts, P.gone) end
+			-- (its entry is the newest: stamped above the newest before it)
+			local ttl = int(P.win + 1 + math.ceil((P.score - now) / 1000))
+			expire(P.key, ttl)
+			expire(P.hkey, ttl)
 		end
 		-- reset: when the oldest in-window entry or bucket (perhaps the new
 		-- one) leaves.
@@ -468,6 +623,7 @@ local function decide(k0, a0, n)
 			local s = slot[i]
 			if not s.prec then trim(s.key, s.cuts) elseif s.dead then trim(s.key, s.dead) end
 		end
+		if pooled and pool.expired then trim(pool.key, pool.trims) end
 		for i = 1, n do
 			local s = slot[i]
 			local need = s.count + cost - s.limit
@@ -485,22 +641,49 @@ local function decide(k0, a0, n)
 				end
 			end
 		end
-		local s = slot[best]
+		-- the pool, when it refuses, after the windows: it decides only
+		-- with a longer retry (need: the units that must leave it)
+		if pooled and not pool.admits then
+			local P = pool
+			local need, w = P.count + cost - P.room, P.win * 1000
+			local retry = w
+			if need <= P.count then retry = retry_for(P, need, w) end
+			if not best or retry > best_retry then
+				best, best_retry, code = n + 1, retry, P.code
+			end
+		end
+		local s, room = slot[best], 0
+		if code ~= 0 then s, room = pool, pool.room else room = s.limit end
 		local w = s.win * 1000
-		best_rem = s.limit - s.count
+		best_rem = room - s.count
 		if best_rem < 0 then best_rem = 0 end
 		if s.oldest then best_reset = s.oldest + w - now else best_reset = w end
 	end
 
-	return { allowed and 1 or 0, slot[best].limit, best_rem, best_reset, best_retry, best - 1 }
+	local lim
+	if code ~= 0 then lim = pool.limit else lim = slot[best].limit end
+	if pooled then
+		return { allowed and 1 or 0, lim, best_rem, best_reset, best_retry, best - 1, code }
+	end
+	return { allowed and 1 or 0, lim, best_rem, best_reset, best_retry, best - 1 }
 end
 
 if ARGV[1] ~= 'batch' then
 	local n = #KEYS
+	if n >= 3 and #ARGV == 2 * n - 1 and is_pool(ARGV[#ARGV]) then
+		return decide(0, 0, n - 2, true)
+	end
 	if n < 1 or #ARGV ~= 1 + 2 * n then
 		return redis.error_reply(BAD_ARGS)
 	end
 	return decide(0, 0, n)
+end
+
+-- The number of arguments of the batch decision whose key count <nk> is
+-- ARGV[ai + 1] (with it): a pooled one's last pair is its pool's.
+local function batch_nargs(ai, nk)
+	if nk >= 3 and is_pool(ARGV[ai + 2 * nk]) then return 2 * nk end
+	return 2 + 2 * nk
 end
 
 local nb = num(ARGV[2])
@@ -511,10 +694,10 @@ if not nb then return redis.error_reply(BAD_BATCH) end
 local ki, ai = 0, 2
 for d = 1, nb do
 	local nk = num(ARGV[ai + 1])
-	if not nk or ki + nk > #KEYS or ai + 2 + 2 * nk > #ARGV then
+	if not nk or ki + nk > #KEYS or ai + batch_nargs(ai, nk) > #ARGV then
 		return redis.error_reply(BAD_BATCH)
 	end
-	ki, ai = ki + nk, ai + 2 + 2 * nk
+	ki, ai = ki + nk, ai + batch_nargs(ai, nk)
 end
 if ki ~= #KEYS or ai ~= #ARGV then return redis.error_reply(BAD_BATCH) end
 local out = {}
@@ -522,14 +705,20 @@ held = {}
 ki, ai = 0, 2
 for d = 1, nb do
 	local nk = num(ARGV[ai + 1])
+	local na = batch_nargs(ai, nk)
 	-- A failed decision (Redis refused a write: OOM) is its own error; the
 	-- decisions before it stand, so the batch goes on.
-	local ok, r = pcall(decide, ki, ai + 1, nk)
+	local ok, r
+	if na == 2 * nk then
+		ok, r = pcall(decide, ki, ai + 1, nk - 2, true)
+	else
+		ok, r = pcall(decide, ki, ai + 1, nk)
+	end
 	if not ok then
 		if type(r) == 'table' and r.err then r = { err = r.err } else r = { err = 'ERR ' .. tostring(r) } end
 	end
 	out[d] = r
-	ki, ai = ki + nk, ai + 2 + 2 * nk
+	ki, ai = ki + nk, ai + na
 end
 -- Expired entries are out of every count already (counts are by score):
 -- dropping them last changes no answer.

@@ -31,7 +31,7 @@
  * of RATELIMIT.DECIDE (its arguments and replies) and only changes when
  * that does; agents read it at connect and use the module only on a
  * protocol they speak. A module without the command (before 1.1.0) speaks
- * protocol 1; this one speaks 2 (GCRA), a superset of 1.
+ * protocol 1; this one speaks 3 (pools; 2: GCRA), a superset of 2 and 1.
  *
  * Load arguments: allow-eviction. A build with -DRATELIMIT_TEST_CLOCK
  * (module/ratelimit-test.so, for the tests only) also takes test-clock:
@@ -48,118 +48,28 @@
 #include <strings.h>
 #include <time.h>
 
-#include "redismodule.h"
-#include "rl_args.h"
+#include "rl_module.h"
 
 #define RL_MODULE_NAME    "ratelimit"
 /* The protocol of RATELIMIT.DECIDE: what RATELIMIT.VERSION and MODULE LIST
  * report. 1: the log and precision= windows; 2: also GCRA windows
- * ("gcra:<ms>:<burst>"), every protocol-1 call answered as before. */
-#define RL_MODULE_VERSION 2
+ * ("gcra:<ms>:<burst>"), every protocol-1 call answered as before; 3:
+ * also pools (a last pair "pool:..."), every protocol-2 call answered as
+ * before. */
+#define RL_MODULE_VERSION 3
 #ifndef RL_PRODUCT_VERSION
 #define RL_PRODUCT_VERSION "unknown"
 #endif
 
-#define RL_ERR_ENTRY_TEXT "ERR sliding_window: bad entry"
 #define RL_ERR_EVICTS_TEXT                                                                   \
 	"EVICTS ratelimit: maxmemory-policy may evict keys and admit more than the limit " \
 	"(set noeviction, or load the module with allow-eviction)"
-#define RL_ERR_OOM_TEXT     "OOM command not allowed when used memory > 'maxmemory'."
-#define RL_ERR_WRONGTYPE    "WRONGTYPE Operation against a key holding the wrong kind of value"
-#define RL_ERR_HASHINT_TEXT "ERR hash value is not an integer"
-#define RL_ERR_OVERFLOW_TEXT "ERR increment or decrement would overflow"
-
-/* A bucket end beyond this (ms, year 2255) is not ours: dead. */
-#define RL_MAX_BUCKET_END 9000000000000LL
 #define RL_STACK_ARGS 64
 
 static int allow_eviction;
 #ifdef RATELIMIT_TEST_CLOCK
 static int test_clock;
-static long long fail_alloc_at;   /* the Nth scratch growth from now fails (0: none) */
 #endif
-
-struct rl_bucket {
-	int64_t end_us;
-	int64_t units;
-};
-
-/* Window i of the decision being made (see the script's slot). */
-struct rl_state {
-	RedisModuleString *name;       /* borrowed from argv */
-	const struct rl_window *w;
-	int64_t cut;                   /* us: an entry at or before it is out */
-	int64_t count;                 /* units in the window */
-	int64_t cum;                   /* cum of the newest entry (log) */
-	int64_t top;                   /* newest entry's score / counted bucket end */
-	int64_t oldest;                /* oldest in-window entry / counted bucket end */
-	int64_t first;                 /* cost of the oldest in-window entry (log) */
-	int64_t score;                 /* this admission's score / bucket end, us */
-	int64_t bucket_ms;             /* this admission's bucket (bucketed) */
-	int64_t bucket_units;          /* units already in it */
-	int has_top, has_oldest;
-	size_t b0, nb;                 /* counted buckets: scratch.b[b0 .. b0 + nb) */
-	size_t d0, nd;                 /* dead fields: scratch.dead[d0 .. d0 + nd) */
-};
-
-/* Scratch arrays of one call, kept between calls (the main thread is the
- * only caller): counted buckets, dead fields (held strings), members to
- * trim (held strings). */
-static struct {
-	struct rl_bucket *b;
-	size_t nb, cap_b;
-	RedisModuleString **dead;
-	size_t ndead, cap_dead;
-	RedisModuleString **trim;
-	size_t ntrim, cap_trim;
-} scratch;
-
-/* <arr> (owned by scratch, <*cap> elements of <size>) grown to hold
- * <need>: the array to keep (perhaps moved), or NULL (then <arr> stands). */
-static void *scratch_grow(void *arr, size_t *cap, size_t need, size_t size)
-{
-	size_t n = *cap ? *cap : 16;
-	void *p;
-
-	if (need <= *cap)
-		return arr;
-	while (n < need)
-		n *= 2;
-#ifdef RATELIMIT_TEST_CLOCK
-	/* (test build: RATELIMIT.TEST-FAIL-ALLOC makes the Nth growth fail) */
-	if (fail_alloc_at > 0 && --fail_alloc_at == 0)
-		return NULL;
-#endif
-	p = RedisModule_Realloc(arr, n * size);
-	if (p)
-		*cap = n;
-	return p;
-}
-
-/* Frees the dead fields the scratch holds (strings retained by the scan). */
-static void scratch_release_dead(void)
-{
-	size_t i;
-
-	for (i = 0; i < scratch.ndead; i++)
-		RedisModule_FreeString(NULL, scratch.dead[i]);
-	scratch.ndead = 0;
-	scratch.nb = 0;
-}
-
-/* a / b rounded down (C rounds toward zero; a fake clock may be < 0). */
-static int64_t floor_div(int64_t a, int64_t b)
-{
-	int64_t q = a / b;
-
-	return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
-}
-
-/* a / b rounded up, for b > 0 (the script's math.ceil). */
-static int64_t ceil_div_pos(int64_t a, int64_t b)
-{
-	return a <= 0 ? -floor_div(-a, b) : (a + b - 1) / b;
-}
 
 /* The time of this call, us: Redis's own clock (the script's TIME). */
 static int rl_now(RedisModuleCtx *ctx, int64_t *now)
@@ -204,509 +114,17 @@ static int rl_now(RedisModuleCtx *ctx, int64_t *now)
 	*now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 	return 0;
 }
-
-/* Member and score of the element the range of <k> is on; 0, or -1 when
- * the member is not ours or the score not an integer time. */
-static int current_entry(RedisModuleKey *k, int64_t *cum, int64_t *cost, int64_t *score)
-{
-	double sc = 0;
-	RedisModuleString *m = RedisModule_ZsetRangeCurrentElement(k, &sc);
-	const char *p;
-	size_t len;
-	int rc;
-
-	if (!m)
-		return -1;
-	p = RedisModule_StringPtrLen(m, &len);
-	rc = rl_args_parse_member(p, len, cum, cost);
-	RedisModule_FreeString(NULL, m);
-	/* (a score we never write: infinite, or beyond 2^53) */
-	if (!(sc >= -9007199254740992.0 && sc <= 9007199254740992.0))
-		return -1;
-	*score = (int64_t)sc;
-	return rc;
-}
-
-/* Log window <s>, read only. Returns NULL or the error reply text. */
-static const char *read_log(RedisModuleCtx *ctx, struct rl_state *s)
-{
-	RedisModuleKey *k = RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ);
-	int64_t c1, k1, o1, c2, k2, t2;
-	const char *err = NULL;
-	int type = RedisModule_KeyType(k);
-
-	s->count = s->cum = s->first = 0;
-	s->has_top = s->has_oldest = 0;
-	if (type == REDISMODULE_KEYTYPE_EMPTY)
-		goto out;
-	if (type != REDISMODULE_KEYTYPE_ZSET) {
-		err = RL_ERR_WRONGTYPE;
-		goto out;
-	}
-	if (RedisModule_ZsetFirstInScoreRange(k, (double)s->cut, REDISMODULE_POSITIVE_INFINITE, 1, 0) !=
-	        REDISMODULE_OK ||
-	    RedisModule_ZsetRangeEndReached(k)) {
-		RedisModule_ZsetRangeStop(k);
-		goto out;
-	}
-	if (current_entry(k, &c1, &k1, &o1) == -1)
-		err = RL_ERR_ENTRY_TEXT;
-	RedisModule_ZsetRangeStop(k);
-	if (err)
-		goto out;
-	if (RedisModule_ZsetLastInScoreRange(k, REDISMODULE_NEGATIVE_INFINITE,
-	                                     REDISMODULE_POSITIVE_INFINITE, 0, 0) != REDISMODULE_OK ||
-	    current_entry(k, &c2, &k2, &t2) == -1)
-		err = RL_ERR_ENTRY_TEXT;
-	RedisModule_ZsetRangeStop(k);
-	if (err)
-		goto out;
-	s->oldest = o1;
-	s->top = t2;
-	s->has_oldest = s->has_top = 1;
-	s->count = c2 - c1 + k1;
-	s->cum = c2;
-	s->first = k1;
-out:
-	RedisModule_CloseKey(k);
-	return err;
-}
-
-struct scan_ctx {
-	struct rl_state *s;
-	int64_t cut_ms;       /* a bucket counts while its end > cut_ms (ms) */
-	int failed;           /* out of memory */
-	int bad_current;      /* this admission's bucket holds a non-integer */
-};
-
-/* One field of a bucketed window: counted, or dead (held for the trim). */
-static void scan_bucket(RedisModuleKey *key, RedisModuleString *field, RedisModuleString *value,
-                        void *privdata)
-{
-	struct scan_ctx *sc = privdata;
-	struct rl_state *s = sc->s;
-	RedisModuleString **dead;
-	const char *fp, *vp;
-	size_t fl, vl;
-	int64_t e, v;
-	int ok;
-
-	(void)key;
-	if (sc->failed)
-		return;
-	fp = RedisModule_StringPtrLen(field, &fl);
-	vp = value ? RedisModule_StringPtrLen(value, &vl) : NULL;
-	ok = rl_args_parse_int(fp, fl, &e) == 0 && vp && rl_args_parse_int(vp, vl, &v) == 0 &&
-	     e <= RL_MAX_BUCKET_END && v >= -RL_MAX_MEMBER && v <= RL_MAX_MEMBER;
-	if (rl_args_parse_int(fp, fl, &e) == 0 && e == s->bucket_ms) {
-		if (!ok)
-			sc->bad_current = 1;
-		else
-			s->bucket_units = v;
-	}
-	if (ok && e > sc->cut_ms) {
-		struct rl_bucket *b = scratch_grow(scratch.b, &scratch.cap_b, scratch.nb + 1,
-		                                   sizeof(*scratch.b));
-
-		if (!b) {
-			sc->failed = 1;
-			return;
-		}
-		scratch.b = b;
-		scratch.b[scratch.nb].end_us = e * 1000;
-		scratch.b[scratch.nb].units = v;
-		scratch.nb++;
-		s->nb++;
-		/* (a hash holds at most 2^32 fields of at most 2^53 units each) */
-		s->count += v;
-		if (!s->has_oldest || e * 1000 < s->oldest) {
-			s->oldest = e * 1000;
-			s->has_oldest = 1;
-		}
-		if (!s->has_top || e * 1000 > s->top) {
-			s->top = e * 1000;
-			s->has_top = 1;
-		}
-		return;
-	}
-	dead = scratch_grow(scratch.dead, &scratch.cap_dead, scratch.ndead + 1,
-	                    sizeof(*scratch.dead));
-	if (!dead) {
-		sc->failed = 1;
-		return;
-	}
-	scratch.dead = dead;
-	RedisModule_RetainString(NULL, field);
-	scratch.dead[scratch.ndead++] = field;
-	s->nd++;
-}
-
-/* Bucketed window <s>, read only. Returns NULL or the error reply text. */
-static const char *read_buckets(RedisModuleCtx *ctx, struct rl_state *s, int64_t now)
-{
-	RedisModuleKey *k = RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ);
-	struct scan_ctx sc = { s, floor_div(s->cut, 1000), 0, 0 };
-	RedisModuleScanCursor *cur;
-	const char *err = NULL;
-	int type = RedisModule_KeyType(k);
-
-	s->count = 0;
-	s->has_oldest = s->has_top = 0;
-	s->b0 = scratch.nb;
-	s->d0 = scratch.ndead;
-	s->nb = s->nd = 0;
-	s->bucket_ms = rl_args_bucket_end(now, s->w->prec_ms);
-	s->bucket_units = 0;
-	if (type == REDISMODULE_KEYTYPE_EMPTY)
-		goto out;
-	if (type != REDISMODULE_KEYTYPE_HASH) {
-		err = RL_ERR_WRONGTYPE;
-		goto out;
-	}
-	/* the exact count of a bucket with a (e > cut) test: e * 1000 > cut
-	 * is e > floor(cut / 1000) for an integer e */
-	cur = RedisModule_ScanCursorCreate();
-	if (!cur) {
-		err = "ERR ratelimit: out of memory";
-		goto out;
-	}
-	while (RedisModule_ScanKey(k, cur, scan_bucket, &sc))
-		;
-	RedisModule_ScanCursorDestroy(cur);
-	if (sc.failed)
-		err = "ERR ratelimit: out of memory";
-	else if (sc.bad_current)
-		err = RL_ERR_HASHINT_TEXT;
-out:
-	RedisModule_CloseKey(k);
-	return err;
-}
-
-/* The TTL (ms) of window <s>'s key after this admission (the script's
- * PEXPIRE argument): until its newest entry or bucket leaves, i.e. its
- * score (or, after a clock step back, a later bucket's end) plus one
- * window, rounded up to a ms, plus 1 ms. (The script's margin covers
- * PEXPIRE counting from the command's time snapshot; the module counts
- * from <now> itself and keeps the same TTL, so that both engines leave
- * the same expiry.) */
-static int64_t rl_ttl_ms(const struct rl_state *s, int64_t now)
-{
-	int64_t last = s->score;
-
-	if (s->has_top && s->top > last)
-		last = s->top;
-	return s->w->win_ms + 1 + ceil_div_pos(last - now, 1000);
-}
-
-/* Writes this admission's entry into log window <s>, open as <k>.
- * Returns 0, or -1 when Redis refused the write (nothing written, nothing
- * replicated). */
-static int add_log(RedisModuleCtx *ctx, RedisModuleKey *k, struct rl_state *s, int64_t now,
-                   int64_t cost)
-{
-	RedisModuleString *m;
-	char buf[48];
-	size_t len;
-	int flags = 0, rc = -1;
-
-	/* Above the newest entry, so that rank order stays cum order (a later
-	 * stamp only makes this entry live longer, never shorter). */
-	s->score = (s->has_top && s->top >= now) ? s->top + 1 : now;
-	len = rl_args_format_member(buf, sizeof(buf), s->cum + cost, cost);
-	m = RedisModule_CreateString(ctx, buf, len);
-	if (RedisModule_ZsetAdd(k, (double)s->score, m, &flags) == REDISMODULE_OK) {
-		RedisModule_Replicate(ctx, "ZADD", "sls", s->name, (long long)s->score, m);
-		RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zadd", s->name);
-		rc = 0;
-	}
-	RedisModule_FreeString(ctx, m);
-	return rc;
-}
-
-/* Adds <cost> to the bucket of <now> in bucketed window <s>, open as <k>. */
-static void add_bucket(RedisModuleCtx *ctx, RedisModuleKey *k, struct rl_state *s, int64_t cost)
-{
-	RedisModuleString *f = RedisModule_CreateStringFromLongLong(ctx, s->bucket_ms);
-	RedisModuleString *v = RedisModule_CreateStringFromLongLong(ctx, s->bucket_units + cost);
-
-	s->score = s->bucket_ms * 1000;
-	RedisModule_HashSet(k, REDISMODULE_HASH_NONE, f, v, NULL);
-	RedisModule_Replicate(ctx, "HSET", "sss", s->name, f, v);
-	RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_HASH, "hincrby", s->name);
-	RedisModule_FreeString(ctx, f);
-	RedisModule_FreeString(ctx, v);
-}
-
-/* Drops the expired entries (log) or dead fields (bucketed) of <s>, open
- * as <k>, and with <ttl_ms> >= 0 sets the key's expiry to now + ttl_ms. */
-static void trim_window(RedisModuleCtx *ctx, RedisModuleKey *k, struct rl_state *s, int64_t now,
-                        int64_t ttl_ms)
-{
-	size_t i, n = 0;
-
-	if (s->w->prec_ms == 0 && RedisModule_KeyType(k) == REDISMODULE_KEYTYPE_ZSET) {
-		/* All or nothing: the replicas get ZREMRANGEBYSCORE -inf cut, so
-		 * the primary removes the whole range or (short of memory for the
-		 * members) nothing; the expired entries then wait for the next
-		 * trim, harmless (nothing reads below the cut). */
-		int whole = 0;
-
-		scratch.ntrim = 0;
-		if (RedisModule_ZsetFirstInScoreRange(k, REDISMODULE_NEGATIVE_INFINITE, (double)s->cut,
-		                                      0, 0) == REDISMODULE_OK) {
-			for (;;) {
-				RedisModuleString *m, **t;
-
-				if (RedisModule_ZsetRangeEndReached(k)) {
-					whole = 1;
-					break;
-				}
-				m = RedisModule_ZsetRangeCurrentElement(k, NULL);
-				if (!m)
-					break;
-				t = scratch_grow(scratch.trim, &scratch.cap_trim, scratch.ntrim + 1,
-				                 sizeof(*scratch.trim));
-				if (!t) {
-					RedisModule_FreeString(ctx, m);
-					break;
-				}
-				scratch.trim = t;
-				scratch.trim[scratch.ntrim++] = m;
-				if (!RedisModule_ZsetRangeNext(k)) {
-					whole = 1;
-					break;
-				}
-			}
-		}
-		RedisModule_ZsetRangeStop(k);
-		for (i = 0; i < scratch.ntrim; i++) {
-			int deleted = 0;
-
-			if (whole)
-				RedisModule_ZsetRem(k, scratch.trim[i], &deleted);
-			n += (size_t)deleted;
-			RedisModule_FreeString(ctx, scratch.trim[i]);
-		}
-		scratch.ntrim = 0;
-		if (n) {
-			RedisModule_Replicate(ctx, "ZREMRANGEBYSCORE", "scl", s->name, "-inf",
-			                      (long long)s->cut);
-			RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zremrangebyscore",
-			                                s->name);
-		}
-	} else if (s->w->prec_ms != 0 && s->nd &&
-	           RedisModule_KeyType(k) == REDISMODULE_KEYTYPE_HASH) {
-		for (i = 0; i < s->nd; i++)
-			n += (size_t)RedisModule_HashSet(k, REDISMODULE_HASH_NONE, scratch.dead[s->d0 + i],
-			                                 REDISMODULE_HASH_DELETE, NULL);
-		if (n) {
-			RedisModule_Replicate(ctx, "HDEL", "sv", s->name, &scratch.dead[s->d0],
-			                      (size_t)s->nd);
-			RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_HASH, "hdel", s->name);
-		}
-	}
-	if (ttl_ms >= 0 && RedisModule_KeyType(k) != REDISMODULE_KEYTYPE_EMPTY) {
-		long long at = (long long)(floor_div(now, 1000) + ttl_ms);
-
-		if (RedisModule_SetAbsExpire(k, at) == REDISMODULE_OK) {
-			RedisModule_Replicate(ctx, "PEXPIREAT", "sl", s->name, at);
-			RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire",
-			                                s->name);
-		}
-	}
-}
-
-/* Has window <s> anything to trim? (A denial opens a key for writing only
- * then: a write handle marks the key modified for WATCH and client
- * tracking, as the script's trim does only when it removes something.) */
-static int has_expired(RedisModuleCtx *ctx, const struct rl_state *s)
-{
-	RedisModuleKey *k;
-	int yes = 0;
-
-	if (s->w->prec_ms)
-		return s->nd > 0;
-	/* (NULL for a key that does not exist: KeyType and CloseKey take it,
-	 * the range calls do not) */
-	k = RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ);
-	if (RedisModule_KeyType(k) == REDISMODULE_KEYTYPE_ZSET) {
-		if (RedisModule_ZsetFirstInScoreRange(k, REDISMODULE_NEGATIVE_INFINITE, (double)s->cut,
-		                                      0, 0) == REDISMODULE_OK)
-			yes = !RedisModule_ZsetRangeEndReached(k);
-		RedisModule_ZsetRangeStop(k);
-	}
-	RedisModule_CloseKey(k);
-	return yes;
-}
-
-/* Score of the first entry with a score in [lo, hi] of <k> into <score>,
- * its cum into <cum> (0 for a member not ours: the search goes past it,
- * later, never early). Returns 0, or -1 when there is none. */
-static int first_in(RedisModuleKey *k, int64_t lo, int64_t hi, int64_t *cum, int64_t *score)
-{
-	int64_t cost;
-	int rc = -1;
-
-	if (RedisModule_ZsetFirstInScoreRange(k, (double)lo, (double)hi, 0, 0) == REDISMODULE_OK &&
-	    !RedisModule_ZsetRangeEndReached(k)) {
-		double sc = 0;
-		RedisModuleString *m = RedisModule_ZsetRangeCurrentElement(k, &sc);
-
-		if (m) {
-			const char *p;
-			size_t len;
-
-			p = RedisModule_StringPtrLen(m, &len);
-			if (rl_args_parse_member(p, len, cum, &cost) == -1)
-				*cum = 0;
-			RedisModule_FreeString(NULL, m);
-			*score = (int64_t)sc;
-			rc = 0;
-		}
-	}
-	RedisModule_ZsetRangeStop(k);
-	return rc;
-}
-
-/* Time until <need> units have left log window <s>: when the entry whose
- * leaving frees the <need>th unit leaves (cum grows with the score: a
- * binary search on the score). Never early. */
-static int64_t retry_log(RedisModuleCtx *ctx, const struct rl_state *s, int64_t need, int64_t now)
-{
-	int64_t win_us = s->w->win_ms * 1000, base, lo, hi, ans, cum, sc;
-	RedisModuleKey *k;
-
-	/* the usual case (cost 1 on a full window): the oldest is enough */
-	if (s->first >= need)
-		return s->oldest + win_us - now;
-	base = s->count - s->cum;   /* cum of the entry before the oldest, negated */
-	ans = s->top;
-	lo = s->oldest;
-	hi = s->top - 1;
-	k = RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ);
-	if (RedisModule_KeyType(k) == REDISMODULE_KEYTYPE_ZSET) {
-		while (lo <= hi) {
-			int64_t mid = lo + (hi - lo) / 2;
-
-			if (first_in(k, mid, hi, &cum, &sc) == -1 || sc > hi) {
-				hi = mid - 1;
-			} else if (cum + base >= need) {
-				ans = sc;
-				hi = mid - 1;
-			} else {
-				lo = sc + 1;
-			}
-		}
-	}
-	RedisModule_CloseKey(k);
-	return ans + win_us - now;
-}
-
-static int cmp_bucket(const void *a, const void *b)
-{
-	const struct rl_bucket *x = a, *y = b;
-
-	return (x->end_us > y->end_us) - (x->end_us < y->end_us);
-}
-
-/* Time until <need> units have left bucketed window <s>: a bucket leaves
- * when the cut reaches its end, one window after it. Never early. */
-static int64_t retry_buckets(const struct rl_state *s, int64_t need, int64_t now)
-{
-	int64_t acc = 0, win_us = s->w->win_ms * 1000;
-	struct rl_bucket *b = scratch.b + s->b0;
-	size_t j;
-
-	qsort(b, s->nb, sizeof(*b), cmp_bucket);
-	for (j = 0; j < s->nb; j++) {
-		acc += b[j].units;
-		if (acc >= need)
-			return b[j].end_us + win_us - now;
-	}
-	return win_us;
-}
-
-/* A GCRA decision (the script's gcra(); the math is rl_args_gcra()):
- * reads the string key <name> (borrowed from argv), and on an admission
- * stores the new TAT with its expiry, propagated as SET and PEXPIREAT.
- * Writes the reply. */
-static void decide_gcra(RedisModuleCtx *ctx, RedisModuleString *name, const struct rl_decision *d,
-                        int64_t now, int oom)
-{
-	RedisModuleKey *k = RedisModule_OpenKey(ctx, name, REDISMODULE_READ);
-	int type = RedisModule_KeyType(k), has = 0;
-	struct rl_gcra_value v;
-	struct rl_gcra g;
-	const char *err = NULL;
-
-	if (type == REDISMODULE_KEYTYPE_STRING) {
-		size_t len;
-		/* (the one read the API has: Redis makes a short embstr value raw
-		 * on it, the same bytes, the same MEMORY USAGE) */
-		const char *p = RedisModule_StringDMA(k, &len, REDISMODULE_READ);
-
-		if (!p || rl_args_parse_gcra(p, len, &v) == -1)
-			err = RL_ERR_ENTRY_TEXT;
-		has = 1;
-	} else if (type != REDISMODULE_KEYTYPE_EMPTY) {
-		err = RL_ERR_WRONGTYPE;
-	}
-	RedisModule_CloseKey(k);
-	if (!err && rl_args_gcra(&d->w[0], d->cost, now, has ? &v : NULL, &g) == -1)
-		err = RL_ERR_ENTRY_TEXT;
-	if (err) {
-		RedisModule_ReplyWithError(ctx, err);
-		return;
-	}
-	if (g.allowed) {
-		/* the rate it was decided under beside it: a change reads it */
-		struct rl_gcra_value nv = { g.tat, g.frac, d->w[0].win_ms, d->w[0].limit, g.tat - now };
-		char buf[96];
-		size_t len = rl_args_format_gcra(buf, sizeof(buf), &nv);
-		long long at = (long long)(floor_div(now, 1000) + g.ttl_ms);
-		RedisModuleString *sv;
-
-		/* over maxmemory an admission is refused, nothing written (the
-		 * script's SET is refused the same way) */
-		if (oom) {
-			RedisModule_ReplyWithError(ctx, RL_ERR_OOM_TEXT);
-			return;
-		}
-		sv = RedisModule_CreateString(ctx, buf, len);
-		k = RedisModule_OpenKey(ctx, name, REDISMODULE_READ | REDISMODULE_WRITE);
-		if (RedisModule_StringSet(k, sv) != REDISMODULE_OK) {
-			RedisModule_CloseKey(k);
-			RedisModule_FreeString(ctx, sv);
-			RedisModule_ReplyWithError(ctx, "ERR ratelimit: the server refused the write");
-			return;
-		}
-		RedisModule_Replicate(ctx, "SET", "ss", name, sv);
-		RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_STRING, "set", name);
-		if (RedisModule_SetAbsExpire(k, at) == REDISMODULE_OK) {
-			RedisModule_Replicate(ctx, "PEXPIREAT", "sl", name, at);
-			RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", name);
-		}
-		RedisModule_CloseKey(k);
-		RedisModule_FreeString(ctx, sv);
-	}
-	RedisModule_ReplyWithArray(ctx, 6);
-	RedisModule_ReplyWithLongLong(ctx, g.allowed);
-	RedisModule_ReplyWithLongLong(ctx, d->w[0].burst);
-	RedisModule_ReplyWithLongLong(ctx, g.remaining);
-	RedisModule_ReplyWithLongLong(ctx, g.reset);
-	RedisModule_ReplyWithLongLong(ctx, g.retry);
-	RedisModule_ReplyWithLongLong(ctx, 0);
-}
-
 /* Decides <d> over keys <keys> at <now> and writes the reply (the
  * script's array, or an error). <oom>: Redis is over maxmemory. */
 static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct rl_decision *d,
                    int64_t now, int oom)
 {
 	struct rl_state st[RL_MAX_WINDOWS];
+	struct rl_pool_state ps;
+	const struct rl_state *bs;
 	const char *err = NULL;
 	size_t i, best = 0;
-	int allowed = 1;
+	int allowed = 1, code = 0, pooled_read = 0;
 	int64_t best_rem = 0, best_reset = 0, best_retry = 0;
 
 	/* (the parser gives 1..RL_MAX_WINDOWS; said again for the reader) */
@@ -715,11 +133,10 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		return;
 	}
 	if (d->w[0].burst) {
-		decide_gcra(ctx, keys[d->key0], d, now, oom);
+		rl_gcra_decide(ctx, keys[d->key0], d, now, oom);
 		return;
 	}
-	scratch.nb = 0;
-	scratch.ndead = 0;
+	rl_scratch_begin();
 	for (i = 0; i < d->nwin; i++) {
 		struct rl_state *s = &st[i];
 
@@ -729,10 +146,19 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		/* Inclusive bound: score <= now - window is out, so an entry
 		 * exactly one window old does not count. */
 		s->cut = now - s->w->win_ms * 1000;
-		err = s->w->prec_ms ? read_buckets(ctx, s, now) : read_log(ctx, s);
+		err = s->w->prec_ms ? rl_log_read_buckets(ctx, s, now) : rl_log_read(ctx, s);
 		if (err)
 			goto fail;
 		if (s->count + d->cost > s->w->limit)
+			allowed = 0;
+	}
+	if (d->pooled) {
+		err = rl_pool_read(ctx, &ps, &d->pool, keys[d->key0 + d->nwin],
+		                   keys[d->key0 + d->nwin + 1], now, d->cost);
+		if (err)
+			goto fail;
+		pooled_read = 1;
+		if (!ps.admits)
 			allowed = 0;
 	}
 
@@ -753,20 +179,24 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 				RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ | REDISMODULE_WRITE);
 
 			if (s->w->prec_ms) {
-				add_bucket(ctx, k, s, d->cost);
-			} else if (add_log(ctx, k, s, now, d->cost) == -1) {
+				rl_log_add_bucket(ctx, k, s, d->cost);
+			} else if (rl_log_add(ctx, k, s, now, d->cost) == -1) {
 				/* (the windows before it hold their admission, as their
 				 * replicas do: the caller sees an error, fail-closed) */
 				RedisModule_CloseKey(k);
 				err = "ERR ratelimit: the server refused the write";
 				goto fail;
 			}
-			trim_window(ctx, k, s, now, rl_ttl_ms(s, now));
+			rl_log_trim(ctx, k, s, now, rl_log_ttl_ms(s, now));
 			RedisModule_CloseKey(k);
 			if (i == 0 || rem < best_rem) {
 				best = i;
 				best_rem = rem;
 			}
+		}
+		if (d->pooled && rl_pool_admit(ctx, &ps, now, d->cost) == -1) {
+			err = "ERR ratelimit: the server refused the write";
+			goto fail;
 		}
 		/* reset: when the oldest in-window entry or bucket (perhaps the
 		 * new one) leaves */
@@ -779,12 +209,14 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		for (i = 0; i < d->nwin; i++) {
 			RedisModuleKey *k;
 
-			if (!has_expired(ctx, &st[i]))
+			if (!rl_log_has_expired(ctx, &st[i]))
 				continue;
 			k = RedisModule_OpenKey(ctx, st[i].name, REDISMODULE_READ | REDISMODULE_WRITE);
-			trim_window(ctx, k, &st[i], now, -1);
+			rl_log_trim(ctx, k, &st[i], now, -1);
 			RedisModule_CloseKey(k);
 		}
+		if (d->pooled)
+			rl_pool_trim(ctx, &ps);
 		for (i = 0; i < d->nwin; i++) {
 			struct rl_state *s = &st[i];
 			int64_t need = s->count + d->cost - s->w->limit, retry;
@@ -794,31 +226,52 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 			/* cost > limit never fits: a whole window rather than a loop */
 			retry = s->w->win_ms * 1000;
 			if (need <= s->count)
-				retry = s->w->prec_ms ? retry_buckets(s, need, now)
-				                      : retry_log(ctx, s, need, now);
+				retry = s->w->prec_ms ? rl_log_retry_buckets(s, need, now)
+				                      : rl_log_retry(ctx, s, need, now);
 			if (!have || retry > best_retry) {
 				best = i;
 				best_retry = retry;
 				have = 1;
 			}
 		}
-		best_rem = st[best].w->limit - st[best].count;
+		/* the pool, when it refuses, after the windows: it decides only
+		 * with a longer retry (need: the units that must leave it) */
+		if (d->pooled && !ps.admits) {
+			int64_t need = ps.log.count + d->cost - ps.room, retry = ps.w.win_ms * 1000;
+
+			if (need <= ps.log.count)
+				retry = rl_log_retry(ctx, &ps.log, need, now);
+			if (!have || retry > best_retry) {
+				best = d->nwin;
+				best_retry = retry;
+				code = ps.code;
+			}
+		}
+		bs = code ? &ps.log : &st[best];
+		best_rem = (code ? ps.room : bs->w->limit) - bs->count;
 		if (best_rem < 0)
 			best_rem = 0;
-		best_reset = st[best].has_oldest ? st[best].oldest + st[best].w->win_ms * 1000 - now
-		                                 : st[best].w->win_ms * 1000;
+		best_reset = bs->has_oldest ? bs->oldest + bs->w->win_ms * 1000 - now
+		                            : bs->w->win_ms * 1000;
 	}
-	scratch_release_dead();
-	RedisModule_ReplyWithArray(ctx, 6);
+	rl_scratch_release_dead();
+	if (d->pooled)
+		rl_pool_release(&ps);
+	bs = code ? &ps.log : &st[best];
+	RedisModule_ReplyWithArray(ctx, d->pooled ? 7 : 6);
 	RedisModule_ReplyWithLongLong(ctx, allowed);
-	RedisModule_ReplyWithLongLong(ctx, st[best].w->limit);
+	RedisModule_ReplyWithLongLong(ctx, bs->w->limit);
 	RedisModule_ReplyWithLongLong(ctx, best_rem);
 	RedisModule_ReplyWithLongLong(ctx, best_reset);
 	RedisModule_ReplyWithLongLong(ctx, best_retry);
 	RedisModule_ReplyWithLongLong(ctx, (long long)best);
+	if (d->pooled)
+		RedisModule_ReplyWithLongLong(ctx, code);
 	return;
 fail:
-	scratch_release_dead();
+	rl_scratch_release_dead();
+	if (pooled_read)
+		rl_pool_release(&ps);
 	RedisModule_ReplyWithError(ctx, err);
 }
 
@@ -928,11 +381,7 @@ static int cmd_test_fail_alloc(RedisModuleCtx *ctx, RedisModuleString **argv, in
 		return RedisModule_WrongArity(ctx);
 	if (RedisModule_StringToLongLong(argv[1], &n) != REDISMODULE_OK || n < 0)
 		return RedisModule_ReplyWithError(ctx, "ERR value is not an integer or out of range");
-	RedisModule_Free(scratch.b);
-	RedisModule_Free(scratch.dead);
-	RedisModule_Free(scratch.trim);
-	memset(&scratch, 0, sizeof(scratch));
-	fail_alloc_at = n;
+	rl_scratch_free(n);
 	return RedisModule_ReplyWithLongLong(ctx, n);
 }
 #endif
@@ -948,7 +397,7 @@ static int cmd_test_fail_alloc(RedisModuleCtx *ctx, RedisModuleString **argv, in
 	X(ReplyWithSimpleString)                                                             \
 	X(WrongArity) X(StringPtrLen) X(StringToLongLong) X(CreateString)                   \
 	X(CreateStringFromLongLong) X(FreeString) X(RetainString) X(Alloc) X(Realloc)        \
-	X(Free) X(Log) X(NotifyKeyspaceEvent) X(StringSet) X(StringDMA)
+	X(Free) X(Log) X(NotifyKeyspaceEvent) X(StringSet) X(StringDMA) X(ValueLength) X(DeleteKey)
 
 /* The two symbols Redis looks up (everything else is hidden). */
 #define RL_EXPORT __attribute__((visibility("default")))
@@ -1098,9 +547,6 @@ RL_EXPORT int RedisModule_OnUnload(RedisModuleCtx *ctx)
 		                "client's last command after it is freed): restart without loadmodule");
 		return REDISMODULE_ERR;
 	}
-	RedisModule_Free(scratch.b);
-	RedisModule_Free(scratch.dead);
-	RedisModule_Free(scratch.trim);
-	memset(&scratch, 0, sizeof(scratch));
+	rl_scratch_free(0);
 	return REDISMODULE_OK;
 }

@@ -110,8 +110,42 @@ static int parse_window(const struct rl_arg *a, struct rl_window *w)
 	return 0;
 }
 
-/* Cost and <nwin> limit/window pairs from <args> into <d>. */
-static enum rl_err parse_decision(const struct rl_arg *args, size_t nwin, struct rl_decision *d)
+/* Is <a> a pool's length argument ("pool:...")? */
+static int is_pool(const struct rl_arg *a)
+{
+	return a->len >= 5 && memcmp(a->p, "pool:", 5) == 0;
+}
+
+/* A pool's pair <limit> "pool:<ms>:<headroom>:<account>" into <pool>
+ * (the script's '^pool:(%d+):(%d+):(.+)$', headroom below the limit). */
+static int parse_pool(const struct rl_arg *limit, const struct rl_arg *a, struct rl_pool *pool)
+{
+	struct rl_arg rest = { a->p + 5, a->len - 5 }, ms, head;
+	const char *c1 = memchr(rest.p, ':', rest.len), *c2;
+
+	if (parse_bounded(limit, 1, RL_MAX_UNITS, &pool->limit) == -1 || !c1)
+		return -1;
+	c2 = memchr(c1 + 1, ':', rest.len - (size_t)(c1 + 1 - rest.p));
+	if (!c2)
+		return -1;
+	ms.p = rest.p;
+	ms.len = (size_t)(c1 - rest.p);
+	head.p = c1 + 1;
+	head.len = (size_t)(c2 - head.p);
+	pool->acc = c2 + 1;
+	pool->acc_len = rest.len - (size_t)(pool->acc - rest.p);
+	if (ms.len == 0 || ms.p[0] == '-' || head.len == 0 || head.p[0] == '-' ||
+	    parse_bounded(&ms, 1, RL_MAX_MS, &pool->win_ms) == -1 ||
+	    parse_bounded(&head, 0, pool->limit - 1, &pool->headroom) == -1 ||
+	    pool->acc_len < 1 || pool->acc_len > RL_POOL_ACC_MAX)
+		return -1;
+	return 0;
+}
+
+/* Cost and <nwin> limit/window pairs from <args> into <d>; with
+ * <pooled>, the pool's pair after them. */
+static enum rl_err parse_decision(const struct rl_arg *args, size_t nwin, int pooled,
+                                  struct rl_decision *d)
 {
 	size_t i;
 
@@ -127,11 +161,24 @@ static enum rl_err parse_decision(const struct rl_arg *args, size_t nwin, struct
 		    parse_window(&args[2 + 2 * i], w) == -1)
 			return RL_ERR_WINDOW;
 	}
-	/* a GCRA decision has exactly one window */
-	for (i = 0; nwin > 1 && i < nwin; i++)
+	/* a GCRA decision has exactly one window, and no pool */
+	for (i = 0; (nwin > 1 || pooled) && i < nwin; i++)
 		if (d->w[i].burst)
 			return RL_ERR_WINDOW;
+	d->pooled = pooled;
+	if (pooled && parse_pool(&args[1 + 2 * nwin], &args[2 + 2 * nwin], &d->pool) == -1)
+		return RL_ERR_WINDOW;
 	return RL_OK;
+}
+
+/* The arguments (its key count included) of the batch decision whose key
+ * count <nk> is args[ai] of <nargs>: a pooled one's last pair is its
+ * pool's (2 * nk), else 2 + 2 * nk. */
+static size_t batch_nargs(const struct rl_arg *args, size_t nargs, size_t ai, size_t nk)
+{
+	if (nk >= 3 && ai + 2 * nk - 1 < nargs && is_pool(&args[ai + 2 * nk - 1]))
+		return 2 * nk;
+	return 2 + 2 * nk;
 }
 
 /* Is <args> the batch form? */
@@ -144,10 +191,12 @@ int rl_args_is_batch(const struct rl_arg *args, size_t nargs)
 enum rl_err rl_args_parse_single(const struct rl_arg *args, size_t nargs, size_t nkeys,
                                  struct rl_decision *d)
 {
+	d->key0 = 0;
+	if (nkeys >= 3 && nargs == 2 * nkeys - 1 && is_pool(&args[nargs - 1]))
+		return parse_decision(args, nkeys - 2, 1, d);
 	if (nkeys < 1 || nargs < 2 || nargs != 1 + 2 * nkeys)
 		return RL_ERR_ARGS;
-	d->key0 = 0;
-	return parse_decision(args, nkeys, d);
+	return parse_decision(args, nkeys, 0, d);
 }
 
 /* Checks a batch's layout; *<n> decisions. */
@@ -161,12 +210,16 @@ enum rl_err rl_args_batch_check(const struct rl_arg *args, size_t nargs, size_t 
 	    (uint64_t)nb > nargs)
 		return RL_ERR_BATCH;
 	for (d = 0; d < (size_t)nb; d++) {
+		size_t na;
+
 		if (ai >= nargs || rl_args_parse_int(args[ai].p, args[ai].len, &nk) == -1 ||
-		    nk < 1 || (uint64_t)nk > nkeys - ki || (uint64_t)nk > (nargs - ai) / 2 ||
-		    ai + 2 + 2 * (size_t)nk > nargs)
+		    nk < 1 || (uint64_t)nk > nkeys - ki || (uint64_t)nk > (nargs - ai) / 2)
+			return RL_ERR_BATCH;
+		na = batch_nargs(args, nargs, ai, (size_t)nk);
+		if (ai + na > nargs)
 			return RL_ERR_BATCH;
 		ki += (size_t)nk;
-		ai += 2 + 2 * (size_t)nk;
+		ai += na;
 	}
 	if (ki != nkeys || ai != nargs)
 		return RL_ERR_BATCH;
@@ -179,14 +232,18 @@ enum rl_err rl_args_batch_next(const struct rl_arg *args, struct rl_batch_iter *
                                struct rl_decision *d)
 {
 	int64_t nk = 0;
-	size_t ai = it->ai;
+	size_t ai = it->ai, na;
 
-	/* checked by rl_args_batch_check(): a number in range */
+	/* checked by rl_args_batch_check(): a number in range, the decision
+	 * within the arguments */
 	(void)rl_args_parse_int(args[ai].p, args[ai].len, &nk);
+	na = batch_nargs(args, ai + 2 * (size_t)nk, ai, (size_t)nk);
 	d->key0 = it->ki;
 	it->ki += (size_t)nk;
-	it->ai += 2 + 2 * (size_t)nk;
-	return parse_decision(&args[ai + 1], (size_t)nk, d);
+	it->ai += na;
+	if (na == 2 * (size_t)nk)
+		return parse_decision(&args[ai + 1], (size_t)nk - 2, 1, d);
+	return parse_decision(&args[ai + 1], (size_t)nk, 0, d);
 }
 
 /* One hex field of a member: 1.. digits (leading zeros allowed, as
@@ -229,6 +286,40 @@ int rl_args_parse_member(const char *p, size_t len, int64_t *cum, int64_t *cost)
 	if (parse_hex(p, n, cum) == -1 || parse_hex(colon + 1, len - n - 1, cost) == -1)
 		return -1;
 	return 0;
+}
+
+/* A pool's member "<cum>:<cost>:<account>"; 0 or -1. */
+int rl_args_parse_pool_member(const char *p, size_t len, int64_t *cum, int64_t *cost,
+                              const char **acc, size_t *acc_len)
+{
+	const char *c1 = memchr(p, ':', len), *c2;
+	size_t n;
+
+	if (!c1)
+		return -1;
+	c2 = memchr(c1 + 1, ':', len - (size_t)(c1 + 1 - p));
+	if (!c2 || c2 + 1 == p + len)
+		return -1;
+	n = (size_t)(c2 - p);
+	if (rl_args_parse_member(p, n, cum, cost) == -1)
+		return -1;
+	*acc = c2 + 1;
+	*acc_len = len - n - 1;
+	return 0;
+}
+
+/* Pool member "<cum>:<cost>:<account>" into <buf>; its length. */
+size_t rl_args_format_pool_member(char *buf, size_t size, int64_t cum, int64_t cost,
+                                  const char *acc, size_t acc_len)
+{
+	size_t n = rl_args_format_member(buf, size, cum, cost);
+
+	if (n == 0 || n + 1 + acc_len + 1 > size)
+		return 0;
+	buf[n] = ':';
+	memcpy(buf + n + 1, acc, acc_len);
+	buf[n + 1 + acc_len] = '\0';
+	return n + 1 + acc_len;
 }
 
 /* Member "<cum>:<cost>" into <buf>; its length. */

@@ -73,12 +73,30 @@ struct rl_gcra {
 	int64_t ttl_ms;    /* admitted: its TTL from now, ms */
 };
 
-/* One decision: its keys are KEYS[key0 .. key0 + nwin - 1]. */
+/* A pool's account name: at most this many bytes (its log's members
+ * carry it). */
+#define RL_POOL_ACC_MAX 1024
+
+/* A pool (pool=, protocol 3): a decision's last pair, <limit>
+ * "pool:<ms>:<headroom>:<account>", its keys after the windows': the
+ * pool's log, then its hash account -> units. */
+struct rl_pool {
+	int64_t limit;
+	int64_t win_ms;
+	int64_t headroom;  /* 0 .. limit - 1 */
+	const char *acc;   /* borrowed from the argument, 1..RL_POOL_ACC_MAX bytes */
+	size_t acc_len;
+};
+
+/* One decision: its keys are KEYS[key0 .. key0 + nwin - 1], and with
+ * <pooled> the pool's two after them. */
 struct rl_decision {
 	size_t key0;
 	size_t nwin;
 	int64_t cost;
 	struct rl_window w[RL_MAX_WINDOWS];
+	int pooled;
+	struct rl_pool pool;
 };
 
 /* Walks a batch's decisions after rl_args_batch_check() accepted it. */
@@ -113,6 +131,17 @@ enum rl_err rl_args_batch_check(const struct rl_arg *args, size_t nargs, size_t 
  * <it> either way. */
 enum rl_err rl_args_batch_next(const struct rl_arg *args, struct rl_batch_iter *it,
                                struct rl_decision *d);
+
+/* A pool's member "<cum>:<cost>:<account>" (<p> borrowed; the account
+ * 1.. bytes, pointed into <p>) into <cum>, <cost>, <acc>/<acc_len>.
+ * Returns 0, or -1 for anything else. */
+int rl_args_parse_pool_member(const char *p, size_t len, int64_t *cum, int64_t *cost,
+                              const char **acc, size_t *acc_len);
+
+/* Writes pool member "<cum>:<cost>:<account>" into <buf> of <size>
+ * bytes; returns its length (0: it does not fit). */
+size_t rl_args_format_pool_member(char *buf, size_t size, int64_t cum, int64_t cost,
+                                  const char *acc, size_t acc_len);
 
 /* A stored member "<cum>:<cost>" (hex, both < 2^53) into <cum>, <cost>.
  * Returns 0, or -1 for anything else (an old-form member among them). */

@@ -30,7 +30,10 @@
 #
 # The algorithms: the log (transfer 20/1s, a sorted set per account) and
 # GCRA (20/1s algorithm=gcra burst=20: key transfer:limit:g1:{ACC-n}, one
-# string per account), the same accounts and clock.
+# string per account), the same accounts and clock; and, asked for with
+# BENCH_IR_ALGOS (not by default), pool: the log with a pool
+# (pool backend 1000000/1s headroom=100000, all 10,000 accounts in it: its
+# log holds a second of decisions, each decision trims what left it).
 #
 # Prints a table; with BENCH_IR_TSV=FILE also writes name<TAB>value lines
 # (ir_b<n> = the script's instructions per decision, ir_mod_b<n> = the
@@ -39,7 +42,8 @@
 # BENCH_IR_DECISIONS=10000, BENCH_IR_WARM=20000, BENCH_IR_BATCHES="32 3 1",
 # BENCH_IR_SCRIPT=lua/sliding_window.lua, BENCH_IR_ENGINES="script module"
 # (module only when module/ratelimit-test.so is built: make module),
-# BENCH_IR_MODULE=module/ratelimit-test.so, BENCH_IR_ALGOS="log gcra".
+# BENCH_IR_MODULE=module/ratelimit-test.so, BENCH_IR_ALGOS="log gcra" (or
+# with pool).
 # About 30 s per mode (two modes run at a time).
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -84,12 +88,14 @@ grep -q '^-- ARGV\[2\] *\(request id\|member prefix\)' "$SCRIPT" && REQID=1
 
 # feed SHA BATCH COUNT START_US SEED ALGO: RESP for COUNT decisions, clock
 # first (SHA "module": RATELIMIT.DECIDE instead of EVALSHA; ALGO l: the
-# log, g: GCRA).
+# log, g: GCRA, p: the log with a pool).
 feed() {
 	python3 - "$@" "$REQID" <<'EOF'
 import sys
 sha, batch, count, t, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 gcra = sys.argv[6] == 'g'
+pool = sys.argv[6] == 'p'
+POOL = ['backend:pool:p1:{backend}', 'backend:pool:a1:{backend}'] if pool else []
 reqid = sys.argv[7] == '1' and sha != 'module'
 ACCOUNTS, LIMIT, WINDOW_MS, RATE, CLOCK_EVERY = 10000, '20', '1000', 20000, 32
 KEY = 'transfer:limit:g1:{ACC-%d}' if gcra else 'transfer:limit:v1:{ACC-%d}'
@@ -113,13 +119,18 @@ while done < count:
         cmd('HSET', 'test:clock', 's', t // 1000000, 'us', t % 1000000)
     n = min(batch, count - done)
     if batch == 1:
-        cmd('EVALSHA', sha, 1, KEY % account(), 1, *(['ir-%d' % done] if reqid else []), LIMIT, WINDOW_MS)
+        a = account()
+        pp = [1000000, 'pool:1000:100000:ACC-%d' % a] if pool else []
+        cmd('EVALSHA', sha, 1 + len(POOL), KEY % a, *POOL, 1, *(['ir-%d' % done] if reqid else []),
+            LIMIT, WINDOW_MS, *pp)
     else:
-        keys = [KEY % account() for _ in range(n)]
+        accs = [account() for _ in range(n)]
+        keys = [k for a in accs for k in [KEY % a] + POOL]
         args = ['batch', n]
         for i in range(n):
-            args += [1, 1, *(['ir-%d' % (done + i)] if reqid else []), LIMIT, WINDOW_MS]
-        cmd('EVALSHA', sha, n, *keys, *args)
+            pp = [1000000, 'pool:1000:100000:ACC-%d' % accs[i]] if pool else []
+            args += [1 + len(POOL), 1, *(['ir-%d' % (done + i)] if reqid else []), LIMIT, WINDOW_MS, *pp]
+        cmd('EVALSHA', sha, len(keys), *keys, *args)
     done += n
     t += n * 1000000 // RATE
 EOF
@@ -197,12 +208,13 @@ for m in "${MODES[@]}"; do
 		vs=$(awk -v a="${IR[$m]}" -v c="$(cat "$T/ir.s${m:1}")" 'BEGIN { printf "%.2fx", a / c }')
 	fi
 	vl=-
-	if [ "$a" = gcra ] && [ -n "$(cat "$T/ir.${m:0:1}l$b" 2>/dev/null)" ]; then
+	[ "${m:1:1}" = p ] && a=pool
+	if [ "$a" != log ] && [ -n "$(cat "$T/ir.${m:0:1}l$b" 2>/dev/null)" ]; then
 		vl=$(awk -v a="${IR[$m]}" -v c="$(cat "$T/ir.${m:0:1}l$b")" 'BEGIN { printf "%.2fx", a / c }')
 	fi
 	printf '%-6s %-8s %-12s %24s %12s %14s %10s\n' "$a" "$e" "$b" "${IR[$m]}" "$r" "$vs" "$vl"
 	if [ -n "$TSV" ]; then
-		g=; [ "$a" = gcra ] && g=gcra_
+		g=; [ "$a" != log ] && g=${a}_
 		if [ "$e" = script ]; then
 			printf 'ir_%sb%s\t%s\n' "$g" "$b" "${IR[$m]}" >>"$TSV"
 		else

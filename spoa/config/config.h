@@ -36,6 +36,7 @@
 #define CONFIG_ADDR_MAX       256
 #define CONFIG_URL_MAX        512
 #define CONFIG_MAX_POLICIES   64
+#define CONFIG_MAX_POOLS      64
 #define CONFIG_THREADS_MAX    64u     /* worker threads */
 #define CONFIG_REDIS_BATCH_MAX 256u   /* decisions per script call */
 #define CONFIG_WARN_LEN       1024
@@ -76,6 +77,8 @@ struct config {
 	struct config_tls tls;                 /* redis-tls-*; used with a TLS URL */
 	size_t npolicies;
 	struct window_policy policies[CONFIG_MAX_POLICIES];
+	size_t npools;                         /* pool: each policy copies its own */
+	struct window_pool pools[CONFIG_MAX_POOLS];
 	/* What parses but cannot do what it says (a window that never decides):
 	 * "<file>:<line>: warning: <reason>" lines, each ending in '\n', cut to
 	 * fit; <nwarnings> counts them all. Never an error. */

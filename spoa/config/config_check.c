@@ -339,6 +339,13 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 	if ((unsigned)c->log_level >= CONFIG_LOG_COUNT)
 		return validate_fail(c, err, errlen, "bad log level");
 	for (i = 0; i < c->npolicies; i++) {
+		/* a pool's keys and its accounts' keys are in different slots: one
+		 * atomic call cannot hold them on a Cluster */
+		if (c->policies[i].pooled &&
+		    (strncmp(c->redis, "cluster://", 10) == 0 || strncmp(c->redis, "cluster+tls://", 14) == 0))
+			return validate_fail(c, err, errlen, "policy '%s': pool= needs one Redis (a primary, "
+			                     "or sentinel://), not cluster://: a pool and its accounts "
+			                     "cannot be decided in one slot", c->policies[i].name);
 		if (c->policies[i].nwin < 1 || c->policies[i].nwin > WINDOW_MAX_WINDOWS)
 			return validate_fail(c, err, errlen, "policy '%s': 1..%d windows",
 			                     c->policies[i].name, WINDOW_MAX_WINDOWS);

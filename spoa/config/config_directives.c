@@ -345,9 +345,16 @@ const struct config_directive config_directives[] = {
 	  "call per decision; cluster:// always 1)" },
 	{ "threads", CONFIG_ARG_ONE, false, dir_threads, "1", "N",
 	  "worker threads, default 1 (1..64)" },
+	{ "pool", CONFIG_ARG_LINE, false, config_dir_pool, NULL,
+	  "NAME LIMIT/WINDOW [headroom=N]",
+	  "one ceiling shared by the accounts of every\n"
+	  "policy with pool=NAME (before them), exact across\n"
+	  "agents; an account holding its share or more\n"
+	  "(LIMIT / (accounts in the pool + 1)) may not take\n"
+	  "the last headroom units (default LIMIT/10, >= 1)" },
 	{ "policy", CONFIG_ARG_LINE, false, config_dir_policy, NULL,
 	  "NAME LIMIT/WINDOW [LIMIT/WINDOW...] [on-redis-error=deny|allow] [shadow]\n"
-	  "         [max-cost=N] [precision=DURATION] [algorithm=log|gcra] [burst=N]",
+	  "         [max-cost=N] [precision=DURATION] [algorithm=log|gcra] [burst=N] [pool=POOL]",
 	  "shadow: decide and count, but answer allow with\n"
 	  "reason=shadow-deny where it would deny;\n"
 	  "max-cost: a larger cost is bad-cost;\n"
@@ -355,7 +362,8 @@ const struct config_directive config_directives[] = {
 	  "in buckets of it (bounded memory, never over\n"
 	  "the limit, may under-admit by one bucket);\n"
 	  "algorithm=gcra: a token bucket, one LIMIT/WINDOW\n"
-	  "(the rate) and burst=N units (default LIMIT)" },
+	  "(the rate) and burst=N units (default LIMIT);\n"
+	  "pool: also counted in POOL (a log policy)" },
 	{ "override", CONFIG_ARG_LINE, false, config_dir_override, NULL,
 	  "POLICY KEY LIMIT/WINDOW [LIMIT/WINDOW...] [burst=N]",
 	  "limits of one account (e.g. a partner) in POLICY" },

@@ -1,7 +1,7 @@
 /*
  * config_policy - the directives that take a line of their own and may
- * repeat: policy, override and live-max (their rows in config_directives.c
- * point here), their <limit>/<window> words and options, the warnings about
+ * repeat: pool, policy, override and live-max (their rows in
+ * config_directives.c point here), their <limit>/<window> words and options, the warnings about
  * windows that never decide, and the overrides sorted once a parse is over
  * (config_overrides_finish, called by config.c).
  */
@@ -151,8 +151,83 @@ static int gcra_finish(struct parse_ctx *x, const char *what, struct window_limi
 	return 0;
 }
 
+/* pool <name> <limit>/<window> [headroom=<n>]: one pool, before the
+ * policies that name it (each copies it). */
+int config_dir_pool(struct parse_ctx *x, const struct word *w, size_t n)
+{
+	struct config *c = x->c;
+	struct window_pool *pl;
+	struct window_limit win[WINDOW_MAX_WINDOWS];
+	char what[WINDOW_NAME_MAX + 16];
+	unsigned nwin = 0;
+	size_t i;
+	int rc;
+
+	if (n < 3 || n > 4)
+		return config_parse_fail(&x->lex, "pool: expected 'pool <name> <limit>/<window> "
+		                         "[headroom=<n>]'");
+	if (config_check_policy_name(w[1]) == -1)
+		return config_parse_fail(&x->lex, "pool name '%.*s' must be 1..%d characters of A-Z a-z "
+		                         "0-9 _ . -", config_word_plen(w[1]), w[1].p, WINDOW_NAME_MAX);
+	for (i = 0; i < c->npools; i++)
+		if (c->pools[i].name_len == w[1].len && memcmp(c->pools[i].name, w[1].p, w[1].len) == 0)
+			return config_parse_fail(&x->lex, "duplicate pool '%.*s'", config_word_plen(w[1]),
+			                         w[1].p);
+	if (c->npools >= CONFIG_MAX_POOLS)
+		return config_parse_fail(&x->lex, "too many pools (at most %d)", CONFIG_MAX_POOLS);
+	snprintf(what, sizeof(what), "pool '%.*s'", config_word_plen(w[1]), w[1].p);
+	rc = parse_limit_word(x, what, w[2], win, &nwin);
+	if (rc == 1)
+		return config_parse_fail(&x->lex, "%s: expected <limit>/<window>, got '%.*s'", what,
+		                         config_word_plen(w[2]), w[2].p);
+	if (rc == -1)
+		return -1;
+	pl = &c->pools[c->npools];
+	memset(pl, 0, sizeof(*pl));
+	memcpy(pl->name, w[1].p, w[1].len);
+	pl->name_len = w[1].len;
+	pl->limit = win[0].limit;
+	pl->window_ms = win[0].window_ms;
+	pl->headroom = pl->limit / 10 ? pl->limit / 10 : 1;
+	if (n == 4) {
+		if (w[3].len < 10 || memcmp(w[3].p, "headroom=", 9) != 0 ||
+		    decimal_parse(w[3].p + 9, w[3].len - 9, CONFIG_LIMIT_MAX, &pl->headroom) != 0)
+			return config_parse_fail(&x->lex, "%s: expected headroom=<n>, got '%.*s'", what,
+			                         config_word_plen(w[3]), w[3].p);
+	}
+	if (pl->headroom >= pl->limit)
+		return config_parse_fail(&x->lex, "%s: headroom must be below the limit (%llu), got %llu",
+		                         what, (unsigned long long)pl->limit,
+		                         (unsigned long long)pl->headroom);
+	c->npools++;
+	return 0;
+}
+
+/* "pool=<name>" word <w> of policy <p>: the pool's limits copied into it.
+ * Returns 0, 1 when <w> is not pool=, or -1. */
+static int parse_pool_word(struct parse_ctx *x, const char *what, struct word w,
+                           struct window_policy *p)
+{
+	const struct config *c = x->c;
+	size_t i;
+
+	if (w.len < 5 || memcmp(w.p, "pool=", 5) != 0)
+		return 1;
+	for (i = 0; i < c->npools; i++) {
+		if (c->pools[i].name_len == w.len - 5 && memcmp(c->pools[i].name, w.p + 5, w.len - 5) == 0) {
+			p->pool = c->pools[i];
+			p->pooled = true;
+			return 0;
+		}
+	}
+	return config_parse_fail(&x->lex, "%s: unknown pool '%.*s' (define it first: 'pool <name> "
+	                         "<limit>/<window> [headroom=<n>]')", what,
+	                         config_word_plen(w) - 5, w.p + 5);
+}
+
 /* policy <name> <limit>/<window>... [on-redis-error=deny|allow] [shadow]
- * [max-cost=<n>] [precision=<duration>] [algorithm=log|gcra] [burst=<n>] */
+ * [max-cost=<n>] [precision=<duration>] [algorithm=log|gcra] [burst=<n>]
+ * [pool=<pool>] */
 int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 {
 	struct config *c = x->c;
@@ -184,6 +259,10 @@ int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 		if (rc == 0)
 			continue;
 		rc = parse_burst_word(x, what, w[i], &burst);
+		if (rc == 0)
+			continue;
+		if (rc == 1)
+			rc = parse_pool_word(x, what, w[i], p);
 		if (rc == -1)
 			return -1;
 		if (rc == 0)
@@ -211,12 +290,17 @@ int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 		} else
 			return config_parse_fail(&x->lex, "%s: unknown option '%.*s' (expected <limit>/<window>, "
 			                  "on-redis-error=deny|allow, shadow, max-cost=<n>, "
-			                  "precision=<duration>, algorithm=log|gcra or burst=<n>)",
+			                  "precision=<duration>, algorithm=log|gcra, burst=<n> or pool=<pool>)",
 			                  what, config_word_plen(w[i]), w[i].p);
 	}
 	if (p->nwin == 0)
 		return config_parse_fail(&x->lex, "%s: expected at least one <limit>/<window>", what);
 	if (p->algorithm == WINDOW_ALGO_GCRA) {
+		/* (a pool is a log on Redis's clock beside the account's windows:
+		 * a bucket's one value has no such step) */
+		if (p->pooled)
+			return config_parse_fail(&x->lex, "%s: pool= does not apply to algorithm=gcra "
+			                         "(a pool counts log and precision= policies)", what);
 		if (p->precision_ms)
 			return config_parse_fail(&x->lex, "%s: precision= does not apply to algorithm=gcra "
 			                         "(a bucket is one value per account)", what);

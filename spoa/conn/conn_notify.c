@@ -234,7 +234,7 @@ static void conn_count_decision(struct conn_notify_env *ne, const struct config 
 	 * live block is the operator's own: logged when the agent sees it) */
 	if (d->status == WINDOW_ERROR ||
 	    (d->reason != WINDOW_REASON_NONE && d->reason != WINDOW_REASON_SHADOW_DENY &&
-	     d->reason != WINDOW_REASON_BLOCKED))
+	     d->reason != WINDOW_REASON_BLOCKED && d->status != WINDOW_DENY))
 		log_limited(CONFIG_LOG_WARN, window_reason_str(d->reason),
 		            d->status == WINDOW_ERROR ? "decision_refused" : "decision_fail_open",
 		            "reason=%s policy=%s", window_reason_str(d->reason), p ? p->name : "-");

@@ -14,17 +14,30 @@
 #define STORED_MAX_BUCKET_END 9000000000000LL
 
 /* See stored.h. Borrows <v>. */
-int stored_read_reply(const int64_t *v, size_t n, unsigned nwin_max, struct stored_reply *out)
+int stored_read_reply(const int64_t *v, size_t n, unsigned nwin_max, bool pooled,
+                      struct stored_reply *out)
 {
-	if (!v || n != STORED_REPLY_INTS || (v[0] != 0 && v[0] != 1) || v[1] < 1 || v[2] < 0 ||
-	    v[3] < 0 || v[4] < 0 || v[5] < 0 || v[5] >= (int64_t)nwin_max)
+	int64_t pool = 0;
+
+	if (!v || n != (pooled ? 7u : 6u) || (v[0] != 0 && v[0] != 1) || v[1] < 1 || v[2] < 0 ||
+	    v[3] < 0 || v[4] < 0 || v[5] < 0)
+		return -1;
+	if (pooled) {
+		pool = v[6];
+		if (pool < STORED_POOL_NONE || pool >= STORED_POOL_COUNT)
+			return -1;
+	}
+	/* a pool's refusal is a deny whose index follows the windows */
+	if (pool != STORED_POOL_NONE ? v[0] != 0 || v[5] > (int64_t)nwin_max
+	                             : v[5] >= (int64_t)nwin_max)
 		return -1;
 	out->allowed = v[0] == 1;
 	out->limit = v[1];
 	out->remaining = v[2];
 	out->reset_us = v[3];
 	out->retry_after_us = v[4];
-	out->window = (unsigned)v[5];
+	out->window = pool != STORED_POOL_NONE ? nwin_max : (unsigned)v[5];
+	out->pool = (enum stored_pool_verdict)pool;
 	return 0;
 }
 

@@ -22,7 +22,16 @@
 
 #include "window.h"
 
-#define STORED_REPLY_INTS 6     /* integers of one decision's reply */
+#define STORED_REPLY_INTS 7     /* integers of one decision's reply: 6, or 7 pooled */
+
+/* What a pooled decision's 7th integer says: the pool did not decide the
+ * answer, or refused it (no room; the account above its share). */
+enum stored_pool_verdict {
+	STORED_POOL_NONE,
+	STORED_POOL_FULL,
+	STORED_POOL_SHARE,
+	STORED_POOL_COUNT
+};
 
 /* One decision's reply, by name. */
 struct stored_reply {
@@ -32,14 +41,17 @@ struct stored_reply {
 	int64_t reset_us;           /* until the deciding window frees its oldest unit
 	                             * (a bucket: until it is full again), >= 0 */
 	int64_t retry_after_us;     /* >= 0; 0 when allowed */
-	unsigned window;            /* index of the deciding window */
+	unsigned window;            /* index of the deciding window (nwin_max: the pool) */
+	enum stored_pool_verdict pool;  /* STORED_POOL_NONE unless the pool refused */
 };
 
-/* Read the <n> integers <v> of a reply into <out>: exactly
- * STORED_REPLY_INTS of them, allowed 0 or 1, limit >= 1, the times and
- * remaining >= 0, the index below <nwin_max>. Returns 0, or -1 for any
- * other shape (<out> then unset). Borrows <v>. */
-int stored_read_reply(const int64_t *v, size_t n, unsigned nwin_max, struct stored_reply *out);
+/* Read the <n> integers <v> of a reply into <out>: 6 of them, or 7 when
+ * <pooled> (the 7th a stored_pool_verdict); allowed 0 or 1, limit >= 1,
+ * the times and remaining >= 0, the index below <nwin_max> (a pool's
+ * refusal: a deny whose index is at most <nwin_max>, read as <nwin_max>).
+ * Returns 0, or -1 for any other shape (<out> then unset). Borrows <v>. */
+int stored_read_reply(const int64_t *v, size_t n, unsigned nwin_max, bool pooled,
+                      struct stored_reply *out);
 
 /* One entry of a log window (a sorted set): its member and score. */
 struct stored_entry {

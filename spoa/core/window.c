@@ -39,6 +39,8 @@ static const char *const reason_names[WINDOW_REASON_COUNT] = {
 	[WINDOW_REASON_REDIS_OOM]         = "redis-oom",
 	[WINDOW_REASON_TOO_MANY_MESSAGES] = "too-many-messages",
 	[WINDOW_REASON_BLOCKED]           = "blocked",
+	[WINDOW_REASON_POOL_FULL]         = "pool-full",
+	[WINDOW_REASON_POOL_SHARE]        = "pool-share",
 };
 
 /* Name of <s>; "unknown" outside the enum. Static storage. */
@@ -288,8 +290,12 @@ int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
 	if (n == 0)
 		return -1;
 	for (i = 0; i < n; i++) {
-		if (one[i].nkeys < 1 || one[i].nkeys > WINDOW_MAX_WINDOWS ||
-		    one[i].argc != 4 + 3 * (int)one[i].nkeys)
+		/* (a pooled one: its pool's two keys share one pair) */
+		bool plain = one[i].nkeys <= WINDOW_MAX_WINDOWS && one[i].argc == 4 + 3 * (int)one[i].nkeys;
+		bool pooled = one[i].nkeys >= 3 && one[i].nkeys <= WINDOW_MAX_WINDOWS + 3 &&
+		              one[i].argc == 2 + 3 * (int)one[i].nkeys;
+
+		if (one[i].nkeys < 1 || !(plain || pooled))
 			return -1;
 		keys += one[i].nkeys;
 	}
@@ -333,6 +339,9 @@ int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
  *            1.0.x wrote for a one-window policy (read, written and
  *            deleted while an upgrade needs it, never for an account
  *            starting with '{', whose raw form could be a tagged key).
+ *   POOL_LOG / POOL_ACCOUNTS  "<pool>:pool:p1:{<pool>}" and
+ *            "<pool>:pool:a1:{<pool>}" (<policy> is then the pool's name):
+ *            a pool's log and its account -> units hash, one slot.
  * The tag (args_put_tag) ends at the first '}' and the window follows it,
  * so the forms never meet: distinct accounts, policies or windows give
  * distinct keys, and every key of an account shares one Cluster slot.
@@ -344,8 +353,11 @@ static void args_add_key(struct args_writer *w, const struct window_policy *p,
 	static const char *const kind[WINDOW_KEY_FORM_COUNT] = {
 		[WINDOW_KEY_LOG] = ":limit:v1:", [WINDOW_KEY_BUCKETS] = ":limit:b1:",
 		[WINDOW_KEY_GCRA] = ":limit:g1:", [WINDOW_KEY_LEGACY_LOG] = ":limit:v1:",
-		[WINDOW_KEY_LEGACY_BUCKETS] = ":limit:b1:",
+		[WINDOW_KEY_LEGACY_BUCKETS] = ":limit:b1:", [WINDOW_KEY_POOL_LOG] = ":pool:p1:",
+		[WINDOW_KEY_POOL_ACCOUNTS] = ":pool:a1:",
 	};
+	const char *name = p->name;
+	size_t name_len = p->name_len;
 	char *start = args_begin(w);
 	size_t pos = 0;
 	char ws[32];
@@ -353,7 +365,13 @@ static void args_add_key(struct args_writer *w, const struct window_policy *p,
 
 	if (!start)
 		return;
-	args_put(w, &pos, p->name, p->name_len);
+	if (form == WINDOW_KEY_POOL_LOG || form == WINDOW_KEY_POOL_ACCOUNTS) {
+		name = p->pool.name;
+		name_len = p->pool.name_len;
+		key = name;
+		key_len = name_len;
+	}
+	args_put(w, &pos, name, name_len);
 	args_put(w, &pos, kind[form], strlen(kind[form]));
 	if (form == WINDOW_KEY_LEGACY_LOG || form == WINDOW_KEY_LEGACY_BUCKETS) {
 		args_put(w, &pos, key, key_len);
@@ -361,12 +379,35 @@ static void args_add_key(struct args_writer *w, const struct window_policy *p,
 		args_put(w, &pos, "{", 1);
 		args_put_tag(w, &pos, key, key_len);
 		args_put(w, &pos, "}", 1);
-		if (form != WINDOW_KEY_GCRA) {
+		if (form == WINDOW_KEY_LOG || form == WINDOW_KEY_BUCKETS) {
 			n = window_format_ms(window_ms, ws, sizeof(ws));
 			args_put(w, &pos, ":", 1);
 			args_put(w, &pos, ws, n > 0 ? (size_t)n : 0);
 		}
 	}
+	if (!w->failed)
+		args_end(w, start, pos);
+}
+
+/* The pool's pair of pooled policy <p> for account <key>/<key_len>:
+ * <limit> "pool:<ms>:<headroom>:<key>" (the account as sent, raw: the
+ * pool's members and hash fields carry it). */
+static void args_add_pool(struct args_writer *w, const struct window_policy *p, const char *key,
+                          size_t key_len)
+{
+	char *start;
+	size_t pos = 0;
+
+	args_add_u64(w, p->pool.limit, 0);
+	start = args_begin(w);
+	if (!start)
+		return;
+	args_put(w, &pos, "pool:", 5);
+	args_put_u64(w, &pos, p->pool.window_ms);
+	args_put(w, &pos, ":", 1);
+	args_put_u64(w, &pos, p->pool.headroom);
+	args_put(w, &pos, ":", 1);
+	args_put(w, &pos, key, key_len);
 	if (!w->failed)
 		args_end(w, start, pos);
 }
@@ -444,6 +485,11 @@ int window_build_args(const struct window_policy *p, const char *sha,
 			return -1;
 		}
 	}
+	if (p->pooled && (p->algorithm == WINDOW_ALGO_GCRA || cost > p->pool.limit)) {
+		*why = p->algorithm == WINDOW_ALGO_GCRA ? WINDOW_REASON_REDIS_ERROR
+		                                         : WINDOW_REASON_BAD_COST;
+		return -1;
+	}
 	if (p->algorithm == WINDOW_ALGO_GCRA)
 		return build_gcra_args(p, sha, key, key_len, cost, lim, nwin, a, why);
 
@@ -453,13 +499,17 @@ int window_build_args(const struct window_policy *p, const char *sha,
 	nkeys = nwin + (legacy ? 1 : 0);
 	args_add(&w, "EVALSHA", 7);
 	args_add(&w, sha, strlen(sha));
-	args_add_u64(&w, nkeys, 0);
+	args_add_u64(&w, nkeys + (p->pooled ? 2 : 0), 0);
 	for (i = 0; i < nwin; i++)
 		args_add_key(&w, p, window_is_bucketed(p, lim[i].window_ms) ?
 		             WINDOW_KEY_BUCKETS : WINDOW_KEY_LOG, lim[i].window_ms, key, key_len);
 	if (legacy)
 		args_add_key(&w, p, window_is_bucketed(p, lim[0].window_ms) ?
 		             WINDOW_KEY_LEGACY_BUCKETS : WINDOW_KEY_LEGACY_LOG, 0, key, key_len);
+	if (p->pooled) {
+		args_add_key(&w, p, WINDOW_KEY_POOL_LOG, 0, key, key_len);
+		args_add_key(&w, p, WINDOW_KEY_POOL_ACCOUNTS, 0, key, key_len);
+	}
 	args_add_u64(&w, cost, 0);
 	for (i = 0; i < nkeys; i++) {
 		const struct window_limit *li = &lim[i < nwin ? i : 0];
@@ -468,12 +518,14 @@ int window_build_args(const struct window_policy *p, const char *sha,
 		args_add_u64(&w, li->window_ms,
 		             window_is_bucketed(p, li->window_ms) ? p->precision_ms : 0);
 	}
+	if (p->pooled)
+		args_add_pool(&w, p, key, key_len);
 	if (w.failed) {
 		a->argc = 0;
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
-	a->nkeys = nkeys;
+	a->nkeys = nkeys + (p->pooled ? 2 : 0);
 	*why = WINDOW_REASON_NONE;
 	return 0;
 }
@@ -483,6 +535,10 @@ bool window_deny_holds(const struct window_policy *p, uint64_t cost,
                        const struct window_decision *d)
 {
 	if (d->status != WINDOW_DENY)
+		return false;
+	/* a pool's deny carries its reason, which the cache does not keep;
+	 * and a share can grow before the retry (accounts leave the pool) */
+	if (d->reason == WINDOW_REASON_POOL_FULL || d->reason == WINDOW_REASON_POOL_SHARE)
 		return false;
 	if (p->algorithm != WINDOW_ALGO_GCRA)
 		return true;
@@ -524,14 +580,15 @@ void window_decide_error(const struct window_policy *p, enum window_reason why,
 }
 
 /* Decision of <p> from script reply <r> (borrowed); see window.h. The
- * reply's integers are read by stored_read_reply(), the one reader. */
+ * reply's integers are read by stored_read_reply(), the one reader (7 of
+ * them for a pooled policy, the 7th saying whether the pool refused). */
 int window_decide_reply(const struct window_policy *p, const struct window_reply *r,
                         struct window_decision *d)
 {
 	struct stored_reply sr;
 
 	if (!r || r->kind != WINDOW_REPLY_INTEGERS ||
-	    stored_read_reply(r->v, r->n, WINDOW_MAX_WINDOWS, &sr) == -1) {
+	    stored_read_reply(r->v, r->n, WINDOW_MAX_WINDOWS, p && p->pooled, &sr) == -1) {
 		enum window_reason why = WINDOW_REASON_REDIS_ERROR;
 
 		if (window_reply_is_oom(r))
@@ -551,6 +608,8 @@ int window_decide_reply(const struct window_policy *p, const struct window_reply
 	/* the 1.0.x key of an upgrade is window 0 again (see window_build_args) */
 	if (p && p->legacy_key && p->nwin == 1 && d->window == 1)
 		d->window = 0;
+	if (sr.pool != STORED_POOL_NONE)
+		d->reason = sr.pool == STORED_POOL_FULL ? WINDOW_REASON_POOL_FULL : WINDOW_REASON_POOL_SHARE;
 	if (sr.allowed) {
 		d->status = WINDOW_ALLOW;
 		return 0;

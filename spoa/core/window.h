@@ -18,7 +18,11 @@
  * returns an array of 6 integers:
  *   { allowed 0|1, limit, remaining, reset_us, retry_after_us, window_index }
  * of the deciding window (least remaining when allowed, longest retry when
- * denied); times are microseconds of Redis time, not yet rounded.
+ * denied); times are microseconds of Redis time, not yet rounded. A
+ * pooled decision (its pool after the windows, see window_build_args)
+ * returns 7: then { ..., pool } where pool is 0, or 1 (pool-full) / 2
+ * (pool-share) when the pool decided the denial (the numbers are the
+ * pool's).
  */
 #ifndef SPOA_WINDOW_H
 #define SPOA_WINDOW_H
@@ -33,8 +37,9 @@
 #define WINDOW_MAX_WINDOWS     4      /* "10/1s 1000/1h": windows per policy */
 /* a key's '}' and '%' take 3 bytes in a hash tag */
 #define WINDOW_REDIS_KEY_MAX   (WINDOW_NAME_MAX + 3 * WINDOW_KEY_MAX + 32)
-/* "EVALSHA" sha nkeys, one key per window, cost, limit+window per window */
-#define WINDOW_SCRIPT_ARGC_MAX (4 + WINDOW_MAX_WINDOWS * 3)
+/* "EVALSHA" sha nkeys, one key per window, cost, limit+window per window;
+ * a pool: 2 keys and its limit+window */
+#define WINDOW_SCRIPT_ARGC_MAX (4 + WINDOW_MAX_WINDOWS * 3 + 4)
 /* precision=<d>: bucket length bounds (a bucket per precision of window) */
 #define WINDOW_PRECISION_MIN_MS      1000
 #define WINDOW_PRECISION_MAX_BUCKETS 600
@@ -66,6 +71,8 @@ enum window_reason {
 	WINDOW_REASON_REDIS_OOM,       /* Redis over maxmemory: cannot record */
 	WINDOW_REASON_TOO_MANY_MESSAGES, /* a NOTIFY over max-notify-messages */
 	WINDOW_REASON_BLOCKED,         /* a live override blocks the account (ctl) */
+	WINDOW_REASON_POOL_FULL,       /* deny: the account's pool has no room */
+	WINDOW_REASON_POOL_SHARE,      /* deny: above its share, only headroom left */
 	WINDOW_REASON_COUNT
 };
 
@@ -87,6 +94,18 @@ struct window_limit {
 	uint64_t window_ms;            /* window length, >= 1 ms */
 	uint64_t burst;                /* gcra: the bucket's capacity (default the
 	                                * limit); 0 for a log window */
+};
+
+/* A pool (pool <name> <limit>/<window> [headroom=<n>]): one exact
+ * sliding window on Redis's clock counting what every policy naming it
+ * admits, with a fair share (docs/configuration.md, "Pools"). */
+struct window_pool {
+	char name[WINDOW_NAME_MAX + 1];
+	size_t name_len;
+	uint64_t limit;                /* units per window, >= 1 */
+	uint64_t window_ms;
+	uint64_t headroom;             /* < limit: what an account at or above its
+	                                * share may not take */
 };
 
 /* A per-key override of a policy's limits ("override transfer ACC-VIP 30/1s"). */
@@ -118,6 +137,9 @@ struct window_policy {
 	/* set by the caller per decision: with one window, also count and
 	 * write the 1.0.x one-window key (an upgrade; see window_build_args) */
 	bool legacy_key;
+	/* pool=: the pool's limits, copied at parse (a log policy only) */
+	bool pooled;
+	struct window_pool pool;
 };
 
 /* The forms of an account's Redis keys (window_build_args owns them). */
@@ -127,6 +149,8 @@ enum window_key_form {
 	WINDOW_KEY_GCRA,               /* <policy>:limit:g1:{<tag>} */
 	WINDOW_KEY_LEGACY_LOG,         /* <policy>:limit:v1:<account> (1.0.x) */
 	WINDOW_KEY_LEGACY_BUCKETS,     /* <policy>:limit:b1:<account> (1.0.x) */
+	WINDOW_KEY_POOL_LOG,           /* <pool>:pool:p1:{<pool>} */
+	WINDOW_KEY_POOL_ACCOUNTS,      /* <pool>:pool:a1:{<pool>} */
 	WINDOW_KEY_FORM_COUNT
 };
 
@@ -140,7 +164,8 @@ struct window_decision {
 	int64_t retry_after;           /* seconds, rounded up, >= 1 when denied */
 	int64_t retry_after_us;        /* raw, for the local deny cache */
 	int64_t reset_us;              /* raw, for the local deny cache */
-	unsigned window;               /* index of the deciding window */
+	unsigned window;               /* index of the deciding window;
+	                                * WINDOW_MAX_WINDOWS: the pool */
 };
 
 /* Script arguments for one request. <argv>/<argvlen> borrow <buf>. */
@@ -149,7 +174,8 @@ struct window_args {
 	const char *argv[WINDOW_SCRIPT_ARGC_MAX];
 	size_t argvlen[WINDOW_SCRIPT_ARGC_MAX];
 	unsigned nkeys;
-	char buf[WINDOW_MAX_WINDOWS * (WINDOW_REDIS_KEY_MAX + 64) + 128];
+	char buf[WINDOW_MAX_WINDOWS * (WINDOW_REDIS_KEY_MAX + 64) + 128 +
+	         2 * (2 * WINDOW_NAME_MAX + 32) + WINDOW_KEY_MAX + 64];
 };
 
 const char *window_status_str(enum window_status s);
@@ -213,6 +239,10 @@ int window_check_key(const char *key, size_t key_len);
  * account not starting with '{' has a second key: the 1.0.x form
  * "<policy>:limit:v1:<key>" (b1 likewise) with the same limit and window,
  * so that units 1.0.x agents admitted still count and they see ours.
+ * A pooled policy (p->pooled, never GCRA) adds its pool after the windows:
+ * two keys, "<pool>:pool:p1:{<pool>}" (the log) and "<pool>:pool:a1:{<pool>}"
+ * (account -> units), and the pair <limit> "pool:<ms>:<headroom>:<key>";
+ * a cost above the pool's limit is BAD_COST.
  * Returns 0, or -1 with the reason in <*why> (BAD_KEY, BAD_COST).
  */
 int window_build_args(const struct window_policy *p, const char *sha,
@@ -246,7 +276,7 @@ enum window_reply_kind {
 	WINDOW_REPLY_KIND_COUNT
 };
 
-#define WINDOW_REPLY_INTS 6     /* integers of a script result */
+#define WINDOW_REPLY_INTS 7     /* integers of a script result: 6, or 7 pooled */
 
 struct window_reply {
 	enum window_reply_kind kind;

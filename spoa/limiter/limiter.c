@@ -70,12 +70,16 @@ static void limiter_choose_engines(struct limiter *l, enum limiter_engine_mode m
  * <p>/<n> (borrowed). */
 static long long limiter_protocol_needed(const struct window_policy *p, size_t n)
 {
+	long long need = 1;
 	size_t i;
 
-	for (i = 0; p && i < n; i++)
+	for (i = 0; p && i < n; i++) {
+		if (p[i].pooled)
+			return LIMITER_MODULE_PROTOCOL_POOL;
 		if (p[i].algorithm == WINDOW_ALGO_GCRA)
-			return LIMITER_MODULE_PROTOCOL_GCRA;
-	return 1;
+			need = LIMITER_MODULE_PROTOCOL_GCRA;
+	}
+	return need;
 }
 
 /* Give memory back after a burst: each part its own (the call pool, the

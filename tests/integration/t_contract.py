@@ -105,7 +105,8 @@ for case in cases:
 # both engines give it retry_after = the window at every instant.) A deny
 # adds nothing; it may trim what left a window, so later there may be less.
 # A GCRA deny holds only one unit short (remaining + 1 == cost: the bucket
-# drains continuously; window_deny_holds() in spoa/core/window.c).
+# drains continuously; window_deny_holds() in spoa/core/window.c). A pool's
+# deny is not cached (its reason; a share grows as accounts leave).
 def sendable(case):
     try:
         cost, lims = int(case.args[0]), [int(x) for x in case.args[1::2]]
@@ -133,10 +134,14 @@ for case in cases:
             case.replies[0][1][0] != 0 or not sendable(case):
         continue
     v = case.replies[0][1]
+    # (a pool's deny is never cached: window_deny_holds(); a window's deny
+    # in a pooled decision is, with the pool's 7th element 0)
+    if len(v) == 7 and v[6] != 0:
+        continue
     until = min(v[3], v[4])
     want = contract.expected_state(case)
     for dt in sorted(set([0, until // 2, until - 1])):
-        later = [0, v[1], v[2], v[3] - dt, v[4] - dt, v[5]]
+        later = [0, v[1], v[2], v[3] - dt, v[4] - dt, v[5]] + v[6:]
         for engine, prefix, cmd in ENGINES[:2]:
             t = contract.T0_US + case.clock + dt
             r.pipeline(contract.setup_cmds(case, prefix) +

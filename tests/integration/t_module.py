@@ -448,7 +448,7 @@ if len(acls) >= 2:
     h.check("ACL user: and denies it", isinstance(x, list) and x[0] == 0, x)
     x = c.call("RATELIMIT.VERSION")
     h.check("ACL user: RATELIMIT.VERSION (the agent's version check) answers",
-            isinstance(x, list) and len(x) == 2 and x[0] == 2, x)
+            isinstance(x, list) and len(x) == 2 and x[0] == 3, x)
     c.close()
 h.eq("redis still answers at the end", "PONG", r.call("PING"))
 h.done()

@@ -370,7 +370,7 @@ static void test_parse_errors(void **state)
 		{ "policy x 3/1s on-redis-error=maybe\n",
 		  "t.conf:1: policy 'x': unknown option 'on-redis-error=maybe' "
 		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
-		  "precision=<duration>, algorithm=log|gcra or burst=<n>)" },
+		  "precision=<duration>, algorithm=log|gcra, burst=<n> or pool=<pool>)" },
 		{ "policy x 3/1s max-cost=0\n", "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=0'" },
 		{ "policy x 3/1s max-cost=1000001\n",
 		  "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=1000001'" },
@@ -378,7 +378,7 @@ static void test_parse_errors(void **state)
 		{ "policy x 3/1s max-cost=\n",
 		  "t.conf:1: policy 'x': unknown option 'max-cost=' "
 		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
-		  "precision=<duration>, algorithm=log|gcra or burst=<n>)" },
+		  "precision=<duration>, algorithm=log|gcra, burst=<n> or pool=<pool>)" },
 		{ "policy x shadow\n", "t.conf:1: policy 'x': expected at least one <limit>/<window>" },
 		{ "policy x 3/1h precision=7m\n",
 		  "t.conf:1: policy 'x': precision=7m does not divide the 1h window" },
@@ -391,7 +391,7 @@ static void test_parse_errors(void **state)
 		  "it are counted in buckets)" },
 		{ "policy x 3/1h precision=\n", "t.conf:1: policy 'x': unknown option 'precision=' "
 		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
-		  "precision=<duration>, algorithm=log|gcra or burst=<n>)" },
+		  "precision=<duration>, algorithm=log|gcra, burst=<n> or pool=<pool>)" },
 		{ "policy x 3/1h precision=0s\n",
 		  "t.conf:1: policy 'x': bad precision in 'precision=0s' (use <n>s, <n>m or <n>h)" },
 		{ "policy x 3/1h precision=m\n",
@@ -414,7 +414,7 @@ static void test_parse_errors(void **state)
 		{ "policy x 3/1s algorithm=bucket\n",
 		  "t.conf:1: policy 'x': unknown option 'algorithm=bucket' "
 		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
-		  "precision=<duration>, algorithm=log|gcra or burst=<n>)" },
+		  "precision=<duration>, algorithm=log|gcra, burst=<n> or pool=<pool>)" },
 		{ "policy x 3/1s 100/1h algorithm=gcra\n",
 		  "t.conf:1: policy 'x': algorithm=gcra takes exactly one <limit>/<window> (the rate; "
 		  "burst=<n> is the bucket)" },
@@ -422,6 +422,27 @@ static void test_parse_errors(void **state)
 		  "t.conf:1: policy 'x': precision= does not apply to algorithm=gcra (a bucket is one "
 		  "value per account)" },
 		{ "policy x 3/1s burst=3\n", "t.conf:1: policy 'x': burst= needs algorithm=gcra" },
+		/* pools (issue 37) */
+		{ "policy x 3/1s pool=p\n",
+		  "t.conf:1: policy 'x': unknown pool 'p' (define it first: 'pool <name> <limit>/<window> "
+		  "[headroom=<n>]')" },
+		{ "policy x 3/1s pool=p\npool p 5/1s\n",
+		  "t.conf:1: policy 'x': unknown pool 'p' (define it first: 'pool <name> <limit>/<window> "
+		  "[headroom=<n>]')" },
+		{ "pool p 5/1s headroom=5\n",
+		  "t.conf:1: pool 'p': headroom must be below the limit (5), got 5" },
+		{ "pool p 5/1s headroom=9\n",
+		  "t.conf:1: pool 'p': headroom must be below the limit (5), got 9" },
+		{ "pool p 1/1s\n", "t.conf:1: pool 'p': headroom must be below the limit (1), got 1" },
+		{ "pool p 5/1s headroom=x\n", "t.conf:1: pool 'p': expected headroom=<n>, got 'headroom=x'" },
+		{ "pool p 5/1s\npool p 6/1s\n", "t.conf:2: duplicate pool 'p'" },
+		{ "pool p shadow\n", "t.conf:1: pool 'p': expected <limit>/<window>, got 'shadow'" },
+		{ "pool p\n", "t.conf:1: pool: expected 'pool <name> <limit>/<window> [headroom=<n>]'" },
+		{ "pool p{x} 5/1s\n",
+		  "t.conf:1: pool name 'p{x}' must be 1..48 characters of A-Z a-z 0-9 _ . -" },
+		{ "pool p 5/1s\npolicy x 3/1s algorithm=gcra pool=p\n",
+		  "t.conf:2: policy 'x': pool= does not apply to algorithm=gcra (a pool counts log and "
+		  "precision= policies)" },
 		{ "policy x 3/1s algorithm=log burst=3\n", "t.conf:1: policy 'x': burst= needs algorithm=gcra" },
 		{ "policy x 3/1s algorithm=gcra burst=0\n",
 		  "t.conf:1: policy 'x': burst must be 1..1000000, got 'burst=0'" },
@@ -467,6 +488,49 @@ static void test_parse_errors(void **state)
 
 /* algorithm=gcra: the rate, the burst (default the limit), overrides
  * keeping the algorithm with their own burst; the log stays the default. */
+/* pool and pool= (issue 37): the pool's limits copied into each policy
+ * naming it, the default headroom, and a Cluster URL refused. */
+static void test_pools(void **state)
+{
+	static const char text[] =
+		"pool backend 2000/1s\n"
+		"pool transfers 5/1s headroom=2\n"
+		"pool tiny 3/1m\n"
+		"policy search 10/1s 100/1m pool=backend\n"
+		"policy export 5/1s precision=1m 50/1h pool=backend shadow\n"
+		"policy transfer 3/1s pool=transfers\n"
+		"policy alone 3/1s\n";
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+	const struct window_policy *p;
+
+	(void)state;
+	if (parse(&c, text, err) != 0)
+		fail_msg("%s", err);
+	assert_int_equal(c.npools, 3);
+	p = config_find_policy(&c, "search", 6);
+	assert_true(p->pooled);
+	assert_string_equal(p->pool.name, "backend");
+	assert_int_equal(p->pool.limit, 2000);
+	assert_int_equal(p->pool.window_ms, 1000);
+	assert_int_equal(p->pool.headroom, 200);
+	p = config_find_policy(&c, "export", 6);
+	assert_true(p->pooled && p->shadow);
+	assert_int_equal(p->pool.limit, 2000);
+	p = config_find_policy(&c, "transfer", 8);
+	assert_int_equal(p->pool.headroom, 2);
+	assert_int_equal(c.pools[2].headroom, 1);   /* a tenth of 3, at least 1 */
+	assert_false(config_find_policy(&c, "alone", 5)->pooled);
+	if (config_validate(&c, err, sizeof(err)) != 0)
+		fail_msg("%s", err);
+	snprintf(c.redis, sizeof(c.redis), "cluster://127.0.0.1:7000");
+	assert_int_equal(config_validate(&c, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "policy 'search': pool= needs one Redis"));
+	snprintf(c.redis, sizeof(c.redis), "sentinel://127.0.0.1:26379/m");
+	assert_int_equal(config_validate(&c, err, sizeof(err)), 0);
+	config_release(&c);
+}
+
 static void test_gcra(void **state)
 {
 	static const char text[] =
@@ -1284,6 +1348,7 @@ int main(void)
 		cmocka_unit_test(test_load_file_errors),
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_gcra),
+		cmocka_unit_test(test_pools),
 		cmocka_unit_test(test_nul_byte),
 		cmocka_unit_test(test_error_truncation),
 		cmocka_unit_test(test_windows_and_urls),

@@ -44,12 +44,13 @@ struct contract_pair {
 	                               * bigger one itself, see window_build_args) */
 	uint64_t cost;                /* sendable: its cost */
 	bool gcra;                    /* sendable: a GCRA bucket */
+	bool pooled;                  /* its decision has a pool ("pool:...") */
 };
 
 /* Would the agent send the request of "args ..." in <line>? (cost, then
  * limit/window pairs, a GCRA window "gcra:<ms>:<burst>"; a batch's
  * decisions are not looked at.) Sets <*cost> and <*gcra>. */
-static bool contract_args_sendable(const char *line, uint64_t *cost, bool *gcra)
+static bool contract_args_sendable(const char *line, uint64_t *cost, bool *gcra, bool *pooled)
 {
 	long long c, limit, burst;
 	char win[64];
@@ -57,6 +58,7 @@ static bool contract_args_sendable(const char *line, uint64_t *cost, bool *gcra)
 	int used, nwin = 0;
 
 	*gcra = false;
+	*pooled = strstr(line, " pool:") != NULL;
 	if (sscanf(p, "%lld%n", &c, &used) != 1 || c < 1)
 		return false;
 	*cost = (uint64_t)c;
@@ -93,7 +95,8 @@ static int contract_parse_reply(char *line, struct contract_pair *pr)
 	for (i = 0; tok && i < WINDOW_REPLY_INTS; i++, tok = strtok(NULL, " \t\n"))
 		pr->reply.v[i] = strtoll(tok, NULL, 10);
 	pr->reply.n = i;
-	return i == WINDOW_REPLY_INTS && !tok ? 0 : -1;
+	/* 6 integers, or 7 for a pooled decision */
+	return (i == 6 || i == WINDOW_REPLY_INTS) && !tok ? 0 : -1;
 }
 
 /* Parses "agent ..." in <line> into <pr>. 0 or -1. */
@@ -122,7 +125,7 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 	struct contract_pair *all = NULL, *cur = NULL;
 	size_t cap = 0, nreply = 0;
 	int lineno = 0;
-	bool sendable = false, gcra = false;
+	bool sendable = false, gcra = false, pooled = false;
 	uint64_t cost = 0;
 
 	if (!f)
@@ -135,7 +138,7 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 			nreply = 0;
 			sendable = false;
 		} else if (strncmp(line, "args ", 5) == 0) {
-			sendable = contract_args_sendable(line, &cost, &gcra);
+			sendable = contract_args_sendable(line, &cost, &gcra, &pooled);
 		} else if (strncmp(line, "reply ", 6) == 0) {
 			if (*n == cap) {
 				cap = cap ? cap * 2 : 64;
@@ -153,6 +156,7 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 			cur->sendable = sendable;
 			cur->cost = cost;
 			cur->gcra = gcra;
+			cur->pooled = pooled;
 		} else if (strncmp(line, "agent ", 6) == 0) {
 			if (!cur || cur->status[0] || contract_parse_agent(line, cur) == -1)
 				fail_msg("%s:%d: an agent line belongs right after a reply", path, lineno);
@@ -190,7 +194,10 @@ static void test_contract_replies(void **state)
 	for (i = 0; i < n; i++) {
 		const struct contract_pair *pr = &all[i];
 		struct window_decision d, s;
-		int rc = window_decide_reply(&plain, &pr->reply, &d);
+		int rc;
+
+		plain.pooled = shadow.pooled = pr->pooled;
+		rc = window_decide_reply(&plain, &pr->reply, &d);
 
 		if (!pr->status[0])
 			fail_msg("%s: no agent line", pr->where);
@@ -257,6 +264,7 @@ static void test_contract_deny_cache(void **state)
 		unsigned k;
 
 		plain.algorithm = pr->gcra ? WINDOW_ALGO_GCRA : WINDOW_ALGO_LOG;
+		plain.pooled = pr->pooled;
 		if (!pr->sendable || window_decide_reply(&plain, &pr->reply, &off) != 0 ||
 		    !window_deny_holds(&plain, pr->cost, &off))
 			continue;
@@ -554,7 +562,8 @@ static void contract_check_stored(const struct contract_case *c, void *arg)
 		if (cost > l)
 			return;   /* never sent: the agent refuses it as bad-cost */
 	}
-	if (r->kind != WINDOW_REPLY_INTEGERS || r->n != WINDOW_REPLY_INTS)
+	/* an unpooled decision's six integers (a pool's case is no window's) */
+	if (r->kind != WINDOW_REPLY_INTEGERS || r->n != 6)
 		return;
 	idx = (int)r->v[5];
 	rc = contract_read_after(c, c->keys[idx], strtoull(c->args[1 + 2 * idx], NULL, 10),

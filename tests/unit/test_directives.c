@@ -163,7 +163,7 @@ static void test_help_layout(void **state)
 		"  override POLICY KEY LIMIT/WINDOW [LIMIT/WINDOW...] [burst=N]\n"
 		"                              limits of one account (e.g. a partner) in POLICY\n"));
 	assert_non_null(strstr(help,
-		"         [max-cost=N] [precision=DURATION] [algorithm=log|gcra] [burst=N]\n"
+		"         [max-cost=N] [precision=DURATION] [algorithm=log|gcra] [burst=N] [pool=POOL]\n"
 		"                              shadow: decide and count, but answer allow with\n"));
 	assert_non_null(strstr(help,
 		"  allow-remote-listen         permit a non-loopback listen/metrics address\n"));

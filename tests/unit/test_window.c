@@ -199,6 +199,86 @@ static void test_args_batch(void **state)
 	assert_int_equal(window_build_batch(one, 2, "EVALSHA", "sha", 3, argv, argvlen, nums), -1);
 }
 
+/* A pooled policy (issue 37): its pool's two keys after the windows', its
+ * pair <limit> "pool:<ms>:<headroom>:<account>" after theirs, alone and in
+ * a batch beside a plain decision; a cost above the pool's limit is
+ * bad-cost; the engines' 7th element names the pool's refusal, and a
+ * 7-element reply is not a plain policy's. */
+static void test_args_pool(void **state)
+{
+	struct window_policy p, plain;
+	struct window_args one[2];
+	struct window_decision d;
+	enum window_reason why;
+	const char *argv[WINDOW_BATCH_ARGC(2)];
+	size_t argvlen[WINDOW_BATCH_ARGC(2)], i, len = 0;
+	char nums[WINDOW_BATCH_NUMS(2)], joined[512];
+	int argc;
+
+	(void)state;
+	policy_make(&p, "transfer", 3, 1000);
+	p.pooled = true;
+	memcpy(p.pool.name, "transfers", 9);
+	p.pool.name_len = 9;
+	p.pool.limit = 5;
+	p.pool.window_ms = 1000;
+	p.pool.headroom = 2;
+	assert_int_equal(window_build_args(&p, "sha", "ACC:1}", 6, 1, &one[0], &why), 0);
+	assert_int_equal(one[0].argc, 11);
+	assert_int_equal(one[0].nkeys, 3);
+	assert_arg(&one[0], 2, "3");
+	assert_arg(&one[0], 3, "transfer:limit:v1:{ACC:1%7D}:1s");
+	assert_arg(&one[0], 4, "transfers:pool:p1:{transfers}");
+	assert_arg(&one[0], 5, "transfers:pool:a1:{transfers}");
+	assert_arg(&one[0], 6, "1");
+	assert_arg(&one[0], 9, "5");
+	assert_arg(&one[0], 10, "pool:1000:2:ACC:1}");
+	p.win[0].limit = 10;
+	assert_int_equal(window_build_args(&p, "sha", "A", 1, 5, &one[1], &why), 0);
+	assert_int_equal(window_build_args(&p, "sha", "A", 1, 6, &one[1], &why), -1);
+	assert_int_equal(why, WINDOW_REASON_BAD_COST);
+	p.win[0].limit = 3;
+
+	policy_make(&plain, "api", 10, 1000);
+	assert_int_equal(window_build_args(&plain, "", "B", 1, 1, &one[1], &why), 0);
+	argc = window_build_batch(one, 2, "EVALSHA", "sha", 3, argv, argvlen, nums);
+	assert_int_equal(argc, 3 + 4 + 2 + 6 + 4);
+	for (i = 0; i < (size_t)argc; i++)
+		len += (size_t)snprintf(joined + len, sizeof(joined) - len, "%s%.*s", i ? " " : "",
+		                        (int)argvlen[i], argv[i]);
+	assert_string_equal(joined, "EVALSHA sha 4 transfer:limit:v1:{ACC:1%7D}:1s "
+	                    "transfers:pool:p1:{transfers} transfers:pool:a1:{transfers} "
+	                    "api:limit:v1:{B}:1s batch 2 3 1 3 1000 5 pool:1000:2:ACC:1} "
+	                    "1 1 10 1000");
+
+	/* the replies: 7 integers for a pooled policy, 6 for another */
+	assert_int_equal(decide(&p, "*7\r\n:0\r\n:5\r\n:0\r\n:200000\r\n:200000\r\n:1\r\n:1\r\n",
+	                        &d), 0);
+	assert_int_equal(d.status, WINDOW_DENY);
+	assert_int_equal(d.reason, WINDOW_REASON_POOL_FULL);
+	assert_int_equal(d.window, WINDOW_MAX_WINDOWS);
+	assert_false(window_deny_holds(&p, 1, &d));
+	assert_int_equal(decide(&p, "*7\r\n:0\r\n:5\r\n:0\r\n:200000\r\n:200000\r\n:1\r\n:2\r\n",
+	                        &d), 0);
+	assert_int_equal(d.reason, WINDOW_REASON_POOL_SHARE);
+	assert_string_equal(window_reason_str(d.reason), "pool-share");
+	assert_int_equal(decide(&p, "*7\r\n:0\r\n:3\r\n:0\r\n:200000\r\n:200000\r\n:0\r\n:0\r\n",
+	                        &d), 0);
+	assert_int_equal(d.reason, WINDOW_REASON_NONE);
+	assert_true(window_deny_holds(&p, 1, &d));
+	assert_int_equal(decide(&p, "*6\r\n:1\r\n:3\r\n:2\r\n:1000000\r\n:0\r\n:0\r\n", &d), -1);
+	assert_int_equal(decide(&p, "*7\r\n:1\r\n:3\r\n:2\r\n:1000000\r\n:0\r\n:0\r\n:3\r\n",
+	                        &d), -1);
+	assert_int_equal(decide(&plain, "*7\r\n:1\r\n:3\r\n:2\r\n:1000000\r\n:0\r\n:0\r\n:0\r\n",
+	                        &d), -1);
+	/* a shadow policy: allow, shadow-deny */
+	p.shadow = true;
+	assert_int_equal(decide(&p, "*7\r\n:0\r\n:5\r\n:0\r\n:200000\r\n:200000\r\n:1\r\n:1\r\n",
+	                        &d), 0);
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(d.reason, WINDOW_REASON_SHADOW_DENY);
+}
+
 static void test_args_multi(void **state)
 {
 	struct window_policy p;
@@ -1027,6 +1107,7 @@ int main(void)
 		cmocka_unit_test(test_rounding),
 		cmocka_unit_test(test_format_ms),
 		cmocka_unit_test(test_args_batch),
+		cmocka_unit_test(test_args_pool),
 		cmocka_unit_test(test_args_single),
 		cmocka_unit_test(test_args_multi),
 		cmocka_unit_test(test_args_precision),
