@@ -227,7 +227,7 @@ eq "redis still answers" PONG "$(rcli PING)"
 # fake clock does not reach PEXPIRE, so PTTL cannot show it), and counts the
 # sorts it makes in test:sorts, and lists the commands it calls in test:cmds.
 sed -e "s/local t = redis.call('TIME')/local t = redis.call('HMGET', 'test:clock', 's', 'us')/" \
-	-e "s/call('PEXPIRE', s.key, ttl)/&; redis.call('HSET', 'test:ttl', s.key, ttl)/" \
+	-e "s/call('PEXPIRE', key, ttl)/&; redis.call('HSET', 'test:ttl', key, ttl)/" \
 	-e "s/table\.sort(/redis.call('HINCRBY', 'test:sorts', 'n', 1); &/" \
 	-e "s/^local call, format, match = redis.call,/local call, format, match = function(...) redis.call('RPUSH', 'test:cmds', (...)) return redis.call(...) end,/" \
 	"$SCRIPT" > "$T/clocked.lua"
