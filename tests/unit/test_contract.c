@@ -310,7 +310,7 @@ static void test_contract_deny_cache(void **state)
 }
 
 /* One case of the file, as test_contract_stored reads it. */
-#define CASE_TOKENS_MAX 64
+#define CASE_TOKENS_MAX 128
 struct contract_case {
 	char name[128];
 	int line;
@@ -375,7 +375,7 @@ static size_t contract_cases(const char *path, void (*fn)(const struct contract_
 			for (c->nkeys = 0; c->nkeys + 1 < n && c->nkeys < WINDOW_MAX_WINDOWS * 2; c->nkeys++)
 				snprintf(c->keys[c->nkeys], 64, "%s", w[c->nkeys + 1]);
 		} else if (strcmp(w[0], "args") == 0) {
-			for (c->nargs = 0; c->nargs + 1 < n; c->nargs++)
+			for (c->nargs = 0; c->nargs + 1 < n && c->nargs < CASE_TOKENS_MAX; c->nargs++)
 				snprintf(c->args[c->nargs], 64, "%s", w[c->nargs + 1]);
 		} else if (strcmp(w[0], "after") == 0 && n >= 3 && strcmp(w[2], "ttl") != 0) {
 			int k = c->nafter++;
