@@ -114,5 +114,7 @@ h.check("the module's agent called RATELIMIT.DECIDE", "cmdstat_ratelimit.decide:
 h.check("the script's agent called EVALSHA", "cmdstat_evalsha:calls=" in stats, stats)
 mem = int(h.rcli("MEMORY", "USAGE", "bucket:limit:g1:{jwt:ACC-G1}").strip())
 print("# MEMORY USAGE of one GCRA account (key bucket:limit:g1:{jwt:ACC-G1}): %d bytes" % mem)
-h.check("one GCRA account is one small string (%d bytes)" % mem, 0 < mem <= 128)
+# (120 on Redis 7.0, 136 on Redis 8 and Valkey 9 since a bucket's value
+# carries its rate; a value past 44 bytes, 152: docs/protocol.md)
+h.check("one GCRA account is one small string (%d bytes)" % mem, 0 < mem <= 160)
 h.done()
