@@ -74,7 +74,7 @@ void live_free(struct live *lv)
 }
 
 /* See live.h: takes <tab>, frees the table it replaces. */
-void live_publish(struct live *lv, struct live_entry *tab, size_t n)
+void live_publish(struct live *lv, struct live_entry *tab, size_t n, bool stale)
 {
 	struct live_entry *old;
 
@@ -85,7 +85,8 @@ void live_publish(struct live *lv, struct live_entry *tab, size_t n)
 	atomic_store_explicit(&lv->count, n, memory_order_release);
 	pthread_rwlock_unlock(&lv->mu);
 	free(old);
-	atomic_fetch_add(&lv->epoch, 1);
+	if (stale)
+		atomic_fetch_add(&lv->epoch, 1);
 }
 
 /* See live.h; reads <lv> only. */

@@ -51,15 +51,16 @@ enum live_verdict live_apply(struct live *lv, const struct window_policy *p, con
                              size_t key_len, struct window_policy *out,
                              struct window_decision *d);
 
-/* Bumped at each live_publish() (an override set, replaced or removed, a
- * reset): workers then empty their deny caches. */
+/* Bumped at each live_publish() that says so (an override set, replaced
+ * or removed, a reset): workers then empty their deny caches. */
 uint64_t live_epoch(const struct live *lv);
 
 /* For the one writer (the live-control thread): replace the table with the
- * <n> entries of <tab>, sorted by live_entry_cmp(), and bump the epoch.
- * <tab> (calloc'ed, or NULL when <n> is 0) passes to <lv>, which frees the
- * table it replaces; the writer may keep reading <tab> until its next call. */
-void live_publish(struct live *lv, struct live_entry *tab, size_t n);
+ * <n> entries of <tab>, sorted by live_entry_cmp(), and bump the epoch when
+ * <stale> (what the workers cached may no longer hold). <tab> (calloc'ed,
+ * or NULL when <n> is 0) passes to <lv>, which frees the table it replaces;
+ * the writer may keep reading <tab> until its next call. */
+void live_publish(struct live *lv, struct live_entry *tab, size_t n, bool stale);
 
 /* The table's order (qsort/bsearch of struct live_entry): bytewise by
  * field, a shorter prefix first. */

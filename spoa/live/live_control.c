@@ -239,7 +239,12 @@ static int live_read_rules(struct live_control *lc, char *err, size_t errlen)
 		if (!k)
 			live_judge(lc, &tab[i].rule, first);
 	}
-	live_publish(lc->live, tab, n);
+	/* The first table changes no cached denial: one made before it, under
+	 * limits that a live override now replaces, no longer matches its
+	 * rule (deny_cache_rule), and a reset before the agent's start came
+	 * before anything it cached. Emptying the caches then would only race
+	 * the workers' first denials. */
+	live_publish(lc->live, tab, n, !first);
 	lc->tab = tab;
 	lc->n = n;
 	return 0;

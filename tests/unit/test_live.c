@@ -86,7 +86,7 @@ static void publish(struct live *lv, const struct live_entry *src, size_t n)
 	assert_non_null(tab);
 	memcpy(tab, src, n * sizeof(*tab));
 	qsort(tab, n, sizeof(*tab), live_entry_cmp);
-	live_publish(lv, tab, n);
+	live_publish(lv, tab, n, true);
 }
 
 static void test_empty_table_applies_nothing(void **state)
@@ -138,8 +138,12 @@ static void test_published_rules_apply(void **state)
 	assert_int_equal(live_epoch(f->lv), 2);
 	assert_int_equal(live_apply(f->lv, f->transfer, "bob", 3, &out, &d), LIVE_NONE);
 	assert_int_equal(live_apply(f->lv, f->transfer, "alice", 5, &out, &d), LIVE_LIMITS);
-	live_publish(f->lv, NULL, 0);
+	live_publish(f->lv, NULL, 0, true);
 	assert_int_equal(live_apply(f->lv, f->transfer, "alice", 5, &out, &d), LIVE_NONE);
+	assert_int_equal(live_epoch(f->lv), 3);
+	/* the live-control thread's first table: replaced, the epoch kept */
+	live_publish(f->lv, NULL, 0, false);
+	assert_int_equal(live_epoch(f->lv), 3);
 }
 
 /* Count of <member> among the taken tables, 0 when absent. */
