@@ -106,6 +106,12 @@ stop_redis() {
 
 rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 
+# counted_keys: how many keys hold counted units (windows, pools, buckets).
+# The agent's own bookkeeping under ratelimit-spoa:{ctl}: (the minute's
+# denial counts, written by any worker's flush at any moment) is left out,
+# so a "nothing counted" check does not race that flush.
+counted_keys() { rcli --scan | grep -vc '^ratelimit-spoa:{ctl}:' || true; }
+
 # start_agent "<extra config lines>" [agent flags...]
 # Writes $T/agent.conf with listen/redis filled in and starts the agent.
 start_agent() {

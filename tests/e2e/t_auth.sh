@@ -84,7 +84,7 @@ req A POST /transfers "" -H "Authorization: Basic QUNDLUVWSUw6eA=="
 eq "Basic auth: 401" 401 "$RSP_STATUS"
 eq "401 body says why" missing-bearer-token "$(jq -r .detail "$T/rsp.body")"
 
-eq "nothing unauthenticated reached the agent (Redis is empty)" 0 "$(rcli dbsize)"
+eq "nothing unauthenticated reached the agent (Redis is empty)" 0 "$(counted_keys)"
 eq "nothing unauthenticated reached a backend" 0 "$(grep -c 'account=ACC-EVIL' "$T/backend.log")"
 
 # Clock skew: up to RL_JWT_LEEWAY (60 s) past exp or before nbf still passes.

@@ -133,7 +133,7 @@ eq "an IPv6 literal Host: the host-less lines (served)" 200 "$RSP_STATUS"
 eq "... under anon" anon "$(raw_policy)"
 
 # --- a host the backend could read otherwise, or none: 400 -------------------
-keys=$(rcli dbsize)
+keys=$(counted_keys)
 while IFS='|' read -r what request; do
 	raw "$request"
 	eq "$what: 400" 400 "$RSP_STATUS"
@@ -153,7 +153,7 @@ a space inside the host|$G HTTP/1.1\r\nHost: api.example.com x\r\n\r\n
 EOF2
 raw_h2 :path=/accounts/ACC-1
 eq "HTTP/2 with neither :authority nor Host: 400" 400 "$RSP_STATUS"
-eq "the refused requests reached no window" "$keys" "$(rcli dbsize)"
+eq "the refused requests reached no window" "$keys" "$(counted_keys)"
 
 # --- the strict ip line: 2, then 429, whatever the spelling --------------------
 P='POST /transfers'

@@ -17,14 +17,14 @@ get() {   # get NAME PATH: the status of a GET without credentials, path as is
 	curl -s -m 10 --path-as-is -o /dev/null -w '%{http_code}' "http://127.0.0.1:${!pv}$2"
 }
 
-keys=$(rcli dbsize)
+keys=$(counted_keys)
 for base in /accounts /partner/accounts /internal/accounts /public/search; do
 	for p in "$base;x=1/ACC-1001" "$base/ACC-1001;x=1" "$base\\ACC-1001" "$base/ACC-1001\\" \
 		"$(tr a-z A-Z <<<"$base")/ACC-1001" "${base%/*}/$(tr a-z A-Z <<<"${base##*/}")/"; do
 		eq "GET $p: 400" 400 "$(get A "$p")"
 	done
 done
-eq "the refused spellings reached no window" "$keys" "$(rcli dbsize)"
+eq "the refused spellings reached no window" "$keys" "$(counted_keys)"
 
 # Upper case that stays on its line, or that lower case sends only to the
 # default line, is not refused.

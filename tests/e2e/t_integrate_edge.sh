@@ -296,7 +296,7 @@ for with in no yes; do
 done
 get "http://127.0.0.1:$HTTP_B/api/accounts/1"
 eq ":80, GET on a limited route without a token: 301, not 401" 301 "$RSP_STATUS"
-eq ":80: nothing counted in Redis" 0 "$(rcli dbsize)"
+eq ":80: nothing counted in Redis" 0 "$(counted_keys)"
 
 # --- Paths a backend could read as a limited one: refused before the lookup --
 for p in /%61pi/accounts/1 //api/accounts/1 /api/x/../accounts/1 /api/./accounts/1 /api/%2561ccounts/1x; do
@@ -306,14 +306,14 @@ for p in /%61pi/accounts/1 //api/accounts/1 /api/x/../accounts/1 /api/./accounts
 done
 get "https://127.0.0.1:$HTTPS_A/api/accounts/a%20b" --path-as-is
 eq "a path with a needed escape (%20) goes on to the limiter: 401 without a token" 401 "$RSP_STATUS"
-eq "non-canonical paths: nothing counted in Redis" 0 "$(rcli dbsize)"
+eq "non-canonical paths: nothing counted in Redis" 0 "$(counted_keys)"
 get "https://127.0.0.1:$HTTPS_A/api/orders" -X OPTIONS -H "Origin: https://app.example.com" \
 	-H "Access-Control-Request-Method: POST" -H "Access-Control-Request-Headers: authorization"
 eq "CORS preflight on a limited path: 204 before the decision" 204 "$RSP_STATUS"
 eq "CORS preflight: Access-Control-Allow-Origin" "https://app.example.com" "$(rsp_hdr Access-Control-Allow-Origin)"
 get "https://127.0.0.1:$HTTPS_A/api/orders" -X OPTIONS -H "Origin: https://app.example.com"
 eq "OPTIONS that is no preflight, on a limited path: 401" 401 "$RSP_STATUS"
-eq "OPTIONS: nothing counted in Redis" 0 "$(rcli dbsize)"
+eq "OPTIONS: nothing counted in Redis" 0 "$(counted_keys)"
 
 # --- Over TLS: one window for both instances --------------------------------
 statuses=

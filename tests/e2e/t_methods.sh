@@ -75,12 +75,12 @@ while read -r key policy id _; do
 		esac
 		what="$m $path ($key, $id)"
 
-		keys=$(rcli dbsize)
+		keys=$(counted_keys)
 		probe "$m" "$base$path?nocred-$n"
 		eq "$what without credentials: 401" 401 "$RSP_STATUS"
 		eq "$what without credentials: no RateLimit-Policy" "" "$(rsp_hdr RateLimit-Policy)"
 		# (a 1s window of an earlier probe may expire meanwhile: never more keys)
-		check "$what without credentials: nothing in Redis" test "$(rcli dbsize)" -le "$keys"
+		check "$what without credentials: nothing in Redis" test "$(counted_keys)" -le "$keys"
 
 		probe "$m" "$base$path" "${cred[@]}"
 		check "$what with credentials: not refused for identity ($RSP_STATUS)" test "$RSP_STATUS" != 401

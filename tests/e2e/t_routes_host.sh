@@ -35,14 +35,14 @@ start_haproxy A
 policy_of() { rsp_hdr RateLimit-Policy | sed -n 's/^"\([^"]*\)".*/\1/p'; }
 
 # --- exact keys -----------------------------------------------------------------
-keys=$(rcli dbsize)
+keys=$(counted_keys)
 req A GET /status ""
 eq "exact exempt /status: no RateLimit-Policy" "" "$(rsp_hdr RateLimit-Policy)"
 req A GET /status "" -G -d probe=1
 eq "exact exempt /status?probe=1 (a query string is not the path): no RateLimit-Policy" "" "$(rsp_hdr RateLimit-Policy)"
 req A GET /accounts/open ""
 eq "exact exempt /accounts/open: served without identity" 200 "$RSP_STATUS"
-eq "nothing of these reached Redis" "$keys" "$(rcli dbsize)"
+eq "nothing of these reached Redis" "$keys" "$(counted_keys)"
 req A GET /status/more ""
 eq "/status/more is not /status: the default line decides it" anon "$(policy_of)"
 req A GET /accounts/openx ""
@@ -66,10 +66,10 @@ req A GET /nowhere "" -H "Host: api.example.com.evil"
 eq "a Host that only begins like it: the host-less default line" anon "$(policy_of)"
 
 # --- the canonical-path refusal comes first -----------------------------------------
-keys=$(rcli dbsize)
+keys=$(counted_keys)
 for p in //status /%73tatus /x/../status /accounts/%6fpen //accounts/open; do
 	RSP_STATUS=$(curl -s -m 10 --path-as-is -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HAP_PORT_A$p")
 	eq "GET $p: 400" 400 "$RSP_STATUS"
 done
-eq "the refused spellings reached no window" "$keys" "$(rcli dbsize)"
+eq "the refused spellings reached no window" "$keys" "$(counted_keys)"
 t_done
