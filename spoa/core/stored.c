@@ -4,6 +4,7 @@
  * module/rl_args.c, the module's own parsers, so that this reading and
  * the module's cannot drift apart.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "rl_args.h"
@@ -134,5 +135,70 @@ int stored_read_gcra(const char *v, size_t len, const struct window_limit *lim, 
 	/* remaining = floor((burst * W - owed * limit) / W), none past a full debt */
 	usage_set(u, lim->burst, dl >= full ? (int64_t)lim->burst :
 	          (int64_t)lim->burst - (int64_t)((full - dl) / (__int128)w_us), d + (f > 0));
+	return 0;
+}
+
+/* qsort order of pool accounts by name (borrowed, compared only). */
+static int pool_by_name(const void *a, const void *b)
+{
+	const struct stored_pool_account *x = a, *y = b;
+	size_t n = x->len < y->len ? x->len : y->len;
+	int c = memcmp(x->account, y->account, n);
+
+	return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* qsort order: most units first, then by name (borrowed). */
+static int pool_by_units(const void *a, const void *b)
+{
+	const struct stored_pool_account *x = a, *y = b;
+
+	if (x->units != y->units)
+		return x->units < y->units ? 1 : -1;
+	return pool_by_name(a, b);
+}
+
+/* See stored.h. Borrows <e>; <acc> points into it. */
+int stored_read_pool(const struct stored_entry *e, size_t n, const struct window_pool *pl,
+                     int64_t now_us, struct stored_usage *u, struct stored_pool_account *acc,
+                     size_t *nacc)
+{
+	int64_t win_us = (int64_t)pl->window_ms * 1000, cut = now_us - win_us;
+	int64_t c1, k1, c2, k2, cum, cost;
+	const char *name;
+	size_t i, j, k = 0, len;
+
+	if (nacc)
+		*nacc = 0;
+	for (i = 0; i < n && e[i].score <= cut; i++)
+		;
+	if (i == n) {
+		usage_set(u, pl->limit, 0, 0);
+		return 0;
+	}
+	if (rl_args_parse_pool_member(e[i].member, e[i].len, &c1, &k1, &name, &len) == -1 ||
+	    rl_args_parse_pool_member(e[n - 1].member, e[n - 1].len, &c2, &k2, &name, &len) == -1)
+		return usage_refused(u, pl->limit);
+	usage_set(u, pl->limit, c2 - c1 + k1, e[i].score + win_us - now_us);
+	if (!acc)
+		return 0;
+	for (j = i; j < n; j++) {
+		if (rl_args_parse_pool_member(e[j].member, e[j].len, &cum, &cost, &name, &len) == -1)
+			return usage_refused(u, pl->limit);
+		acc[k].account = name;
+		acc[k].len = len;
+		acc[k++].units = (uint64_t)cost;
+	}
+	/* one line per account: its entries' units summed */
+	qsort(acc, k, sizeof(*acc), pool_by_name);
+	for (i = 0, j = 0; i < k; i++) {
+		if (j && pool_by_name(&acc[j - 1], &acc[i]) == 0)
+			acc[j - 1].units += acc[i].units;
+		else
+			acc[j++] = acc[i];
+	}
+	qsort(acc, j, sizeof(*acc), pool_by_units);
+	if (nacc)
+		*nacc = j;
 	return 0;
 }

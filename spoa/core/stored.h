@@ -11,7 +11,9 @@
  *   (b) what one window's key holds at a Redis time: a log's entries, a
  *       bucketed hash's fields, a GCRA string (through module/rl_args,
  *       the module's own reading), into used / remaining / reset as the
- *       engines' next decision would count it (`ctl show`).
+ *       engines' next decision would count it (`ctl show`);
+ *   (c) a pool's log: its count as (b), and the units each account holds
+ *       in its window (`ctl show-pool`, the pool metrics).
  */
 #ifndef SPOA_STORED_H
 #define SPOA_STORED_H
@@ -109,5 +111,28 @@ int stored_read_buckets(const struct stored_field *f, size_t n, const struct win
  */
 int stored_read_gcra(const char *v, size_t len, const struct window_limit *lim, int64_t now_us,
                      struct stored_usage *u);
+
+/* One account's units in a pool's window (stored_read_pool). */
+struct stored_pool_account {
+	const char *account;        /* borrowed from the entries' members */
+	size_t len;
+	uint64_t units;
+};
+
+/*
+ * Read pool <pl> at <now_us> from its log's entries <e>/<n> in score order
+ * (members "<cum>:<cost>:<account>"), counted as stored_read_log counts a
+ * window (the engines' pool count): <u> gets the pool's limit, used,
+ * remaining (limit - used) and reset. With <acc> (room for one per entry
+ * in the window: <n> is enough), each account holding units in the window
+ * with its units, most units first (then by name), their number in
+ * *<nacc>: the accounts the engines' next decision counts as holding
+ * units. Returns 0, or -1 when a member in the window is not one the
+ * engines write (their decisions on the pool fail); <u> then reads full,
+ * *<nacc> 0. Borrows <e>; <acc> points into it.
+ */
+int stored_read_pool(const struct stored_entry *e, size_t n, const struct window_pool *pl,
+                     int64_t now_us, struct stored_usage *u, struct stored_pool_account *acc,
+                     size_t *nacc);
 
 #endif /* SPOA_STORED_H */

@@ -607,12 +607,108 @@ static void test_contract_stored(void **state)
 	            t.refused > 0);
 }
 
+struct pool_tally {
+	size_t cases, refusals;
+};
+
+/*
+ * One pooled case (its last argument "pool:<ms>:<headroom>:<account>"; its
+ * last two keys the pool's log and hash) that the engines answered with a
+ * result: the pool's log after, read at the case's clock as `ctl show-pool`
+ * reads it, must give each account the units the engines' hash holds
+ * (every decision, admitted or not, trims what left the window from both),
+ * and a refusal by the pool its limit, remaining and reset.
+ */
+static void contract_check_pool(const struct contract_case *c, void *arg)
+{
+	struct pool_tally *t = arg;
+	const struct window_reply *r = &c->reply.reply;
+	struct stored_entry e[CASE_TOKENS_MAX / 2];
+	struct stored_pool_account acc[CASE_TOKENS_MAX / 2];
+	struct window_pool pl;
+	struct stored_usage u;
+	unsigned long long ms, head;
+	const char *log, *hash;
+	int64_t now = T0_US + c->clock;
+	size_t n = 0, nacc = 0, i;
+	int k, kh, j, found;
+
+	memset(&pl, 0, sizeof(pl));
+	if (c->nargs < 5 || c->nreply != 1 || strcmp(c->args[0], "batch") == 0 ||
+	    sscanf(c->args[c->nargs - 1], "pool:%llu:%llu:", &ms, &head) != 2 ||
+	    r->kind != WINDOW_REPLY_INTEGERS || r->n != 7 || c->nkeys < 3)
+		return;
+	pl.limit = strtoull(c->args[c->nargs - 2], NULL, 10);
+	pl.window_ms = ms;
+	pl.headroom = head;
+	log = c->keys[c->nkeys - 2];
+	hash = c->keys[c->nkeys - 1];
+	for (k = 0; k < c->nafter && strcmp(c->after[k].key, log) != 0; k++)
+		;
+	for (kh = 0; kh < c->nafter && strcmp(c->after[kh].key, hash) != 0; kh++)
+		;
+	if (k < c->nafter && strcmp(c->after[k].kind, "zset") == 0) {
+		for (j = 0; j + 1 < c->after[k].nitems; j += 2, n++) {
+			e[n].member = c->after[k].items[j];
+			e[n].len = strlen(e[n].member);
+			e[n].score = contract_time(c->after[k].items[j + 1], T0_US);
+		}
+		qsort(e, n, sizeof(*e), contract_entry_cmp);
+	}
+	if (stored_read_pool(e, n, &pl, now, &u, acc, &nacc) != 0)
+		fail_msg("%s (line %d): the pool's log read refused", c->name, c->line);
+	/* the hash: "=<account> <units>" pairs, or none */
+	found = kh < c->nafter && strcmp(c->after[kh].kind, "hash") == 0 ? c->after[kh].nitems / 2 : 0;
+	if ((size_t)found != nacc)
+		fail_msg("%s (line %d): %zu accounts in the pool's window, the hash holds %d", c->name,
+		         c->line, nacc, found);
+	for (i = 0; i < nacc; i++) {
+		for (j = 0; j + 1 < c->after[kh].nitems; j += 2)
+			if (strlen(c->after[kh].items[j]) == acc[i].len + 1 &&
+			    memcmp(c->after[kh].items[j] + 1, acc[i].account, acc[i].len) == 0)
+				break;
+		if (j + 1 >= c->after[kh].nitems ||
+		    strtoull(c->after[kh].items[j + 1], NULL, 10) != acc[i].units)
+			fail_msg("%s (line %d): account %.*s holds %llu units in the window, not as "
+			         "the hash says", c->name, c->line, (int)acc[i].len, acc[i].account,
+			         (unsigned long long)acc[i].units);
+		if (i && acc[i].units > acc[i - 1].units)
+			fail_msg("%s (line %d): accounts not by units", c->name, c->line);
+	}
+	t->cases++;
+	if (r->v[6] == 0)
+		return;
+	/* refused by the pool: its numbers (pool-share's room is below the headroom) */
+	if ((int64_t)u.quota != r->v[1] || u.reset_us != r->v[3] ||
+	    (int64_t)(r->v[6] == 1 ? u.remaining
+	              : u.used + pl.headroom >= pl.limit ? 0 : pl.limit - pl.headroom - u.used) != r->v[2])
+		fail_msg("%s (line %d): the pool read gives limit %llu used %llu reset %lld, the "
+		         "engines answered %lld %lld %lld", c->name, c->line,
+		         (unsigned long long)u.quota, (unsigned long long)u.used, (long long)u.reset_us,
+		         (long long)r->v[1], (long long)r->v[2], (long long)r->v[3]);
+	t->refusals++;
+}
+
+/* `ctl show-pool`'s reading of a pool (stored_read_pool) agrees with the
+ * engines' hash and their pool refusals on every pooled case. */
+static void test_contract_stored_pool(void **state)
+{
+	struct pool_tally t = { 0 };
+
+	(void)state;
+	contract_cases(contract_path(), contract_check_pool, &t);
+	printf("# contract: %zu pooled cases read as the engines' hash; %zu pool refusals\n",
+	       t.cases, t.refusals);
+	assert_true(t.cases > 0 && t.refusals > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_contract_replies),
 		cmocka_unit_test(test_contract_deny_cache),
 		cmocka_unit_test(test_contract_stored),
+		cmocka_unit_test(test_contract_stored_pool),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
