@@ -416,6 +416,18 @@ static void test_keys(void **state)
 	assert_int_equal(k[1].kind, CTL_KEY_BUCKETS);
 	assert_int_equal(ctl_keys_for(p, p->win, p->nwin, "", 0, k, 0), -1);
 	config_release(&c);
+
+	/* a pooled policy: the account's windows only, never its pool's keys
+	 * (shared by every account: show and reset leave them alone) */
+	load(&c, "pool backend 5/1s\npolicy api 3/1s pool=backend\n");
+	p = config_find_policy(&c, "api", 3);
+	n = ctl_keys_for(p, p->win, p->nwin, "jwt:A", 5, k, 0);
+	assert_true(n >= 1);
+	assert_string_equal(k[0].name, "api:limit:v1:{jwt:A}:1s");
+	for (int i = 0; i < n; i++)
+		if (strstr(k[i].name, ":pool:"))
+			fail_msg("a pool's key among the account's: %s", k[i].name);
+	config_release(&c);
 }
 
 int main(void)
