@@ -248,6 +248,9 @@ static void conn_count_decision(struct conn_notify_env *ne, const struct config 
 			metrics_add(&ne->metrics->shadow_denies[idx], 1);
 		else if ((unsigned)d->status < WINDOW_STATUS_COUNT)
 			metrics_add(&ne->metrics->decisions[idx][d->status], 1);
+		if (d->reason == WINDOW_REASON_POOL_FULL || d->reason == WINDOW_REASON_POOL_SHARE)
+			metrics_add(&ne->metrics->pool_refusals[idx][d->reason == WINDOW_REASON_POOL_SHARE ?
+			            METRICS_POOL_SHARE : METRICS_POOL_FULL], 1);
 	}
 	if (d->reason != WINDOW_REASON_NONE && (unsigned)d->reason < WINDOW_REASON_COUNT)
 		metrics_add(&ne->metrics->errors_by_reason[d->reason], 1);
@@ -279,8 +282,13 @@ static void conn_req_finish(struct conn_req *r)
 	if (r->acc.status != WINDOW_STATUS_COUNT)
 		conn_count_decision(ne, r->cfg->cfg, r->policy, &r->acc);
 	/* ctl top-denied: the one place a denial is counted for it */
-	if (r->acc.status == WINDOW_DENY && r->policy && r->key_len)
-		denied_note(ne->denied, r->policy->name, r->policy->name_len, r->key, r->key_len);
+	if (r->acc.status == WINDOW_DENY && r->policy && r->key_len) {
+		if (r->acc.reason == WINDOW_REASON_POOL_FULL || r->acc.reason == WINDOW_REASON_POOL_SHARE)
+			denied_note_pool(ne->denied, r->policy->name, r->policy->name_len,
+			                 window_reason_str(r->acc.reason), r->key, r->key_len);
+		else
+			denied_note(ne->denied, r->policy->name, r->policy->name_len, r->key, r->key_len);
+	}
 	conn_req_unlink(ns, r);
 	ns->inflight--;
 	ns->decisions -= r->nmsgs;

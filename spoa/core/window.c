@@ -453,6 +453,28 @@ static int build_gcra_args(const struct window_policy *p, const char *sha, const
 	return 0;
 }
 
+/* See window.h: the one key builder (args_add_key), into <dst>. */
+int window_pool_key(const struct window_pool *pl, enum window_key_form form, char *dst,
+                    size_t cap)
+{
+	struct window_policy p;
+	struct window_args a;
+	struct args_writer w = { &a, 0, 0 };
+
+	if (form != WINDOW_KEY_POOL_LOG && form != WINDOW_KEY_POOL_ACCOUNTS)
+		return -1;
+	memset(&p, 0, sizeof(p));
+	p.pooled = true;
+	p.pool = *pl;
+	a.argc = 0;
+	args_add_key(&w, &p, form, 0, NULL, 0);
+	if (w.failed || a.argc != 1 || a.argvlen[0] >= cap)
+		return -1;
+	memcpy(dst, a.argv[0], a.argvlen[0]);
+	dst[a.argvlen[0]] = '\0';
+	return (int)a.argvlen[0];
+}
+
 int window_build_args(const struct window_policy *p, const char *sha,
                       const char *key, size_t key_len, uint64_t cost,
                       struct window_args *a,

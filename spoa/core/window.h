@@ -250,6 +250,12 @@ int window_build_args(const struct window_policy *p, const char *sha,
                       struct window_args *a,
                       enum window_reason *why);
 
+/* Pool <pl>'s key <form> (WINDOW_KEY_POOL_LOG or WINDOW_KEY_POOL_ACCOUNTS)
+ * as window_build_args() writes it, into <dst>/<cap> (NUL-terminated):
+ * for ctl show-pool and the pool metrics. Returns its length, or -1. */
+int window_pool_key(const struct window_pool *pl, enum window_key_form form, char *dst,
+                    size_t cap);
+
 /* A batch: per decision, what window_build_args() made (keys and ARGV)
  * joined into one call, "<cmd>" <head> <total keys> KEYS... "batch" <n>
  * then per decision <its key count> <cost> <limit window>...

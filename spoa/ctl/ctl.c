@@ -16,6 +16,7 @@
 #include "config.h"
 #include "ctl.h"
 #include "ctl_args.h"
+#include "ctl_int.h"
 #include "ctl_keys.h"
 #include "live_rule.h"
 #include "log.h"
@@ -59,18 +60,6 @@ static const char ctl_change_lua[] =
 "end\n"
 "return { v, hit }\n";
 
-/* One ctl run: owned by ctl_main(). */
-struct ctl {
-	struct ctl_args a;
-	struct config cfg;
-	struct redis_sync *rs;
-	const struct window_policy *p;
-	char who[LIVE_WHO_MAX + 1];
-	char err[CONFIG_ERR_LEN];
-	char eerr[LOG_ESCAPED_MAX(CONFIG_ERR_LEN)];   /* err as printed */
-	bool refused;                   /* err is ctl's own verdict, not Redis's */
-};
-
 /* "user@host" of whoever runs ctl (sudo's caller when under sudo). */
 static void ctl_who(char *dst, size_t cap)
 {
@@ -88,25 +77,6 @@ static void ctl_who(char *dst, size_t cap)
 	snprintf(dst, cap, "%.60s@%.63s", u, host);
 }
 
-/* <s> as a JSON string (quotes included) on <f>. */
-static void ctl_json_str(FILE *f, const char *s, size_t len)
-{
-	size_t i;
-
-	fputc('"', f);
-	for (i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20 || c >= 0x7f)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
 /* A duration in ms as "1h2m3s" (rounded up to seconds) into <dst>. */
 static const char *ctl_left(int64_t ms, char *dst, size_t cap)
 {
@@ -119,22 +89,6 @@ static const char *ctl_left(int64_t ms, char *dst, size_t cap)
 	else
 		snprintf(dst, cap, "%" PRId64 "s", s);
 	return dst;
-}
-
-/* Run <argv>/<argc> on the node of <key>; the caller frees the reply. NULL
- * with x->err; an error reply is turned into NULL too. */
-static redisReply *ctl_cmd(struct ctl *x, const char *key, size_t keylen, int argc,
-                           const char **argv, const size_t *len)
-{
-	redisReply *r = redis_sync_command(x->rs, key, keylen, argc, argv, len, x->err,
-	                                   sizeof(x->err));
-
-	if (r && r->type == REDIS_REPLY_ERROR) {
-		snprintf(x->err, sizeof(x->err), "%s: %s", argv[0], r->str);
-		freeReplyObject(r);
-		return NULL;
-	}
-	return r;
 }
 
 /* The live rule of the account under x->p, if one is stored (expired or
@@ -460,6 +414,18 @@ static int ctl_reset(struct ctl *x)
 		deleted += rep->integer;
 		freeReplyObject(rep);
 	}
+	/* a pool keeps what it counted: removing the account's entries from
+	 * its log would leave its count (a running total's difference) as it
+	 * was, and taking them out exactly rewrites every later entry */
+	if (x->p->pooled) {
+		int64_t units = ctl_pool_units(x);
+
+		if (units < 0)
+			return 1;
+		fprintf(stderr, "ctl: pool %s keeps the account's %" PRId64 " units until they leave "
+		        "its window (not removed: the pool's log would have to be rewritten)\n",
+		        x->p->pool.name, units);
+	}
 	snprintf(detail, sizeof(detail), "keys=%lld", deleted);
 	if (ctl_event(x, "reset", detail, ev, sizeof(ev)) == -1 ||
 	    ctl_change(x, "", 0, "", ev, &version, &hit) == -1)
@@ -636,8 +602,9 @@ static int ctl_top_denied(struct ctl *x)
 		for (i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
 			const redisReply *e = r->element[i];
 
+			/* "<policy> <account>", a pool's refusal "<policy>/<reason> ..." */
 			if (plen && (e->len <= plen || memcmp(e->str, x->a.only_policy, plen) != 0 ||
-			             e->str[plen] != ' '))
+			             (e->str[plen] != ' ' && e->str[plen] != '/')))
 				continue;
 			if (nd == cap) {
 				struct ctl_denied *g = realloc(d, (cap = cap ? cap * 2 : 64) * sizeof(*d));
@@ -689,8 +656,13 @@ static int ctl_top_denied(struct ctl *x)
 		const char *acc = sp ? sp + 1 : "";
 
 		if (x->a.json) {
+			const char *sl = memchr(d[i].member, '/', pl);
+
 			printf("%s{\"policy\":", i ? "," : "");
-			ctl_json_str(stdout, d[i].member, pl);
+			ctl_json_str(stdout, d[i].member, sl ? (size_t)(sl - d[i].member) : pl);
+			printf(",\"reason\":");
+			ctl_json_str(stdout, sl ? sl + 1 : "account",
+			             sl ? pl - (size_t)(sl + 1 - d[i].member) : 7);
 			printf(",\"account\":");
 			ctl_json_str(stdout, acc, d[i].len - pl - (sp ? 1 : 0));
 			printf(",\"denied\":%" PRIu64 "}", d[i].n);
@@ -753,6 +725,7 @@ int ctl_main(int argc, char **argv)
 	case CTL_CMD_OVERRIDE: rc = ctl_override(x); break;
 	case CTL_CMD_OVERRIDES: rc = ctl_overrides(x); break;
 	case CTL_CMD_TOP_DENIED: rc = ctl_top_denied(x); break;
+	case CTL_CMD_SHOW_POOL: rc = ctl_show_pool(x); break;
 	default: rc = 2; break;
 	}
 	if (rc == 0)

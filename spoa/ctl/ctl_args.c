@@ -14,6 +14,7 @@ static const char *const ctl_names[CTL_CMD_COUNT] = {
 	[CTL_CMD_OVERRIDE] = "override",
 	[CTL_CMD_OVERRIDES] = "overrides",
 	[CTL_CMD_TOP_DENIED] = "top-denied",
+	[CTL_CMD_SHOW_POOL] = "show-pool",
 };
 
 static const char *const ctl_usages[CTL_CMD_COUNT] = {
@@ -28,6 +29,7 @@ static const char *const ctl_usages[CTL_CMD_COUNT] = {
 "  show POLICY ACCOUNT          the account's windows: used, remaining, reset;\n"
 "                               and its live override (read-only)\n"
 "  reset POLICY ACCOUNT         delete the account's windows under POLICY\n"
+"                               (a pool keeps the units it counted)\n"
 "  override POLICY ACCOUNT LIMIT/WINDOW [LIMIT/WINDOW...]|block --for DURATION\n"
 "           [--reason TEXT]     a temporary override every agent applies\n"
 "                               within 1 s; never above the policy's ceiling\n"
@@ -35,8 +37,10 @@ static const char *const ctl_usages[CTL_CMD_COUNT] = {
 "  overrides                    the live overrides: time left, who, why\n"
 "  top-denied [--minutes N] [--policy P] [--count K]\n"
 "                               the most-denied accounts of the last minutes\n"
+"  show-pool POOL [--top N]     a pool: used, remaining, accounts holding\n"
+"                               units, the N holding most (read-only)\n"
 "\n"
-"Options: -c, --config FILE; --json (show, overrides, top-denied);\n"
+"Options: -c, --config FILE; --json (show, overrides, top-denied, show-pool);\n"
 "-h, --help (also after a command). Exit status: 0 done, 1 refused or failed,\n"
 "2 bad usage. What a change did is written on stderr; agents log it too.\n"
 "Text output escapes names: \\\\ \\\" and \\xHH for control bytes and non-UTF-8.\n",
@@ -54,7 +58,10 @@ static const char *const ctl_usages[CTL_CMD_COUNT] = {
 "\n"
 "Delete every window of ACCOUNT under POLICY (the policy's, its config\n"
 "override's and its live override's key forms): the account starts afresh.\n"
-"An operator's explicit act, logged by every agent as event=live_reset.\n",
+"An operator's explicit act, logged by every agent as event=live_reset.\n"
+"A pooled policy's pool keeps the units the account holds in it until they\n"
+"leave its window (taking them out exactly would rewrite every later entry\n"
+"of the pool's log); ctl says how many on stderr.\n",
 	[CTL_CMD_OVERRIDE] =
 "Usage: ratelimit-spoa ctl [-c FILE] override POLICY ACCOUNT LIMIT/WINDOW\n"
 "           [LIMIT/WINDOW...] --for DURATION [--reason TEXT]\n"
@@ -79,7 +86,19 @@ static const char *const ctl_usages[CTL_CMD_COUNT] = {
 "\n"
 "The accounts denied most in the last N minutes (1..60, default 5; the\n"
 "current minute included), K of them (default 10), all policies or P's:\n"
-"the counts every agent adds up and writes each second.\n",
+"the counts every agent adds up and writes each second. A pool's refusals\n"
+"are counted apart: policy P/pool-full or P/pool-share (--json: reason\n"
+"pool-full, pool-share; account for the account's own limits or a block).\n",
+	[CTL_CMD_SHOW_POOL] =
+"Usage: ratelimit-spoa ctl [-c FILE] show-pool POOL [--top N] [--json]\n"
+"\n"
+"A pool's state, read from Redis without changing it, as its next decision\n"
+"counts it: its limit, window and headroom (the configuration's), the units\n"
+"used in its window now, remaining, the seconds until the oldest leaves\n"
+"(reset), the policies naming it, the accounts holding units in it and the\n"
+"N (1..1000, default 10) holding most: their units, their part of the used\n"
+"units, and whether they are at or above their fair share (then they may\n"
+"not take the headroom).\n",
 };
 
 /* See ctl_args.h; static storage, nothing allocated. */
@@ -113,6 +132,10 @@ static int ctl_positional(struct ctl_args *a, unsigned nth, const char *w, char 
 	struct live_rule *r = &a->rule;
 	char why[128];
 
+	if (nth == 0 && a->cmd == CTL_CMD_SHOW_POOL) {
+		a->pool = w;
+		return 0;
+	}
 	if (nth == 0 && (a->cmd == CTL_CMD_SHOW || a->cmd == CTL_CMD_RESET ||
 	                 a->cmd == CTL_CMD_OVERRIDE)) {
 		a->policy = w;
@@ -144,7 +167,10 @@ static int ctl_positional(struct ctl_args *a, unsigned nth, const char *w, char 
 static int ctl_option_ok(enum ctl_cmd c, const char *o)
 {
 	if (strcmp(o, "--json") == 0)
-		return c == CTL_CMD_SHOW || c == CTL_CMD_OVERRIDES || c == CTL_CMD_TOP_DENIED;
+		return c == CTL_CMD_SHOW || c == CTL_CMD_OVERRIDES || c == CTL_CMD_TOP_DENIED ||
+		       c == CTL_CMD_SHOW_POOL;
+	if (strcmp(o, "--top") == 0)
+		return c == CTL_CMD_SHOW_POOL;
 	if (!strcmp(o, "--for") || !strcmp(o, "--reason") || !strcmp(o, "--remove"))
 		return c == CTL_CMD_OVERRIDE;
 	if (!strcmp(o, "--minutes") || !strcmp(o, "--policy") || !strcmp(o, "--count"))
@@ -163,6 +189,7 @@ int ctl_parse_args(int argc, char **argv, struct ctl_args *a, char *err, size_t 
 	a->reason = "";
 	a->minutes = 5;
 	a->count = 10;
+	a->top = 10;
 	for (i = 1; i < argc; i++) {
 		const char *w = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -185,7 +212,7 @@ int ctl_parse_args(int argc, char **argv, struct ctl_args *a, char *err, size_t 
 				;
 			if (c == CTL_CMD_COUNT) {
 				snprintf(err, errlen, "unknown command '%s' (show, reset, override, "
-				         "overrides, top-denied)", w);
+				         "overrides, top-denied, show-pool)", w);
 				return -1;
 			}
 			a->cmd = (enum ctl_cmd)c;
@@ -229,6 +256,10 @@ int ctl_parse_args(int argc, char **argv, struct ctl_args *a, char *err, size_t 
 				snprintf(err, errlen, "--count: 1..%u", CTL_COUNT_MAX);
 				return -1;
 			}
+			if (!strcmp(w, "--top") && ctl_uint(v, CTL_COUNT_MAX, &a->top) == -1) {
+				snprintf(err, errlen, "--top: 1..%u", CTL_COUNT_MAX);
+				return -1;
+			}
 			if (!strcmp(w, "--policy"))
 				a->only_policy = v;
 			continue;
@@ -243,6 +274,10 @@ int ctl_parse_args(int argc, char **argv, struct ctl_args *a, char *err, size_t 
 	if ((a->cmd == CTL_CMD_SHOW || a->cmd == CTL_CMD_RESET || a->cmd == CTL_CMD_OVERRIDE) &&
 	    !a->account) {
 		snprintf(err, errlen, "%s: expected POLICY ACCOUNT", ctl_names[a->cmd]);
+		return -1;
+	}
+	if (a->cmd == CTL_CMD_SHOW_POOL && !a->pool) {
+		snprintf(err, errlen, "show-pool: expected POOL");
 		return -1;
 	}
 	if (a->cmd != CTL_CMD_OVERRIDE)

@@ -22,6 +22,7 @@ enum ctl_cmd {
 	CTL_CMD_OVERRIDE,
 	CTL_CMD_OVERRIDES,
 	CTL_CMD_TOP_DENIED,
+	CTL_CMD_SHOW_POOL,
 	CTL_CMD_COUNT
 };
 
@@ -29,7 +30,7 @@ struct ctl_args {
 	const char *config;            /* -c, default CTL_DEFAULT_CONFIG */
 	enum ctl_cmd cmd;
 	bool help;                     /* --help (of <cmd>, or of ctl) */
-	bool json;                     /* --json: show, overrides, top-denied */
+	bool json;                     /* --json: show, overrides, top-denied, show-pool */
 	const char *policy;            /* show, reset, override */
 	const char *account;
 	struct live_rule rule;         /* override: limits or block (policy, key set) */
@@ -39,6 +40,8 @@ struct ctl_args {
 	unsigned minutes;              /* top-denied --minutes (default 5) */
 	unsigned count;                /* top-denied --count (default 10) */
 	const char *only_policy;       /* top-denied --policy, NULL: all */
+	const char *pool;              /* show-pool */
+	unsigned top;                  /* show-pool --top (default 10) */
 };
 
 /* Parse <argc>/<argv> (argv[0] is "ctl") into <a>, which borrows <argv>.

@@ -81,7 +81,7 @@ void denied_note(struct denied *d, const char *policy, size_t policy_len, const 
 	struct denied_shard *s;
 	unsigned i, at;
 
-	if (!d || len > LIVE_FIELD_MAX)
+	if (!d || len > DENIED_MEMBER_MAX)
 		return;
 	h = denied_hash(denied_hash(2166136261u, policy, policy_len), key, key_len);
 	s = &d->shard[h % DENIED_SHARDS];
@@ -167,4 +167,15 @@ void denied_give_back(struct denied *d, struct denied_entry *taken[DENIED_SHARDS
 		}
 		taken[i] = NULL;
 	}
+}
+
+/* See denied.h. */
+void denied_note_pool(struct denied *d, const char *policy, size_t policy_len,
+                      const char *reason, const char *key, size_t key_len)
+{
+	char tagged[WINDOW_NAME_MAX + 16];
+	int n = snprintf(tagged, sizeof(tagged), "%.*s/%s", (int)policy_len, policy, reason);
+
+	if (n > 0 && (size_t)n < sizeof(tagged))
+		denied_note(d, tagged, (size_t)n, key, key_len);
 }

@@ -19,6 +19,8 @@
 #define DENIED_SHARDS 8u
 #define DENIED_SLOTS  128u              /* a shard's table (open addressing) */
 #define DENIED_SHARD_MAX (DENIED_SLOTS * 3 / 4) /* accounts in it: probes stay short */
+/* "<policy> <account>", or "<policy>/<pool reason> <account>" */
+#define DENIED_MEMBER_MAX (LIVE_FIELD_MAX + 16)
 
 struct denied;
 struct redis_sync;
@@ -27,7 +29,7 @@ struct redis_sync;
 struct denied_entry {
 	uint32_t count;                 /* 0: free */
 	uint16_t len;
-	char member[LIVE_FIELD_MAX];    /* "<policy> <account>" */
+	char member[DENIED_MEMBER_MAX]; /* "<policy>[/<pool reason>] <account>" */
 };
 
 /* The caller owns the result (denied_free). NULL when out of memory. */
@@ -38,6 +40,12 @@ void denied_free(struct denied *d);
  * one of the shards; memory taken at a shard's first denial). */
 void denied_note(struct denied *d, const char *policy, size_t policy_len, const char *key,
                  size_t key_len);
+
+/* As denied_note(), for a refusal by the policy's pool: counted apart, as
+ * policy "<policy>/<reason>" (<reason>: "pool-full" or "pool-share"), which
+ * ctl top-denied shows so. */
+void denied_note_pool(struct denied *d, const char *policy, size_t policy_len,
+                      const char *reason, const char *key, size_t key_len);
 
 /* Write what was counted since the last flush (the live-control thread;
  * denied_flush.c). Returns the accounts written, 0 when there was nothing,

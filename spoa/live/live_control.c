@@ -22,6 +22,7 @@
 #include "live_control.h"
 #include "live_rule.h"
 #include "log.h"
+#include "live_pools.h"
 #include "metrics.h"
 #include "redis_sync.h"
 
@@ -342,6 +343,12 @@ static void *live_main(void *arg)
 		    denied_flush(lc->denied, lc->rs, err, sizeof(err)) == -1) {
 			log_limited(CONFIG_LOG_WARN, "denied_flush", "denied_flush_failed", "error=\"%s\"",
 			            err);
+			redis_sync_reset(lc->rs);
+		}
+		/* the pools' gauges, each second with the flush (none: no read) */
+		if (lc->metrics && lc->cfg->npools && tick % (1000 / LIVE_POLL_MS) == 0 &&
+		    live_pools_read(lc->cfg, lc->rs, lc->metrics, err, sizeof(err)) == -1) {
+			log_limited(CONFIG_LOG_WARN, "pool_read", "pool_read_failed", "error=\"%s\"", err);
 			redis_sync_reset(lc->rs);
 		}
 		if (lc->metrics) {

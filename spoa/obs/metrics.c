@@ -123,6 +123,7 @@ void metrics_observe_decision(struct metrics *m, size_t policy, const struct win
 struct policy_row {
 	uint64_t decisions[WINDOW_STATUS_COUNT];
 	uint64_t shadow, cache;
+	uint64_t pool[METRICS_POOL_REFUSAL_COUNT];
 	uint64_t lat[METRICS_DEC_STATUS_COUNT][METRICS_DEC_BUCKETS + 1];
 	uint64_t lat_sum[METRICS_DEC_STATUS_COUNT];
 };
@@ -142,6 +143,8 @@ static void policy_row_copy(struct metrics *m, size_t i, struct policy_row *row,
 		MOVE(decisions[i][s], row->decisions[s]);
 	MOVE(shadow_denies[i], row->shadow);
 	MOVE(cache_denies[i], row->cache);
+	for (s = 0; s < METRICS_POOL_REFUSAL_COUNT; s++)
+		MOVE(pool_refusals[i][s], row->pool[s]);
 	for (s = 0; s < METRICS_DEC_STATUS_COUNT; s++) {
 		for (b = 0; b <= METRICS_DEC_BUCKETS; b++)
 			MOVE(decision_latency[i][s][b], row->lat[s][b]);
@@ -235,6 +238,8 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 			acc(&t->decisions[i][s], &m->decisions[i][s]);
 		acc(&t->shadow_denies[i], &m->shadow_denies[i]);
 		acc(&t->cache_denies[i], &m->cache_denies[i]);
+		for (s = 0; s < METRICS_POOL_REFUSAL_COUNT; s++)
+			acc(&t->pool_refusals[i][s], &m->pool_refusals[i][s]);
 		for (s = 0; s < METRICS_DEC_STATUS_COUNT; s++) {
 			size_t b;
 
@@ -277,6 +282,10 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 		acc(&t->live_decisions[s], &m->live_decisions[s]);
 	acc(&t->live_overrides, &m->live_overrides);
 	acc(&t->denied_dropped, &m->denied_dropped);
+	for (s = 0; s < CONFIG_MAX_POOLS; s++) {
+		acc(&t->pool_used[s], &m->pool_used[s]);
+		acc(&t->pool_accounts[s], &m->pool_accounts[s]);
+	}
 }
 
 /* The value of counter or gauge <v> (a sum in the render's totals). */
@@ -317,6 +326,49 @@ static void histogram(struct render *r, const char *name, const char *labels,
 	 * than a separate counter) keeps the two equal within one scrape. */
 	out(r, METRICS_PREFIX "%s_count%s%.*s%s %" PRIu64 "\n", name, ll ? "{" : "",
 	    (int)(ll ? ll - 1 : 0), labels, ll ? "}" : "", cum);
+}
+
+/* The pool families of the summed <t>, pools and <np> policies of <c>:
+ * one series per pool line (bounded like the policies). */
+static void render_pools(struct render *r, const struct metrics *t, const struct config *c,
+                         size_t np)
+{
+	size_t npools = c ? c->npools : 0, j, i;
+	unsigned s;
+
+	if (npools > CONFIG_MAX_POOLS)
+		npools = CONFIG_MAX_POOLS;
+	family(r, "pool_limit", "gauge", "A pool's limit: units per window (the configuration's).");
+	for (j = 0; j < npools; j++)
+		out(r, METRICS_PREFIX "pool_limit{pool=\"%s\"} %" PRIu64 "\n", c->pools[j].name,
+		    c->pools[j].limit);
+	family(r, "pool_used", "gauge",
+	       "Units in a pool's window, as its next decision counts them: read from Redis "
+	       "each second by every agent.");
+	for (j = 0; j < npools; j++)
+		out(r, METRICS_PREFIX "pool_used{pool=\"%s\"} %" PRIu64 "\n", c->pools[j].name,
+		    val(&t->pool_used[j]));
+	family(r, "pool_accounts_active", "gauge",
+	       "Accounts holding units in a pool (its hash, trimmed by each decision): read "
+	       "from Redis each second by every agent.");
+	for (j = 0; j < npools; j++)
+		out(r, METRICS_PREFIX "pool_accounts_active{pool=\"%s\"} %" PRIu64 "\n",
+		    c->pools[j].name, val(&t->pool_accounts[j]));
+	family(r, "pool_refusals_total", "counter",
+	       "Requests this agent denied because of their pool, by pool and reason "
+	       "(pool-full: no room; pool-share: above its share, only headroom left).");
+	for (j = 0; j < npools; j++) {
+		for (s = 0; s < METRICS_POOL_REFUSAL_COUNT; s++) {
+			uint64_t sum = 0;
+
+			for (i = 0; i < np; i++)
+				if (c->policies[i].pooled &&
+				    strcmp(c->policies[i].pool.name, c->pools[j].name) == 0)
+					sum += val(&t->pool_refusals[i][s]);
+			out(r, METRICS_PREFIX "pool_refusals_total{pool=\"%s\",reason=\"%s\"} %" PRIu64
+			    "\n", c->pools[j].name, s == METRICS_POOL_SHARE ? "pool-share" : "pool-full", sum);
+		}
+	}
 }
 
 /* Render <n> blocks <ms> named by <c> into <dst>/<cap>; see metrics.h. */
@@ -464,6 +516,8 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 	scalar(&r, "denied_dropped_total", "counter",
 	       "Denials left out of ctl top-denied (the per-second table full, or its write failed).",
 	       val(&t.denied_dropped));
+
+	render_pools(&r, &t, c, np);
 
 	escape_label(ver, sizeof(ver), version ? version : "");
 	family(&r, "build_info", "gauge", "Build information; the value is always 1.");

@@ -81,6 +81,13 @@ enum metrics_live {
 	METRICS_LIVE_COUNT
 };
 
+/* pool_refusals[][] index: the pool's reasons */
+enum metrics_pool_refusal {
+	METRICS_POOL_FULL = 0,         /* pool-full: no room */
+	METRICS_POOL_SHARE,            /* pool-share: above its share, headroom left */
+	METRICS_POOL_REFUSAL_COUNT
+};
+
 struct metrics {
 	/* decisions[policy index][status]; shadow-deny counted apart */
 	_Atomic uint64_t decisions[CONFIG_MAX_POLICIES][WINDOW_STATUS_COUNT];
@@ -114,6 +121,12 @@ struct metrics {
 	_Atomic uint64_t live_decisions[METRICS_LIVE_COUNT];
 	_Atomic uint64_t live_overrides;           /* gauge, main's block: set by live.c */
 	_Atomic uint64_t denied_dropped;           /* main's block: set by live.c */
+	/* refused by their pool, by the policy (its pool= names the pool) */
+	_Atomic uint64_t pool_refusals[CONFIG_MAX_POLICIES][METRICS_POOL_REFUSAL_COUNT];
+	/* gauges, main's block, by the index of the configuration's pools: set
+	 * by the live-control thread from Redis (live_pools.c) each second */
+	_Atomic uint64_t pool_used[CONFIG_MAX_POOLS];
+	_Atomic uint64_t pool_accounts[CONFIG_MAX_POOLS];
 };
 
 static inline void metrics_add(_Atomic uint64_t *c, uint64_t n)

@@ -74,6 +74,16 @@ static void test_args_ok(void **state)
 	assert_int_equal(a.minutes, 5);
 	assert_int_equal(a.count, 10);
 
+	assert_int_equal(parse_line("ctl show-pool backend --top 3 --json", &a, err, sizeof(err)), 0);
+	assert_int_equal(a.cmd, CTL_CMD_SHOW_POOL);
+	assert_string_equal(a.pool, "backend");
+	assert_int_equal(a.top, 3);
+	assert_true(a.json);
+	assert_null(a.policy);
+	assert_int_equal(parse_line("ctl show-pool backend", &a, err, sizeof(err)), 0);
+	assert_int_equal(a.top, 10);
+	assert_true(strstr(ctl_usage(CTL_CMD_SHOW_POOL), "--top N") != NULL);
+
 	assert_int_equal(parse_line("ctl reset api --help", &a, err, sizeof(err)), 0);
 	assert_true(a.help);
 	assert_int_equal(a.cmd, CTL_CMD_RESET);
@@ -104,6 +114,11 @@ static void test_args_refused(void **state)
 		"ctl top-denied --minutes 61",
 		"ctl top-denied --count 0",
 		"ctl overrides --minutes",
+		"ctl show-pool",                                  /* no pool */
+		"ctl show-pool backend extra",
+		"ctl show-pool backend --top 0",
+		"ctl show-pool backend --top 1001",
+		"ctl top-denied --top 3",                         /* show-pool's option */
 	};
 	struct ctl_args a;
 	char err[256];

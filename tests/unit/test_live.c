@@ -179,6 +179,17 @@ static void test_denials_counted_taken_given_back(void **state)
 	assert_int_equal(denied_take(d, taken), 0);
 	denied_give_back(d, taken, false);
 
+	/* a pool's refusal apart from the account's own limits */
+	denied_note(d, "transfer", 8, "alice", 5);
+	denied_note_pool(d, "transfer", 8, "pool-full", "alice", 5);
+	denied_note_pool(d, "transfer", 8, "pool-full", "alice", 5);
+	denied_note_pool(d, "transfer", 8, "pool-share", "alice", 5);
+	assert_int_equal(denied_take(d, taken), 3);
+	assert_int_equal(taken_count(taken, "transfer alice"), 1);
+	assert_int_equal(taken_count(taken, "transfer/pool-full alice"), 2);
+	assert_int_equal(taken_count(taken, "transfer/pool-share alice"), 1);
+	denied_give_back(d, taken, false);
+
 	/* a failed write drops what it held */
 	denied_note(d, "transfer", 8, "alice", 5);
 	denied_note(d, "transfer", 8, "alice", 5);
