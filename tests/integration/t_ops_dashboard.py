@@ -36,12 +36,15 @@ PLOT = os.environ.get("DASHBOARD_PLOT")
 # Grafana's built-in and our template variables, as a query editor would
 # expand them for a short time range.
 SUBST = {"$__rate_interval": "1m", "$__interval": "1s", "$__range": "1m",
-         "${instance}": ".*", "$instance": ".*", "${policy}": ".*", "$policy": ".*"}
+         "${instance}": ".*", "$instance": ".*", "${policy}": ".*", "$policy": ".*",
+         "${pool}": ".*", "$pool": ".*"}
 POLICIES = """
 threads 2
 policy transfer 20/1m
 policy reads 1000000/1m on-redis-error=allow
 policy payout 5/1m shadow
+pool backend 40/1m headroom=4
+policy search 1000/1m pool=backend
 """
 
 h = Harness()
@@ -60,8 +63,8 @@ panels = dash.get("panels", [])
 ids = [p.get("id") for p in panels]
 h.check("panels have unique ids", len(ids) == len(set(ids)) and None not in ids, ids)
 variables = {v["name"] for v in dash.get("templating", {}).get("list", [])}
-h.check("template variables datasource, instance, policy",
-        {"datasource", "instance", "policy"} <= variables, variables)
+h.check("template variables datasource, instance, policy, pool",
+        {"datasource", "instance", "policy", "pool"} <= variables, variables)
 targets = [(p["title"], t) for p in panels for t in p.get("targets", [])]
 h.check("every panel has a query", all(p.get("targets") for p in panels),
         [p["title"] for p in panels if not p.get("targets")])
@@ -83,7 +86,7 @@ for p in panels:
 h.eq("panels fit the 24-column grid without overlapping", [], sorted(set(overlap)))
 for want in ("decisions per second by policy and status", "deny ratio", "errors by reason",
              "decision latency", "redis call latency", "deny-cache share", "connections",
-             "redis link state", "reloads"):
+             "redis link state", "reloads", "pool used", "pool refusals", "pool accounts"):
     h.check("a panel for %s" % want, any(want in p["title"].lower() for p in panels))
 
 # -- the stack: Redis, agent, Prometheus scraping it every second --------------------------
@@ -179,7 +182,8 @@ class PacedLoad(threading.Thread):
 
 loads = [PacedLoad("transfer", ["ACC-D%d" % i for i in range(8)]),
          PacedLoad("reads", ["ACC-R%d" % i for i in range(50)]),
-         PacedLoad("payout", ["ACC-P%d" % i for i in range(4)])]
+         PacedLoad("payout", ["ACC-P%d" % i for i in range(4)]),
+         PacedLoad("search", ["ACC-S%d" % i for i in range(3)])]
 start = time.time()
 for t in loads:
     t.start()
