@@ -429,6 +429,54 @@ static void test_render_version_escaped(void **state)
 	free(m);
 }
 
+/* The pool families: refusals of the policies naming a pool summed under
+ * it, the gauges by the pool's index, a pool without traffic at 0; and a
+ * reload that moves the policies moves their pool refusals with them. */
+static void test_render_pools(void **state)
+{
+	static const char text[] = "pool backend 20/1s headroom=2\npool idle 5/1m\n"
+	                           "policy api 10/1s pool=backend\npolicy plain 3/1s\n"
+	                           "policy export 10/1s pool=backend\n";
+	struct metrics *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
+	const struct metrics *ms[2] = { a, b };
+	size_t from[3] = { 2, 1, 0 };
+	char err[CONFIG_ERR_LEN], *out = malloc(OUT_CAP);
+	struct config c;
+
+	(void)state;
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_non_null(out);
+	config_init(&c);
+	assert_int_equal(config_parse(&c, "t", text, strlen(text), err, sizeof(err)), 0);
+	metrics_add(&a->pool_refusals[0][METRICS_POOL_FULL], 2);
+	metrics_add(&b->pool_refusals[2][METRICS_POOL_FULL], 3);
+	metrics_add(&b->pool_refusals[0][METRICS_POOL_SHARE], 4);
+	metrics_add(&b->pool_used[0], 17);        /* main's block in the agent */
+	metrics_add(&b->pool_accounts[0], 3);
+	assert_true(metrics_render(ms, 2, &c, "0.1.0", out, OUT_CAP) > 0);
+	check_format(out);
+	assert_line(out, "ratelimit_spoa_pool_limit{pool=\"backend\"} 20");
+	assert_line(out, "ratelimit_spoa_pool_limit{pool=\"idle\"} 5");
+	assert_line(out, "ratelimit_spoa_pool_used{pool=\"backend\"} 17");
+	assert_line(out, "ratelimit_spoa_pool_used{pool=\"idle\"} 0");
+	assert_line(out, "ratelimit_spoa_pool_accounts_active{pool=\"backend\"} 3");
+	assert_line(out, "ratelimit_spoa_pool_accounts_active{pool=\"idle\"} 0");
+	assert_line(out, "ratelimit_spoa_pool_refusals_total{pool=\"backend\",reason=\"pool-full\"} 5");
+	assert_line(out, "ratelimit_spoa_pool_refusals_total{pool=\"backend\",reason=\"pool-share\"} 4");
+	assert_line(out, "ratelimit_spoa_pool_refusals_total{pool=\"idle\",reason=\"pool-full\"} 0");
+	/* a reload reversing the policies: api (was 0) becomes 2 */
+	metrics_move_policies(b, from, 3);
+	assert_int_equal(b->pool_refusals[2][METRICS_POOL_SHARE], 4);
+	assert_int_equal(b->pool_refusals[0][METRICS_POOL_FULL], 3);
+	assert_int_equal(b->pool_refusals[0][METRICS_POOL_SHARE], 0);
+	assert_int_equal(b->pool_used[0], 17);    /* not per policy */
+	config_release(&c);
+	free(out);
+	free(a);
+	free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -439,6 +487,7 @@ int main(void)
 		cmocka_unit_test(test_render_sums),
 		cmocka_unit_test(test_render_capacity),
 		cmocka_unit_test(test_render_version_escaped),
+		cmocka_unit_test(test_render_pools),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
