@@ -345,8 +345,10 @@ static void *live_main(void *arg)
 			            err);
 			redis_sync_reset(lc->rs);
 		}
-		/* the pools' gauges, each second with the flush (none: no read) */
-		if (lc->metrics && lc->cfg->npools && tick % (1000 / LIVE_POLL_MS) == 0 &&
+		/* the pools' gauges, each second with the flush; nothing to read
+		 * without a pool, nobody to read them with metrics off */
+		if (lc->metrics && lc->cfg->npools && lc->cfg->metrics[0] &&
+		    tick % (1000 / LIVE_POLL_MS) == 0 &&
 		    live_pools_read(lc->cfg, lc->rs, lc->metrics, err, sizeof(err)) == -1) {
 			log_limited(CONFIG_LOG_WARN, "pool_read", "pool_read_failed", "error=\"%s\"", err);
 			redis_sync_reset(lc->rs);

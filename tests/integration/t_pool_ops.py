@@ -145,6 +145,11 @@ h.eq("show-pool (text): header, then the hog first", (["UNITS", "USED%", "AT-SHA
 doc = ctl_json("show-pool", "idle")
 h.eq("show-pool of an unused pool", (0, 10, 0, []),
      (doc["used"], doc["remaining"], doc["accounts"], doc["top"]) if doc else None)
+rc, out, err = ctl("show-pool", "--help")
+h.check("show-pool --help: its usage", rc == 0 and out.startswith(
+    "Usage: ratelimit-spoa ctl [-c FILE] show-pool POOL [--top N] [--json]"), out + err)
+rc, out, err = ctl("--help")
+h.check("ctl --help lists show-pool", rc == 0 and "show-pool POOL [--top N]" in out, out)
 rc, out, err = ctl("show-pool", "nosuch")
 h.check("show-pool of an unknown pool: exit 1, said", rc == 1 and "no pool 'nosuch'" in err, err)
 
