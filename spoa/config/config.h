@@ -135,6 +135,20 @@ int config_check_routes(struct config *c, const char *name, const char *text,
 int config_check_routes_file(struct config *c, const char *path,
                              char *err, size_t errlen);
 
+/*
+ * Check the plans an HAProxy map names (an API key map's lines "<api key>
+ * <account> plan=<plan>", a client certificate map's "<CN> plan=<plan>";
+ * docs/integrate.md) against <c>: a plan no policy of <c> has, or a plan=
+ * word where the edge does not read it, is a warning "<name>:<line>:
+ * warning: ..." appended to <c>'s. Returns the number of plan= words, or
+ * -1 with the error in <err> (an unreadable file, a line too long).
+ * config_check_plans_map_file() reads <path> first.
+ */
+int config_check_plans_map(struct config *c, const char *name, const char *text,
+                           size_t len, char *err, size_t errlen);
+int config_check_plans_map_file(struct config *c, const char *path,
+                                char *err, size_t errlen);
+
 /* Does some policy of <c> have a plan named <name>/<len>? */
 bool config_plan_known(const struct config *c, const char *name, size_t len);
 

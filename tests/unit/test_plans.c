@@ -110,11 +110,40 @@ static void test_plans_refused(void **state)
 	}
 }
 
+/* -c --plans MAP: a plan the config lacks, or a plan= the edge does not
+ * read, is a warning with map:line; the keys themselves never show. */
+static void test_plans_map_check(void **state)
+{
+	static const char map[] =
+		"# api keys\n"
+		"k-secret-1 ACC-1 plan=pro\n"
+		"k-secret-2 ACC-2\n"
+		"k-secret-3 ACC-3 plan=gold\n"
+		"k-secret-4 plan=pro ACC-4\n"
+		"svc-billing plan=free\n";
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse(&c, "policy api 3/1s\nplan pro api 5/1s\nplan free api 1/1s\n", err), 0);
+	assert_int_equal(config_check_plans_map(&c, "keys.map", map, sizeof(map) - 1, err,
+	                                        sizeof(err)), 4);
+	assert_int_equal(c.nwarnings, 2);
+	assert_string_equal(c.warnings,
+		"keys.map:4: warning: plan 'gold' is no plan of this config: its requests get the "
+		"policy's own limits (logged as unknown-plan)\n"
+		"keys.map:5: warning: plan= must be the line's last word, after '<api key> <account>' "
+		"or '<CN>': the edge reads no plan here\n");
+	assert_null(strstr(c.warnings, "k-secret"));
+	config_release(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_plans_parse),
 		cmocka_unit_test(test_plans_refused),
+		cmocka_unit_test(test_plans_map_check),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
