@@ -39,6 +39,7 @@ struct ctl_args {
 	unsigned minutes;              /* top-denied --minutes (default 5) */
 	unsigned count;                /* top-denied --count (default 10) */
 	const char *only_policy;       /* top-denied --policy, NULL: all */
+	const char *plan;              /* show --plan, NULL: none */
 };
 
 /* Parse <argc>/<argv> (argv[0] is "ctl") into <a>, which borrows <argv>.

@@ -9,6 +9,7 @@ the switch back to the stricter plan is still denied; a plan with windows
 of other lengths counts in other keys (docs/configuration.md, "Usage
 plans"). Windows of a minute or more: nothing here depends on timing.
 """
+import json
 import os
 import subprocess
 import sys
@@ -95,10 +96,35 @@ h.eq("jwt:W1 back on free: its minute still holds 2 (short's units are not in it
      (["deny"], 2), run("jwt:W1", "free", 1))
 h.eq("the minute's key holds free's 2 units only", 2, h.units("api:limit:v1:{jwt:W1}:1m"))
 
+# -- ctl show names the plan's limits, ctl reset clears every plan's keys ----
+def ctl(*args):
+    p = subprocess.run([AGENT, "ctl", "-c", conf] + list(args), capture_output=True, text=True,
+                       timeout=30)
+    return p.returncode, p.stdout, p.stderr
+
+
+rc, out, err = ctl("show", "api", "jwt:C1", "--plan", "pro", "--json")
+s = json.loads(out) if rc == 0 else {}
+h.eq("ctl show --plan pro: the plan's limits, 5 used of 5, the policy's plans listed",
+     ("plan", 5, 5, ["free", "pro", "short"]),
+     (s.get("limits"), s.get("windows", [{}])[0].get("limit"),
+      s.get("windows", [{}])[0].get("used"), s.get("plans")))
+rc, out, err = ctl("show", "api", "jwt:C1")
+h.check("ctl show (text) lists the plans", rc == 0 and "\nplans free pro short\n" in out, out)
+rc, out, err = ctl("show", "api", "jwt:VIP", "--plan", "pro", "--json")
+h.eq("ctl show --plan on an account with an override line: the override's",
+     "config-override", json.loads(out).get("limits") if rc == 0 else err)
+rc, out, err = ctl("show", "api", "jwt:C1", "--plan", "gold")
+h.check("ctl show --plan gold: refused, named", rc == 1 and "policy 'api' has no plan 'gold'" in err,
+        (rc, err))
+rc, out, err = ctl("reset", "api", "jwt:W1")
+h.eq("ctl reset jwt:W1: the minute's key and plan short's 1s key are gone", (0, 0, 0),
+     (rc, int(h.rcli("EXISTS", "api:limit:v1:{jwt:W1}:1m")),
+      int(h.rcli("EXISTS", "api:limit:v1:{jwt:W1}:1s"))))
+
 # -- a live override beats both ----------------------------------------------
-p = subprocess.run([AGENT, "ctl", "-c", conf, "override", "api", "jwt:VIP", "4/1m", "--for", "5m"],
-                   capture_output=True, text=True, timeout=30)
-h.eq("ctl override api jwt:VIP 4/1m: accepted", 0, p.returncode)
+rc, out, err = ctl("override", "api", "jwt:VIP", "4/1m", "--for", "5m")
+h.eq("ctl override api jwt:VIP 4/1m: accepted", 0, rc)
 h.wait_until("the agent applies the live override over the override line and plan pro",
              lambda: ask("jwt:VIP", "pro").get("limit") == 4, 15)
 h.done()
