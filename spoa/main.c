@@ -87,7 +87,7 @@ static const char main_usage[] =
 "\n"
 "A global rate limiter for HAProxy: an SPOP agent that decides with a\n"
 "sliding-window log in Redis. HAProxy sends message 'ratelimit' (args policy,\n"
-"key, cost); the agent answers txn vars status/limit/remaining/reset/\n"
+"key, cost, plan); the agent answers txn vars status/limit/remaining/reset/\n"
 "retry_after/reason, and window/policy_hdr/ratelimit_hdr (the deciding\n"
 "window, the RateLimit-Policy and RateLimit header values).\n"
 "\n"

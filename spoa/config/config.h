@@ -6,7 +6,7 @@
  * map. Errors are written as "<file>:<line>: <reason>" into the caller's
  * buffer. Files: config.c (a parse, the defaults, copies), config_directives.c
  * (the table of directives: name, arguments, parser, default, --help line),
- * config_policy.c (policy, override, live-max), config_lex.c (lines, words,
+ * config_policy.c (policy, override, plan, live-max), config_lex.c (lines, words,
  * reading a file), config_check.c (shapes, config_validate),
  * config_routes.c.
  *
