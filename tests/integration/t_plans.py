@@ -11,6 +11,7 @@ plans"). Windows of a minute or more: nothing here depends on timing.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -127,4 +128,16 @@ rc, out, err = ctl("override", "api", "jwt:VIP", "4/1m", "--for", "5m")
 h.eq("ctl override api jwt:VIP 4/1m: accepted", 0, rc)
 h.wait_until("the agent applies the live override over the override line and plan pro",
              lambda: ask("jwt:VIP", "pro").get("limit") == 4, 15)
+
+# -- a reload changes a plan's limits; a bad plan-default keeps the old config
+h.write_agent_conf("metrics 127.0.0.1:%d\n%s" % (h.metrics_port, CONF.replace(
+    "plan pro api 5/1m", "plan pro api 6/1m")))
+os.kill(h.agent.pid, signal.SIGHUP)
+h.wait_until("after SIGHUP, plan pro is 6/1m", lambda: ask("jwt:R1", "pro").get("limit") == 6, 15)
+h.write_agent_conf("metrics 127.0.0.1:%d\n%s" % (h.metrics_port, CONF.replace(
+    "plan-default free", "plan-default gold")))
+os.kill(h.agent.pid, signal.SIGHUP)
+h.wait_until("a plan-default no plan line defines: the reload is rejected, file:line named",
+             lambda: "plan-default: no policy has a plan 'gold'" in u.read_text(h.agent_log), 15)
+h.eq("the running config still decides plan pro with 6/1m", 6, ask("jwt:R2", "pro").get("limit"))
 h.done()
