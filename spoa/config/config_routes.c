@@ -415,7 +415,7 @@ int config_check_plans_map(struct config *c, const char *name, const char *text,
 			else if (config_check_policy_name(pl) == -1 ||
 			         !config_plan_known(c, pl.p, pl.len))
 				routes_warn(c, x.name, x.line, "plan '%.*s' is no plan of this config: its "
-				            "requests get the policy's own limits (logged as unknown-plan)",
+				            "requests get the policy's own limits (logged as unknown_plan)",
 				            config_word_plen(pl), pl.p);
 		}
 	}

@@ -308,7 +308,7 @@ static void conn_on_decision(void *arg, const struct window_decision *d)
 /*
  * The plan of <p> a request names (<plan>, or plan-default without one), or
  * NULL for the policy's own limits: no plan, a plan other policies have, or
- * one no policy has (counted and logged as unknown-plan: never an error,
+ * one no policy has (counted and logged as unknown_plan: never an error,
  * never looser than the policy). Borrowed from <cfg>.
  */
 static const struct window_plan *conn_plan_pick(struct conn_notify_env *ne,
@@ -332,7 +332,7 @@ static const struct window_plan *conn_plan_pick(struct conn_notify_env *ne,
 		metrics_add(&ne->metrics->unknown_plans, 1);
 	/* the name comes from the caller's token or a map: quoted, cut */
 	log_quote(name, sizeof(name), plan.ptr, plan.len > WINDOW_NAME_MAX ? WINDOW_NAME_MAX : plan.len);
-	log_limited(CONFIG_LOG_WARN, "unknown-plan", "unknown-plan", "policy=%s plan=%s",
+	log_limited(CONFIG_LOG_WARN, "unknown_plan", "unknown_plan", "policy=%s plan=%s",
 	            p->name, name);
 	return NULL;
 }

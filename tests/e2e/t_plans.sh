@@ -4,7 +4,7 @@
 #     plan's limits on POST /transfers, across A and B: free 2 x 201 then
 #     429, pro 4 x 201 then 429, each announced in RateLimit-Policy; a token
 #     without the claim gets the policy's own 3; a plan the agent does not
-#     know ("gold") gets the policy's own 3 too, logged as unknown-plan;
+#     know ("gold") gets the policy's own 3 too, logged as unknown_plan;
 #   - an API key map with a plan column ("<key> <account> plan=<plan>"):
 #     the key's plan on GET /partner/accounts/, the account without the
 #     column's word, and a line without it keeps working (the policy's own);
@@ -66,7 +66,7 @@ eq "no plan claim: RateLimit-Limit 3" 3 "$(seq_hdr 1 RateLimit-Limit)"
 
 req_seq POST "$(mint_token ACC-G --claims '"plan":"gold"')" A /transfers B /transfers A /transfers B /transfers
 eq "unknown plan gold: the policy's own 3, never a 503" "201 201 201 429" "$(statuses 4)"
-check "the agent logs unknown-plan" grep -q 'event=unknown-plan policy=transfer plan="gold"' "$T/agent.log"
+check "the agent logs unknown_plan" grep -q 'event=unknown_plan policy=transfer plan="gold"' "$T/agent.log"
 
 # --- API key map with a plan column -----------------------------------------
 for c in "k-free|ACC-KF|2|200 200 429" "k-pro|ACC-KP|4|200 200 200 200 429" "k-none|ACC-KN|100|200 200 200 200 200"; do

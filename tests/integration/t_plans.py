@@ -2,7 +2,7 @@
 """Usage plans (issue 39) against a real redis-server: the SPOE arg plan
 picks the plan's limits; no arg is plan-default's plan; a plan no policy
 has is the policy's own limits, counted (unknown_plan_total) and logged
-(unknown-plan), never an error; an account's override line beats its plan
+(unknown_plan), never an error; an account's override line beats its plan
 and a live override (ctl) beats both; a plan change mid-window keeps
 counting the same Redis key (its key does not depend on the limits), so
 the switch back to the stricter plan is still denied; a plan with windows
@@ -71,7 +71,7 @@ n0 = unknown()
 h.eq("plan=gold (no policy has it): the policy's own 3, never an error",
      (["allow"] * 3 + ["deny"], 3), run("jwt:U1", "gold", 4))
 h.eq("unknown_plan_total counts each such decision", n0 + 4, unknown())
-h.check("the log says unknown-plan", "event=unknown-plan policy=api plan=\"gold\"" in
+h.check("the log says unknown_plan", "event=unknown_plan policy=api plan=\"gold\"" in
         u.read_text(h.agent_log), h.log_tail())
 
 # -- override line beats the plan ---------------------------------------------

@@ -131,7 +131,7 @@ static void test_plans_map_check(void **state)
 	assert_int_equal(c.nwarnings, 2);
 	assert_string_equal(c.warnings,
 		"keys.map:4: warning: plan 'gold' is no plan of this config: its requests get the "
-		"policy's own limits (logged as unknown-plan)\n"
+		"policy's own limits (logged as unknown_plan)\n"
 		"keys.map:5: warning: plan= must be the line's last word, after '<api key> <account>' "
 		"or '<CN>': the edge reads no plan here\n");
 	assert_null(strstr(c.warnings, "k-secret"));
