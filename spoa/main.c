@@ -87,7 +87,7 @@ static const char main_usage[] =
 "\n"
 "A global rate limiter for HAProxy: an SPOP agent that decides with a\n"
 "sliding-window log in Redis. HAProxy sends message 'ratelimit' (args policy,\n"
-"key, cost); the agent answers txn vars status/limit/remaining/reset/\n"
+"key, cost, plan); the agent answers txn vars status/limit/remaining/reset/\n"
 "retry_after/reason, and window/policy_hdr/ratelimit_hdr (the deciding\n"
 "window, the RateLimit-Policy and RateLimit header values).\n"
 "\n"
@@ -102,6 +102,9 @@ static const char main_usage[] =
 "                      an earlier prefix ('file:line: reason'); warns when a\n"
 "                      line would decide methods no line names on a path\n"
 "                      another method's line limits more strictly\n"
+"      --plans MAP     with -c: warn ('map:line: warning: ...') of each\n"
+"                      plan=<plan> of an API key or client certificate map\n"
+"                      that is no plan of this config (repeatable)\n"
 "      --listen ADDR   override 'listen' (host:port, [v6]:port, unix:/path)\n"
 "      --redis URL     override 'redis' (same forms as the directive)\n"
 "  -d, --debug         log-level debug (kept across reloads)\n"
@@ -585,6 +588,7 @@ int main(int argc, char **argv)
 		{ "listen", required_argument, NULL, 'L' },
 		{ "redis", required_argument, NULL, 'R' },
 		{ "routes", required_argument, NULL, 'M' },
+		{ "plans", required_argument, NULL, 'P' },
 		{ "debug", no_argument, NULL, 'd' },
 		{ "version", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -594,8 +598,9 @@ int main(int argc, char **argv)
 	struct cfg_gen *g = NULL;
 	char err[CONFIG_ERR_LEN];
 	bool check_only = false, debug = false;
-	const char *routes = NULL;
+	const char *routes = NULL, *plan_maps[4];
 	int nroutes = 0;
+	unsigned nplan_maps = 0;
 	unsigned i;
 	int opt, rc = 1;
 
@@ -611,6 +616,13 @@ int main(int argc, char **argv)
 		case 'L': m.opt_listen = optarg; break;
 		case 'R': m.opt_redis = optarg; break;
 		case 'M': routes = optarg; break;
+		case 'P':
+			if (nplan_maps == sizeof(plan_maps) / sizeof(plan_maps[0])) {
+				fputs("ratelimit-spoa: at most 4 --plans maps\n", stderr);
+				return 1;
+			}
+			plan_maps[nplan_maps++] = optarg;
+			break;
 		case 'd': debug = true; break;
 		case 'v': main_print_version(); return 0;
 		case 'h': main_print_usage(stdout); return 0;
@@ -626,13 +638,16 @@ int main(int argc, char **argv)
 		config_release(&m.cfg);
 		return 1;
 	}
-	if (routes && !check_only) {
-		fputs("ratelimit-spoa: --routes goes with -c\n", stderr);
+	if ((routes || nplan_maps) && !check_only) {
+		fputs("ratelimit-spoa: --routes and --plans go with -c\n", stderr);
 		config_release(&m.cfg);
 		return 1;
 	}
 	if (routes)
 		nroutes = config_check_routes_file(&m.cfg, routes, err, sizeof(err));
+	for (i = 0; i < nplan_maps && nroutes != -1; i++)
+		if (config_check_plans_map_file(&m.cfg, plan_maps[i], err, sizeof(err)) == -1)
+			nroutes = -1;
 	if (nroutes == -1) {
 		fprintf(stderr, "%s\n", err);
 		config_release(&m.cfg);

@@ -109,6 +109,14 @@ int config_parse(struct config *c, const char *name, const char *text, size_t le
 		if (c->policies[i].noverrides > x.ov_first[i] && config_overrides_finish(&x, i) == -1)
 			goto out;
 	}
+	/* plan-default may come before the plan lines: checked once all are read */
+	if (c->plan_default_len && !config_plan_known(c, c->plan_default, c->plan_default_len)) {
+		x.lex.line = c->plan_default_line;
+		config_parse_fail(&x.lex, "plan-default: no policy has a plan '%s' (write "
+		                  "'plan %s <policy> <limit>/<window>...')", c->plan_default,
+		                  c->plan_default);
+		goto out;
+	}
 	rc = 0;
 out:
 	for (i = 0; i < CONFIG_MAX_POLICIES; i++) {
@@ -141,7 +149,8 @@ void config_init(struct config *c)
 	config_directives_defaults(c);
 }
 
-/* Free the override tables <c> owns; <c> stays usable (without overrides). */
+/* Free the override and plan tables <c> owns; <c> stays usable (without
+ * overrides and plans). */
 void config_release(struct config *c)
 {
 	size_t i;
@@ -150,6 +159,9 @@ void config_release(struct config *c)
 		free(c->policies[i].overrides);
 		c->policies[i].overrides = NULL;
 		c->policies[i].noverrides = 0;
+		free(c->policies[i].plans);
+		c->policies[i].plans = NULL;
+		c->policies[i].nplans = 0;
 	}
 }
 
@@ -160,24 +172,35 @@ int config_copy(struct config *dst, const struct config *src)
 	size_t i;
 
 	memcpy(dst, src, sizeof(*dst));
-	for (i = 0; i < dst->npolicies; i++)
+	for (i = 0; i < dst->npolicies; i++) {
 		dst->policies[i].overrides = NULL;
+		dst->policies[i].plans = NULL;
+	}
 	for (i = 0; i < dst->npolicies; i++) {
 		const struct window_policy *sp = &src->policies[i];
 		struct window_policy *dp = &dst->policies[i];
 
-		if (!sp->noverrides)
-			continue;
-		dp->overrides = malloc(sp->noverrides * sizeof(*dp->overrides));
-		if (!dp->overrides) {
+		if (sp->noverrides)
+			dp->overrides = malloc(sp->noverrides * sizeof(*dp->overrides));
+		if (sp->nplans)
+			dp->plans = malloc(sp->nplans * sizeof(*dp->plans));
+		if ((sp->noverrides && !dp->overrides) || (sp->nplans && !dp->plans)) {
 			/* Leave <dst> consistent: counts match what is allocated. */
-			dp->noverrides = 0;
-			for (i = i + 1; i < dst->npolicies; i++)
+			if (!dp->overrides)
+				dp->noverrides = 0;
+			if (!dp->plans)
+				dp->nplans = 0;
+			for (i = i + 1; i < dst->npolicies; i++) {
 				dst->policies[i].noverrides = 0;
+				dst->policies[i].nplans = 0;
+			}
 			config_release(dst);
 			return -1;
 		}
-		memcpy(dp->overrides, sp->overrides, sp->noverrides * sizeof(*dp->overrides));
+		if (sp->noverrides)
+			memcpy(dp->overrides, sp->overrides, sp->noverrides * sizeof(*dp->overrides));
+		if (sp->nplans)
+			memcpy(dp->plans, sp->plans, sp->nplans * sizeof(*dp->plans));
 	}
 	return 0;
 }
@@ -187,4 +210,16 @@ const struct window_policy *config_find_policy(const struct config *c,
                                                const char *name, size_t len)
 {
 	return config_policy_named(c, name, len);
+}
+
+/* Does a policy of <c> have plan <name>/<len>? A walk of every plan line:
+ * only an unknown plan's request and the checks ask it. */
+bool config_plan_known(const struct config *c, const char *name, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < c->npolicies; i++)
+		if (window_plan_find(&c->policies[i], name, len))
+			return true;
+	return false;
 }

@@ -6,7 +6,7 @@
  * map. Errors are written as "<file>:<line>: <reason>" into the caller's
  * buffer. Files: config.c (a parse, the defaults, copies), config_directives.c
  * (the table of directives: name, arguments, parser, default, --help line),
- * config_policy.c (policy, override, live-max), config_lex.c (lines, words,
+ * config_policy.c (policy, override, plan, live-max), config_lex.c (lines, words,
  * reading a file), config_check.c (shapes, config_validate),
  * config_routes.c.
  *
@@ -37,6 +37,7 @@
 #define CONFIG_URL_MAX        512
 #define CONFIG_MAX_POLICIES   64
 #define CONFIG_MAX_POOLS      64
+#define CONFIG_MAX_PLANS      32      /* plan lines per policy */
 #define CONFIG_THREADS_MAX    64u     /* worker threads */
 #define CONFIG_REDIS_BATCH_MAX 256u   /* decisions per script call */
 #define CONFIG_WARN_LEN       1024
@@ -79,6 +80,11 @@ struct config {
 	struct window_policy policies[CONFIG_MAX_POLICIES];
 	size_t npools;                         /* pool: each policy copies its own */
 	struct window_pool pools[CONFIG_MAX_POOLS];
+	/* plan-default: the plan of a request that names none ("": none), and
+	 * the line that set it (for the message when no policy has it) */
+	char plan_default[WINDOW_NAME_MAX + 1];
+	size_t plan_default_len;
+	unsigned plan_default_line;
 	/* What parses but cannot do what it says (a window that never decides):
 	 * "<file>:<line>: warning: <reason>" lines, each ending in '\n', cut to
 	 * fit; <nwarnings> counts them all. Never an error. */
@@ -128,6 +134,23 @@ int config_check_routes(struct config *c, const char *name, const char *text,
                         size_t len, char *err, size_t errlen);
 int config_check_routes_file(struct config *c, const char *path,
                              char *err, size_t errlen);
+
+/*
+ * Check the plans an HAProxy map names (an API key map's lines "<api key>
+ * <account> plan=<plan>", a client certificate map's "<CN> plan=<plan>";
+ * docs/integrate.md) against <c>: a plan no policy of <c> has, or a plan=
+ * word where the edge does not read it, is a warning "<name>:<line>:
+ * warning: ..." appended to <c>'s. Returns the number of plan= words, or
+ * -1 with the error in <err> (an unreadable file, a line too long).
+ * config_check_plans_map_file() reads <path> first.
+ */
+int config_check_plans_map(struct config *c, const char *name, const char *text,
+                           size_t len, char *err, size_t errlen);
+int config_check_plans_map_file(struct config *c, const char *path,
+                                char *err, size_t errlen);
+
+/* Does some policy of <c> have a plan named <name>/<len>? */
+bool config_plan_known(const struct config *c, const char *name, size_t len);
 
 /* Policy named <name>/<len>, or NULL. Borrowed from <c>. */
 const struct window_policy *config_find_policy(const struct config *c,

@@ -135,6 +135,22 @@ static int dir_threads(struct parse_ctx *x, const struct word *w, size_t n)
 	return 0;
 }
 
+/* plan-default <name>: checked against the plans once the parse is over
+ * (config_parse), as the plan lines may follow it. */
+static int dir_plan_default(struct parse_ctx *x, const struct word *w, size_t n)
+{
+	(void)n;
+	if (config_check_policy_name(w[1]) == -1)
+		return config_parse_fail(&x->lex, "plan-default: plan name '%.*s' must be 1..%d "
+		                         "characters of A-Z a-z 0-9 _ . -", config_word_plen(w[1]),
+		                         w[1].p, WINDOW_NAME_MAX);
+	memcpy(x->c->plan_default, w[1].p, w[1].len);
+	x->c->plan_default[w[1].len] = '\0';
+	x->c->plan_default_len = w[1].len;
+	x->c->plan_default_line = x->lex.line;
+	return 0;
+}
+
 static int dir_log_level(struct parse_ctx *x, const struct word *w, size_t n)
 {
 	size_t i;
@@ -367,6 +383,14 @@ const struct config_directive config_directives[] = {
 	{ "override", CONFIG_ARG_LINE, false, config_dir_override, NULL,
 	  "POLICY KEY LIMIT/WINDOW [LIMIT/WINDOW...] [burst=N]",
 	  "limits of one account (e.g. a partner) in POLICY" },
+	{ "plan", CONFIG_ARG_LINE, false, config_dir_plan, NULL,
+	  "NAME POLICY LIMIT/WINDOW [LIMIT/WINDOW...] [burst=N]",
+	  "limits of every account on plan NAME in POLICY\n"
+	  "(HAProxy's SPOE arg plan names it); an account's\n"
+	  "override wins over its plan" },
+	{ "plan-default", CONFIG_ARG_ONE, false, dir_plan_default, NULL, "NAME",
+	  "the plan of a request that names none (default:\n"
+	  "none, the policy's own limits)" },
 	{ "live-max", CONFIG_ARG_LINE, false, config_dir_live_max, NULL,
 	  "POLICY LIMIT/WINDOW [LIMIT/WINDOW...]",
 	  "the most a live override (ratelimit-spoa ctl)\n"

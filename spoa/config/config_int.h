@@ -85,6 +85,7 @@ void config_directives_defaults(struct config *c);
  * <pi> sorted and checked for duplicates once a parse is over. */
 int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n);
 int config_dir_override(struct parse_ctx *x, const struct word *w, size_t n);
+int config_dir_plan(struct parse_ctx *x, const struct word *w, size_t n);
 int config_dir_live_max(struct parse_ctx *x, const struct word *w, size_t n);
 int config_dir_pool(struct parse_ctx *x, const struct word *w, size_t n);
 int config_overrides_finish(struct parse_ctx *x, size_t pi);

@@ -1,6 +1,6 @@
 /*
  * config_policy - the directives that take a line of their own and may
- * repeat: pool, policy, override and live-max (their rows in
+ * repeat: pool, policy, override, plan and live-max (their rows in
  * config_directives.c point here), their <limit>/<window> words and options, the warnings about
  * windows that never decide, and the overrides sorted once a parse is over
  * (config_overrides_finish, called by config.c).
@@ -326,6 +326,37 @@ int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 	return 0;
 }
 
+/*
+ * The limits of an override or plan line <what> of policy <p>: the words
+ * <w>/<n> after its key or name, each <limit>/<window> (the policy's own
+ * window parser) or, for a GCRA policy, burst=<n>, into <win>/<*nwin>. It
+ * keeps its policy's algorithm and precision. Returns 0 or -1.
+ */
+static int parse_account_limits(struct parse_ctx *x, const char *what,
+                                 const struct window_policy *p, const struct word *w,
+                                 size_t n, struct window_limit *win, unsigned *nwin)
+{
+	uint64_t burst = 0;
+	size_t i;
+	int rc;
+
+	for (i = 0; i < n; i++) {
+		rc = parse_limit_word(x, what, w[i], win, nwin);
+		if (rc == 1 && p->algorithm == WINDOW_ALGO_GCRA)
+			rc = parse_burst_word(x, what, w[i], &burst);
+		if (rc == -1)
+			return -1;
+		if (rc == 1)
+			return config_parse_fail(&x->lex, "%s: expected <limit>/<window>%s, got '%.*s'",
+			                  what, p->algorithm == WINDOW_ALGO_GCRA ? " or burst=<n>" : "",
+			                  config_word_plen(w[i]), w[i].p);
+	}
+	if (p->algorithm == WINDOW_ALGO_GCRA &&
+	    gcra_finish(x, what, win, *nwin, burst, p->max_cost) == -1)
+		return -1;
+	return check_precision(x, what, p->precision_ms, win, *nwin);
+}
+
 /* override <policy> <key> <limit>/<window>... [burst=<n>] (gcra). Grows
  * the policy's override table (owned by the config) and this parse's line
  * table (owned by <x>). */
@@ -335,9 +366,7 @@ int config_dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 	struct window_policy *p;
 	struct window_override *o;
 	char what[WINDOW_NAME_MAX + 32];
-	uint64_t burst = 0;
-	size_t pi, i, k;
-	int rc;
+	size_t pi, k;
 
 	if (n < 4)
 		return config_parse_fail(&x->lex, "override: expected 'override <policy> <key> <limit>/<window>...'");
@@ -369,22 +398,7 @@ int config_dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 	o->key_len = w[2].len;
 	snprintf(what, sizeof(what), "override '%.*s' of '%s'",
 	         config_word_plen(w[2]) > 24 ? 24 : config_word_plen(w[2]), w[2].p, p->name);
-	for (i = 3; i < n; i++) {
-		rc = parse_limit_word(x, what, w[i], o->win, &o->nwin);
-		if (rc == 1 && p->algorithm == WINDOW_ALGO_GCRA)
-			rc = parse_burst_word(x, what, w[i], &burst);
-		if (rc == -1)
-			return -1;
-		if (rc == 1)
-			return config_parse_fail(&x->lex, "%s: expected <limit>/<window>%s, got '%.*s'",
-			                  what, p->algorithm == WINDOW_ALGO_GCRA ? " or burst=<n>" : "",
-			                  config_word_plen(w[i]), w[i].p);
-	}
-	/* an override keeps its policy's algorithm */
-	if (p->algorithm == WINDOW_ALGO_GCRA &&
-	    gcra_finish(x, what, o->win, o->nwin, burst, p->max_cost) == -1)
-		return -1;
-	if (check_precision(x, what, p->precision_ms, o->win, o->nwin) == -1)
+	if (parse_account_limits(x, what, p, w + 3, n - 3, o->win, &o->nwin) == -1)
 		return -1;
 	/* HAProxy sends the identity with its kind ("jwt:ACC-1"): a bare
 	 * account parses but matches nothing the shipped block sends. A warning,
@@ -397,6 +411,46 @@ int config_dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 	k = p->noverrides - x->ov_first[pi];
 	x->ov_line[pi][k] = x->lex.line;
 	p->noverrides++;
+	return 0;
+}
+
+/* plan <name> <policy> <limit>/<window>... [burst=<n>] (gcra): the limits of
+ * every account on plan <name> in <policy>. Grows the policy's plan table
+ * (owned by the config) by one. */
+int config_dir_plan(struct parse_ctx *x, const struct word *w, size_t n)
+{
+	struct window_policy *p;
+	struct window_plan *pl, *grown;
+	char what[2 * WINDOW_NAME_MAX + 32];
+
+	if (n < 4)
+		return config_parse_fail(&x->lex, "plan: expected 'plan <name> <policy> "
+		                         "<limit>/<window>... [burst=<n>]'");
+	if (config_check_policy_name(w[1]) == -1)
+		return config_parse_fail(&x->lex, "plan name '%.*s' must be 1..%d characters of A-Z a-z "
+		                         "0-9 _ . -", config_word_plen(w[1]), w[1].p, WINDOW_NAME_MAX);
+	p = config_policy_named(x->c, w[2].p, w[2].len);
+	if (!p)
+		return config_parse_fail(&x->lex, "plan '%.*s' for unknown policy '%.*s'",
+		                         config_word_plen(w[1]), w[1].p, config_word_plen(w[2]), w[2].p);
+	snprintf(what, sizeof(what), "plan '%.*s' of '%s'", config_word_plen(w[1]), w[1].p, p->name);
+	if (window_plan_find(p, w[1].p, w[1].len))
+		return config_parse_fail(&x->lex, "%s given twice", what);
+	if (p->nplans >= CONFIG_MAX_PLANS)
+		return config_parse_fail(&x->lex, "%s: at most %d plans per policy", what,
+		                         CONFIG_MAX_PLANS);
+	grown = realloc(p->plans, (p->nplans + 1) * sizeof(*grown));
+	if (!grown)
+		return config_parse_fail(&x->lex, "out of memory");
+	p->plans = grown;
+	pl = &p->plans[p->nplans];
+	memset(pl, 0, sizeof(*pl));
+	memcpy(pl->name, w[1].p, w[1].len);
+	pl->name_len = w[1].len;
+	if (parse_account_limits(x, what, p, w + 3, n - 3, pl->win, &pl->nwin) == -1)
+		return -1;
+	warn_dead_windows(x, what, pl->win, pl->nwin);
+	p->nplans++;
 	return 0;
 }
 

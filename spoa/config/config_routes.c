@@ -383,3 +383,56 @@ int config_check_routes_file(struct config *c, const char *path,
 	return rc;
 }
 
+
+/* See config.h. Nothing is kept: the words are borrowed from <text>. */
+int config_check_plans_map(struct config *c, const char *name, const char *text,
+                           size_t len, char *err, size_t errlen)
+{
+	struct config_lex x;
+	struct word w[CONFIG_MAX_WORDS] = { { NULL, 0 } };
+	const char *p = text, *end = text + len, *line;
+	size_t line_len, i;
+	int n, nplans = 0;
+
+	memset(&x, 0, sizeof(x));
+	x.name = name ? name : "map";
+	x.err = err;
+	x.errlen = errlen;
+	if (err && errlen)
+		err[0] = '\0';
+	while ((n = config_next_line(&x, &p, end, w, &line, &line_len)) > 0) {
+		for (i = 1; i < (size_t)n; i++) {
+			struct word pl = { w[i].p + 5, w[i].len - 5 };
+
+			if (w[i].len < 5 || memcmp(w[i].p, "plan=", 5) != 0)
+				continue;
+			nplans++;
+			/* the edge reads only "<key> <account> plan=<plan>" and
+			 * "<CN> plan=<plan>" */
+			if (i != (size_t)n - 1 || n > 3)
+				routes_warn(c, x.name, x.line, "plan= must be the line's last word, after "
+				            "'<api key> <account>' or '<CN>': the edge reads no plan here");
+			else if (config_check_policy_name(pl) == -1 ||
+			         !config_plan_known(c, pl.p, pl.len))
+				routes_warn(c, x.name, x.line, "plan '%.*s' is no plan of this config: its "
+				            "requests get the policy's own limits (logged as unknown_plan)",
+				            config_word_plen(pl), pl.p);
+		}
+	}
+	return n == -1 ? -1 : nplans;
+}
+
+/* Read the map at <path> and check its plans against <c> (see config.h). */
+int config_check_plans_map_file(struct config *c, const char *path,
+                                char *err, size_t errlen)
+{
+	char *buf;
+	size_t len;
+	int rc;
+
+	if (config_read_file(path, &buf, &len, err, errlen) == -1)
+		return -1;
+	rc = config_check_plans_map(c, path, buf, len, err, errlen);
+	free(buf);
+	return rc;
+}

@@ -314,6 +314,38 @@ static void conn_on_decision(void *arg, const struct window_decision *d)
 }
 
 /*
+ * The plan of <p> a request names (<plan>, or plan-default without one), or
+ * NULL for the policy's own limits: no plan, a plan other policies have, or
+ * one no policy has (counted and logged as unknown_plan: never an error,
+ * never looser than the policy). Borrowed from <cfg>.
+ */
+static const struct window_plan *conn_plan_pick(struct conn_notify_env *ne,
+                                                const struct config *cfg,
+                                                const struct window_policy *p,
+                                                struct spop_str plan)
+{
+	const struct window_plan *pl;
+	char name[LOG_QUOTED_MAX(WINDOW_NAME_MAX)];
+
+	if (!plan.len) {
+		plan.ptr = cfg->plan_default;
+		plan.len = cfg->plan_default_len;
+	}
+	if (!plan.len)
+		return NULL;
+	pl = window_plan_find(p, plan.ptr, plan.len);
+	if (pl || config_plan_known(cfg, plan.ptr, plan.len))
+		return pl;
+	if (ne->metrics)
+		metrics_add(&ne->metrics->unknown_plans, 1);
+	/* the name comes from the caller's token or a map: quoted, cut */
+	log_quote(name, sizeof(name), plan.ptr, plan.len > WINDOW_NAME_MAX ? WINDOW_NAME_MAX : plan.len);
+	log_limited(CONFIG_LOG_WARN, "unknown_plan", "unknown_plan", "policy=%s plan=%s",
+	            p->name, name);
+	return NULL;
+}
+
+/*
  * Decide one "ratelimit" message <m> for request <r>: validate the args,
  * then ask the limiter (which answers through conn_on_decision). Invalid
  * input is decided here as an error, never passed on.
@@ -332,6 +364,12 @@ static void conn_decide_message(struct conn_notify_env *ne, struct conn_req *r,
 	enum window_reason why = WINDOW_REASON_NONE;
 	enum live_verdict lv;
 	struct window_policy live;      /* <p> with a live override's limits */
+	struct window_policy planned;   /* <p> with its plan's limits */
+	struct spop_str plan = { NULL, 0 };
+	const struct window_plan *pl = NULL;
+	const struct window_policy *base;
+	const struct window_limit *lim;
+	unsigned nwin;
 
 	spop_iter_args(m, &it);
 	while (spop_next_arg(&it, &a)) {
@@ -345,6 +383,10 @@ static void conn_decide_message(struct conn_notify_env *ne, struct conn_req *r,
 			 * the authenticated account, never the client address */
 			if (a.value.type == SPOP_T_STR || a.value.type == SPOP_T_BIN)
 				key = a.value.v.s;
+		} else if (!plan.ptr && spop_str_eq(a.name, "plan")) {
+			/* NULL (HAProxy's var unset) is no plan */
+			if (a.value.type == SPOP_T_STR || a.value.type == SPOP_T_BIN)
+				plan = a.value.v.s;
 		} else if (!have_cost && spop_str_eq(a.name, "cost")) {
 			have_cost = true;
 			if (spop_data_to_int64(&a.value, &cost) == -1)
@@ -364,9 +406,21 @@ static void conn_decide_message(struct conn_notify_env *ne, struct conn_req *r,
 		window_decision_merge(&r->acc, &d);
 		return;
 	}
+	/* precedence, most specific first: live override > the account's
+	 * override line > its plan > the policy (docs/configuration.md) */
+	pl = conn_plan_pick(ne, cfg, p, plan);
+	base = p;
+	if (pl) {
+		planned = *p;
+		planned.nwin = pl->nwin;
+		memcpy(planned.win, pl->win, pl->nwin * sizeof(pl->win[0]));
+		planned.plans = NULL;
+		planned.nplans = 0;
+		base = &planned;
+	}
 	/* the one place a live override (ctl) enters a decision: its limits
 	 * replace the config's for this call, a block is answered here */
-	lv = live_apply(ne->live, p, key.ptr, key.len, &live, &d);
+	lv = live_apply(ne->live, base, key.ptr, key.len, &live, &d);
 	if (lv != LIVE_NONE && ne->metrics)
 		metrics_add(&ne->metrics->live_decisions[lv == LIVE_BLOCK ? METRICS_LIVE_BLOCK :
 		                                          METRICS_LIVE_LIMITS], 1);
@@ -377,7 +431,10 @@ static void conn_decide_message(struct conn_notify_env *ne, struct conn_req *r,
 			r->lim = r->live_win;
 			r->nwin = live.nwin;
 		} else {
-			r->lim = window_limits_for(p, key.ptr, key.len, &r->nwin);
+			lim = window_limits_for(base, key.ptr, key.len, &nwin);
+			/* <planned> is this call's: the plan's own limits live in <cfg> */
+			r->lim = pl && lim == planned.win ? pl->win : lim;
+			r->nwin = nwin;
 		}
 		if (key.ptr) {      /* always, once window_check_key() passed */
 			memcpy(r->key, key.ptr, key.len);
@@ -392,7 +449,7 @@ static void conn_decide_message(struct conn_notify_env *ne, struct conn_req *r,
 
 	r->pending++;
 	/* the limiter borrows <live> for the call only (a call keeps a copy) */
-	if (ne->ops.check(ne->ops.ctx, lv == LIVE_LIMITS ? &live : p, key.ptr, key.len,
+	if (ne->ops.check(ne->ops.ctx, lv == LIVE_LIMITS ? &live : base, key.ptr, key.len,
 	                   (uint64_t)cost, conn_on_decision, r) == -1) {
 		r->pending--;
 		window_decide_error(p, WINDOW_REASON_REDIS_UNAVAILABLE, &d);

@@ -95,6 +95,18 @@ const struct window_limit *window_limits_for(const struct window_policy *p,
 	return p->win;
 }
 
+/* Plan <name>/<len> of <p>, borrowed from <p>, or NULL. */
+const struct window_plan *window_plan_find(const struct window_policy *p,
+                                           const char *name, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < p->nplans; i++)
+		if (p->plans[i].name_len == len && memcmp(p->plans[i].name, name, len) == 0)
+			return &p->plans[i];
+	return NULL;
+}
+
 /* What GCRA limit <lim> announces (see window.h) into <out>. */
 void window_announced(const struct window_limit *lim, struct window_limit *out)
 {

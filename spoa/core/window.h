@@ -116,6 +116,15 @@ struct window_override {
 	struct window_limit win[WINDOW_MAX_WINDOWS];
 };
 
+/* A plan's limits for one policy ("plan pro api 100/1s"): every account
+ * whose request names the plan gets them, unless its own override wins. */
+struct window_plan {
+	char name[WINDOW_NAME_MAX + 1];
+	size_t name_len;
+	unsigned nwin;
+	struct window_limit win[WINDOW_MAX_WINDOWS];
+};
+
 struct window_policy {
 	char name[WINDOW_NAME_MAX + 1];
 	size_t name_len;
@@ -130,6 +139,8 @@ struct window_policy {
 	                                * this are counted in buckets of it */
 	struct window_override *overrides; /* owned by the config, sorted by key */
 	size_t noverrides;
+	struct window_plan *plans;     /* owned by the config, in file order */
+	size_t nplans;
 	/* live-max: the ceiling of a live override (ctl); 0 windows: the
 	 * limits configured for the account */
 	unsigned live_nwin;
@@ -186,6 +197,11 @@ const char *window_reason_str(enum window_reason r);
 const struct window_limit *window_limits_for(const struct window_policy *p,
                                              const char *key, size_t key_len,
                                              unsigned *nwin);
+
+/* The plan of <p> named <name>/<len>, or NULL; borrowed from <p>. A
+ * linear search: a policy has few plans (config lines). */
+const struct window_plan *window_plan_find(const struct window_policy *p,
+                                           const char *name, size_t len);
 
 /* Order of a policy's override table (qsort/bsearch on struct
  * window_override): bytewise on the key, a shorter prefix first. */

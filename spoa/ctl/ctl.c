@@ -238,6 +238,20 @@ static int ctl_show(struct ctl *x)
 		return 1;
 	lim = window_limits_for(x->p, acc, acc_len, &nwin);
 	source = lim == x->p->win ? "policy" : "config-override";
+	if (x->a.plan) {   /* below an override, above the policy: as a request naming it */
+		const struct window_plan *pl = window_plan_find(x->p, x->a.plan, strlen(x->a.plan));
+
+		if (!pl) {
+			snprintf(x->err, sizeof(x->err), "policy '%s' has no plan '%.64s'", x->p->name,
+			         x->a.plan);
+			return 1;
+		}
+		if (lim == x->p->win) {
+			lim = pl->win;
+			nwin = pl->nwin;
+			source = "plan";
+		}
+	}
 	if (found && ctl_rule_applies(x, &r, now_ms, why, sizeof(why))) {
 		live = true;
 		source = r.block ? "live-block" : "live-override";
@@ -271,7 +285,10 @@ static int ctl_show(struct ctl *x)
 		ctl_json_str(stdout, x->p->name, x->p->name_len);
 		printf(",\"account\":");
 		ctl_json_str(stdout, acc, acc_len);
-		printf(",\"limits\":\"%s\",\"windows\":[", source);
+		printf(",\"limits\":\"%s\",\"plans\":[", source);
+		for (i = 0; i < x->p->nplans; i++)   /* (names of A-Z a-z 0-9 _ . -) */
+			printf("%s\"%s\"", i ? "," : "", x->p->plans[i].name);
+		printf("],\"windows\":[");
 		for (i = 0; i < (unsigned)nkeys; i++) {
 			uint64_t l = w[i].quota;
 
@@ -303,6 +320,8 @@ static int ctl_show(struct ctl *x)
 	}
 	printf("policy %s account %s limits %s\n", x->p->name,
 	       log_escape_text(ea, sizeof(ea), acc, acc_len), source);
+	for (i = 0; i < x->p->nplans; i++)
+		printf("%s%s%s", i ? " " : "plans ", x->p->plans[i].name, i + 1 == x->p->nplans ? "\n" : "");
 	for (i = 0; i < (unsigned)nkeys; i++) {
 		uint64_t l = w[i].quota;
 
@@ -389,8 +408,8 @@ static int ctl_reset(struct ctl *x)
 	int n, found;
 
 	/* every key form the account may have now: the policy's, its config
-	 * override's, its live override's (a different number of windows is
-	 * a different form) */
+	 * override's, its live override's, its plans' (a different number of
+	 * windows is a different form) */
 	n = ctl_keys_for(x->p, x->p->win, x->p->nwin, acc, acc_len, keys, 0);
 	lim = window_limits_for(x->p, acc, acc_len, &nwin);
 	if (n >= 0)
@@ -400,6 +419,9 @@ static int ctl_reset(struct ctl *x)
 		return 1;
 	if (n >= 0 && found == 1 && !r.block)
 		n = ctl_keys_for(x->p, r.win, r.nwin, acc, acc_len, keys, (size_t)n);
+	for (i = 0; n >= 0 && i < x->p->nplans; i++)   /* a plan's windows of other lengths */
+		n = ctl_keys_for(x->p, x->p->plans[i].win, x->p->plans[i].nwin, acc, acc_len, keys,
+		                 (size_t)n);
 	if (n < 0) {
 		snprintf(x->err, sizeof(x->err), "account '%s' makes no key", acc);
 		return 1;

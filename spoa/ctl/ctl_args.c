@@ -45,19 +45,22 @@ static const char *const ctl_usages[CTL_CMD_COUNT] = {
 "2 bad usage. What a change did is written on stderr; agents log it too.\n"
 "Text output escapes names: \\\\ \\\" and \\xHH for control bytes and non-UTF-8.\n",
 	[CTL_CMD_SHOW] =
-"Usage: ratelimit-spoa ctl [-c FILE] show POLICY ACCOUNT [--json]\n"
+"Usage: ratelimit-spoa ctl [-c FILE] show POLICY ACCOUNT [--plan NAME] [--json]\n"
 "\n"
 "The account's state under POLICY, read from Redis without changing it:\n"
 "per window its limit, the units used in it now, the units remaining and\n"
 "the seconds until the oldest counted unit leaves (reset); the limits that\n"
 "apply (the policy's, a config override's, or a live override's) and any\n"
 "live override with its time left, who set it and why. ACCOUNT is the key\n"
-"HAProxy sends, with its kind: jwt:ACC-1001.\n",
+"HAProxy sends, with its kind: jwt:ACC-1001. A plan is known per request:\n"
+"--plan NAME shows the account under usage plan NAME (what a request naming\n"
+"it gets); the policy's plans are listed.\n",
 	[CTL_CMD_RESET] =
 "Usage: ratelimit-spoa ctl [-c FILE] reset POLICY ACCOUNT\n"
 "\n"
 "Delete every window of ACCOUNT under POLICY (the policy's, its config\n"
-"override's and its live override's key forms): the account starts afresh.\n"
+"override's, its live override's and its plans' key forms): the account\n"
+"starts afresh.\n"
 "An operator's explicit act, logged by every agent as event=live_reset.\n"
 "A pooled policy's pool keeps the units the account holds in it until they\n"
 "leave its window (taking them out exactly would rewrite every later entry\n"
@@ -173,6 +176,8 @@ static int ctl_option_ok(enum ctl_cmd c, const char *o)
 		return c == CTL_CMD_SHOW_POOL;
 	if (!strcmp(o, "--for") || !strcmp(o, "--reason") || !strcmp(o, "--remove"))
 		return c == CTL_CMD_OVERRIDE;
+	if (!strcmp(o, "--plan"))
+		return c == CTL_CMD_SHOW;
 	if (!strcmp(o, "--minutes") || !strcmp(o, "--policy") || !strcmp(o, "--count"))
 		return c == CTL_CMD_TOP_DENIED;
 	return 0;
@@ -262,6 +267,8 @@ int ctl_parse_args(int argc, char **argv, struct ctl_args *a, char *err, size_t 
 			}
 			if (!strcmp(w, "--policy"))
 				a->only_policy = v;
+			if (!strcmp(w, "--plan"))
+				a->plan = v;
 			continue;
 		}
 		if (ctl_positional(a, nth++, w, err, errlen) == -1)

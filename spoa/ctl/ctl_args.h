@@ -42,6 +42,7 @@ struct ctl_args {
 	const char *only_policy;       /* top-denied --policy, NULL: all */
 	const char *pool;              /* show-pool */
 	unsigned top;                  /* show-pool --top (default 10) */
+	const char *plan;              /* show --plan, NULL: none */
 };
 
 /* Parse <argc>/<argv> (argv[0] is "ctl") into <a>, which borrows <argv>.

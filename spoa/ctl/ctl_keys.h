@@ -28,8 +28,10 @@ struct ctl_key {
 	bool legacy;                   /* the 1.0.x one-window form (an upgrade's) */
 };
 
-/* All the key forms any of these limits may have written */
-#define CTL_KEYS_MAX (3 * WINDOW_MAX_WINDOWS)
+/* All the key forms any of these limits may have written: the policy's,
+ * a config override's, a live override's and each of its (at most 32,
+ * config.h's CONFIG_MAX_PLANS) plans' */
+#define CTL_KEYS_MAX ((3 + 32) * WINDOW_MAX_WINDOWS)
 
 /*
  * The keys of <key>/<key_len> under <p> when its limits are <win>/<nwin>,

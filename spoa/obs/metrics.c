@@ -280,6 +280,7 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 		acc(&t->config_reloads[s], &m->config_reloads[s]);
 	for (s = 0; s < METRICS_LIVE_COUNT; s++)
 		acc(&t->live_decisions[s], &m->live_decisions[s]);
+	acc(&t->unknown_plans, &m->unknown_plans);
 	acc(&t->live_overrides, &m->live_overrides);
 	acc(&t->denied_dropped, &m->denied_dropped);
 	for (s = 0; s < CONFIG_MAX_POOLS; s++) {
@@ -513,6 +514,9 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 	for (s = 0; s < METRICS_LIVE_COUNT; s++)
 		out(&r, METRICS_PREFIX "live_override_decisions_total{kind=\"%s\"} %" PRIu64 "\n",
 		    s == METRICS_LIVE_BLOCK ? "block" : "limits", val(&t.live_decisions[s]));
+	scalar(&r, "unknown_plan_total", "counter",
+	       "Decisions whose plan arg names no plan of the config (decided on the policy's own "
+	       "limits).", val(&t.unknown_plans));
 	scalar(&r, "denied_dropped_total", "counter",
 	       "Denials left out of ctl top-denied (the per-second table full, or its write failed).",
 	       val(&t.denied_dropped));

@@ -119,6 +119,7 @@ struct metrics {
 	_Atomic uint64_t notify_inflight;          /* gauge */
 	_Atomic uint64_t config_reloads[METRICS_RELOAD_COUNT]; /* main thread's block */
 	_Atomic uint64_t live_decisions[METRICS_LIVE_COUNT];
+	_Atomic uint64_t unknown_plans;            /* a plan arg no policy has */
 	_Atomic uint64_t live_overrides;           /* gauge, main's block: set by live.c */
 	_Atomic uint64_t denied_dropped;           /* main's block: set by live.c */
 	/* refused by their pool, by the policy (its pool= names the pool) */

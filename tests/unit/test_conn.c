@@ -36,6 +36,9 @@ struct fake_call {
 	uint64_t cost;
 	limiter_cb cb;
 	void *arg;
+	/* the limits asked with (<p> may be the caller's copy for the call) */
+	unsigned nwin;
+	uint64_t limit0;
 };
 
 struct fake {
@@ -54,6 +57,7 @@ static int fake_check(void *ctx, const struct window_policy *p, const char *key,
 
 	(void)ctx;
 	c->p = p;
+	c->limit0 = window_limits_for(p, key, key_len, &c->nwin)[0].limit;
 	memcpy(c->key, key, key_len);
 	c->key_len = key_len;
 	c->cost = cost;
@@ -285,6 +289,31 @@ static void build_notify(struct wbuf *w, uint64_t sid, uint64_t fid, const char 
 		w_str(w, "cost", 4);
 		w_byte(w, SPOP_T_INT64);
 		w_varint(w, (uint64_t)cost);
+	}
+	w_end(w);
+}
+
+/* A "ratelimit" NOTIFY with policy, key, cost 1 and, when <plan> is not
+ * NULL, a string arg plan (last, as spoe-ratelimit.conf sends it). */
+static void build_notify_plan(struct wbuf *w, uint64_t sid, const char *policy,
+                              const char *key, const char *plan)
+{
+	w_begin(w, SPOP_FRAME_NOTIFY, sid, 1);
+	w_str(w, "ratelimit", 9);
+	w_byte(w, plan ? 4 : 3);
+	w_str(w, "policy", 6);
+	w_byte(w, SPOP_T_STR);
+	w_str(w, policy, strlen(policy));
+	w_str(w, "key", 3);
+	w_byte(w, SPOP_T_STR);
+	w_str(w, key, strlen(key));
+	w_str(w, "cost", 4);
+	w_byte(w, SPOP_T_INT64);
+	w_varint(w, 1);
+	if (plan) {
+		w_str(w, "plan", 4);
+		w_byte(w, SPOP_T_STR);
+		w_str(w, plan, strlen(plan));
 	}
 	w_end(w);
 }
@@ -948,6 +977,53 @@ static void test_request_pool_trim(void **state)
 	fake_answer(100, WINDOW_ALLOW, 1);
 }
 
+/* Plans: the arg picks the plan's limits, an account's override line beats
+ * its plan, no arg is plan-default's, an unknown plan is the policy's own
+ * (counted), and a plan the policy lacks is the policy's own (not counted). */
+static void test_notify_plan_chooses_limits(void **state)
+{
+	static const char more[] = "plan free transfer 1/1s\nplan pro transfer 30/1s 500/1m\n"
+		"plan pro reads 1000/1m\noverride transfer jwt:VIP 7/1s\nplan-default free\n";
+	static const struct {
+		const char *policy, *key, *plan;
+		unsigned nwin;
+		uint64_t limit0;
+		const char *policy_hdr;
+		uint64_t unknown;
+	} cases[] = {
+		{ "transfer", "jwt:A", "pro", 2, 30, "\"transfer-1s\";q=30;w=1, \"transfer-1m\";q=500;w=60", 0 },
+		{ "transfer", "jwt:A", "free", 1, 1, "\"transfer\";q=1;w=1", 0 },
+		{ "transfer", "jwt:A", NULL, 1, 1, "\"transfer\";q=1;w=1", 0 },
+		{ "transfer", "jwt:A", "", 1, 1, "\"transfer\";q=1;w=1", 0 },
+		{ "transfer", "jwt:VIP", "pro", 1, 7, "\"transfer\";q=7;w=1", 0 },
+		{ "transfer", "jwt:A", "gold", 1, 3, "\"transfer\";q=3;w=1", 1 },
+		{ "reads", "jwt:A", "free", 1, 100, "\"reads\";q=100;w=60", 0 },
+		{ "reads", "jwt:A", "pro", 1, 1000, "\"reads\";q=1000;w=60", 0 },
+	};
+	struct fixture *f = *state;
+	char err[CONFIG_ERR_LEN];
+	struct wbuf w;
+	struct ack a;
+	size_t i;
+
+	assert_int_equal(config_parse(&f->cfg, "more.conf", more, sizeof(more) - 1, err,
+	                              sizeof(err)), 0);
+	handshake(f);
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t before = atomic_load(&f->metrics.unknown_plans);
+
+		build_notify_plan(&w, i + 1, cases[i].policy, cases[i].key, cases[i].plan);
+		peer_send(f, w.b, w.n);
+		expect_frame(f, &a);
+		assert_string_equal(a.status, "allow");
+		assert_int_equal(fake.ncalls, i + 1);
+		assert_int_equal(fake.calls[i].nwin, cases[i].nwin);
+		assert_int_equal(fake.calls[i].limit0, cases[i].limit0);
+		assert_string_equal(a.policy_hdr, cases[i].policy_hdr);
+		assert_int_equal(atomic_load(&f->metrics.unknown_plans) - before, cases[i].unknown);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -972,6 +1048,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_max_inflight_counts_decisions, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_errors_free_inflight_room, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_request_pool_trim, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_notify_plan_chooses_limits, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

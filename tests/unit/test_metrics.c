@@ -286,6 +286,8 @@ static void test_render_sums(void **state)
 	metrics_add(&b->redis_replies[METRICS_ENGINE_MODULE][METRICS_REPLY_ERROR], 2);
 	metrics_add(&a->live_decisions[METRICS_LIVE_BLOCK], 2);
 	metrics_add(&b->live_decisions[METRICS_LIVE_BLOCK], 3);
+	metrics_add(&a->unknown_plans, 1);
+	metrics_add(&b->unknown_plans, 6);
 	metrics_add(&b->live_overrides, 4);
 	metrics_observe_redis_latency(a, 80);
 	metrics_observe_redis_latency(b, 300);
@@ -310,14 +312,17 @@ static void test_render_sums(void **state)
 	 * + 2 policies x 4 statuses x 18 decision histogram + 17 Redis histogram
 	 * + every redis error kind + 8 scalars + 2 engines + 2 engines x 2 results of
 	 * the replies + 8 frames + 14 statuses + inflight + 2 reload results + build_info
-	 * + the live overrides gauge, its 2 decision kinds, denied_dropped */
+	 * + the live overrides gauge, its 2 decision kinds, denied_dropped
+	 * + unknown_plan_total */
 	assert_int_equal(samples, 2 * 6 + (WINDOW_REASON_COUNT - 1) + 2 * 4 * 18 + 17 +
 	                 METRICS_REDIS_ERR_COUNT + 8 + METRICS_ENGINE_COUNT +
 	                 METRICS_ENGINE_COUNT * METRICS_REPLY_COUNT + 8 + 14 + 1 + 2 + 1 +
-	                 1 + METRICS_LIVE_COUNT + 1);
+	                 1 + METRICS_LIVE_COUNT + 1 + 1);
 	assert_line(out, "ratelimit_spoa_live_override_decisions_total{kind=\"block\"} 5");
 	assert_line(out, "ratelimit_spoa_live_override_decisions_total{kind=\"limits\"} 0");
 	assert_line(out, "ratelimit_spoa_live_overrides 4");
+	/* summed over the threads */
+	assert_line(out, "ratelimit_spoa_unknown_plan_total 7");
 	assert_line(out, "ratelimit_spoa_redis_replies_total{engine=\"module\",result=\"error\"} 3");
 	assert_line(out, "ratelimit_spoa_redis_replies_total{engine=\"script\",result=\"decision\"} 0");
 
