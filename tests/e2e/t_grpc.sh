@@ -5,11 +5,12 @@
 # over h2 (TLS, ALPN): a call over the limit is RESOURCE_EXHAUSTED (not the
 # UNAVAILABLE an HTTP 429 becomes) with the retry hint in grpc-message and
 # Retry-After and the RateLimit fields as trailing metadata; no identity is
-# UNAUTHENTICATED; no decision (the agent stopped) is UNAVAILABLE; each is a
-# Trailers-Only answer, one HEADERS frame that ends the stream; a large
-# request (drained by ratelimit-drain.lua) gets the same. Non-gRPC requests
-# (and grpc-web) keep the HTTP answers; the edge's 400 reaches gRPC clients
-# as INTERNAL.
+# UNAUTHENTICATED; no decision (Redis or the agent stopped) is UNAVAILABLE;
+# each is a Trailers-Only answer, one HEADERS frame that ends the stream; a
+# large request (drained by ratelimit-drain.lua) gets the same. Non-gRPC
+# requests (and grpc-web) keep the HTTP answers; the edge's 400 reaches gRPC
+# clients as INTERNAL. Instance A answers with the deny lines, B (with
+# RL_DRAIN_LUA) with ratelimit-edge.cfg's "http-response return" lines.
 . "$(dirname "$0")/../lib.sh"
 t_setup
 
@@ -31,7 +32,7 @@ cat > "$T/hap/routes.map" <<'MAP'
 POST/chain.Query/         grpcq    key
 *                         anon     ip   fail=open
 MAP
-echo "grpc-key-1 ACC-G1" > "$T/hap/apikeys.map"
+printf "grpc-key-1 ACC-G1\ngrpc-key-2 ACC-G2\n" > "$T/hap/apikeys.map"
 POLICIES="policy grpcq 2/1h
 policy anon 1000/1m on-redis-error=allow"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
@@ -152,12 +153,21 @@ done
 via A h2c /chain.Query//Block "${KEY[@]}"
 eq "A h2c: a path the edge refuses (400) is INTERNAL" INTERNAL "$(js .code)"
 
-# --- No decision (the agent stopped): UNAVAILABLE -----------------------------
+# --- No decision: UNAVAILABLE ---------------------------------------------------
+# Redis stopped: the agent answers status=error (grpcq fails closed), for an
+# account it has not denied (ACC-G2: nothing cached).
+stop_redis
+for inst in A B; do
+	via $inst h2c /chain.Query/Block --md x-api-key=grpc-key-2
+	eq "$inst h2c: Redis down (the agent's error) is UNAVAILABLE" \
+		"UNAVAILABLE no rate-limit decision; refusing rather than letting the request through" "$(js .code) $(js .details)"
+done
+# The agent stopped: no answer at all.
 stop_agent
 for inst in A B; do
 	for proto in h2c h2; do
 		via $inst $proto /chain.Query/Block "${KEY[@]}"
-		eq "$inst $proto: without a decision the call is UNAVAILABLE" \
+		eq "$inst $proto: the agent down is UNAVAILABLE" \
 			"UNAVAILABLE no rate-limit decision; refusing rather than letting the request through" "$(js .code) $(js .details)"
 		eq "$inst $proto: no RateLimit fields without a decision" "" "$(js '.trailing["ratelimit-remaining"] // ""')"
 	done
