@@ -174,7 +174,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 # lint). make deps installs both.
 DEMO_PKGS := build-essential pkg-config libev-dev libhiredis-dev \
              redis-server redis-tools haproxy curl openssl python3 jq dpkg-dev
-TEST_PKGS := libcmocka-dev wrk gnuplot-nox python3-cryptography python3-yaml valgrind cppcheck clang clang-tidy \
+TEST_PKGS := libcmocka-dev wrk gnuplot-nox python3-cryptography python3-yaml python3-grpcio valgrind cppcheck clang clang-tidy \
              systemd redis-sentinel groff-base prometheus patchelf
 DEB_PKGS  := $(DEMO_PKGS) $(TEST_PKGS)
 # make WITH_TLS=1 builds hiredis 1.x from Debian's source package against

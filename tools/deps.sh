@@ -45,6 +45,7 @@ why() {
 	gnuplot-nox)     echo "make bench's graphs" ;;
 	python3-cryptography) echo "make bench signs 10,000 JWTs in one process; tools/ratelimit-jwks (JWK -> PEM) and its tests" ;;
 	python3-yaml)    echo "the e2e check of compose.yaml" ;;
+	python3-grpcio)  echo "tests/e2e/t_grpc.sh: a real gRPC client and server through the edge" ;;
 	valgrind)        echo "make valgrind; make bench (i) counts Redis instructions with callgrind" ;;
 	cppcheck)        echo "make lint" ;;
 	clang-tidy)      echo "make lint" ;;

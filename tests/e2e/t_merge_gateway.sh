@@ -242,8 +242,13 @@ eq "gRPC-style POST over h2c: 200" 200 "$RSP_STATUS"
 eq "the grpc backend was reached over HTTP/2" "grpc 2.0" "$(jq -r '"\(.app) \(.ver)"' "$T/rsp.body")"
 eq "grpc: the account" ACC-G3 "$(jq -r .account "$T/rsp.body")"
 eq "grpc: limited (grpc 5/1m)" '"grpc";r=4;t=60' "$(rsp_hdr RateLimit)"
+# gRPC's own answer to a gRPC request (t_grpc.sh has a real gRPC client).
 get B /chain.Query/Block --http2-prior-knowledge -X POST -H "Content-Type: application/grpc"
-eq "grpc without an API key: 401" 401 "$RSP_STATUS"
+eq "gRPC request without an API key: gRPC's UNAUTHENTICATED (200, grpc-status 16)" \
+	"200 16 unauthenticated: missing-api-key application/grpc" \
+	"$RSP_STATUS $(rsp_hdr grpc-status) $(rsp_hdr grpc-message) $(rsp_hdr Content-Type)"
+get B /chain.Query/Block --http2-prior-knowledge -X POST -H "Content-Type: application/octet-stream"
+eq "grpc route, not a gRPC request, without an API key: 401" 401 "$RSP_STATUS"
 eq "401 on a key route: no WWW-Authenticate (a bearer challenge is for jwt routes)" "" "$(rsp_hdr WWW-Authenticate)"
 eq "401: why" missing-api-key "$(jq -r .detail "$T/rsp.body")"
 
@@ -253,5 +258,7 @@ for _ in $(seq 50); do grep -q ' 401 ' "$T/gw-B.log" && break; sleep 0.1; done
 check "the public path's 429 is logged despite set-log-level silent ($(grep -h ' 429 .*GET /api/v1/status' "$T/gw-A.log" "$T/gw-B.log" | head -1))" \
 	grep -qh ' 429 .*"GET /api/v1/status' "$T/gw-A.log" "$T/gw-B.log"
 check "the 401 is logged" grep -q ' 401 .*"POST [^ ]*/chain.Query/Block' "$T/gw-B.log"
-eq "dontlog-normal: no allowed 200 is logged" "" "$(grep -h ' 200 ' "$T/gw-A.log" "$T/gw-B.log" | head -1)"
+check "the gRPC refusal is logged: status 200, the edge's own answer (PR)" \
+	grep -q '<NOSRV> [-0-9/]* 200 .* PR-- .*"POST [^ ]*/chain.Query/Block' "$T/gw-B.log"
+eq "dontlog-normal: no allowed 200 is logged" "" "$(grep -h ' 200 ' "$T/gw-A.log" "$T/gw-B.log" | grep -v '/<NOSRV> ' | head -1)"
 t_done
