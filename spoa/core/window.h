@@ -140,6 +140,10 @@ struct window_policy {
 	/* pool=: the pool's limits, copied at parse (a log policy only) */
 	bool pooled;
 	struct window_pool pool;
+	/* inflight=: requests of one account running at once (0: no limit),
+	 * each holding a lease of lease_ms until released or ended */
+	uint64_t inflight;
+	uint64_t lease_ms;
 };
 
 /* The forms of an account's Redis keys (window_build_args owns them). */
