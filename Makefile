@@ -117,7 +117,7 @@ LDLIBS_AGENT := -lev $(HIREDIS_LIBS) -lm -pthread
 LDLIBS_TEST  := -lcmocka -lm
 # A unit test links hiredis only with a module that uses it (the pure ones
 # read plain values: struct window_reply, struct cluster_view).
-HIREDIS_MODULES := redis_sync ctl live_control denied_flush limiter limiter_call limiter_reply limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster redis_reply
+HIREDIS_MODULES := redis_sync ctl live_control denied_flush limiter limiter_lease limiter_call limiter_reply limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster redis_reply
 
 ifeq ($(V),1)
 Q :=
@@ -126,7 +126,7 @@ Q := @
 endif
 
 SPOA_MODULES := spop spop_write window stored headers config config_check config_lex config_routes log metrics proc conn conn_notify worker http net \
-                limiter limiter_call limiter_reply limiter_verdict limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster deny_cache cluster redis_url
+                limiter limiter_lease limiter_call limiter_reply limiter_verdict limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster deny_cache cluster redis_url
 SPOA_MODULES += resolve
 SPOA_MODULES += redis_tls
 SPOA_MODULES += redis_open

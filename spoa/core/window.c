@@ -434,6 +434,33 @@ static void args_add_lease(struct args_writer *w, const struct window_policy *p)
 		args_end(w, start, pos);
 }
 
+/* See window.h. */
+int window_build_release(const struct window_policy *p, const char *key, size_t key_len,
+                         const char *lease, struct window_args *a)
+{
+	struct args_writer w = { .a = a, .used = 0, .failed = 0 };
+	size_t n = strlen(lease);
+
+	a->argc = 0;
+	a->nkeys = 0;
+	a->lease_at = -1;
+	if (!p->inflight || window_check_key(key, key_len) == -1 || n < 1 ||
+	    n > WINDOW_LEASE_ID_LEN)
+		return -1;
+	args_add(&w, "EVALSHA", 7);
+	args_add(&w, "", 0);
+	args_add_u64(&w, 1, 0);
+	args_add_key(&w, p, WINDOW_KEY_LEASES, 0, key, key_len);
+	args_add(&w, "release", 7);
+	args_add(&w, lease, n);
+	if (w.failed) {
+		a->argc = 0;
+		return -1;
+	}
+	a->nkeys = 1;
+	return 0;
+}
+
 /* window_build_args() for GCRA policy <p> (one limit in <lim>/<nwin>,
  * checked): "EVALSHA" <sha> 1 "<policy>:limit:g1:{<key>}" <cost> <limit>
  * "gcra:<ms>:<burst>". Borrows as window_build_args(). */

@@ -209,6 +209,14 @@ const struct window_limit *window_limits_for(const struct window_policy *p,
                                              const char *key, size_t key_len,
                                              unsigned *nwin);
 
+/* The release of lease <lease> (NUL-terminated, 1..WINDOW_LEASE_ID_LEN hex
+ * digits) of account <key> under inflight= policy <p>: "EVALSHA" <""> 1
+ * <policy>:inflight:l1:{<tag>} "release" <lease> (the engine writes its
+ * head; the module's command is RATELIMIT.RELEASE <key> <lease>).
+ * Returns 0, or -1 (not an inflight= policy, a bad key or lease). */
+int window_build_release(const struct window_policy *p, const char *key, size_t key_len,
+                         const char *lease, struct window_args *a);
+
 /* Order of a policy's override table (qsort/bsearch on struct
  * window_override): bytewise on the key, a shorter prefix first. */
 int window_override_cmp(const void *a, const void *b);

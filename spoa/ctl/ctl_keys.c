@@ -24,6 +24,7 @@ int ctl_keys_for(const struct window_policy *p, const struct window_limit *win, 
 	q.noverrides = 0;
 	q.max_cost = 0;
 	q.legacy_key = true;    /* what 1.0.x wrote is the account's too */
+	q.inflight = 0;         /* (its leases are no window: neither shown nor reset) */
 	if (window_build_args(&q, "", key, key_len, 1, &a, &why) == -1)
 		return -1;
 	for (i = 0; i < a.nkeys; i++) {

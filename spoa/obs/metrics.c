@@ -277,7 +277,15 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 		acc(&t->live_decisions[s], &m->live_decisions[s]);
 	acc(&t->live_overrides, &m->live_overrides);
 	acc(&t->denied_dropped, &m->denied_dropped);
+	for (s = 0; s < METRICS_LEASE_COUNT; s++)
+		acc(&t->leases[s], &m->leases[s]);
 }
+
+static const char *const lease_names[METRICS_LEASE_COUNT] = {
+	[METRICS_LEASE_TAKEN] = "taken", [METRICS_LEASE_RELEASED] = "released",
+	[METRICS_LEASE_ENDED_EARLY] = "ended-early", [METRICS_LEASE_GONE] = "gone",
+	[METRICS_LEASE_RELEASE_FAILED] = "release-failed",
+};
 
 /* The value of counter or gauge <v> (a sum in the render's totals). */
 static uint64_t val(const _Atomic uint64_t *v)
@@ -464,6 +472,12 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 	scalar(&r, "denied_dropped_total", "counter",
 	       "Denials left out of ctl top-denied (the per-second table full, or its write failed).",
 	       val(&t.denied_dropped));
+	family(&r, "leases_total", "counter",
+	       "In-flight leases (inflight=): taken, released, ended-early (released after its end), "
+	       "gone (Redis had none), release-failed (Redis not reached before its end).");
+	for (s = 0; s < METRICS_LEASE_COUNT; s++)
+		out(&r, METRICS_PREFIX "leases_total{event=\"%s\"} %" PRIu64 "\n", lease_names[s],
+		    val(&t.leases[s]));
 
 	escape_label(ver, sizeof(ver), version ? version : "");
 	family(&r, "build_info", "gauge", "Build information; the value is always 1.");
