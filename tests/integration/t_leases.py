@@ -10,6 +10,9 @@ and one on `redis-engine module`, on one Redis that has the module, with
   recorded in no window; every lease is released at the end.
 - Releases are idempotent and stay within their account: a lease released
   twice, or named under another account, changes nothing.
+- A release while Redis is down is not lost: the agent acknowledges the
+  message at once, and the release reaches Redis once it is back (its data
+  kept in the AOF), before the lease would have ended.
 - A killed agent's leases end at lease= on Redis's clock: the account is
   refused until then, then admitted again.
 """
@@ -30,7 +33,8 @@ h = Harness()
 h.require_module()
 h.start_redis(extra=["--loadmodule", MODULE_SO, "--appendonly", "yes", "--appendfsync", "always"])
 
-body = "policy warm 10/1s\npolicy export 1000/1h inflight=5 lease=3s\n"
+body = "policy warm 10/1s\npolicy export 1000/1h inflight=5 lease=3s\n" \
+       "policy upload 1000/1h inflight=1 lease=1m\n"
 agents = {}
 for engine in ("script", "module"):
     p, port, mport, log = h.spawn_side_agent(
@@ -148,6 +152,26 @@ m = agents["module"][2]
 h.check("the module's agent counted a release and a second one that found nothing",
         wait_for(lambda: leases_total(m, "gone") >= 1, 10) and leases_total(m, "released") >= 1,
         (leases_total(m, "released"), leases_total(m, "gone")))
+
+# --- a release while Redis restarts ---------------------------------------------------
+UP = "upload:inflight:l1:{jwt:ACC-5}"
+mport = agents["module"][1]
+c = spop.Conn().connect("127.0.0.1", mport)
+c.hello()
+a = c.ratelimit("jwt:ACC-5", policy="upload")["actions"]
+h.eq("a lease taken under upload (lease=1m)", ("allow", "1"), (a.get("status"), h.rcli("ZCARD", UP)))
+released = leases_total(agents["module"][2], "released")
+h.stop_redis()
+ack = done(c, "jwt:ACC-5", a.get("lease"), policy="upload")
+h.check("Redis down: the agent still acknowledges ratelimit-done at once", ack is not None, ack)
+h.start_redis(extra=["--loadmodule", MODULE_SO, "--appendonly", "yes", "--appendfsync", "always"])
+h.eq("the release, retried, reached Redis once it was back", "0",
+     wait_for(lambda: h.rcli("ZCARD", UP) == "0" and "0", 30))
+h.check("counted as released, not failed",
+        wait_for(lambda: leases_total(agents["module"][2], "released") == released + 1, 10) and
+        not leases_total(agents["module"][2], "release-failed"),
+        (leases_total(agents["module"][2], "released"), leases_total(agents["module"][2], "release-failed")))
+c.close()
 
 # --- a killed agent's leases end at lease= ----------------------------------------------
 p, port, _ = agents["script"]
