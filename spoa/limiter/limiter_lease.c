@@ -37,12 +37,14 @@ struct limiter_release {
 	struct window_args a;           /* "EVALSHA" "" 1 <leases key> "release" <id> */
 };
 
+/* Count one lease event <what> in <l>'s metrics, if any. */
 static void lease_count(struct limiter *l, enum metrics_lease what)
 {
 	if (l->metrics)
 		metrics_add(&l->metrics->leases[what], 1);
 }
 
+/* Unlinks and frees <r> (owned by its limiter's list), its timer stopped. */
 static void lease_free(struct limiter_release *r)
 {
 	struct limiter *l = r->l;
@@ -76,6 +78,7 @@ static void lease_later(struct limiter_release *r, const char *why)
 	r->backoff = r->backoff * 2 < LEASE_RETRY_MAX_S ? r->backoff * 2 : LEASE_RETRY_MAX_S;
 }
 
+/* <w>'s release (w->data, borrowed) is due for another try. */
 static void lease_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
@@ -83,7 +86,8 @@ static void lease_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 	lease_try(w->data);
 }
 
-/* hiredis's answer to a release (NULL: the connection went first). */
+/* hiredis's answer <reply> (borrowed; NULL: the connection went first) to
+ * release <privdata>, which it frees or tries again. */
 static void lease_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
 	struct limiter_release *r = privdata;
@@ -113,7 +117,8 @@ static void lease_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 	                                                                          : "bad reply");
 }
 
-/* Send <r> on the link that serves its key, or wait for one. */
+/* Send <r> (borrowed; hiredis holds it until its answer) on the link that
+ * serves its key, or try again later. */
 static void lease_try(struct limiter_release *r)
 {
 	struct limiter *l = r->l;
