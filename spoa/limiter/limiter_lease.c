@@ -187,8 +187,13 @@ int limiter_release(struct limiter *l, const struct window_policy *p, const char
  * held (each such release freed itself as failed). */
 void limiter_releases_free(struct limiter *l)
 {
-	while (l->releases) {
+	struct limiter_release *r, *next;
+
+	for (r = l->releases; r; r = next) {
+		next = r->next;
 		lease_count(l, METRICS_LEASE_RELEASE_FAILED);
-		lease_free(l->releases);
+		ev_timer_stop(l->loop, &r->retry);
+		free(r);
 	}
+	l->releases = NULL;
 }
