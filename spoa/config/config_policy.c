@@ -319,8 +319,9 @@ int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 			                  "inflight=<n> or lease=<duration>)",
 			                  what, config_word_plen(w[i]), w[i].p);
 	}
-	if (p->nwin == 0)
-		return config_parse_fail(&x->lex, "%s: expected at least one <limit>/<window>", what);
+	if (p->nwin == 0 && !p->inflight)
+		return config_parse_fail(&x->lex, "%s: expected at least one <limit>/<window> "
+		                         "(or inflight=<n>)", what);
 	if (p->lease_ms && !p->inflight)
 		return config_parse_fail(&x->lex, "%s: lease= needs inflight=<n>", what);
 	if (p->inflight && !p->lease_ms)

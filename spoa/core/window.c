@@ -520,7 +520,8 @@ int window_build_args(const struct window_policy *p, const char *sha,
 		return -1;
 	}
 	lim = window_limits_for(p, key, key_len, &nwin);
-	if (nwin == 0 || nwin > WINDOW_MAX_WINDOWS) {
+	/* (inflight= alone: its leases are the decision's one pair) */
+	if ((nwin == 0 && !p->inflight) || nwin > WINDOW_MAX_WINDOWS) {
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}

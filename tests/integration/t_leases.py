@@ -13,6 +13,8 @@ and one on `redis-engine module`, on one Redis that has the module, with
 - A release while Redis is down is not lost: the agent acknowledges the
   message at once, and the release reaches Redis once it is back (its data
   kept in the AOF), before the lease would have ended.
+- A policy of leases alone (inflight= without windows): one runs, the
+  next is refused in-flight until the first is released.
 - A killed agent's leases end at lease= on Redis's clock: the account is
   refused until then, then admitted again.
 """
@@ -34,7 +36,7 @@ h.require_module()
 h.start_redis(extra=["--loadmodule", MODULE_SO, "--appendonly", "yes", "--appendfsync", "always"])
 
 body = "policy warm 10/1s\npolicy export 1000/1h inflight=5 lease=3s\n" \
-       "policy upload 1000/1h inflight=1 lease=1m\n"
+       "policy upload 1000/1h inflight=1 lease=1m\npolicy conc inflight=1 lease=1m\n"
 agents = {}
 for engine in ("script", "module"):
     p, port, mport, log = h.spawn_side_agent(
@@ -171,6 +173,22 @@ h.check("counted as released, not failed",
         wait_for(lambda: leases_total(agents["module"][2], "released") == released + 1, 10) and
         not leases_total(agents["module"][2], "release-failed"),
         (leases_total(agents["module"][2], "released"), leases_total(agents["module"][2], "release-failed")))
+c.close()
+
+# --- leases alone ----------------------------------------------------------------------
+c = spop.Conn().connect("127.0.0.1", agents["script"][1])
+c.hello()
+a1 = c.ratelimit("jwt:ACC-6", policy="conc")["actions"]
+h.check("leases alone: the first admitted, with its lease, limit 1 and no window",
+        a1.get("status") == "allow" and len(a1.get("lease", "")) == 32 and a1.get("limit") == 1 and
+        a1.get("remaining") == 0 and "policy_hdr" not in a1, a1)
+a2 = c.ratelimit("jwt:ACC-6", policy="conc")["actions"]
+h.eq("leases alone: the second refused in-flight", ("deny", "in-flight"), (a2.get("status"), a2.get("reason")))
+done(c, "jwt:ACC-6", a1.get("lease"), policy="conc")
+a3 = wait_for(lambda: (lambda x: x.get("status") == "allow" and x)(
+    c.ratelimit("jwt:ACC-6", policy="conc")["actions"]), 10)
+h.check("leases alone: once released, the next admitted", bool(a3), a3)
+h.eq("leases alone: no window key written", "", h.rcli("KEYS", "conc:limit:*"))
 c.close()
 
 # --- a killed agent's leases end at lease= ----------------------------------------------

@@ -381,7 +381,8 @@ static void test_parse_errors(void **state)
 		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
 		  "precision=<duration>, algorithm=log|gcra, burst=<n>, pool=<pool>, "
 		  "inflight=<n> or lease=<duration>)" },
-		{ "policy x shadow\n", "t.conf:1: policy 'x': expected at least one <limit>/<window>" },
+		{ "policy x shadow\n",
+		  "t.conf:1: policy 'x': expected at least one <limit>/<window> (or inflight=<n>)" },
 		{ "policy x 3/1h precision=7m\n",
 		  "t.conf:1: policy 'x': precision=7m does not divide the 1h window" },
 		{ "policy x 3/1h precision=5s\n",
@@ -443,7 +444,8 @@ static void test_parse_errors(void **state)
 		{ "policy x 3/1s algorithm=gcra inflight=2\n",
 		  "t.conf:1: policy 'x': inflight= does not apply to algorithm=gcra (in-flight leases "
 		  "count log and precision= policies)" },
-		{ "policy x inflight=2\n", "t.conf:1: policy 'x': expected at least one <limit>/<window>" },
+		{ "policy x lease=5s\n",
+		  "t.conf:1: policy 'x': expected at least one <limit>/<window> (or inflight=<n>)" },
 		/* pools (issue 37) */
 		{ "policy x 3/1s pool=p\n",
 		  "t.conf:1: policy 'x': unknown pool 'p' (define it first: 'pool <name> <limit>/<window> "
@@ -563,6 +565,7 @@ static void test_leases(void **state)
 		"policy report 5/1s precision=1m 50/1h inflight=2 lease=15m pool=backend\n"
 		"policy edge 3/1s inflight=1 lease=24h\n"
 		"policy short 3/1s lease=1s inflight=1000000\n"
+		"policy conc inflight=3 lease=10m\n"
 		"policy plain 3/1s\n";
 	struct config c;
 	char err[CONFIG_ERR_LEN];
@@ -583,6 +586,10 @@ static void test_leases(void **state)
 	p = config_find_policy(&c, "short", 5);
 	assert_int_equal(p->inflight, 1000000);
 	assert_int_equal(p->lease_ms, 1000);
+	p = config_find_policy(&c, "conc", 4);
+	assert_int_equal(p->nwin, 0);
+	assert_int_equal(p->inflight, 3);
+	assert_int_equal(p->lease_ms, 600000);
 	p = config_find_policy(&c, "plain", 5);
 	assert_int_equal(p->inflight, 0);
 	assert_int_equal(p->lease_ms, 0);

@@ -367,6 +367,31 @@ static void test_args_leases(void **state)
 	assert_string_equal(d.lease, "");
 	p.shadow = false;
 
+	/* inflight= alone: the leases are the one pair, their refusal and their
+	 * admission read at index 0 */
+	p.nwin = 0;
+	assert_int_equal(window_build_args(&p, "sha", "A", 1, 7, &one[1], &why), 0);
+	assert_int_equal(one[1].lease_at, 0);
+	assert_int_equal(one[1].nkeys, 1);
+	assert_arg(&one[1], 2, "1");
+	assert_arg(&one[1], 3, "export:inflight:l1:{A}");
+	assert_arg(&one[1], 4, "7");
+	assert_arg(&one[1], 5, "5");
+	assert_arg(&one[1], 6, "lease:60000:0123456789abcdef0123456789abcdef");
+	p.lease_at = 0;
+	assert_int_equal(decide(&p, "*6\r\n:1\r\n:5\r\n:4\r\n:60000000\r\n:0\r\n:0\r\n", &d), 0);
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(d.window, WINDOW_MAX_WINDOWS);
+	assert_int_equal(d.limit, 5);
+	assert_string_equal(d.lease, id);
+	assert_int_equal(decide(&p, "*6\r\n:0\r\n:5\r\n:0\r\n:2500000\r\n:2500000\r\n:0\r\n", &d), 0);
+	assert_int_equal(d.reason, WINDOW_REASON_IN_FLIGHT);
+	p.inflight = 0;
+	assert_int_equal(window_build_args(&p, "sha", "A", 1, 1, &one[1], &why), -1);
+	p.inflight = 5;
+	p.nwin = 1;
+	p.lease_at = 1;
+
 	/* the release */
 	assert_int_equal(window_build_release(&p, "ACC:1}", 6, id, &rel), 0);
 	assert_int_equal(rel.argc, 6);
