@@ -117,7 +117,7 @@ LDLIBS_AGENT := -lev $(HIREDIS_LIBS) -lm -pthread
 LDLIBS_TEST  := -lcmocka -lm
 # A unit test links hiredis only with a module that uses it (the pure ones
 # read plain values: struct window_reply, struct cluster_view).
-HIREDIS_MODULES := redis_sync ctl ctl_pool ctl_io live_control denied_flush live_pools limiter limiter_call limiter_reply limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster redis_reply
+HIREDIS_MODULES := redis_sync ctl ctl_pool ctl_io live_control denied_flush live_pools limiter limiter_lease limiter_call limiter_reply limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster redis_reply
 
 ifeq ($(V),1)
 Q :=
@@ -126,7 +126,7 @@ Q := @
 endif
 
 SPOA_MODULES := spop spop_write window stored headers config config_check config_lex config_routes log metrics proc conn conn_notify worker http net \
-                limiter limiter_call limiter_reply limiter_verdict limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster deny_cache cluster redis_url
+                limiter limiter_lease limiter_call limiter_reply limiter_verdict limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster deny_cache cluster redis_url
 SPOA_MODULES += resolve
 SPOA_MODULES += redis_tls
 SPOA_MODULES += redis_open
@@ -245,7 +245,7 @@ $(MCOUNT): bench/mcount.c
 MODULE_H      := build/redismodule/redismodule.h
 MODULE_SO     := module/ratelimit.so
 MODULE_TEST_SO := module/ratelimit-test.so
-MODULE_SRCS   := module/ratelimit.c module/rl_log.c module/rl_gcra.c module/rl_pool.c module/rl_args.c
+MODULE_SRCS   := module/ratelimit.c module/rl_log.c module/rl_gcra.c module/rl_pool.c module/rl_lease.c module/rl_args.c
 MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidden \
                  -isystem build/redismodule -Imodule -DRL_PRODUCT_VERSION='"$(VERSION)"'
 MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py \
@@ -336,7 +336,7 @@ valgrind-module: module $(AGENT) $(BENCH)
 	n=$$(ls $(VALGRIND_MODULE_LOGS)/vg.* | wc -l); \
 	bad=$$(grep -L 'ERROR SUMMARY: 0 errors' $(VALGRIND_MODULE_LOGS)/vg.* || true); \
 	lost=$$(grep -lE 'definitely lost: [1-9]' $(VALGRIND_MODULE_LOGS)/vg.* | \
-		xargs -r grep -lE '(ratelimit|rl_log|rl_gcra|rl_pool|rl_args)\.c:' || true); \
+		xargs -r grep -lE '(ratelimit|rl_log|rl_gcra|rl_pool|rl_lease|rl_args)\.c:' || true); \
 	echo "valgrind-module: $$n redis-server processes, errors in: $${bad:-none}, module leaks in: $${lost:-none}"; \
 	[ -z "$$bad" ] && [ -z "$$lost" ]
 

@@ -35,6 +35,24 @@
 -- windows), then limit, remaining and reset are the pool's: remaining
 -- room under the rule that refused, retry when that much has left.
 --
+-- In-flight leases (inflight=, protocol 4): a window pair <n>
+-- "lease:<lease ms>:<lease id>" (at most one per decision; the id 1..64
+-- hex digits) is the account's leases, not a window: its key is a sorted
+-- set, member = lease id, score = the lease's end (Redis time, us). A lease
+-- counts while its end is after now. It admits when fewer than <n> leases
+-- count, whatever the cost (one request, one slot); an admission adds this
+-- request's lease (end = now + lease ms), trims the ended ones and sets the
+-- TTL to the latest end, as a window's key (its window 0). All-or-nothing
+-- with the windows and the pool as ever. Its reply, when it decides: limit
+-- <n>, remaining <n> - count (less this lease when admitted), reset and
+-- retry = until the earliest lease (the <need>th when several must end)
+-- ends, an upper bound since a release comes first in most cases. It is
+-- the deciding slot of an admission only when it is the only slot.
+-- ARGV[1] = "release", ARGV[2] = a lease id, KEYS[1] = the leases: the
+-- lease goes (ZREM), the ended ones too; reply { 1 (it was running) | 2
+-- (it had ended already) | 0 (not there: released, trimmed, or never
+-- taken), the leases still running }.
+--
 -- Rules: time is Redis's own (every agent shares one clock); an entry exactly
 -- one window old is out; admission is all-or-nothing over the windows; a
 -- denial writes nothing but the trims (a refused request does not count and
@@ -444,6 +462,14 @@ local function gcra(k0, a0, n)
 	return { 0, b, rem, reset, retry, 0 }
 end
 
+-- Leases <s> (see the header), read only: the running ones, their count,
+-- the earliest and latest ends.
+local function read_leases(s)
+	local a = call('ZRANGEBYSCORE', s.key, '(' .. nows, '+inf', 'WITHSCORES')
+	s.live, s.count, s.oldest, s.top = a, #a / 2, false, false
+	if a[1] then s.oldest, s.top = a[2] + 0, a[#a] + 0 end
+end
+
 -- Is <s> a pool's length argument ("pool:...")?
 local function is_pool(s)
 	return s ~= nil and s:sub(1, 5) == 'pool:'
@@ -517,31 +543,44 @@ local function decide(k0, a0, n, pooled)
 	end
 	if not cost then return redis.error_reply(BAD_ARGS) end
 	if pooled and not pool_args(k0, a0, n) then return redis.error_reply(BAD_WINDOW) end
-	local allowed = true
+	local allowed, leased = true, false
 	for i = 1, n do
 		local s = slot[i]
 		if not s then s = {}; slot[i] = s end
 		local ws = ARGV[a0 + 1 + 2 * i]
 		local l, w, p = num(ARGV[a0 + 2 * i]), num(ws), false
+		s.lease = false
 		if not w then
 			local wm, pm = match(ws, '^(%d+):(%d+)$')
 			w, p = tonumber(wm), tonumber(pm)
 			if not (p and p >= 1 and w >= 1) then w = false end
 		end
+		if not w and not leased then
+			-- (a lease pair: the window 0, so that the TTL below is a window's)
+			local lm, id = match(ws, '^lease:(%d+):(%x+)$')
+			lm = num(lm)
+			if lm and lm <= 1e12 and #id <= 64 then
+				w, p, leased, s.lease, s.lms, s.id = 0, false, true, true, lm, id
+			end
+		end
 		if not (l and w) then
 			return redis.error_reply(BAD_WINDOW)
 		end
 		-- Inclusive bound: score <= now - window is out, so an entry exactly
-		-- one window old does not count.
+		-- one window old does not count (a lease: an end at now is over).
 		s.key, s.limit, s.win, s.prec = KEYS[k0 + i], l, w, p
 		s.cut = now - w * 1000
 		s.cuts = int(s.cut)
-		if p then
+		s.unit = cost
+		if s.lease then
+			read_leases(s)
+			s.unit = 1
+		elseif p then
 			read_buckets(s)
 		elseif not read_window(s) then
 			return redis.error_reply(BAD_ENTRY)
 		end
-		if s.count + cost > l then allowed = false end
+		if s.count + s.unit > l then allowed = false end
 	end
 	if pooled then
 		if not read_pool(cost) then return redis.error_reply(BAD_ENTRY) end
@@ -553,7 +592,10 @@ local function decide(k0, a0, n, pooled)
 	if allowed then
 		for i = 1, n do
 			local s = slot[i]
-			if s.prec then
+			if s.lease then
+				s.score = now + s.lms * 1000
+				call('ZADD', s.key, int(s.score), s.id)
+			elseif s.prec then
 				-- The bucket of <now>: score = its end (us), where it leaves.
 				local e = (math.floor(math.floor(now / 1000) / s.prec) + 1) * s.prec
 				s.score = e * 1000
@@ -597,8 +639,10 @@ local function decide(k0, a0, n, pooled)
 				ttl = int(s.win + 1 + math.ceil((last - now) / 1000))
 			end
 			expire(s.key, ttl)
-			local rem = s.limit - s.count - cost
-			if not best or rem < best_rem then
+			local rem = s.limit - s.count - s.unit
+			-- (the leases decide an admission only alone: the headers tell
+			-- the rate)
+			if (not best or rem < best_rem) and (n == 1 or not s.lease) then
 				best, best_rem = i, rem
 			end
 		end
@@ -626,12 +670,14 @@ local function decide(k0, a0, n, pooled)
 		if pooled and pool.expired then trim(pool.key, pool.trims) end
 		for i = 1, n do
 			local s = slot[i]
-			local need = s.count + cost - s.limit
+			local need = s.count + s.unit - s.limit
 			if need > 0 then
 				local w = s.win * 1000
 				-- cost > limit never fits: answer a whole window rather than loop.
 				local retry = w
-				if need <= s.count and s.prec then
+				if s.lease then
+					retry = s.live[2 * need] - now
+				elseif need <= s.count and s.prec then
 					retry = retry_buckets(s, need, w)
 				elseif need <= s.count then
 					retry = retry_for(s, need, w)
@@ -666,6 +712,21 @@ local function decide(k0, a0, n, pooled)
 		return { allowed and 1 or 0, lim, best_rem, best_reset, best_retry, best - 1, code }
 	end
 	return { allowed and 1 or 0, lim, best_rem, best_reset, best_retry, best - 1 }
+end
+
+if ARGV[1] == 'release' then
+	local key, id = KEYS[1], ARGV[2]
+	if #KEYS ~= 1 or #ARGV ~= 2 or not match(id, '^%x+$') or #id > 64 then
+		return redis.error_reply(BAD_ARGS)
+	end
+	local sc, code = call('ZSCORE', key, id), 0
+	if sc then
+		call('ZREM', key, id)
+		code = 2
+		if sc + 0 > now then code = 1 end
+	end
+	call('ZREMRANGEBYSCORE', key, '-inf', nows)
+	return { code, call('ZCARD', key) }
 end
 
 if ARGV[1] ~= 'batch' then

@@ -31,7 +31,8 @@
  * of RATELIMIT.DECIDE (its arguments and replies) and only changes when
  * that does; agents read it at connect and use the module only on a
  * protocol they speak. A module without the command (before 1.1.0) speaks
- * protocol 1; this one speaks 3 (pools; 2: GCRA), a superset of 2 and 1.
+ * protocol 1; this one speaks 4 (leases; 3: pools; 2: GCRA), a superset
+ * of 3, 2 and 1.
  *
  * Load arguments: allow-eviction. A build with -DRATELIMIT_TEST_CLOCK
  * (module/ratelimit-test.so, for the tests only) also takes test-clock:
@@ -55,8 +56,9 @@
  * report. 1: the log and precision= windows; 2: also GCRA windows
  * ("gcra:<ms>:<burst>"), every protocol-1 call answered as before; 3:
  * also pools (a last pair "pool:..."), every protocol-2 call answered as
- * before. */
-#define RL_MODULE_VERSION 3
+ * before; 4: also in-flight leases (a pair "lease:<ms>:<id>", and
+ * RATELIMIT.RELEASE), every protocol-3 call answered as before. */
+#define RL_MODULE_VERSION 4
 #ifndef RL_PRODUCT_VERSION
 #define RL_PRODUCT_VERSION "unknown"
 #endif
@@ -114,6 +116,13 @@ static int rl_now(RedisModuleCtx *ctx, int64_t *now)
 	*now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 	return 0;
 }
+/* What window <s> of <d> takes of its limit: the cost, or one slot of
+ * the leases whatever the cost. */
+static int64_t unit_of(const struct rl_decision *d, const struct rl_state *s)
+{
+	return s->w->lease_ms ? 1 : d->cost;
+}
+
 /* Decides <d> over keys <keys> at <now> and writes the reply (the
  * script's array, or an error). <oom>: Redis is over maxmemory. */
 static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct rl_decision *d,
@@ -124,7 +133,7 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 	const struct rl_state *bs;
 	const char *err = NULL;
 	size_t i, best = 0;
-	int allowed = 1, code = 0, pooled_read = 0;
+	int allowed = 1, code = 0, pooled_read = 0, have = 0;
 	int64_t best_rem = 0, best_reset = 0, best_retry = 0;
 
 	/* (the parser gives 1..RL_MAX_WINDOWS; said again for the reader) */
@@ -146,10 +155,13 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		/* Inclusive bound: score <= now - window is out, so an entry
 		 * exactly one window old does not count. */
 		s->cut = now - s->w->win_ms * 1000;
-		err = s->w->prec_ms ? rl_log_read_buckets(ctx, s, now) : rl_log_read(ctx, s);
+		if (s->w->lease_ms)
+			err = rl_lease_read(ctx, s, now);
+		else
+			err = s->w->prec_ms ? rl_log_read_buckets(ctx, s, now) : rl_log_read(ctx, s);
 		if (err)
 			goto fail;
-		if (s->count + d->cost > s->w->limit)
+		if (s->count + unit_of(d, s) > s->w->limit)
 			allowed = 0;
 	}
 	if (d->pooled) {
@@ -174,13 +186,20 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		 * the order within a key is the same, so are the data.) */
 		for (i = 0; i < d->nwin; i++) {
 			struct rl_state *s = &st[i];
-			int64_t rem = s->w->limit - s->count - d->cost;
+			int64_t rem = s->w->limit - s->count - unit_of(d, s);
 			RedisModuleKey *k =
 				RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ | REDISMODULE_WRITE);
+			int rc;
 
 			if (s->w->prec_ms) {
 				rl_log_add_bucket(ctx, k, s, d->cost);
-			} else if (rl_log_add(ctx, k, s, now, d->cost) == -1) {
+				rc = 0;
+			} else if (s->w->lease_ms) {
+				rc = rl_lease_add(ctx, k, s, now);
+			} else {
+				rc = rl_log_add(ctx, k, s, now, d->cost);
+			}
+			if (rc == -1) {
 				/* (the windows before it hold their admission, as their
 				 * replicas do: the caller sees an error, fail-closed) */
 				RedisModule_CloseKey(k);
@@ -189,9 +208,12 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 			}
 			rl_log_trim(ctx, k, s, now, rl_log_ttl_ms(s, now));
 			RedisModule_CloseKey(k);
-			if (i == 0 || rem < best_rem) {
+			/* (the leases decide an admission only alone: the headers
+			 * tell the rate) */
+			if ((!have || rem < best_rem) && (d->nwin == 1 || !s->w->lease_ms)) {
 				best = i;
 				best_rem = rem;
+				have = 1;
 			}
 		}
 		if (d->pooled && rl_pool_admit(ctx, &ps, now, d->cost) == -1) {
@@ -204,8 +226,6 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		             st[best].w->win_ms * 1000 - now;
 		best_retry = 0;
 	} else {
-		int have = 0;
-
 		for (i = 0; i < d->nwin; i++) {
 			RedisModuleKey *k;
 
@@ -219,13 +239,15 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 			rl_pool_trim(ctx, &ps);
 		for (i = 0; i < d->nwin; i++) {
 			struct rl_state *s = &st[i];
-			int64_t need = s->count + d->cost - s->w->limit, retry;
+			int64_t need = s->count + unit_of(d, s) - s->w->limit, retry;
 
 			if (need <= 0)
 				continue;
 			/* cost > limit never fits: a whole window rather than a loop */
 			retry = s->w->win_ms * 1000;
-			if (need <= s->count)
+			if (s->w->lease_ms)
+				retry = rl_lease_retry(ctx, s, need, now);
+			else if (need <= s->count)
 				retry = s->w->prec_ms ? rl_log_retry_buckets(s, need, now)
 				                      : rl_log_retry(ctx, s, need, now);
 			if (!have || retry > best_retry) {
@@ -369,6 +391,37 @@ static int cmd_decide(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	return REDISMODULE_OK;
 }
 
+/* RATELIMIT.RELEASE <key> <lease id>: the script's "release" mode (its
+ * KEYS[1], ARGV[2]); replies [<code>, <leases left>]. */
+static int cmd_release(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+	long long code, live;
+	const char *err, *id;
+	size_t len;
+	int64_t now;
+
+	if (RedisModule_IsKeysPositionRequest && RedisModule_IsKeysPositionRequest(ctx)) {
+		if (argc >= 2)
+			RedisModule_KeyAtPos(ctx, 1);
+		return REDISMODULE_OK;
+	}
+	if (argc != 3)
+		return RedisModule_WrongArity(ctx);
+	if ((RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_EVICT) && !allow_eviction)
+		return RedisModule_ReplyWithError(ctx, RL_ERR_EVICTS_TEXT);
+	id = RedisModule_StringPtrLen(argv[2], &len);
+	if (!rl_args_is_lease_id(id, len))
+		return RedisModule_ReplyWithError(ctx, RL_ERR_ARGS_TEXT);
+	if (rl_now(ctx, &now) == -1)
+		return RedisModule_ReplyWithError(ctx, "ERR ratelimit: no clock");
+	err = rl_lease_release(ctx, argv[1], argv[2], now, &code, &live);
+	if (err)
+		return RedisModule_ReplyWithError(ctx, err);
+	RedisModule_ReplyWithArray(ctx, 2);
+	RedisModule_ReplyWithLongLong(ctx, code);
+	return RedisModule_ReplyWithLongLong(ctx, live);
+}
+
 #ifdef RATELIMIT_TEST_CLOCK
 /* RATELIMIT.TEST-FAIL-ALLOC <n> (test build only): empties the scratch
  * arrays, so that they grow again from nothing, and makes the <n>th growth
@@ -397,7 +450,8 @@ static int cmd_test_fail_alloc(RedisModuleCtx *ctx, RedisModuleString **argv, in
 	X(ReplyWithSimpleString)                                                             \
 	X(WrongArity) X(StringPtrLen) X(StringToLongLong) X(CreateString)                   \
 	X(CreateStringFromLongLong) X(FreeString) X(RetainString) X(Alloc) X(Realloc)        \
-	X(Free) X(Log) X(NotifyKeyspaceEvent) X(StringSet) X(StringDMA) X(ValueLength) X(DeleteKey)
+	X(Free) X(Log) X(NotifyKeyspaceEvent) X(StringSet) X(StringDMA) X(ValueLength) X(DeleteKey) \
+	X(ZsetScore)
 
 /* The two symbols Redis looks up (everything else is hidden). */
 #define RL_EXPORT __attribute__((visibility("default")))
@@ -475,6 +529,9 @@ RL_EXPORT int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, 
 	}
 	if (RedisModule_CreateCommand(ctx, "ratelimit.decide", cmd_decide, "write getkeys-api", 0, 0,
 	                              0) == REDISMODULE_ERR)
+		return REDISMODULE_ERR;
+	if (RedisModule_CreateCommand(ctx, "ratelimit.release", cmd_release, "write getkeys-api", 0,
+	                              0, 0) == REDISMODULE_ERR)
 		return REDISMODULE_ERR;
 	if (with_version && RedisModule_CreateCommand(ctx, "ratelimit.version", cmd_version,
 	                                              "readonly fast", 0, 0, 0) == REDISMODULE_ERR)

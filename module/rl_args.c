@@ -88,13 +88,55 @@ static int parse_gcra_window(const struct rl_arg *a, struct rl_window *w)
 	return 0;
 }
 
-/* Window length <a>: "<ms>" (a log), "<ms>:<precision ms>" (bucketed) or
- * "gcra:<ms>:<burst>". */
+int rl_args_is_lease_id(const char *p, size_t len)
+{
+	size_t i;
+
+	if (len < 1 || len > RL_LEASE_ID_MAX)
+		return 0;
+	for (i = 0; i < len; i++)
+		if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f') ||
+		      (p[i] >= 'A' && p[i] <= 'F')))
+			return 0;
+	return 1;
+}
+
+/* "lease:<ms>:<id>" (<a> without "lease:") into <w>: the script's
+ * '^lease:(%d+):(%x+)$', ms 1..RL_MAX_MS, the id at most RL_LEASE_ID_MAX. */
+static int parse_lease_window(const struct rl_arg *a, struct rl_window *w)
+{
+	const char *colon = memchr(a->p, ':', a->len);
+	struct rl_arg ms;
+
+	if (!colon)
+		return -1;
+	ms.p = a->p;
+	ms.len = (size_t)(colon - a->p);
+	w->lease_id = colon + 1;
+	w->lease_id_len = a->len - ms.len - 1;
+	if (ms.len == 0 || ms.p[0] == '-' || parse_bounded(&ms, 1, RL_MAX_MS, &w->lease_ms) == -1 ||
+	    !rl_args_is_lease_id(w->lease_id, w->lease_id_len))
+		return -1;
+	w->win_ms = 0;
+	w->prec_ms = 0;
+	return 0;
+}
+
+/* Window length <a>: "<ms>" (a log), "<ms>:<precision ms>" (bucketed),
+ * "gcra:<ms>:<burst>" or "lease:<ms>:<id>". */
 static int parse_window(const struct rl_arg *a, struct rl_window *w)
 {
 	struct rl_arg ms, prec;
 
 	w->burst = 0;
+	w->lease_ms = 0;
+	w->lease_id = NULL;
+	w->lease_id_len = 0;
+	if (a->len > 6 && memcmp(a->p, "lease:", 6) == 0) {
+		struct rl_arg rest = { a->p + 6, a->len - 6 };
+
+		return parse_lease_window(&rest, w);
+	}
 	if (a->len > 5 && memcmp(a->p, "gcra:", 5) == 0) {
 		struct rl_arg rest = { a->p + 5, a->len - 5 };
 
@@ -147,7 +189,7 @@ static int parse_pool(const struct rl_arg *limit, const struct rl_arg *a, struct
 static enum rl_err parse_decision(const struct rl_arg *args, size_t nwin, int pooled,
                                   struct rl_decision *d)
 {
-	size_t i;
+	size_t i, leases = 0;
 
 	if (nwin < 1 || nwin > RL_MAX_WINDOWS)
 		return RL_ERR_ARGS;
@@ -159,6 +201,9 @@ static enum rl_err parse_decision(const struct rl_arg *args, size_t nwin, int po
 
 		if (parse_bounded(&args[1 + 2 * i], 1, RL_MAX_UNITS, &w->limit) == -1 ||
 		    parse_window(&args[2 + 2 * i], w) == -1)
+			return RL_ERR_WINDOW;
+		/* (at most one lease pair: the script's takes the first only) */
+		if (w->lease_ms && ++leases > 1)
 			return RL_ERR_WINDOW;
 	}
 	/* a GCRA decision has exactly one window, and no pool */

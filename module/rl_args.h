@@ -41,11 +41,19 @@ struct rl_arg {
  * quantity of the decision stays below 2^53 in the script's doubles. */
 #define RL_GCRA_MAX_SPAN 4503599627370496LL
 
+/* A lease id: 1..this many hex digits (the agent sends 32). */
+#define RL_LEASE_ID_MAX 64
+
 struct rl_window {
 	int64_t limit;
 	int64_t win_ms;
 	int64_t prec_ms;   /* 0: a sliding log (sorted set); else a bucketed hash */
 	int64_t burst;     /* 0; else GCRA ("gcra:<ms>:<burst>"): a string key */
+	/* 0; else in-flight leases ("lease:<ms>:<id>", protocol 4): win_ms 0,
+	 * the key a sorted set of lease id -> end (us), limit the bound */
+	int64_t lease_ms;
+	const char *lease_id;   /* borrowed from the argument */
+	size_t lease_id_len;
 };
 
 /* A stored GCRA value (the script's gcra() header): "<tat>:<frac>", the
@@ -173,6 +181,10 @@ int rl_args_gcra_owed(const struct rl_window *w, int64_t now, const struct rl_gc
  * Returns 0, or -1 as rl_args_gcra_owed() (nothing decided). */
 int rl_args_gcra(const struct rl_window *w, int64_t cost, int64_t now,
                  const struct rl_gcra_value *v, struct rl_gcra *out);
+
+/* Is <p>/<len> a lease id (1..RL_LEASE_ID_MAX hex digits, the script's
+ * '^%x+$')? */
+int rl_args_is_lease_id(const char *p, size_t len);
 
 /* The end (ms) of the <prec_ms> bucket that holds <now_us>
  * (epoch-aligned: the script's (floor(floor(now / 1000) / p) + 1) * p). */

@@ -118,6 +118,19 @@ void rl_pool_trim(RedisModuleCtx *ctx, struct rl_pool_state *ps);
 /* Frees what rl_pool_read() left in <ps>. */
 void rl_pool_release(struct rl_pool_state *ps);
 
+/* In-flight leases (rl_lease.c). Reads lease window <s>'s running leases
+ * (count, earliest end in oldest, latest in top). NULL or the error text. */
+const char *rl_lease_read(RedisModuleCtx *ctx, struct rl_state *s, int64_t now);
+/* Adds this decision's lease to <k> (s->score = its end). 0 or -1. */
+int rl_lease_add(RedisModuleCtx *ctx, RedisModuleKey *k, struct rl_state *s, int64_t now);
+/* us until the <need>th running lease of <s> ends (need <= s->count). */
+int64_t rl_lease_retry(RedisModuleCtx *ctx, const struct rl_state *s, int64_t need, int64_t now);
+/* RATELIMIT.RELEASE's work on leases <name> (borrowed): lease <id> goes,
+ * the ended ones too; *<code> 1 (it ran), 2 (it had ended) or 0 (absent),
+ * *<live> the leases left. NULL or the error text. */
+const char *rl_lease_release(RedisModuleCtx *ctx, RedisModuleString *name, RedisModuleString *id,
+                             int64_t now, long long *code, long long *live);
+
 /* A GCRA decision over the string key <name> (borrowed from argv); writes
  * the reply. <oom>: Redis is over maxmemory. */
 void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, const struct rl_decision *d,

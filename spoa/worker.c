@@ -59,6 +59,14 @@ static void worker_on_traced(void *arg, const struct window_decision *d)
  * it can be logged (allocated here; freed by worker_on_traced, or here when
  * the limiter refuses the call); otherwise nothing is added to the hot path.
  */
+static int worker_ops_release(void *ctx, const struct window_policy *p, const char *key,
+                              size_t key_len, const char *lease)
+{
+	struct worker *w = ctx;
+
+	return limiter_release(w->limiter, p, key, key_len, lease);
+}
+
 static int worker_ops_check(void *ctx, const struct window_policy *p, const char *key,
                             size_t key_len, uint64_t cost, limiter_cb cb, void *arg)
 {
@@ -238,6 +246,7 @@ struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
 	limiter_set_deny_cache(w->limiter, g->cfg.deny_cache, g->cfg.deny_cache_size);
 	w->notify.cfg = &wc->ref;
 	w->notify.ops.check = worker_ops_check;
+	w->notify.ops.release = worker_ops_release;
 	w->notify.ops.ctx = w;
 	w->notify.metrics = &w->metrics;
 	w->env.loop = w->loop;

@@ -346,7 +346,9 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 			return validate_fail(c, err, errlen, "policy '%s': pool= needs one Redis (a primary, "
 			                     "or sentinel://), not cluster://: a pool and its accounts "
 			                     "cannot be decided in one slot", c->policies[i].name);
-		if (c->policies[i].nwin < 1 || c->policies[i].nwin > WINDOW_MAX_WINDOWS)
+		/* (inflight= alone: the leases are the policy's one limit) */
+		if ((c->policies[i].nwin < 1 && !c->policies[i].inflight) ||
+		    c->policies[i].nwin > WINDOW_MAX_WINDOWS)
 			return validate_fail(c, err, errlen, "policy '%s': 1..%d windows",
 			                     c->policies[i].name, WINDOW_MAX_WINDOWS);
 	}

@@ -370,7 +370,8 @@ const struct config_directive config_directives[] = {
 	  "the last headroom units (default LIMIT/10, >= 1)" },
 	{ "policy", CONFIG_ARG_LINE, false, config_dir_policy, NULL,
 	  "NAME LIMIT/WINDOW [LIMIT/WINDOW...] [on-redis-error=deny|allow] [shadow]\n"
-	  "         [max-cost=N] [precision=DURATION] [algorithm=log|gcra] [burst=N] [pool=POOL]",
+	  "         [max-cost=N] [precision=DURATION] [algorithm=log|gcra] [burst=N] [pool=POOL]\n"
+	  "         [inflight=N] [lease=DURATION]",
 	  "shadow: decide and count, but answer allow with\n"
 	  "reason=shadow-deny where it would deny;\n"
 	  "max-cost: a larger cost is bad-cost;\n"
@@ -379,7 +380,11 @@ const struct config_directive config_directives[] = {
 	  "the limit, may under-admit by one bucket);\n"
 	  "algorithm=gcra: a token bucket, one LIMIT/WINDOW\n"
 	  "(the rate) and burst=N units (default LIMIT);\n"
-	  "pool: also counted in POOL (a log policy)" },
+	  "pool: also counted in POOL (a log policy);\n"
+	  "inflight: at most N requests of an account\n"
+	  "running at once, each holding a lease until\n"
+	  "its response or lease=DURATION (default 60s,\n"
+	  "1s..24h; longer than your longest request)" },
 	{ "override", CONFIG_ARG_LINE, false, config_dir_override, NULL,
 	  "POLICY KEY LIMIT/WINDOW [LIMIT/WINDOW...] [burst=N]",
 	  "limits of one account (e.g. a partner) in POLICY" },

@@ -20,6 +20,11 @@
 
 #define CONFIG_LIMIT_MAX      1000000u
 #define CONFIG_WINDOW_MAX_MS  (24u * 3600u * 1000u)
+/* inflight=<n> and lease=<duration> (a policy's in-flight leases) */
+#define CONFIG_LEASES_MAX         1000000u
+#define CONFIG_LEASE_MIN_MS       1000u
+#define CONFIG_LEASE_MAX_MS       CONFIG_WINDOW_MAX_MS
+#define CONFIG_LEASE_DEFAULT_MS   60000u
 #define CONFIG_TIMEOUT_MAX_MS 60000u
 #define CONFIG_CONN_MAX       1000000u
 #define CONFIG_INFLIGHT_MAX   65536u

@@ -225,9 +225,32 @@ static int parse_pool_word(struct parse_ctx *x, const char *what, struct word w,
 	                         config_word_plen(w) - 5, w.p + 5);
 }
 
+/* "inflight=<n>" or "lease=<duration>" word <w> of policy <p> (see
+ * config_dir_policy for what needs what). Returns 0, 1 when <w> is
+ * neither, or -1. */
+static int parse_lease_word(struct parse_ctx *x, const char *what, struct word w,
+                            struct window_policy *p)
+{
+	if (w.len > 9 && memcmp(w.p, "inflight=", 9) == 0) {
+		if (decimal_parse(w.p + 9, w.len - 9, CONFIG_LEASES_MAX, &p->inflight) != 0 ||
+		    p->inflight == 0)
+			return config_parse_fail(&x->lex, "%s: inflight must be 1..%u, got '%.*s'", what,
+			                         CONFIG_LEASES_MAX, config_word_plen(w), w.p);
+		return 0;
+	}
+	if (w.len > 6 && memcmp(w.p, "lease=", 6) == 0) {
+		if (config_check_duration(w.p + 6, w.len - 6, &p->lease_ms) != 0 ||
+		    p->lease_ms < CONFIG_LEASE_MIN_MS || p->lease_ms > CONFIG_LEASE_MAX_MS)
+			return config_parse_fail(&x->lex, "%s: lease must be 1s..24h, got '%.*s'", what,
+			                         config_word_plen(w), w.p);
+		return 0;
+	}
+	return 1;
+}
+
 /* policy <name> <limit>/<window>... [on-redis-error=deny|allow] [shadow]
  * [max-cost=<n>] [precision=<duration>] [algorithm=log|gcra] [burst=<n>]
- * [pool=<pool>] */
+ * [pool=<pool>] [inflight=<n>] [lease=<duration>] */
 int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 {
 	struct config *c = x->c;
@@ -263,6 +286,8 @@ int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 			continue;
 		if (rc == 1)
 			rc = parse_pool_word(x, what, w[i], p);
+		if (rc == 1)
+			rc = parse_lease_word(x, what, w[i], p);
 		if (rc == -1)
 			return -1;
 		if (rc == 0)
@@ -290,12 +315,23 @@ int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 		} else
 			return config_parse_fail(&x->lex, "%s: unknown option '%.*s' (expected <limit>/<window>, "
 			                  "on-redis-error=deny|allow, shadow, max-cost=<n>, "
-			                  "precision=<duration>, algorithm=log|gcra, burst=<n> or pool=<pool>)",
+			                  "precision=<duration>, algorithm=log|gcra, burst=<n>, pool=<pool>, "
+			                  "inflight=<n> or lease=<duration>)",
 			                  what, config_word_plen(w[i]), w[i].p);
 	}
-	if (p->nwin == 0)
-		return config_parse_fail(&x->lex, "%s: expected at least one <limit>/<window>", what);
+	if (p->nwin == 0 && !p->inflight)
+		return config_parse_fail(&x->lex, "%s: expected at least one <limit>/<window> "
+		                         "(or inflight=<n>)", what);
+	if (p->lease_ms && !p->inflight)
+		return config_parse_fail(&x->lex, "%s: lease= needs inflight=<n>", what);
+	if (p->inflight && !p->lease_ms)
+		p->lease_ms = CONFIG_LEASE_DEFAULT_MS;
 	if (p->algorithm == WINDOW_ALGO_GCRA) {
+		/* (a bucket's decision is its one value: no other key beside it) */
+		if (p->inflight)
+			return config_parse_fail(&x->lex, "%s: inflight= does not apply to algorithm=gcra "
+			                         "(in-flight leases count log and precision= policies)",
+			                         what);
 		/* (a pool is a log on Redis's clock beside the account's windows:
 		 * a bucket's one value has no such step) */
 		if (p->pooled)

@@ -210,6 +210,12 @@ static void conn_send_ack(struct conn *c, struct conn_notify_env *ne, const stru
 		}
 		if (d->reason != WINDOW_REASON_NONE)
 			spop_ack_set_str(&a, SPOP_SCOPE_TXN, "reason", why, strlen(why));
+		/* an admission under inflight=: the lease "ratelimit-done" names */
+		if (d->lease[0]) {
+			spop_ack_set_str(&a, SPOP_SCOPE_TXN, "lease", d->lease, strlen(d->lease));
+			if (ne->metrics)
+				metrics_add(&ne->metrics->leases[METRICS_LEASE_TAKEN], 1);
+		}
 		/* the frame after its 4-byte length counts against max_frame */
 		conn_ack_headers(&a, r, (size_t)conn_max_frame(c) + 4);
 	}
@@ -457,6 +463,44 @@ static void conn_decide_message(struct conn_notify_env *ne, struct conn_req *r,
 	}
 }
 
+/*
+ * A "ratelimit-done" message <m> (HAProxy's response phase): the lease it
+ * names goes back. Its args are policy, key and lease (cost, for settle=,
+ * is read by nobody yet); anything missing or malformed, or a policy
+ * without inflight=, is ignored (logged at debug): the lease then ends at
+ * lease=. The ACK does not wait for Redis.
+ */
+static void conn_done_message(struct conn_notify_env *ne, const struct config *cfg,
+                              const struct spop_message *m)
+{
+	const struct window_policy *p = NULL;
+	struct spop_iter it;
+	struct spop_arg a;
+	struct spop_str key = { NULL, 0 }, lease = { NULL, 0 };
+	char id[WINDOW_LEASE_ID_LEN + 1];
+
+	spop_iter_args(m, &it);
+	while (spop_next_arg(&it, &a)) {
+		bool s = a.value.type == SPOP_T_STR || a.value.type == SPOP_T_BIN;
+
+		if (s && !p && spop_str_eq(a.name, "policy"))
+			p = config_find_policy(cfg, a.value.v.s.ptr, a.value.v.s.len);
+		else if (s && spop_str_eq(a.name, "key"))
+			key = a.value.v.s;
+		else if (s && spop_str_eq(a.name, "lease"))
+			lease = a.value.v.s;
+	}
+	if (!p || !p->inflight || !ne->ops.release || window_check_key(key.ptr, key.len) == -1 ||
+	    lease.len != WINDOW_LEASE_ID_LEN) {
+		log_debug("done_ignored", "policy=%s lease_len=%zu", p ? p->name : "-", lease.len);
+		return;
+	}
+	memcpy(id, lease.ptr, lease.len);
+	id[lease.len] = '\0';
+	if (ne->ops.release(ne->ops.ctx, p, key.ptr, key.len, id) == -1)
+		log_debug("done_ignored", "policy=%s reason=\"release refused\"", p->name);
+}
+
 /* "ratelimit" messages in NOTIFY <f>. */
 static unsigned conn_count_messages(const struct spop_frame *f)
 {
@@ -539,6 +583,8 @@ static void conn_notify_frame(void *st, const struct spop_frame *f)
 		while (spop_next_message(&it, &m)) {
 			if (spop_str_eq(m.name, "ratelimit"))
 				conn_decide_message(ne, r, &m);
+			else if (spop_str_eq(m.name, "ratelimit-done"))
+				conn_done_message(ne, cfg, &m);
 		}
 	}
 	if (--r->pending == 0)

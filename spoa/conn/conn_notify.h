@@ -29,6 +29,10 @@ struct conn_req;
 struct limiter_ops {
 	int (*check)(void *ctx, const struct window_policy *p, const char *key,
 	             size_t key_len, uint64_t cost, limiter_cb cb, void *arg);
+	/* a "ratelimit-done" message's release; same contract as
+	 * limiter_release(); may be NULL (releases ignored) */
+	int (*release)(void *ctx, const struct window_policy *p, const char *key,
+	               size_t key_len, const char *lease);
 	void *ctx;
 };
 

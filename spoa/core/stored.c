@@ -116,8 +116,8 @@ int stored_read_buckets(const struct stored_field *f, size_t n, const struct win
 int stored_read_gcra(const char *v, size_t len, const struct window_limit *lim, int64_t now_us,
                      struct stored_usage *u)
 {
-	struct rl_window rw = { (int64_t)lim->limit, (int64_t)lim->window_ms, 0,
-	                        (int64_t)lim->burst };
+	struct rl_window rw = { .limit = (int64_t)lim->limit, .win_ms = (int64_t)lim->window_ms,
+	                        .burst = (int64_t)lim->burst };
 	struct rl_gcra_value val;
 	int64_t d, f, w_us = (int64_t)lim->window_ms * 1000;
 	__int128 dl, full;

@@ -41,6 +41,7 @@ static const char *const reason_names[WINDOW_REASON_COUNT] = {
 	[WINDOW_REASON_BLOCKED]           = "blocked",
 	[WINDOW_REASON_POOL_FULL]         = "pool-full",
 	[WINDOW_REASON_POOL_SHARE]        = "pool-share",
+	[WINDOW_REASON_IN_FLIGHT]         = "in-flight",
 };
 
 /* Name of <s>; "unknown" outside the enum. Static storage. */
@@ -303,8 +304,9 @@ int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
 		return -1;
 	for (i = 0; i < n; i++) {
 		/* (a pooled one: its pool's two keys share one pair) */
-		bool plain = one[i].nkeys <= WINDOW_MAX_WINDOWS && one[i].argc == 4 + 3 * (int)one[i].nkeys;
-		bool pooled = one[i].nkeys >= 3 && one[i].nkeys <= WINDOW_MAX_WINDOWS + 3 &&
+		bool plain = one[i].nkeys <= WINDOW_MAX_WINDOWS + 1 &&
+		             one[i].argc == 4 + 3 * (int)one[i].nkeys;
+		bool pooled = one[i].nkeys >= 3 && one[i].nkeys <= WINDOW_MAX_WINDOWS + 4 &&
 		              one[i].argc == 2 + 3 * (int)one[i].nkeys;
 
 		if (one[i].nkeys < 1 || !(plain || pooled))
@@ -354,6 +356,7 @@ int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
  *   POOL_LOG / POOL_ACCOUNTS  "<pool>:pool:p1:{<pool>}" and
  *            "<pool>:pool:a1:{<pool>}" (<policy> is then the pool's name):
  *            a pool's log and its account -> units hash, one slot.
+ *   LEASES   "<policy>:inflight:l1:{<tag>}": the account's leases.
  * The tag (args_put_tag) ends at the first '}' and the window follows it,
  * so the forms never meet: distinct accounts, policies or windows give
  * distinct keys, and every key of an account shares one Cluster slot.
@@ -366,7 +369,7 @@ static void args_add_key(struct args_writer *w, const struct window_policy *p,
 		[WINDOW_KEY_LOG] = ":limit:v1:", [WINDOW_KEY_BUCKETS] = ":limit:b1:",
 		[WINDOW_KEY_GCRA] = ":limit:g1:", [WINDOW_KEY_LEGACY_LOG] = ":limit:v1:",
 		[WINDOW_KEY_LEGACY_BUCKETS] = ":limit:b1:", [WINDOW_KEY_POOL_LOG] = ":pool:p1:",
-		[WINDOW_KEY_POOL_ACCOUNTS] = ":pool:a1:",
+		[WINDOW_KEY_POOL_ACCOUNTS] = ":pool:a1:", [WINDOW_KEY_LEASES] = ":inflight:l1:",
 	};
 	const char *name = p->name;
 	size_t name_len = p->name_len;
@@ -422,6 +425,52 @@ static void args_add_pool(struct args_writer *w, const struct window_policy *p, 
 	args_put(w, &pos, key, key_len);
 	if (!w->failed)
 		args_end(w, start, pos);
+}
+
+/* The leases' pair of inflight= policy <p>: <inflight>
+ * "lease:<lease ms>:<lease id>". */
+static void args_add_lease(struct args_writer *w, const struct window_policy *p)
+{
+	char *start;
+	size_t pos = 0;
+
+	args_add_u64(w, p->inflight, 0);
+	start = args_begin(w);
+	if (!start)
+		return;
+	args_put(w, &pos, "lease:", 6);
+	args_put_u64(w, &pos, p->lease_ms);
+	args_put(w, &pos, ":", 1);
+	args_put(w, &pos, p->lease_id, strlen(p->lease_id));
+	if (!w->failed)
+		args_end(w, start, pos);
+}
+
+/* See window.h. */
+int window_build_release(const struct window_policy *p, const char *key, size_t key_len,
+                         const char *lease, struct window_args *a)
+{
+	struct args_writer w = { .a = a, .used = 0, .failed = 0 };
+	size_t n = strlen(lease);
+
+	a->argc = 0;
+	a->nkeys = 0;
+	a->lease_at = -1;
+	if (!p->inflight || window_check_key(key, key_len) == -1 || n < 1 ||
+	    n > WINDOW_LEASE_ID_LEN)
+		return -1;
+	args_add(&w, "EVALSHA", 7);
+	args_add(&w, "", 0);
+	args_add_u64(&w, 1, 0);
+	args_add_key(&w, p, WINDOW_KEY_LEASES, 0, key, key_len);
+	args_add(&w, "release", 7);
+	args_add(&w, lease, n);
+	if (w.failed) {
+		a->argc = 0;
+		return -1;
+	}
+	a->nkeys = 1;
+	return 0;
 }
 
 /* window_build_args() for GCRA policy <p> (one limit in <lim>/<nwin>,
@@ -499,12 +548,14 @@ int window_build_args(const struct window_policy *p, const char *sha,
 
 	a->argc = 0;
 	a->nkeys = 0;
+	a->lease_at = -1;
 	if (window_check_key(key, key_len) == -1) {
 		*why = WINDOW_REASON_BAD_KEY;
 		return -1;
 	}
 	lim = window_limits_for(p, key, key_len, &nwin);
-	if (nwin == 0 || nwin > WINDOW_MAX_WINDOWS) {
+	/* (inflight= alone: its leases are the decision's one pair) */
+	if ((nwin == 0 && !p->inflight) || nwin > WINDOW_MAX_WINDOWS) {
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
@@ -531,15 +582,22 @@ int window_build_args(const struct window_policy *p, const char *sha,
 	 * same limit, so it counts (and gets) what either form admitted */
 	legacy = p->legacy_key && nwin == 1 && key[0] != '{';
 	nkeys = nwin + (legacy ? 1 : 0);
+	/* (a lease id is what the caller drew: without one, no decision) */
+	if (p->inflight && strlen(p->lease_id) != WINDOW_LEASE_ID_LEN) {
+		*why = WINDOW_REASON_REDIS_ERROR;
+		return -1;
+	}
 	args_add(&w, "EVALSHA", 7);
 	args_add(&w, sha, strlen(sha));
-	args_add_u64(&w, nkeys + (p->pooled ? 2 : 0), 0);
+	args_add_u64(&w, nkeys + (p->inflight ? 1 : 0) + (p->pooled ? 2 : 0), 0);
 	for (i = 0; i < nwin; i++)
 		args_add_key(&w, p, window_is_bucketed(p, lim[i].window_ms) ?
 		             WINDOW_KEY_BUCKETS : WINDOW_KEY_LOG, lim[i].window_ms, key, key_len);
 	if (legacy)
 		args_add_key(&w, p, window_is_bucketed(p, lim[0].window_ms) ?
 		             WINDOW_KEY_LEGACY_BUCKETS : WINDOW_KEY_LEGACY_LOG, 0, key, key_len);
+	if (p->inflight)
+		args_add_key(&w, p, WINDOW_KEY_LEASES, 0, key, key_len);
 	if (p->pooled) {
 		args_add_key(&w, p, WINDOW_KEY_POOL_LOG, 0, key, key_len);
 		args_add_key(&w, p, WINDOW_KEY_POOL_ACCOUNTS, 0, key, key_len);
@@ -552,6 +610,8 @@ int window_build_args(const struct window_policy *p, const char *sha,
 		args_add_u64(&w, li->window_ms,
 		             window_is_bucketed(p, li->window_ms) ? p->precision_ms : 0);
 	}
+	if (p->inflight)
+		args_add_lease(&w, p);
 	if (p->pooled)
 		args_add_pool(&w, p, key, key_len);
 	if (w.failed) {
@@ -559,7 +619,8 @@ int window_build_args(const struct window_policy *p, const char *sha,
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
-	a->nkeys = nkeys + (p->pooled ? 2 : 0);
+	a->lease_at = p->inflight ? (int)nkeys : -1;
+	a->nkeys = nkeys + (p->inflight ? 1 : 0) + (p->pooled ? 2 : 0);
 	*why = WINDOW_REASON_NONE;
 	return 0;
 }
@@ -571,8 +632,10 @@ bool window_deny_holds(const struct window_policy *p, uint64_t cost,
 	if (d->status != WINDOW_DENY)
 		return false;
 	/* a pool's deny carries its reason, which the cache does not keep;
-	 * and a share can grow before the retry (accounts leave the pool) */
-	if (d->reason == WINDOW_REASON_POOL_FULL || d->reason == WINDOW_REASON_POOL_SHARE)
+	 * and a share can grow before the retry (accounts leave the pool);
+	 * a lease is mostly released before it ends */
+	if (d->reason == WINDOW_REASON_POOL_FULL || d->reason == WINDOW_REASON_POOL_SHARE ||
+	    d->reason == WINDOW_REASON_IN_FLIGHT)
 		return false;
 	if (p->algorithm != WINDOW_ALGO_GCRA)
 		return true;
@@ -620,9 +683,13 @@ int window_decide_reply(const struct window_policy *p, const struct window_reply
                         struct window_decision *d)
 {
 	struct stored_reply sr;
+	bool leased;
 
+	/* (the leases' pair is one index more than the windows) */
+	leased = p && p->inflight && p->lease_at >= 0;
 	if (!r || r->kind != WINDOW_REPLY_INTEGERS ||
-	    stored_read_reply(r->v, r->n, WINDOW_MAX_WINDOWS, p && p->pooled, &sr) == -1) {
+	    stored_read_reply(r->v, r->n, WINDOW_MAX_WINDOWS + (leased ? 1 : 0), p && p->pooled,
+	                      &sr) == -1) {
 		enum window_reason why = WINDOW_REASON_REDIS_ERROR;
 
 		if (window_reply_is_oom(r))
@@ -639,6 +706,12 @@ int window_decide_reply(const struct window_policy *p, const struct window_reply
 	d->reset = window_us_to_s_ceil(sr.reset_us);
 	d->reset_us = sr.reset_us;
 	d->window = sr.window;
+	/* the leases' pair, and a pool after it, are no window of the policy */
+	if (leased && d->window >= (unsigned)p->lease_at) {
+		if (d->window == (unsigned)p->lease_at && sr.pool == STORED_POOL_NONE && !sr.allowed)
+			d->reason = WINDOW_REASON_IN_FLIGHT;
+		d->window = WINDOW_MAX_WINDOWS;
+	}
 	/* the 1.0.x key of an upgrade is window 0 again (see window_build_args) */
 	if (p && p->legacy_key && p->nwin == 1 && d->window == 1)
 		d->window = 0;
@@ -646,6 +719,8 @@ int window_decide_reply(const struct window_policy *p, const struct window_reply
 		d->reason = sr.pool == STORED_POOL_FULL ? WINDOW_REASON_POOL_FULL : WINDOW_REASON_POOL_SHARE;
 	if (sr.allowed) {
 		d->status = WINDOW_ALLOW;
+		if (leased)
+			memcpy(d->lease, p->lease_id, sizeof(d->lease));
 		return 0;
 	}
 	d->status = WINDOW_DENY;

@@ -22,7 +22,10 @@
  * pooled decision (its pool after the windows, see window_build_args)
  * returns 7: then { ..., pool } where pool is 0, or 1 (pool-full) / 2
  * (pool-share) when the pool decided the denial (the numbers are the
- * pool's).
+ * pool's). A policy with inflight= sends its leases as one more pair
+ * after the windows, <inflight> "lease:<lease ms>:<lease id>" (its key
+ * <policy>:inflight:l1:{<tag>}), before the pool's; the reply's index of
+ * that pair means reason in-flight (window_args.lease_at says which).
  */
 #ifndef SPOA_WINDOW_H
 #define SPOA_WINDOW_H
@@ -39,7 +42,11 @@
 #define WINDOW_REDIS_KEY_MAX   (WINDOW_NAME_MAX + 3 * WINDOW_KEY_MAX + 32)
 /* "EVALSHA" sha nkeys, one key per window, cost, limit+window per window;
  * a pool: 2 keys and its limit+window */
-#define WINDOW_SCRIPT_ARGC_MAX (4 + WINDOW_MAX_WINDOWS * 3 + 4)
+/* "EVALSHA" sha nkeys, one key per window, cost, limit+window per window;
+ * leases: a key and a pair */
+#define WINDOW_SCRIPT_ARGC_MAX (4 + WINDOW_MAX_WINDOWS * 3 + 4 + 3)
+/* a lease id: 128 random bits in lower-case hex */
+#define WINDOW_LEASE_ID_LEN    32
 /* precision=<d>: bucket length bounds (a bucket per precision of window) */
 #define WINDOW_PRECISION_MIN_MS      1000
 #define WINDOW_PRECISION_MAX_BUCKETS 600
@@ -73,6 +80,7 @@ enum window_reason {
 	WINDOW_REASON_BLOCKED,         /* a live override blocks the account (ctl) */
 	WINDOW_REASON_POOL_FULL,       /* deny: the account's pool has no room */
 	WINDOW_REASON_POOL_SHARE,      /* deny: above its share, only headroom left */
+	WINDOW_REASON_IN_FLIGHT,       /* deny: the account's leases are all taken */
 	WINDOW_REASON_COUNT
 };
 
@@ -151,6 +159,15 @@ struct window_policy {
 	/* pool=: the pool's limits, copied at parse (a log policy only) */
 	bool pooled;
 	struct window_pool pool;
+	/* inflight=: requests of one account running at once (0: no limit),
+	 * each holding a lease of lease_ms until released or ended */
+	uint64_t inflight;
+	uint64_t lease_ms;
+	/* set by the caller per decision of an inflight= policy: this
+	 * request's lease id (NUL-terminated), and the index of the leases'
+	 * pair in its arguments (window_args.lease_at) */
+	char lease_id[WINDOW_LEASE_ID_LEN + 1];
+	int lease_at;
 };
 
 /* The forms of an account's Redis keys (window_build_args owns them). */
@@ -162,6 +179,7 @@ enum window_key_form {
 	WINDOW_KEY_LEGACY_BUCKETS,     /* <policy>:limit:b1:<account> (1.0.x) */
 	WINDOW_KEY_POOL_LOG,           /* <pool>:pool:p1:{<pool>} */
 	WINDOW_KEY_POOL_ACCOUNTS,      /* <pool>:pool:a1:{<pool>} */
+	WINDOW_KEY_LEASES,             /* <policy>:inflight:l1:{<tag>} */
 	WINDOW_KEY_FORM_COUNT
 };
 
@@ -176,7 +194,10 @@ struct window_decision {
 	int64_t retry_after_us;        /* raw, for the local deny cache */
 	int64_t reset_us;              /* raw, for the local deny cache */
 	unsigned window;               /* index of the deciding window;
-	                                * WINDOW_MAX_WINDOWS: the pool */
+	                                * WINDOW_MAX_WINDOWS: the pool or the
+	                                * leases */
+	char lease[WINDOW_LEASE_ID_LEN + 1]; /* an admission under inflight=:
+	                                      * its lease id; else "" */
 };
 
 /* Script arguments for one request. <argv>/<argvlen> borrow <buf>. */
@@ -185,7 +206,8 @@ struct window_args {
 	const char *argv[WINDOW_SCRIPT_ARGC_MAX];
 	size_t argvlen[WINDOW_SCRIPT_ARGC_MAX];
 	unsigned nkeys;
-	char buf[WINDOW_MAX_WINDOWS * (WINDOW_REDIS_KEY_MAX + 64) + 128 +
+	int lease_at;                  /* the leases' pair index, or -1 */
+	char buf[(WINDOW_MAX_WINDOWS + 1) * (WINDOW_REDIS_KEY_MAX + 64) + 128 +
 	         2 * (2 * WINDOW_NAME_MAX + 32) + WINDOW_KEY_MAX + 64];
 };
 
@@ -202,6 +224,13 @@ const struct window_limit *window_limits_for(const struct window_policy *p,
  * linear search: a policy has few plans (config lines). */
 const struct window_plan *window_plan_find(const struct window_policy *p,
                                            const char *name, size_t len);
+/* The release of lease <lease> (NUL-terminated, 1..WINDOW_LEASE_ID_LEN hex
+ * digits) of account <key> under inflight= policy <p>: "EVALSHA" <""> 1
+ * <policy>:inflight:l1:{<tag>} "release" <lease> (the engine writes its
+ * head; the module's command is RATELIMIT.RELEASE <key> <lease>).
+ * Returns 0, or -1 (not an inflight= policy, a bad key or lease). */
+int window_build_release(const struct window_policy *p, const char *key, size_t key_len,
+                         const char *lease, struct window_args *a);
 
 /* Order of a policy's override table (qsort/bsearch on struct
  * window_override): bytewise on the key, a shorter prefix first. */

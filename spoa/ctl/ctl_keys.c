@@ -27,6 +27,7 @@ int ctl_keys_for(const struct window_policy *p, const struct window_limit *win, 
 	/* a pool's keys are every account's: never the account's to show or
 	 * delete (ctl show-pool reads them) */
 	q.pooled = false;
+	q.inflight = 0;         /* (its leases are no window: neither shown nor reset) */
 	if (window_build_args(&q, "", key, key_len, 1, &a, &why) == -1)
 		return -1;
 	for (i = 0; i < a.nkeys; i++) {

@@ -74,9 +74,11 @@ static long long limiter_protocol_needed(const struct window_policy *p, size_t n
 	size_t i;
 
 	for (i = 0; p && i < n; i++) {
+		if (p[i].inflight)
+			return LIMITER_MODULE_PROTOCOL_LEASES;
 		if (p[i].pooled)
-			return LIMITER_MODULE_PROTOCOL_POOL;
-		if (p[i].algorithm == WINDOW_ALGO_GCRA)
+			need = LIMITER_MODULE_PROTOCOL_POOL;
+		if (p[i].algorithm == WINDOW_ALGO_GCRA && need < LIMITER_MODULE_PROTOCOL_GCRA)
 			need = LIMITER_MODULE_PROTOCOL_GCRA;
 	}
 	return need;
@@ -115,6 +117,26 @@ static bool limiter_legacy_on(struct limiter *l, const struct window_policy *p,
 	       now - atomic_load(&first_us) < (int64_t)lim[0].window_ms * 1000 + LIMITER_LEGACY_ROLL_US;
 }
 
+/* A lease id into <out> (WINDOW_LEASE_ID_LEN + 1 bytes): 128 bits of
+ * getrandom() in lower-case hex, so that nobody can guess another
+ * request's. 0 or -1 (<out> then ""). */
+static int limiter_draw_lease(char *out)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char b[WINDOW_LEASE_ID_LEN / 2];
+	size_t i;
+
+	out[0] = '\0';
+	if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
+		return -1;
+	for (i = 0; i < sizeof(b); i++) {
+		out[2 * i] = hex[b[i] >> 4];
+		out[2 * i + 1] = hex[b[i] & 15];
+	}
+	out[2 * i] = '\0';
+	return 0;
+}
+
 /* Borrows <p> and <key> for the call only: a call sent to Redis keeps its
  * own copies (in a pool call owned by <l>). Runs with l->in_check set. */
 static int limiter_check_now(struct limiter *l, const struct window_policy *p,
@@ -132,6 +154,11 @@ static int limiter_check_now(struct limiter *l, const struct window_policy *p,
 	l->counter++;
 	q = *p;
 	q.legacy_key = limiter_legacy_on(l, p, key, key_len);
+	q.lease_id[0] = '\0';
+	q.lease_at = -1;
+	/* (no lease id, no decision: window_build_args refuses it) */
+	if (p->inflight && limiter_draw_lease(q.lease_id) == -1)
+		log_warn("lease_id", "reason=\"getrandom failed\"");
 	p = &q;
 
 	/* Step 1: the request itself must be valid (never fails open). Its
@@ -142,6 +169,8 @@ static int limiter_check_now(struct limiter *l, const struct window_policy *p,
 			d.status = WINDOW_ERROR;
 		return limiter_defer(l, cb, arg, &d);
 	}
+
+	q.lease_at = a.lease_at;
 
 	/* Step 2: an account known to be denied is answered here. */
 	if (limiter_call_cached(l, p, key, key_len, cost, cb, arg, &rc))
@@ -411,6 +440,7 @@ void limiter_free(struct limiter *l)
 	limiter_call_unwait_all(l);   /* no link will be ready for them */
 	/* answers every call hiredis holds with a NULL reply */
 	limiter_backend_stop(l, "shutdown");
+	limiter_releases_free(l);
 	limiter_calls_free(l);
 	limiter_batch_free(l);
 	limiter_links_free(l);

@@ -124,4 +124,13 @@ unsigned limiter_pending(const struct limiter *l);
 /* Answer every pending call with an error decision, disconnect, free. */
 void limiter_free(struct limiter *l);
 
+/* Release lease <lease> (window_decision.lease of an admission) of account
+ * <key> under inflight= policy <p> (limiter_lease.c): sent to Redis now or
+ * when a link is ready, tried again until the lease would have ended,
+ * counted in the lease metrics either way; nothing answers. Borrows its
+ * arguments. Returns 0, or -1 (not an inflight= policy, a bad key or lease,
+ * out of memory, shutting down). */
+int limiter_release(struct limiter *l, const struct window_policy *p, const char *key,
+                    size_t key_len, const char *lease);
+
 #endif /* SPOA_LIMITER_H */

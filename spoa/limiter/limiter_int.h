@@ -47,10 +47,11 @@
 #define LIMITER_MAX_HELD        65536u  /* calls hiredis may hold at once */
 #define LIMITER_WAIT_MAX        4096u   /* calls waiting for a link to be ready
                                          * (592 bytes each on x86-64: 2.4 MiB per worker) */
-#define LIMITER_MODULE_PROTOCOL 3       /* the RATELIMIT.DECIDE protocols this agent speaks:
+#define LIMITER_MODULE_PROTOCOL 4       /* the RATELIMIT.DECIDE protocols this agent speaks:
                                          * 1 .. this */
 #define LIMITER_MODULE_PROTOCOL_GCRA 2  /* the first that decides algorithm=gcra */
 #define LIMITER_MODULE_PROTOCOL_POOL 3  /* the first that decides a pool (pool=) */
+#define LIMITER_MODULE_PROTOCOL_LEASES 4 /* the first with leases (inflight=) */
 #define LIMITER_BATCH_MAX       CONFIG_REDIS_BATCH_MAX
 #define LIMITER_POOL_CHUNK      256u    /* calls allocated together */
 #define LIMITER_POOL_KEEP       1u      /* idle chunks kept after a burst */
@@ -418,6 +419,7 @@ struct limiter {
 	const struct limiter_topo_ops *topo;
 	struct limiter_cluster *cluster;
 	struct limiter_sentinel *sentinel;
+	struct limiter_release *releases; /* limiter_lease.c: releases not yet answered */
 };
 
 /* The link's own note that <k> heard from Redis at <now> (a reply of any
@@ -445,6 +447,10 @@ static inline int64_t limiter_stall_us(const struct limiter *l)
 		ms = LIMITER_STALL_MIN_MS;
 	return (int64_t)ms * 1000;
 }
+
+/* Frees the releases still waiting (limiter_lease.c), each counted as
+ * release-failed: at limiter_free(). */
+void limiter_releases_free(struct limiter *l);
 
 /* Count one failed Redis call of <kind> in <l>'s metrics, if any. */
 static inline void limiter_count_error(struct limiter *l, enum metrics_redis_error kind)

@@ -287,7 +287,15 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 		acc(&t->pool_used[s], &m->pool_used[s]);
 		acc(&t->pool_accounts[s], &m->pool_accounts[s]);
 	}
+	for (s = 0; s < METRICS_LEASE_COUNT; s++)
+		acc(&t->leases[s], &m->leases[s]);
 }
+
+static const char *const lease_names[METRICS_LEASE_COUNT] = {
+	[METRICS_LEASE_TAKEN] = "taken", [METRICS_LEASE_RELEASED] = "released",
+	[METRICS_LEASE_ENDED_EARLY] = "ended-early", [METRICS_LEASE_GONE] = "gone",
+	[METRICS_LEASE_RELEASE_FAILED] = "release-failed",
+};
 
 /* The value of counter or gauge <v> (a sum in the render's totals). */
 static uint64_t val(const _Atomic uint64_t *v)
@@ -520,6 +528,12 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 	scalar(&r, "denied_dropped_total", "counter",
 	       "Denials left out of ctl top-denied (the per-second table full, or its write failed).",
 	       val(&t.denied_dropped));
+	family(&r, "leases_total", "counter",
+	       "In-flight leases (inflight=): taken, released, ended-early (released after its end), "
+	       "gone (Redis had none), release-failed (Redis not reached before its end).");
+	for (s = 0; s < METRICS_LEASE_COUNT; s++)
+		out(&r, METRICS_PREFIX "leases_total{event=\"%s\"} %" PRIu64 "\n", lease_names[s],
+		    val(&t.leases[s]));
 
 	render_pools(&r, &t, c, np);
 

@@ -88,6 +88,16 @@ enum metrics_pool_refusal {
 	METRICS_POOL_REFUSAL_COUNT
 };
 
+/* leases[] index: in-flight leases (inflight=), what became of them */
+enum metrics_lease {
+	METRICS_LEASE_TAKEN = 0,       /* an admission answered with a lease */
+	METRICS_LEASE_RELEASED,        /* released while it ran */
+	METRICS_LEASE_ENDED_EARLY,     /* released after its lease had ended */
+	METRICS_LEASE_GONE,            /* released, but Redis had no such lease */
+	METRICS_LEASE_RELEASE_FAILED,  /* no release reached Redis before its end */
+	METRICS_LEASE_COUNT
+};
+
 struct metrics {
 	/* decisions[policy index][status]; shadow-deny counted apart */
 	_Atomic uint64_t decisions[CONFIG_MAX_POLICIES][WINDOW_STATUS_COUNT];
@@ -128,6 +138,7 @@ struct metrics {
 	 * by the live-control thread from Redis (live_pools.c) each second */
 	_Atomic uint64_t pool_used[CONFIG_MAX_POOLS];
 	_Atomic uint64_t pool_accounts[CONFIG_MAX_POOLS];
+	_Atomic uint64_t leases[METRICS_LEASE_COUNT];
 };
 
 static inline void metrics_add(_Atomic uint64_t *c, uint64_t n)

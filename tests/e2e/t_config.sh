@@ -41,6 +41,11 @@ check "haproxy.cfg: agent backend in mode tcp (2.6 rejects mode spop)" \
 check "haproxy.cfg: option spop-check" grep -q 'option spop-check' <<<"$cfg"
 check "haproxy.cfg: no mode spop" test -z "$(grep 'mode spop' <<<"$cfg")"
 check "haproxy.cfg: send-spoe-group" grep -q 'http-request send-spoe-group ratelimit rl-check' <<<"$cfg"
+check "haproxy.cfg: ratelimit-done at the response, only with a lease" \
+	grep -q 'http-response send-spoe-group ratelimit rl-done if { var(txn.rl.lease) -m found }$' <<<"$cfg"
+check "spoe-ratelimit.conf: ratelimit-done names policy, key and lease" \
+	grep -Pzq 'spoe-message ratelimit-done\n +args policy=var\(txn.rl_policy\) key=var\(txn.rl_key\) lease=var\(txn.rl.lease\)\n' <<<"$spoe"
+check "spoe-ratelimit.conf: the agent sends both groups" grep -Eq '^ *groups rl-check rl-done$' <<<"$spoe"
 check "haproxy.cfg: 503 unless allow or deny" grep -Eq 'acl rl_decided +var\(txn.rl.status\) -m str allow deny' <<<"$cfg"
 # The client's address is an account only on a route whose identity is ip
 # (routes.map), and X-Forwarded-For only from a listed trusted proxy.
@@ -49,11 +54,11 @@ check "haproxy.cfg: keyed by the client address on ip routes only" \
 	test -n "$addr" -a -z "$(grep -v ' if rl_ip' <<<"$addr")"
 check "haproxy.cfg: X-Forwarded-For only from RL_TRUSTED_PROXIES" \
 	test -z "$(grep 'x-forwarded' <<<"$addr" | grep -v ' if rl_ip { src -f "${RL_TRUSTED_PROXIES}" }$')"
-for v in status limit remaining reset retry_after reason window policy_hdr ratelimit_hdr; do
+for v in status limit remaining reset retry_after reason window policy_hdr ratelimit_hdr lease; do
 	check "haproxy.cfg references txn.rl.$v (HAProxy drops unknown vars)" grep -q "var(txn\.rl\.${v}[,)]" <<<"$cfg"
 done
 check "register-var-names lists the agent's variables" \
-	grep -Eq '^ *register-var-names +status limit remaining reset retry_after reason window policy_hdr ratelimit_hdr$' <<<"$spoe"
+	grep -Eq '^ *register-var-names +status limit remaining reset retry_after reason window policy_hdr ratelimit_hdr lease$' <<<"$spoe"
 
 # jwt_verify must be given a literal algorithm and the key file, not the
 # token's own header.

@@ -35,7 +35,8 @@ cov_sha = r.call("SCRIPT", "LOAD", cov_src)
 h.check("instrumented copy loads (%d branch markers)" % len(MARKS),
         isinstance(cov_sha, str) and len(MARKS) > 40, cov_sha)
 ENGINES = (("script", "s|", lambda keys, args: ["EVALSHA", sha, len(keys)] + keys + args),
-           ("module", "m|", lambda keys, args: ["RATELIMIT.DECIDE", len(keys)] + keys + args),
+           ("module", "m|", lambda keys, args: ["RATELIMIT.RELEASE"] + keys + args[1:]
+            if args[:1] == ["release"] else ["RATELIMIT.DECIDE", len(keys)] + keys + args),
            ("script-cov", "c|", lambda keys, args: ["EVALSHA", cov_sha, len(keys)] + keys + args))
 # Lines whose branches are alternatives by server, not by case: at least
 # one of their markers must run. (How pcall sees a redis.call error inside

@@ -370,7 +370,8 @@ static void test_parse_errors(void **state)
 		{ "policy x 3/1s on-redis-error=maybe\n",
 		  "t.conf:1: policy 'x': unknown option 'on-redis-error=maybe' "
 		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
-		  "precision=<duration>, algorithm=log|gcra, burst=<n> or pool=<pool>)" },
+		  "precision=<duration>, algorithm=log|gcra, burst=<n>, pool=<pool>, "
+		  "inflight=<n> or lease=<duration>)" },
 		{ "policy x 3/1s max-cost=0\n", "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=0'" },
 		{ "policy x 3/1s max-cost=1000001\n",
 		  "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=1000001'" },
@@ -378,8 +379,10 @@ static void test_parse_errors(void **state)
 		{ "policy x 3/1s max-cost=\n",
 		  "t.conf:1: policy 'x': unknown option 'max-cost=' "
 		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
-		  "precision=<duration>, algorithm=log|gcra, burst=<n> or pool=<pool>)" },
-		{ "policy x shadow\n", "t.conf:1: policy 'x': expected at least one <limit>/<window>" },
+		  "precision=<duration>, algorithm=log|gcra, burst=<n>, pool=<pool>, "
+		  "inflight=<n> or lease=<duration>)" },
+		{ "policy x shadow\n",
+		  "t.conf:1: policy 'x': expected at least one <limit>/<window> (or inflight=<n>)" },
 		{ "policy x 3/1h precision=7m\n",
 		  "t.conf:1: policy 'x': precision=7m does not divide the 1h window" },
 		{ "policy x 3/1h precision=5s\n",
@@ -391,7 +394,8 @@ static void test_parse_errors(void **state)
 		  "it are counted in buckets)" },
 		{ "policy x 3/1h precision=\n", "t.conf:1: policy 'x': unknown option 'precision=' "
 		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
-		  "precision=<duration>, algorithm=log|gcra, burst=<n> or pool=<pool>)" },
+		  "precision=<duration>, algorithm=log|gcra, burst=<n>, pool=<pool>, "
+		  "inflight=<n> or lease=<duration>)" },
 		{ "policy x 3/1h precision=0s\n",
 		  "t.conf:1: policy 'x': bad precision in 'precision=0s' (use <n>s, <n>m or <n>h)" },
 		{ "policy x 3/1h precision=m\n",
@@ -414,7 +418,8 @@ static void test_parse_errors(void **state)
 		{ "policy x 3/1s algorithm=bucket\n",
 		  "t.conf:1: policy 'x': unknown option 'algorithm=bucket' "
 		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
-		  "precision=<duration>, algorithm=log|gcra, burst=<n> or pool=<pool>)" },
+		  "precision=<duration>, algorithm=log|gcra, burst=<n>, pool=<pool>, "
+		  "inflight=<n> or lease=<duration>)" },
 		{ "policy x 3/1s 100/1h algorithm=gcra\n",
 		  "t.conf:1: policy 'x': algorithm=gcra takes exactly one <limit>/<window> (the rate; "
 		  "burst=<n> is the bucket)" },
@@ -422,6 +427,25 @@ static void test_parse_errors(void **state)
 		  "t.conf:1: policy 'x': precision= does not apply to algorithm=gcra (a bucket is one "
 		  "value per account)" },
 		{ "policy x 3/1s burst=3\n", "t.conf:1: policy 'x': burst= needs algorithm=gcra" },
+		/* in-flight leases (issue 38) */
+		{ "policy x 3/1s inflight=0\n",
+		  "t.conf:1: policy 'x': inflight must be 1..1000000, got 'inflight=0'" },
+		{ "policy x 3/1s inflight=1000001\n",
+		  "t.conf:1: policy 'x': inflight must be 1..1000000, got 'inflight=1000001'" },
+		{ "policy x 3/1s inflight=2x\n",
+		  "t.conf:1: policy 'x': inflight must be 1..1000000, got 'inflight=2x'" },
+		{ "policy x 3/1s inflight=5 lease=999ms\n",
+		  "t.conf:1: policy 'x': lease must be 1s..24h, got 'lease=999ms'" },
+		{ "policy x 3/1s inflight=5 lease=25h\n",
+		  "t.conf:1: policy 'x': lease must be 1s..24h, got 'lease=25h'" },
+		{ "policy x 3/1s inflight=5 lease=1d\n",
+		  "t.conf:1: policy 'x': lease must be 1s..24h, got 'lease=1d'" },
+		{ "policy x 3/1s lease=30s\n", "t.conf:1: policy 'x': lease= needs inflight=<n>" },
+		{ "policy x 3/1s algorithm=gcra inflight=2\n",
+		  "t.conf:1: policy 'x': inflight= does not apply to algorithm=gcra (in-flight leases "
+		  "count log and precision= policies)" },
+		{ "policy x lease=5s\n",
+		  "t.conf:1: policy 'x': expected at least one <limit>/<window> (or inflight=<n>)" },
 		/* pools (issue 37) */
 		{ "policy x 3/1s pool=p\n",
 		  "t.conf:1: policy 'x': unknown pool 'p' (define it first: 'pool <name> <limit>/<window> "
@@ -528,6 +552,49 @@ static void test_pools(void **state)
 	assert_non_null(strstr(err, "policy 'search': pool= needs one Redis"));
 	snprintf(c.redis, sizeof(c.redis), "sentinel://127.0.0.1:26379/m");
 	assert_int_equal(config_validate(&c, err, sizeof(err)), 0);
+	config_release(&c);
+}
+
+/* inflight= and lease= (issue 38): the bound and the lease's length (60s
+ * by default), beside a pool and precision=; none on a plain policy. */
+static void test_leases(void **state)
+{
+	static const char text[] =
+		"pool backend 2000/1s\n"
+		"policy export 10/1m inflight=5\n"
+		"policy report 5/1s precision=1m 50/1h inflight=2 lease=15m pool=backend\n"
+		"policy edge 3/1s inflight=1 lease=24h\n"
+		"policy short 3/1s lease=1s inflight=1000000\n"
+		"policy conc inflight=3 lease=10m\n"
+		"policy plain 3/1s\n";
+	struct config c;
+	char err[CONFIG_ERR_LEN];
+	const struct window_policy *p;
+
+	(void)state;
+	if (parse(&c, text, err) != 0)
+		fail_msg("%s", err);
+	p = config_find_policy(&c, "export", 6);
+	assert_int_equal(p->inflight, 5);
+	assert_int_equal(p->lease_ms, 60000);
+	p = config_find_policy(&c, "report", 6);
+	assert_int_equal(p->inflight, 2);
+	assert_int_equal(p->lease_ms, 15 * 60000);
+	assert_true(p->pooled);
+	assert_int_equal(p->precision_ms, 60000);
+	assert_int_equal(config_find_policy(&c, "edge", 4)->lease_ms, 24 * 3600000);
+	p = config_find_policy(&c, "short", 5);
+	assert_int_equal(p->inflight, 1000000);
+	assert_int_equal(p->lease_ms, 1000);
+	p = config_find_policy(&c, "conc", 4);
+	assert_int_equal(p->nwin, 0);
+	assert_int_equal(p->inflight, 3);
+	assert_int_equal(p->lease_ms, 600000);
+	p = config_find_policy(&c, "plain", 5);
+	assert_int_equal(p->inflight, 0);
+	assert_int_equal(p->lease_ms, 0);
+	if (config_validate(&c, err, sizeof(err)) != 0)
+		fail_msg("%s", err);
 	config_release(&c);
 }
 
@@ -1349,6 +1416,7 @@ int main(void)
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_gcra),
 		cmocka_unit_test(test_pools),
+		cmocka_unit_test(test_leases),
 		cmocka_unit_test(test_nul_byte),
 		cmocka_unit_test(test_error_truncation),
 		cmocka_unit_test(test_windows_and_urls),

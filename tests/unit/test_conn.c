@@ -46,6 +46,10 @@ struct fake {
 	enum window_status status;
 	struct fake_call calls[FAKE_MAX];
 	unsigned ncalls;
+	const char *lease;              /* answered on an allow, when set */
+	struct fake_call releases[8];   /* ops.release's: key; lease in arg */
+	char release_ids[8][40];
+	unsigned nreleases;
 };
 
 static struct fake fake;
@@ -67,8 +71,24 @@ static int fake_check(void *ctx, const struct window_policy *p, const char *key,
 		struct window_decision d = { .status = fake.status, .has_quota = true,
 		                             .limit = 3, .remaining = 2, .reset = 1,
 		                             .retry_after = fake.status == WINDOW_DENY ? 1 : 0 };
+
+		if (fake.lease && fake.status == WINDOW_ALLOW)
+			snprintf(d.lease, sizeof(d.lease), "%s", fake.lease);
 		cb(arg, &d);
 	}
+	return 0;
+}
+
+static int fake_release(void *ctx, const struct window_policy *p, const char *key,
+                        size_t key_len, const char *lease)
+{
+	struct fake_call *c = &fake.releases[fake.nreleases];
+
+	(void)ctx;
+	c->p = p;
+	memcpy(c->key, key, key_len);
+	c->key_len = key_len;
+	snprintf(fake.release_ids[fake.nreleases++], sizeof(fake.release_ids[0]), "%s", lease);
 	return 0;
 }
 
@@ -116,7 +136,8 @@ static int setup(void **state)
 	char err[256];
 	int sv[2];
 	static const char text[] = "policy transfer 3/1s\npolicy reads 100/1m on-redis-error=allow\n"
-		"policy a-policy-name-of-the-longest-length-480000000000 1/1s 2/1m 3/1h 4/2h\n";
+		"policy a-policy-name-of-the-longest-length-480000000000 1/1s 2/1m 3/1h 4/2h\n"
+		"policy export 3/1s inflight=2\n";
 
 	assert_non_null(f);
 	memset(&fake, 0, sizeof(fake));
@@ -131,6 +152,7 @@ static int setup(void **state)
 	f->loop = ev_loop_new(EVFLAG_AUTO);
 	f->notify.cfg = &f->ref;
 	f->notify.ops.check = fake_check;
+	f->notify.ops.release = fake_release;
 	f->notify.metrics = &f->metrics;
 	f->env.loop = f->loop;
 	f->env.upper = &conn_notify_upper;
@@ -323,7 +345,7 @@ static void build_notify_plan(struct wbuf *w, uint64_t sid, const char *policy,
 struct ack {
 	unsigned type;
 	uint64_t sid, fid;
-	char status[16], reason[32], policy_hdr[512], ratelimit_hdr[128];
+	char status[16], reason[32], policy_hdr[512], ratelimit_hdr[128], lease[40];
 	int64_t limit, remaining, reset, retry_after, window;
 	bool has_retry, has_unset;
 	uint32_t disco_status;
@@ -373,6 +395,9 @@ static void parse_agent_frame(const unsigned char *b, size_t n, struct ack *a)
 				memcpy(a->status, d.v.s.ptr, d.v.s.len);
 			} else if (!strcmp(name, "reason")) {
 				memcpy(a->reason, d.v.s.ptr, d.v.s.len);
+			} else if (!strcmp(name, "lease")) {
+				assert_true(d.v.s.len < sizeof(a->lease));
+				memcpy(a->lease, d.v.s.ptr, d.v.s.len);
 			} else if (!strcmp(name, "policy_hdr")) {
 				assert_true(d.v.s.len < sizeof(a->policy_hdr));
 				memcpy(a->policy_hdr, d.v.s.ptr, d.v.s.len);
@@ -671,6 +696,74 @@ static void test_other_message_acked_with_action(void **state)
 	assert_int_equal(a.fid, 4);
 	assert_true(a.has_unset);
 	assert_int_equal(fake.ncalls, 0);
+}
+
+/* A "ratelimit-done" NOTIFY (tests/unit: HAProxy's response phase) with
+ * args policy, key, lease. */
+static void build_done(struct wbuf *w, uint64_t sid, const char *policy, const char *key,
+                       const char *lease)
+{
+	w_begin(w, SPOP_FRAME_NOTIFY, sid, 1);
+	w_str(w, "ratelimit-done", 14);
+	w_byte(w, 3);
+	w_str(w, "policy", 6);
+	w_byte(w, SPOP_T_STR);
+	w_str(w, policy, strlen(policy));
+	w_str(w, "key", 3);
+	w_byte(w, SPOP_T_STR);
+	w_str(w, key, strlen(key));
+	w_str(w, "lease", 5);
+	w_byte(w, SPOP_T_STR);
+	w_str(w, lease, strlen(lease));
+	w_end(w);
+}
+
+/* inflight= (issue 38): an admission's lease is txn.rl.lease; a
+ * "ratelimit-done" message hands its lease to the release op and is
+ * ACKed at once with the harmless unset-var, no decision; one of a policy
+ * without inflight=, or with a lease of another length, releases nothing. */
+static void test_leases(void **state)
+{
+	static const char id[] = "0123456789abcdef0123456789abcdef";
+	struct fixture *f = *state;
+	struct wbuf w;
+	struct ack a;
+
+	handshake(f);
+	fake.lease = id;
+	build_notify(&w, 1, 1, "ratelimit", "export", SPOP_T_STR, "ACC-1", 5, 1);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_string_equal(a.status, "allow");
+	assert_string_equal(a.lease, id);
+	assert_int_equal(atomic_load(&f->metrics.leases[METRICS_LEASE_TAKEN]), 1);
+
+	build_done(&w, 3, "export", "ACC-1", id);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_int_equal(a.type, SPOP_FRAME_ACK);
+	assert_int_equal(a.sid, 3);
+	assert_true(a.has_unset);
+	assert_string_equal(a.status, "");
+	assert_int_equal(fake.ncalls, 1);
+	assert_int_equal(fake.nreleases, 1);
+	assert_string_equal(fake.releases[0].p->name, "export");
+	assert_memory_equal(fake.releases[0].key, "ACC-1", 5);
+	assert_string_equal(fake.release_ids[0], id);
+
+	/* ignored: a policy without inflight=, a short lease, an unknown policy */
+	build_done(&w, 5, "transfer", "ACC-1", id);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_true(a.has_unset);
+	build_done(&w, 7, "export", "ACC-1", "0123");
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	build_done(&w, 9, "nope", "ACC-1", id);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_int_equal(fake.nreleases, 1);
+	assert_int_equal(fake.ncalls, 1);
 }
 
 static void test_notify_before_hello(void **state)
@@ -1037,6 +1130,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_header_vars_left_out_of_a_small_frame, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_input_is_error_not_decision, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_other_message_acked_with_action, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_leases, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_notify_before_hello, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_oversized_length_rejected_before_buffering, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_zero_length_rejected, setup, teardown),

@@ -45,7 +45,23 @@ struct contract_pair {
 	uint64_t cost;                /* sendable: its cost */
 	bool gcra;                    /* sendable: a GCRA bucket */
 	bool pooled;                  /* its decision has a pool ("pool:...") */
+	int lease_at;                 /* its leases' pair index ("lease:..."), or -1 */
 };
+
+/* The index of the leases' pair ("lease:...") among the pairs of "args
+ * ..." in <line> (a single decision's), or -1. */
+static int contract_lease_at(const char *line)
+{
+	const char *p = strstr(line, " lease:");
+	int spaces = 0;
+
+	if (!p || strncmp(line + 5, "batch", 5) == 0)
+		return -1;
+	for (const char *q = line + 5; q < p; q++)
+		spaces += *q == ' ';
+	/* "<cost> <l0> <w0> ... <ln>" before it: 2 words per earlier pair */
+	return (spaces - 1) / 2;
+}
 
 /* Would the agent send the request of "args ..." in <line>? (cost, then
  * limit/window pairs, a GCRA window "gcra:<ms>:<burst>"; a batch's
@@ -125,8 +141,9 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 	struct contract_pair *all = NULL, *cur = NULL;
 	size_t cap = 0, nreply = 0;
 	int lineno = 0;
-	bool sendable = false, gcra = false, pooled = false;
+	bool sendable = false, gcra = false, pooled = false, release = false;
 	uint64_t cost = 0;
+	int lease_at = -1;
 
 	if (!f)
 		fail_msg("cannot open the contract %s (run from the repo root)", path);
@@ -139,6 +156,14 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 			sendable = false;
 		} else if (strncmp(line, "args ", 5) == 0) {
 			sendable = contract_args_sendable(line, &cost, &gcra, &pooled);
+			/* (a release is no decision: the agent reads its reply apart) */
+			release = strncmp(line, "args release ", 13) == 0;
+			lease_at = contract_lease_at(line);
+			/* (a batch's rows with leases decide the leases alone) */
+			if (strstr(line, " lease:") && lease_at < 0)
+				lease_at = 0;
+		} else if (release) {
+			continue;
 		} else if (strncmp(line, "reply ", 6) == 0) {
 			if (*n == cap) {
 				cap = cap ? cap * 2 : 64;
@@ -157,6 +182,7 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 			cur->cost = cost;
 			cur->gcra = gcra;
 			cur->pooled = pooled;
+			cur->lease_at = lease_at;
 		} else if (strncmp(line, "agent ", 6) == 0) {
 			if (!cur || cur->status[0] || contract_parse_agent(line, cur) == -1)
 				fail_msg("%s:%d: an agent line belongs right after a reply", path, lineno);
@@ -197,6 +223,8 @@ static void test_contract_replies(void **state)
 		int rc;
 
 		plain.pooled = shadow.pooled = pr->pooled;
+		plain.inflight = shadow.inflight = pr->lease_at >= 0 ? 1 : 0;
+		plain.lease_at = shadow.lease_at = pr->lease_at;
 		rc = window_decide_reply(&plain, &pr->reply, &d);
 
 		if (!pr->status[0])
@@ -387,7 +415,8 @@ static size_t contract_cases(const char *path, void (*fn)(const struct contract_
 				snprintf(c->after[k].items[c->after[k].nitems], 64, "%s",
 				         w[c->after[k].nitems + 3]);
 		} else if (strcmp(w[0], "reply") == 0) {
-			if (c->nreply++ == 0) {
+			/* (a release's reply is two integers, no decision's) */
+			if (c->nreply++ == 0 && strcmp(c->args[0], "release") != 0) {
 				snprintf(copy, sizeof(copy), "%s", line);
 				if (contract_parse_reply(copy, &c->reply) == -1)
 					fail_msg("%s:%d: bad reply line", path, lineno);
@@ -542,6 +571,10 @@ static void contract_check_stored(const struct contract_case *c, void *arg)
 	nwin = (c->nargs - 1) / 2;
 	if (nwin != c->nkeys)
 		return;
+	/* (leases are no window: `ctl show` reads windows) */
+	for (i = 0; i < c->nargs; i++)
+		if (strncmp(c->args[i], "lease:", 6) == 0)
+			return;
 	if (r->kind == WINDOW_REPLY_ERROR) {
 		if (!strstr(r->str, "bad entry"))
 			return;

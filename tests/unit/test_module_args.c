@@ -118,7 +118,7 @@ static void test_gcra(void **state)
 {
 	struct rl_decision d;
 	struct rl_gcra g;
-	struct rl_window w = { 3, 1000, 0, 3 };
+	struct rl_window w = { .limit = 3, .win_ms = 1000, .burst = 3 };
 	struct rl_gcra_value v, old;
 	char buf[96];
 
@@ -187,12 +187,12 @@ static void test_gcra(void **state)
 	/* a change of rate (issue 35): 10/1s burst 5 drained at 0, read 1 ms
 	 * later under 2/1s burst 5: 5 units = 2.5 s owed, denied */
 	old = (struct rl_gcra_value){ 500000, 0, 1000, 10, 500000 };
-	w = (struct rl_window){ 2, 1000, 0, 5 };
+	w = (struct rl_window){ .limit = 2, .win_ms = 1000, .burst = 5 };
 	assert_int_equal(rl_args_gcra(&w, 1, 1000, &old, &g), 0);
 	assert_true(g.allowed == 0 && g.reset == 2499000 && g.retry == 499000 && g.remaining == 0);
 	/* an override 1/1h admitted at 0, read at 4 s under 3/1s: full */
 	old = (struct rl_gcra_value){ 3600000000LL, 0, 3600000, 1, 3600000000LL };
-	w = (struct rl_window){ 3, 1000, 0, 3 };
+	w = (struct rl_window){ .limit = 3, .win_ms = 1000, .burst = 3 };
 	rl_args_gcra(&w, 1, 4000000, &old, &g);
 	assert_true(g.allowed == 1 && g.remaining == 2 && g.reset == 333334);
 	/* written more than 2^52 us after now: not ours */
@@ -203,13 +203,13 @@ static void test_gcra(void **state)
 	assert_true(g.allowed == 0 && g.reset == RL_GCRA_MAX_SPAN);
 	/* the largest owed units at the largest rates: no overflow */
 	old = (struct rl_gcra_value){ RL_MAX_MEMBER, RL_MAX_UNITS - 1, RL_MAX_MS, RL_MAX_UNITS, RL_MAX_MEMBER };
-	w = (struct rl_window){ 1, 4503599627, 0, 1000 };
+	w = (struct rl_window){ .limit = 1, .win_ms = 4503599627, .burst = 1000 };
 	assert_int_equal(rl_args_gcra(&w, 1, 1, &old, &g), 0);
 	assert_true(g.allowed == 0 && g.remaining == 0 && g.reset == 4503599626999999LL);
 	old = (struct rl_gcra_value){ 1000000, 999999999999999LL, 1000000000000LL, 1000000000000000LL, 1 };
 	assert_int_equal(rl_args_gcra(&w, 1, 999999, &old, &g), 0);
 	assert_true(g.allowed == 1);
-	w = (struct rl_window){ 3, 1000, 0, 3 };
+	w = (struct rl_window){ .limit = 3, .win_ms = 1000, .burst = 3 };
 	/* at the bounds: the largest span, a TAT far ahead, the largest limit */
 	w.limit = 1;
 	w.win_ms = 4503599627;

@@ -279,6 +279,131 @@ static void test_args_pool(void **state)
 	assert_int_equal(d.reason, WINDOW_REASON_SHADOW_DENY);
 }
 
+/* inflight= (issue 38): the leases' key after the windows' (and the 1.0.x
+ * key), before a pool's; their pair <inflight> "lease:<ms>:<id>" likewise;
+ * no lease id, no request; in a batch beside a plain decision. The reply's
+ * index of that pair is a deny with reason in-flight and window 4, never
+ * cached; an admission carries the lease id; a pool after it keeps its own
+ * reason; the release's request. */
+static void test_args_leases(void **state)
+{
+	static const char id[] = "0123456789abcdef0123456789abcdef";
+	struct window_policy p, plain;
+	struct window_args one[2], rel;
+	struct window_decision d;
+	enum window_reason why;
+	const char *argv[WINDOW_BATCH_ARGC(2)];
+	size_t argvlen[WINDOW_BATCH_ARGC(2)], i, len = 0;
+	char nums[WINDOW_BATCH_NUMS(2)], joined[512];
+	int argc;
+
+	(void)state;
+	policy_make(&p, "export", 10, 60000);
+	p.inflight = 5;
+	p.lease_ms = 60000;
+	p.lease_id[0] = '\0';
+	assert_int_equal(window_build_args(&p, "sha", "A", 1, 1, &one[0], &why), -1);
+	assert_int_equal(why, WINDOW_REASON_REDIS_ERROR);
+	memcpy(p.lease_id, id, sizeof(id));
+	assert_int_equal(window_build_args(&p, "sha", "ACC:1}", 6, 1, &one[0], &why), 0);
+	assert_int_equal(one[0].argc, 10);
+	assert_int_equal(one[0].nkeys, 2);
+	assert_int_equal(one[0].lease_at, 1);
+	assert_arg(&one[0], 2, "2");
+	assert_arg(&one[0], 3, "export:limit:v1:{ACC:1%7D}:1m");
+	assert_arg(&one[0], 4, "export:inflight:l1:{ACC:1%7D}");
+	assert_arg(&one[0], 8, "5");
+	assert_arg(&one[0], 9, "lease:60000:0123456789abcdef0123456789abcdef");
+	/* the 1.0.x key is window 1: the leases follow it */
+	p.legacy_key = true;
+	assert_int_equal(window_build_args(&p, "sha", "A", 1, 1, &one[1], &why), 0);
+	assert_int_equal(one[1].lease_at, 2);
+	assert_arg(&one[1], 5, "export:inflight:l1:{A}");
+	p.legacy_key = false;
+
+	policy_make(&plain, "api", 10, 1000);
+	assert_int_equal(window_build_args(&plain, "", "B", 1, 1, &one[1], &why), 0);
+	assert_int_equal(one[1].lease_at, -1);
+	argc = window_build_batch(one, 2, "EVALSHA", "sha", 3, argv, argvlen, nums);
+	assert_true(argc > 0);
+	for (i = 0; i < (size_t)argc; i++)
+		len += (size_t)snprintf(joined + len, sizeof(joined) - len, "%s%.*s", i ? " " : "",
+		                        (int)argvlen[i], argv[i]);
+	assert_string_equal(joined, "EVALSHA sha 3 export:limit:v1:{ACC:1%7D}:1m "
+	                    "export:inflight:l1:{ACC:1%7D} api:limit:v1:{B}:1s batch 2 2 1 10 60000 "
+	                    "5 lease:60000:0123456789abcdef0123456789abcdef 1 1 10 1000");
+
+	/* the replies, read with the pair's index */
+	p.lease_at = 1;
+	assert_int_equal(decide(&p, "*6\r\n:0\r\n:5\r\n:0\r\n:2500000\r\n:2500000\r\n:1\r\n", &d), 0);
+	assert_int_equal(d.status, WINDOW_DENY);
+	assert_int_equal(d.reason, WINDOW_REASON_IN_FLIGHT);
+	assert_string_equal(window_reason_str(d.reason), "in-flight");
+	assert_int_equal(d.window, WINDOW_MAX_WINDOWS);
+	assert_int_equal(d.retry_after, 3);
+	assert_string_equal(d.lease, "");
+	assert_false(window_deny_holds(&p, 1, &d));
+	assert_int_equal(decide(&p, "*6\r\n:0\r\n:10\r\n:0\r\n:2500000\r\n:2500000\r\n:0\r\n", &d), 0);
+	assert_int_equal(d.reason, WINDOW_REASON_NONE);
+	assert_int_equal(d.window, 0);
+	assert_true(window_deny_holds(&p, 1, &d));
+	assert_int_equal(decide(&p, "*6\r\n:1\r\n:10\r\n:9\r\n:60000000\r\n:0\r\n:0\r\n", &d), 0);
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_string_equal(d.lease, id);
+	/* beyond the pair: no index of a reply */
+	assert_int_equal(decide(&p, "*6\r\n:0\r\n:5\r\n:0\r\n:2500000\r\n:2500000\r\n:5\r\n", &d), -1);
+	/* a pool after the leases keeps its reason */
+	p.pooled = true;
+	assert_int_equal(decide(&p, "*7\r\n:0\r\n:5\r\n:0\r\n:200000\r\n:200000\r\n:2\r\n:1\r\n",
+	                        &d), 0);
+	assert_int_equal(d.reason, WINDOW_REASON_POOL_FULL);
+	assert_int_equal(d.window, WINDOW_MAX_WINDOWS);
+	p.pooled = false;
+	/* a shadow policy: allow, shadow-deny, no lease */
+	p.shadow = true;
+	assert_int_equal(decide(&p, "*6\r\n:0\r\n:5\r\n:0\r\n:2500000\r\n:2500000\r\n:1\r\n", &d), 0);
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(d.reason, WINDOW_REASON_SHADOW_DENY);
+	assert_string_equal(d.lease, "");
+	p.shadow = false;
+
+	/* inflight= alone: the leases are the one pair, their refusal and their
+	 * admission read at index 0 */
+	p.nwin = 0;
+	assert_int_equal(window_build_args(&p, "sha", "A", 1, 7, &one[1], &why), 0);
+	assert_int_equal(one[1].lease_at, 0);
+	assert_int_equal(one[1].nkeys, 1);
+	assert_arg(&one[1], 2, "1");
+	assert_arg(&one[1], 3, "export:inflight:l1:{A}");
+	assert_arg(&one[1], 4, "7");
+	assert_arg(&one[1], 5, "5");
+	assert_arg(&one[1], 6, "lease:60000:0123456789abcdef0123456789abcdef");
+	p.lease_at = 0;
+	assert_int_equal(decide(&p, "*6\r\n:1\r\n:5\r\n:4\r\n:60000000\r\n:0\r\n:0\r\n", &d), 0);
+	assert_int_equal(d.status, WINDOW_ALLOW);
+	assert_int_equal(d.window, WINDOW_MAX_WINDOWS);
+	assert_int_equal(d.limit, 5);
+	assert_string_equal(d.lease, id);
+	assert_int_equal(decide(&p, "*6\r\n:0\r\n:5\r\n:0\r\n:2500000\r\n:2500000\r\n:0\r\n", &d), 0);
+	assert_int_equal(d.reason, WINDOW_REASON_IN_FLIGHT);
+	p.inflight = 0;
+	assert_int_equal(window_build_args(&p, "sha", "A", 1, 1, &one[1], &why), -1);
+	p.inflight = 5;
+	p.nwin = 1;
+	p.lease_at = 1;
+
+	/* the release */
+	assert_int_equal(window_build_release(&p, "ACC:1}", 6, id, &rel), 0);
+	assert_int_equal(rel.argc, 6);
+	assert_arg(&rel, 2, "1");
+	assert_arg(&rel, 3, "export:inflight:l1:{ACC:1%7D}");
+	assert_arg(&rel, 4, "release");
+	assert_arg(&rel, 5, id);
+	assert_int_equal(window_build_release(&plain, "B", 1, id, &rel), -1);
+	assert_int_equal(window_build_release(&p, "", 0, id, &rel), -1);
+	assert_int_equal(window_build_release(&p, "B", 1, "", &rel), -1);
+}
+
 static void test_args_multi(void **state)
 {
 	struct window_policy p;
@@ -1108,6 +1233,7 @@ int main(void)
 		cmocka_unit_test(test_format_ms),
 		cmocka_unit_test(test_args_batch),
 		cmocka_unit_test(test_args_pool),
+		cmocka_unit_test(test_args_leases),
 		cmocka_unit_test(test_args_single),
 		cmocka_unit_test(test_args_multi),
 		cmocka_unit_test(test_args_precision),

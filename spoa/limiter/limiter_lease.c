@@ -1,0 +1,199 @@
+/*
+ * limiter_lease - the release of an in-flight lease (inflight=): HAProxy's
+ * "ratelimit-done" message names it, and this sends the release to the
+ * link that serves the account (RATELIMIT.RELEASE on the module, the
+ * script's release mode otherwise). A release is never dropped silently:
+ * one that cannot reach Redis (no ready link, an error, a dropped
+ * connection) is tried again, backing off, until the lease would have
+ * ended anyway (lease= after the release was asked: the take was earlier,
+ * so that is an upper bound); then it is counted as release-failed and
+ * logged. Releases are idempotent in Redis, so a retry after a lost reply
+ * changes nothing. Nothing answers HAProxy: the response goes on.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <ev.h>
+#include "hiredis_compat.h"
+#include <hiredis/async.h>
+#include "limiter_call.h"
+#include "limiter_cluster.h"
+#include "limiter_int.h"
+#include "log.h"
+
+#define LEASE_RETRY_MIN_S 0.1
+#define LEASE_RETRY_MAX_S 2.0
+
+/* One release until Redis answers it or its lease has ended: owned by
+ * its limiter's list (l->releases). */
+struct limiter_release {
+	struct limiter *l;
+	struct limiter_release *prev, *next;
+	ev_timer retry;
+	double backoff;                 /* s until the next try */
+	int64_t until_us;               /* no try after this */
+	bool full;                      /* the script's source (after NOSCRIPT) */
+	bool sent;                      /* hiredis holds it */
+	struct window_args a;           /* "EVALSHA" "" 1 <leases key> "release" <id> */
+};
+
+/* Count one lease event <what> in <l>'s metrics, if any. */
+static void lease_count(struct limiter *l, enum metrics_lease what)
+{
+	if (l->metrics)
+		metrics_add(&l->metrics->leases[what], 1);
+}
+
+/* Unlinks and frees <r> (owned by its limiter's list), its timer stopped. */
+static void lease_free(struct limiter_release *r)
+{
+	struct limiter *l = r->l;
+
+	ev_timer_stop(l->loop, &r->retry);
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		l->releases = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	free(r);
+}
+
+static void lease_try(struct limiter_release *r);
+
+/* Try <r> again later, or give it up when its lease has ended by then. */
+static void lease_later(struct limiter_release *r, const char *why)
+{
+	struct limiter *l = r->l;
+
+	if (l->closing || limiter_now_us() + (int64_t)(r->backoff * 1e6) >= r->until_us) {
+		lease_count(l, METRICS_LEASE_RELEASE_FAILED);
+		log_warn("lease_release_failed", "key=%.*s lease=%.*s reason=\"%s\"",
+		         (int)r->a.argvlen[3], r->a.argv[3], (int)r->a.argvlen[5], r->a.argv[5], why);
+		lease_free(r);
+		return;
+	}
+	ev_timer_set(&r->retry, r->backoff, 0.);
+	ev_timer_start(l->loop, &r->retry);
+	r->backoff = r->backoff * 2 < LEASE_RETRY_MAX_S ? r->backoff * 2 : LEASE_RETRY_MAX_S;
+}
+
+/* <w>'s release (w->data, borrowed) is due for another try. */
+static void lease_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	lease_try(w->data);
+}
+
+/* hiredis's answer <reply> (borrowed; NULL: the connection went first) to
+ * release <privdata>, which it frees or tries again. */
+static void lease_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct limiter_release *r = privdata;
+	const redisReply *rep = reply;
+
+	(void)ac;
+	r->sent = false;
+	if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+	    rep->element[0]->type == REDIS_REPLY_INTEGER) {
+		long long code = rep->element[0]->integer;
+
+		lease_count(r->l, code == 1 ? METRICS_LEASE_RELEASED :
+		                  code == 2 ? METRICS_LEASE_ENDED_EARLY : METRICS_LEASE_GONE);
+		if (code == 2)
+			log_info("lease_ended_early", "key=%.*s lease=%.*s", (int)r->a.argvlen[3],
+			         r->a.argv[3], (int)r->a.argvlen[5], r->a.argv[5]);
+		lease_free(r);
+		return;
+	}
+	if (rep && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0 &&
+	    !r->full) {
+		r->full = true;
+		lease_try(r);
+		return;
+	}
+	lease_later(r, !rep ? "connection lost" : rep->type == REDIS_REPLY_ERROR ? rep->str
+	                                                                          : "bad reply");
+}
+
+/* Send <r> (borrowed; hiredis holds it until its answer) on the link that
+ * serves its key, or try again later. */
+static void lease_try(struct limiter_release *r)
+{
+	struct limiter *l = r->l;
+	struct limiter_link *k = limiter_route(l, r->a.argv[3], r->a.argvlen[3]);
+	const char *argv[WINDOW_SCRIPT_ARGC_MAX];
+	size_t argvlen[WINDOW_SCRIPT_ARGC_MAX];
+	int argc = r->a.argc, first = 0;
+
+	if (!k || k->state != LIMITER_ST_READY || !k->ac || !k->engine) {
+		lease_later(r, "no ready connection");
+		return;
+	}
+	memcpy(argv, r->a.argv, (size_t)argc * sizeof(argv[0]));
+	memcpy(argvlen, r->a.argvlen, (size_t)argc * sizeof(argvlen[0]));
+	if (k->engine->id == LIMITER_ENGINE_MODULE) {
+		/* RATELIMIT.RELEASE <key> <lease>: no key count, no mode word */
+		argv[1] = "RATELIMIT.RELEASE";
+		argvlen[1] = 17;
+		argv[2] = argv[3];
+		argvlen[2] = argvlen[3];
+		argv[3] = argv[5];
+		argvlen[3] = argvlen[5];
+		first = 1;
+		argc = 4;
+	} else {
+		first = limiter_engine_apply(k->engine, &l->script, r->full, argv, argvlen);
+	}
+	if (limiter_call_command(l, k->ac, lease_on_reply, r, argc - first, argv + first,
+	                         argvlen + first) != REDIS_OK) {
+		lease_later(r, "send failed");
+		return;
+	}
+	r->sent = true;
+}
+
+/* See limiter.h. Borrows <p>, <key> and <lease>: the release keeps its
+ * own copy of its arguments. */
+int limiter_release(struct limiter *l, const struct window_policy *p, const char *key,
+                    size_t key_len, const char *lease)
+{
+	struct limiter_release *r;
+
+	if (!l || l->closing || !p || !p->inflight)
+		return -1;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -1;
+	if (window_build_release(p, key, key_len, lease, &r->a) == -1) {
+		free(r);
+		return -1;
+	}
+	r->l = l;
+	r->backoff = LEASE_RETRY_MIN_S;
+	r->until_us = limiter_now_us() + (int64_t)p->lease_ms * 1000;
+	ev_timer_init(&r->retry, lease_on_retry, 0., 0.);
+	r->retry.data = r;
+	r->next = l->releases;
+	if (l->releases)
+		l->releases->prev = r;
+	l->releases = r;
+	lease_try(r);
+	return 0;
+}
+
+/* See limiter_int.h: at limiter_free(), after hiredis answered what it
+ * held (each such release freed itself as failed). */
+void limiter_releases_free(struct limiter *l)
+{
+	struct limiter_release *r, *next;
+
+	for (r = l->releases; r; r = next) {
+		next = r->next;
+		lease_count(l, METRICS_LEASE_RELEASE_FAILED);
+		ev_timer_stop(l->loop, &r->retry);
+		free(r);
+	}
+	l->releases = NULL;
+}
