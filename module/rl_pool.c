@@ -245,9 +245,14 @@ static void pool_trim_keys(RedisModuleCtx *ctx, struct rl_pool_state *ps, RedisM
 	if (ng == 0)
 		return;
 	for (i = 0; i < ng; i++) {
+		double sc;
 		int deleted = 0;
 
-		RedisModule_ZsetRem(k, g[i].m, &deleted);
+		/* An admission into an empty window writes cum = cost again: the
+		 * same member as an expired one of its account ("1:1:A") is moved
+		 * to its new score, and the script's ZREMRANGEBYSCORE keeps it. */
+		if (RedisModule_ZsetScore(k, g[i].m, &sc) == REDISMODULE_OK && sc <= (double)ps->log.cut)
+			RedisModule_ZsetRem(k, g[i].m, &deleted);
 	}
 	RedisModule_Replicate(ctx, "ZREMRANGEBYSCORE", "scl", ps->log.name, "-inf",
 	                      (long long)ps->log.cut);
