@@ -518,7 +518,7 @@ local function read_pool(cost)
 			if v and hnum(v) - k <= 0 then na = na - 1 end
 		end
 	end
-	P.expired, P.gone = e[1] ~= nil, e
+	P.expired, P.gone, P.dec, P.na = e[1] ~= nil, e, dec, na
 	-- (exact in doubles: a product beyond 2^53 is beyond any limit)
 	if mine * (na + 1) >= l then
 		P.room, P.code = l - h, 2
@@ -528,6 +528,36 @@ local function read_pool(cost)
 	P.mine = mine
 	P.admits = P.count + cost <= P.room
 	return true
+end
+
+-- pool-share's exact retry: the first time, as the pool's entries leave
+-- (oldest first, those of one score at once), at which the account is
+-- below its share (mine * (n + 1) < limit) and the cost fits in the whole
+-- pool, walked no further than <hi> (the score at which the cost fits
+-- outside the headroom; false: the whole log). Nil when that comes first
+-- or never. Each account's units are its field, less what the held trim
+-- of a batch still owes it; the work is the entries walked, at most
+-- headroom + cost of them when <hi> is given.
+local function retry_share(P, cost, hi, w)
+	local e = call('ZRANGEBYSCORE', P.key, '(' .. P.cuts, hi and int(hi) or '+inf', 'WITHSCORES')
+	local sub = held and P.dec or {}
+	local units, n, l, cnt = {}, P.na, P.limit, P.count
+	local j = 1
+	while j <= #e do
+		local sc = e[j + 1] + 0
+		while j <= #e and e[j + 1] + 0 == sc do
+			local c, k, a = parse(e[j], true)
+			if a then
+				local u = units[a] or hnum(call('HGET', P.hkey, a)) - (sub[a] or 0)
+				if u > 0 and u - k <= 0 and n > 0 then n = n - 1 end
+				units[a], cnt = u - k, P.cum - c
+			end
+			j = j + 2
+		end
+		local mine = units[P.acc] or P.mine
+		if cnt + cost <= l and mine * (n + 1) < l then return sc + w - now end
+	end
+	return nil
 end
 
 -- One decision over the <n> windows KEYS[k0 + i]: its cost is ARGV[a0 + 1],
@@ -694,6 +724,11 @@ local function decide(k0, a0, n, pooled)
 			local need, w = P.count + cost - P.room, P.win * 1000
 			local retry = w
 			if need <= P.count then retry = retry_for(P, need, w) end
+			if P.code == 2 then
+				local hi = false
+				if need <= P.count then hi = retry + now - w end
+				retry = retry_share(P, cost, hi, w) or retry
+			end
 			if not best or retry > best_retry then
 				best, best_retry, code = n + 1, retry, P.code
 			end

@@ -263,6 +263,14 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 
 			if (need <= ps.log.count)
 				retry = rl_log_retry(ctx, &ps.log, need, now);
+			if (ps.code == 2) {
+				int64_t r = rl_pool_retry_share(ctx, &ps, d->cost,
+				                                retry + now - ps.w.win_ms * 1000,
+				                                need <= ps.log.count, now);
+
+				if (r >= 0)
+					retry = r;
+			}
 			if (!have || retry > best_retry) {
 				best = d->nwin;
 				best_retry = retry;

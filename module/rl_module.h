@@ -53,6 +53,7 @@ struct rl_pool_state {
 	int admits;
 	int expired;                   /* the log has entries to trim */
 	int orphan;                    /* the log is empty: the hash holds nothing */
+	int64_t mine, na;              /* this account's units, accounts holding units */
 	struct pool_gone *gone;        /* the expired entries, by account (owned) */
 	size_t ngone;
 };
@@ -115,6 +116,11 @@ const char *rl_pool_read(RedisModuleCtx *ctx, struct rl_pool_state *ps, const st
 int rl_pool_admit(RedisModuleCtx *ctx, struct rl_pool_state *ps, int64_t now, int64_t cost);
 /* A denial's trim of the pool read into <ps> (when it has expired entries). */
 void rl_pool_trim(RedisModuleCtx *ctx, struct rl_pool_state *ps);
+/* pool-share's exact retry after the pool's trim (see rl_pool.c): <hi>
+ * the score at which the cost fits outside the headroom (when <bounded>).
+ * Returns the retry in us, or -1 when none comes before <hi>. */
+int64_t rl_pool_retry_share(RedisModuleCtx *ctx, const struct rl_pool_state *ps, int64_t cost,
+                            int64_t hi, int bounded, int64_t now);
 /* Frees what rl_pool_read() left in <ps>. */
 void rl_pool_release(struct rl_pool_state *ps);
 

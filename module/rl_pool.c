@@ -212,12 +212,14 @@ const char *rl_pool_read(RedisModuleCtx *ctx, struct rl_pool_state *ps, const st
 	}
 	RedisModule_CloseKey(h);
 	ps->expired = ng > 0;
+	ps->mine = mine;
+	ps->na = na;
 	ps->gone = g;
 	ps->ngone = ng;
 	/* (each account taken off is a distinct field of the hash: never
 	 * below 0, said again for the reader) */
 	if (na < 0)
-		na = 0;
+		na = ps->na = 0;
 	/* at least its share: mine * (na + 1) >= limit, as a ceiling */
 	if (mine >= (pool->limit + na) / (na + 1)) {
 		ps->room = pool->limit - pool->headroom;
@@ -243,9 +245,14 @@ static void pool_trim_keys(RedisModuleCtx *ctx, struct rl_pool_state *ps, RedisM
 	if (ng == 0)
 		return;
 	for (i = 0; i < ng; i++) {
+		double sc;
 		int deleted = 0;
 
-		RedisModule_ZsetRem(k, g[i].m, &deleted);
+		/* An admission into an empty window writes cum = cost again: the
+		 * same member as an expired one of its account ("1:1:A") is moved
+		 * to its new score, and the script's ZREMRANGEBYSCORE keeps it. */
+		if (RedisModule_ZsetScore(k, g[i].m, &sc) == REDISMODULE_OK && sc <= (double)ps->log.cut)
+			RedisModule_ZsetRem(k, g[i].m, &deleted);
 	}
 	RedisModule_Replicate(ctx, "ZREMRANGEBYSCORE", "scl", ps->log.name, "-inf",
 	                      (long long)ps->log.cut);
@@ -261,6 +268,91 @@ static void pool_trim_keys(RedisModuleCtx *ctx, struct rl_pool_state *ps, RedisM
 			         hash_units(h, g[i].acc, g[i].acc_len, &exists) - dec);
 	}
 	rl_pool_release(ps);
+}
+
+/* The first time, as the pool's entries leave (oldest first, those of one
+ * score at once), at which the account is below its share and the cost fits
+ * in the whole pool (the script's retry_share()). Runs after the denial's
+ * trim, so each account's units are its field as it stands. The walk stops
+ * at <hi> when <bounded> (the cost fits outside the headroom there): at most headroom +
+ * cost entries, each account's field read once (a dict: no scan). */
+int64_t rl_pool_retry_share(RedisModuleCtx *ctx, const struct rl_pool_state *ps, int64_t cost,
+                            int64_t hi, int bounded, int64_t now)
+{
+	const struct rl_pool *pool = ps->pool;
+	RedisModuleKey *k, *h;
+	RedisModuleDict *units;
+	RedisModuleString *m;
+	int64_t n = ps->na, cnt = ps->log.count, mine = ps->mine, *u = NULL, *nu, retry = -1;
+	size_t nu_len = 0, cap = 0;
+	double sc = 0, s2 = 0;
+	int exists, end = 0;
+
+	k = RedisModule_OpenKey(ctx, ps->log.name, REDISMODULE_READ);
+	if (RedisModule_KeyType(k) != REDISMODULE_KEYTYPE_ZSET ||
+	    RedisModule_ZsetFirstInScoreRange(k, (double)ps->log.cut,
+	                                      bounded ? (double)hi : REDISMODULE_POSITIVE_INFINITE, 1,
+	                                      0) != REDISMODULE_OK) {
+		RedisModule_CloseKey(k);
+		return -1;
+	}
+	h = RedisModule_OpenKey(ctx, ps->hkey, REDISMODULE_READ);
+	units = RedisModule_CreateDict(ctx);
+	m = RedisModule_ZsetRangeCurrentElement(k, &sc);
+	while (m && retry < 0) {
+		const char *p, *acc;
+		size_t len, acc_len;
+		int64_t c, k1, v;
+		void *ix;
+		int nokey;
+
+		p = RedisModule_StringPtrLen(m, &len);
+		if (rl_args_parse_pool_member(p, len, &c, &k1, &acc, &acc_len) == 0) {
+			ix = RedisModule_DictGetC(units, (void *)acc, acc_len, &nokey);
+			if (nokey) {
+				if (nu_len == cap) {
+					cap = cap ? cap * 2 : 16;
+					nu = RedisModule_Realloc(u, cap * sizeof(*u));
+					if (!nu) {
+						/* (the caller keeps the retry outside the headroom) */
+						RedisModule_FreeString(ctx, m);
+						m = NULL;
+						break;
+					}
+					u = nu;
+				}
+				u[nu_len] = hash_units(h, acc, acc_len, &exists);
+				ix = (void *)(uintptr_t)nu_len++;
+				RedisModule_DictSetC(units, (void *)acc, acc_len, ix);
+			}
+			v = u[(uintptr_t)ix];
+			if (v > 0 && v - k1 <= 0 && n > 0)
+				n--;
+			u[(uintptr_t)ix] = v - k1;
+			if (acc_len == pool->acc_len && memcmp(acc, pool->acc, acc_len) == 0)
+				mine = v - k1;
+			cnt = ps->log.cum - c;
+		}
+		RedisModule_FreeString(ctx, m);
+		m = NULL;
+		end = !RedisModule_ZsetRangeNext(k);
+		if (!end)
+			m = RedisModule_ZsetRangeCurrentElement(k, &s2);
+		/* every entry of one score leaves at once: the rule is read after
+		 * the last of them */
+		if ((end || s2 != sc) && cnt + cost <= pool->limit &&
+		    mine < (pool->limit + n) / (n + 1))
+			retry = (int64_t)sc + pool->win_ms * 1000 - now;
+		sc = s2;
+	}
+	if (m)
+		RedisModule_FreeString(ctx, m);
+	RedisModule_ZsetRangeStop(k);
+	RedisModule_FreeDict(ctx, units);
+	RedisModule_Free(u);
+	RedisModule_CloseKey(h);
+	RedisModule_CloseKey(k);
+	return retry;
 }
 
 /* Frees the expired entries <ps> holds. */

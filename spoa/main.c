@@ -89,7 +89,8 @@ static const char main_usage[] =
 "sliding-window log in Redis. HAProxy sends message 'ratelimit' (args policy,\n"
 "key, cost, plan); the agent answers txn vars status/limit/remaining/reset/\n"
 "retry_after/reason, and window/policy_hdr/ratelimit_hdr (the deciding\n"
-"window, the RateLimit-Policy and RateLimit header values).\n"
+"window, the RateLimit-Policy and RateLimit header values; a pooled policy\n"
+"also pool/pool_limit, and pool_remaining/pool_reset when the pool refused).\n"
 "\n"
 "Options:\n"
 "  -f, --config FILE   read the configuration file (see ratelimit-spoa(8))\n"
@@ -121,9 +122,10 @@ static const char main_usage_tail[] =
 "Signals: SIGTERM/SIGINT drain (stop accepting, finish in-flight decisions,\n"
 "exit 0); SIGHUP reloads the file: policies, overrides, redis, redis-timeout,\n"
 "log-level, metrics, max-*, *-timeout, deny-cache change live, connections\n"
-"stay open; listen and threads need a restart; a bad file is logged as\n"
-"'file:line: reason' and the running configuration stays. A new Redis is set\n"
-"up before the old one is dropped; a reload is all or nothing.\n"
+"stay open; listen and threads need a restart; a bad file (or a pool's\n"
+"window made longer) is logged as 'file:line: reason' and the running\n"
+"configuration stays. A new Redis is set up before the old one is dropped;\n"
+"a reload is all or nothing.\n"
 "Logs: one key=value line per event on stderr. Exit status: 0 ok, 1 error.\n"
 "Durations: 50ms, 1s, 10m, 1h. Redis key of each window of a request:\n"
 "<policy>:limit:v1:{<key>}:<window> (algorithm=gcra: <policy>:limit:g1:{<key>}).\n";
@@ -548,7 +550,8 @@ static void main_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
 	}
 	log_info("reloading", "file=%s", m->cfg_path ? m->cfg_path : "-");
 	main_sd_notify("RELOADING=1");
-	if (main_load_config(m, &next, err, sizeof(err)) == -1)
+	if (main_load_config(m, &next, err, sizeof(err)) == -1 ||
+	    config_check_pool_reload(&m->cfg, &next, m->cfg_path, err, sizeof(err)) == -1)
 		goto rejected;
 	if (strcmp(next.listen, m->cfg.listen) != 0 || next.threads != m->cfg.threads)
 		log_warn("reload_partial", "reason=\"listen and threads change only on restart\"");

@@ -14,8 +14,16 @@
 # drifts: the two engines run alternately so that a drift hits both;
 # tools/bench-redis-ir.sh counts instructions, which do not drift.
 #
+# With BENCH_CPU_POOL=1 (the default) the same again with every decision
+# in one pool (pool bench-pool 1000000/1s headroom=100000: the pool's
+# arguments and two keys after the account's window, as the agent sends a
+# pooled policy). A pool's keys are in one slot, so one Redis core decides
+# all of its decisions: 1,000,000 / (its CPU us per decision) is the
+# decisions per second one pool can take.
+#
 # Prints a table; with BENCH_CPU_TSV=FILE also writes name<TAB>value lines
-# (cpu_us_<engine>_b<n>, the median over the rounds).
+# (cpu_us_<engine>_b<n>, the median over the rounds; pooled:
+# cpu_us_pool_<engine>_b<n> and pool_dps_<engine>_b<n>).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=../tests/lib.sh
@@ -26,6 +34,7 @@ ROUNDS=${BENCH_CPU_ROUNDS:-2}
 SERVER=${REDIS_SERVER:-redis-server}
 MODULE=${BENCH_CPU_MODULE:-$PWD/module/ratelimit.so}
 TSV=${BENCH_CPU_TSV:-}
+POOL=${BENCH_CPU_POOL:-1}
 [ -e "$MODULE" ] || { echo "bench-module-cpu: $MODULE not built (make module)" >&2; exit 1; }
 
 PORT=$(free_port)
@@ -36,11 +45,15 @@ t_track "$RPID"
 for _ in $(seq 100); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && break; sleep 0.1; done
 SHA=$(redis-cli -p "$PORT" SCRIPT LOAD "$(cat lua/sliding_window.lua)")
 
-# feed ENGINE BATCH SEED: RESP for N decisions
+# feed ENGINE BATCH SEED POOLED: RESP for N decisions (POOLED: 1, in a pool)
 feed() {
 	python3 - "$SHA" "$@" "$N" <<'PY'
 import sys
-sha, engine, batch, seed, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+sha, engine, batch, seed, pooled, n = (sys.argv[1], sys.argv[2], int(sys.argv[3]),
+                                       int(sys.argv[4]), sys.argv[5] == '1', int(sys.argv[6]))
+PK = ['bench-pool:pool:p1:{bench-pool}', 'bench-pool:pool:a1:{bench-pool}'] if pooled else []
+def pp(a):
+    return [1000000, 'pool:1000:100000:ACC-%d' % a] if pooled else []
 out = sys.stdout.buffer
 pre = [b'RATELIMIT.DECIDE'] if engine == 'module' else [b'EVALSHA', sha.encode()]
 x = seed
@@ -55,13 +68,15 @@ done = 0
 while done < n:
     k = min(batch, n - done)
     if batch == 1:
-        cmd([1, 'bench:limit:v1:{ACC-%d}' % acc(), 1, 1000, 1000])
+        a = acc()
+        cmd([1 + len(PK), 'bench:limit:v1:{ACC-%d}' % a] + PK + [1, 1000, 1000] + pp(a))
     else:
-        keys = ['bench:limit:v1:{ACC-%d}' % acc() for _ in range(k)]
-        args = ['batch', k]
-        for _ in range(k):
-            args += [1, 1, 1000, 1000]
-        cmd([k] + keys + args)
+        accs = [acc() for _ in range(k)]
+        keys, args = [], ['batch', k]
+        for a in accs:
+            keys += ['bench:limit:v1:{ACC-%d}' % a] + PK
+            args += [1 + len(PK), 1, 1000, 1000] + pp(a)
+        cmd([len(keys)] + keys + args)
     done += k
 PY
 }
@@ -69,10 +84,10 @@ PY
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$RPID/stat"; }
 HZ=$(getconf CLK_TCK)
 
-# run ENGINE BATCH ROUND: prints us of CPU per decision and usec_per_call
+# run ENGINE BATCH [POOLED]: prints us of CPU per decision and usec_per_call
 run() {
-	local e=$1 b=$2 f="$T/$1-$2.resp" t0 t1 name upc
-	[ -e "$f" ] || feed "$e" "$b" 7 >"$f"
+	local e=$1 b=$2 p=${3:-0} f="$T/$1-$2-${3:-0}.resp" t0 t1 name upc
+	[ -e "$f" ] || feed "$e" "$b" 7 "$p" >"$f"
 	redis-cli -p "$PORT" CONFIG RESETSTAT >/dev/null
 	t0=$(cpu_ticks)
 	redis-cli -p "$PORT" --pipe <"$f" >"$T/pipe.out" 2>&1
@@ -85,23 +100,37 @@ run() {
 }
 
 declare -A CPU UPC
+KINDS=0; [ "$POOL" = 1 ] && KINDS="0 1"
 for r in $(seq "$ROUNDS"); do
-	for b in 1 32; do
-		for e in script module; do
-			read -r c u < <(run "$e" "$b")
-			CPU[$e,$b]="${CPU[$e,$b]:-} $c"
-			UPC[$e,$b]="${UPC[$e,$b]:-} $u"
+	for p in $KINDS; do
+		for b in 1 32; do
+			for e in script module; do
+				read -r c u < <(run "$e" "$b" "$p")
+				CPU[$e,$b,$p]="${CPU[$e,$b,$p]:-} $c"
+				UPC[$e,$b,$p]="${UPC[$e,$b,$p]:-} $u"
+			done
 		done
 	done
 done
 med() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-printf '%-8s %-12s %26s %22s %14s\n' engine redis-batch "CPU us/decision (rounds)" "usec_per_call (rounds)" "vs the script"
-for b in 1 32; do
-	for e in script module; do
-		m=$(echo "${CPU[$e,$b]}" | med)
-		vs=-
-		[ "$e" = module ] && vs=$(awk -v a="$m" -v c="$(echo "${CPU[script,$b]}" | med)" 'BEGIN { printf "%.2fx", a / c }')
-		printf '%-8s %-12s %26s %22s %14s\n' "$e" "$b" "$m (${CPU[$e,$b]# })" "${UPC[$e,$b]# }" "$vs"
-		[ -n "$TSV" ] && printf 'cpu_us_%s_b%s\t%s\n' "$e" "$b" "$m" >>"$TSV"
+printf '%-8s %-8s %-12s %26s %22s %14s %14s\n' pool engine redis-batch "CPU us/decision (rounds)" \
+	"usec_per_call (rounds)" "vs the script" "decisions/s"
+for p in $KINDS; do
+	for b in 1 32; do
+		for e in script module; do
+			m=$(echo "${CPU[$e,$b,$p]}" | med)
+			vs=-
+			[ "$e" = module ] && vs=$(awk -v a="$m" -v c="$(echo "${CPU[script,$b,$p]}" | med)" 'BEGIN { printf "%.2fx", a / c }')
+			dps=$(awk -v a="$m" 'BEGIN { if (a > 0) printf "%d", 1e6 / a; else print "-" }')
+			pn=no; [ "$p" = 1 ] && pn=yes
+			printf '%-8s %-8s %-12s %26s %22s %14s %14s\n' "$pn" "$e" "$b" "$m (${CPU[$e,$b,$p]# })" \
+				"${UPC[$e,$b,$p]# }" "$vs" "$dps"
+			[ -n "$TSV" ] || continue
+			if [ "$p" = 1 ]; then
+				printf 'cpu_us_pool_%s_b%s\t%s\npool_dps_%s_b%s\t%s\n' "$e" "$b" "$m" "$e" "$b" "$dps" >>"$TSV"
+			else
+				printf 'cpu_us_%s_b%s\t%s\n' "$e" "$b" "$m" >>"$TSV"
+			fi
+		done
 	done
 done

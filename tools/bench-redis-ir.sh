@@ -31,7 +31,7 @@
 # The algorithms: the log (transfer 20/1s, a sorted set per account) and
 # GCRA (20/1s algorithm=gcra burst=20: key transfer:limit:g1:{ACC-n}, one
 # string per account), the same accounts and clock; and, asked for with
-# BENCH_IR_ALGOS (not by default), pool: the log with a pool
+# BENCH_IR_ALGOS (not by default here; make bench asks for it), pool: the log with a pool
 # (pool backend 1000000/1s headroom=100000, all 10,000 accounts in it: its
 # log holds a second of decisions, each decision trims what left it).
 #

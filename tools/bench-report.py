@@ -161,6 +161,19 @@ ig = [(b, n0(num(f'ir_b{b}')), n0(num(f'ir_gcra_b{b}')), vs(f'ir_gcra_b{b}', f'i
       for b in ('32', '3', '1') if f'ir_gcra_b{b}' in R or f'ir_gcra_mod_b{b}' in R]
 IG_HEAD = ('redis-batch', 'log: script', 'gcra: script', 'gcra vs log', 'log: module', 'gcra: module',
            'gcra vs log')
+# a pooled decision (every account in one pool) beside an unpooled one: instructions, each engine,
+# and one pool's decisions per second (its keys in one slot: one Redis core)
+ip = [(b, n0(num(f'ir_b{b}')), n0(num(f'ir_pool_b{b}')), vs(f'ir_pool_b{b}', f'ir_b{b}'),
+       n0(num(f'ir_mod_b{b}')), n0(num(f'ir_pool_mod_b{b}')), vs(f'ir_pool_mod_b{b}', f'ir_mod_b{b}'))
+      for b in ('32', '3', '1') if f'ir_pool_b{b}' in R or f'ir_pool_mod_b{b}' in R]
+IP_HEAD = ('redis-batch', 'log: script', 'pooled: script', 'pooled vs log', 'log: module', 'pooled: module',
+           'pooled vs log')
+cp = [(b, R.get(f'cpu_us_script_b{b}', '-'), R.get(f'cpu_us_pool_script_b{b}', '-'),
+       n0(num(f'pool_dps_script_b{b}')), R.get(f'cpu_us_module_b{b}', '-'),
+       R.get(f'cpu_us_pool_module_b{b}', '-'), n0(num(f'pool_dps_module_b{b}')))
+      for b in ('32', '1') if f'cpu_us_pool_script_b{b}' in R or f'cpu_us_pool_module_b{b}' in R]
+CP_HEAD = ('redis-batch', 'script: Redis CPU µs, log', 'pooled', 'one pool: decisions/s',
+           'module: Redis CPU µs, log', 'pooled', 'one pool: decisions/s')
 
 # --- targets -------------------------------------------------------------------
 def verdict(ok):
@@ -310,6 +323,12 @@ if ii:
 if ig:
     table(('(i) gcra: redis-batch',) + IG_HEAD[1:], ig)
     print()
+if ip:
+    table(('(i) pool: redis-batch',) + IP_HEAD[1:], ip)
+    print()
+if cp:
+    table(('(i) pool: redis-batch',) + CP_HEAD[1:], cp)
+    print()
 print(f"  (d) agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB "
       f"with 1,000 idle connections")
 print()
@@ -448,6 +467,19 @@ if ig:
              "(one string per account, `transfer:limit:g1:{ACC-n}`), by `tools/bench-redis-ir.sh`: "
              "Redis instructions per decision, each engine.\n")
     g.append(md(IG_HEAD, ig, ('---:',) * 7))
+if ip or cp:
+    g.append('### (i) A pooled decision against an unpooled one\n')
+    g.append("The same feed, accounts and clock with every account also in one pool "
+             "(`pool backend 1000000/1s headroom=100000`: its log holds a second of decisions, each "
+             "decision trims what left it), by `tools/bench-redis-ir.sh` (Redis instructions per "
+             "decision, each engine); and redis-server's own CPU per decision with every decision "
+             "in one pool of 1,000,000/1s, by `tools/bench-module-cpu.sh`. A pool's keys are in one "
+             "slot, so one Redis core decides all of that pool's decisions: 1,000,000 / its CPU µs "
+             "per decision is what one pool can take on this machine.\n")
+    if ip:
+        g.append(md(IP_HEAD, ip, ('---:',) * 7))
+    if cp:
+        g.append(md(CP_HEAD, cp, ('---:',) * 7))
 g.append('### (d) Memory\n')
 g.append(f"Agent RSS: {R.get('rss_start_kb', '-')} kB at start, {R.get('rss_idle_kb', '-')} kB with "
          f"1,000 idle SPOP connections (the agent's own gauge: {R.get('idle_conns', '-')} open). "

@@ -743,7 +743,8 @@ fi
 
 if want i; then
 	say "== (i) Redis instructions per decision, redis-batch 32 / 3 / 1, script and module (tools/bench-redis-ir.sh)"
-	if BENCH_IR_TSV="$T/ir.tsv" tools/bench-redis-ir.sh >&2; then
+	if BENCH_IR_TSV="$T/ir.tsv" BENCH_IR_ALGOS="${BENCH_IR_ALGOS:-log gcra pool}" \
+		tools/bench-redis-ir.sh >&2; then
 		while IFS=$'\t' read -r k v; do R[$k]=$v; done <"$T/ir.tsv"
 	else
 		note_error "bench-redis-ir.sh failed"

@@ -85,6 +85,7 @@ struct config {
 	char plan_default[WINDOW_NAME_MAX + 1];
 	size_t plan_default_len;
 	unsigned plan_default_line;
+	unsigned pool_line[CONFIG_MAX_POOLS];  /* each pool's line, for a reload's refusal */
 	/* What parses but cannot do what it says (a window that never decides):
 	 * "<file>:<line>: warning: <reason>" lines, each ending in '\n', cut to
 	 * fit; <nwarnings> counts them all. Never an error. */
@@ -113,6 +114,12 @@ int config_load_file(struct config *c, const char *path, char *err, size_t errle
 /* Final checks once file and flags are merged (a policy exists, listen is
  * loopback or unix unless allowed, ...). Returns 0 or -1 with <err>. */
 int config_validate(const struct config *c, char *err, size_t errlen);
+
+/* A reload from <old> to <next> (read from <path>): refused when a pool of
+ * both gets a longer window. Returns 0, or -1 with "<path>:<line>: ..." in
+ * <err>. */
+int config_check_pool_reload(const struct config *old, const struct config *next,
+                             const char *path, char *err, size_t errlen);
 
 /* Free what config_parse() allocated inside <c>; <c> itself is the caller's. */
 void config_release(struct config *c);

@@ -354,3 +354,34 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 	}
 	return 0;
 }
+
+/* A pool's log keeps what its window held: a decision trims what left the
+ * window in force, and the keys expire one window after the newest entry.
+ * A longer window would count only what is still stored, so the first new
+ * window could hold up to the old limit more than the new one. A shorter
+ * window, a new limit or headroom apply to the units already counted. */
+int config_check_pool_reload(const struct config *old, const struct config *next,
+                             const char *path, char *err, size_t errlen)
+{
+	size_t i, j;
+
+	for (i = 0; i < next->npools; i++) {
+		const struct window_pool *np = &next->pools[i];
+
+		for (j = 0; j < old->npools; j++) {
+			const struct window_pool *op = &old->pools[j];
+
+			if (op->name_len != np->name_len || memcmp(op->name, np->name, np->name_len) != 0 ||
+			    np->window_ms <= op->window_ms)
+				continue;
+			snprintf(err, errlen, "%s:%u: pool '%s': its window cannot grow on reload "
+			         "(%llums to %llums): its log holds only the running window's units, so the "
+			         "longer window would count less than was admitted; shorten it, or give the "
+			         "longer window a new pool name", path ? path : "(config)",
+			         next->pool_line[i], np->name, (unsigned long long)op->window_ms,
+			         (unsigned long long)np->window_ms);
+			return -1;
+		}
+	}
+	return 0;
+}

@@ -199,6 +199,7 @@ int config_dir_pool(struct parse_ctx *x, const struct word *w, size_t n)
 		return config_parse_fail(&x->lex, "%s: headroom must be below the limit (%llu), got %llu",
 		                         what, (unsigned long long)pl->limit,
 		                         (unsigned long long)pl->headroom);
+	c->pool_line[c->npools] = x->lex.line;
 	c->npools++;
 	return 0;
 }

@@ -148,13 +148,17 @@ static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, si
 	enum { VAR_ROOM = 21 };
 	const struct window_decision *d = &r->acc;
 	const struct window_policy *p = r->policy;
+	/* a pool's four: name + limit, remaining, reset (names <= 14) */
+	enum { POOL_ROOM = 4 * (VAR_ROOM + 1) + WINDOW_NAME_MAX };
 	char pol[HEADERS_POLICY_MAX], cur[HEADERS_RATELIMIT_MAX];
 	struct window_limit bucket;
 	const struct window_limit *lim = r->lim;
-	int np, nc = 0;
+	int np, nc = 0, by_pool;
 
+	/* the pool decided (its numbers): its item answers */
+	by_pool = p && p->pooled && d->window == WINDOW_MAX_WINDOWS;
 	if (r->nasked != 1 || !p || !lim || d->status == WINDOW_ERROR ||
-	    d->window >= r->nwin || !(d->has_quota || d->limit > 0))
+	    (d->window >= r->nwin && !by_pool) || !(d->has_quota || d->limit > 0))
 		return;
 	/* a GCRA bucket is announced as the draft's quota over the time it
 	 * takes to refill from empty (q = burst, w = burst * T) */
@@ -163,16 +167,33 @@ static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, si
 		lim = &bucket;
 	}
 	np = headers_format_policy(p->name, p->name_len, lim, r->nwin, pol, sizeof(pol));
-	if (d->has_quota)
+	if (np > 0 && p->pooled)
+		np = headers_append_pool_policy(&p->pool, pol, sizeof(pol), (size_t)np);
+	if (d->has_quota && by_pool)
+		nc = headers_format_pool_ratelimit(&p->pool, d->remaining, d->reset, cur, sizeof(cur));
+	else if (d->has_quota)
 		nc = headers_format_ratelimit(p->name, p->name_len, lim, r->nwin, d->window,
 		                              d->remaining, d->reset, cur, sizeof(cur));
-	if (np <= 0 || nc < 0 || a->len + 3 * VAR_ROOM + (size_t)np + (size_t)nc > max)
+	if (np <= 0 || nc < 0 ||
+	    a->len + 3 * VAR_ROOM + (p->pooled ? POOL_ROOM : 0) + (size_t)np + (size_t)nc > max)
 		return;
 	spop_ack_set_int(a, SPOP_SCOPE_TXN, "window",
-	                 headers_window_seconds(lim[d->window].window_ms));
+	                 headers_window_seconds(by_pool ? p->pool.window_ms
+	                                                : lim[d->window].window_ms));
 	spop_ack_set_str(a, SPOP_SCOPE_TXN, "policy_hdr", pol, (size_t)np);
 	if (nc > 0)
 		spop_ack_set_str(a, SPOP_SCOPE_TXN, "ratelimit_hdr", cur, (size_t)nc);
+	if (!p->pooled)
+		return;
+	/* the pool by itself, for logs and rules: its name and limit on every
+	 * answer; its remaining and reset when it decided (an admission's
+	 * reply carries the tightest window's numbers only) */
+	spop_ack_set_str(a, SPOP_SCOPE_TXN, "pool", p->pool.name, p->pool.name_len);
+	spop_ack_set_int(a, SPOP_SCOPE_TXN, "pool_limit", (int64_t)p->pool.limit);
+	if (by_pool && d->has_quota) {
+		spop_ack_set_int(a, SPOP_SCOPE_TXN, "pool_remaining", d->remaining);
+		spop_ack_set_int(a, SPOP_SCOPE_TXN, "pool_reset", d->reset);
+	}
 }
 
 /* Append the ACK for <r> (its merged decision as txn variables) to <c>'s

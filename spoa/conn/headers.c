@@ -113,3 +113,46 @@ int headers_format_ratelimit(const char *name, size_t name_len,
 		return -1;
 	return (int)len;
 }
+
+/* Append the pool's item name ("pool-<name>", quoted) at <dst>+<*len>.
+ * Returns 0, or -1 when it does not fit. */
+static int headers_put_pool_name(const struct window_pool *pool, char *dst, size_t cap,
+                                 size_t *len)
+{
+	if (!pool->name_len || *len + 5 + pool->name_len + 2 >= cap)
+		return -1;
+	dst[(*len)++] = '"';
+	memcpy(dst + *len, "pool-", 5);
+	*len += 5;
+	memcpy(dst + *len, pool->name, pool->name_len);
+	*len += pool->name_len;
+	dst[(*len)++] = '"';
+	dst[*len] = '\0';
+	return 0;
+}
+
+int headers_append_pool_policy(const struct window_pool *pool, char *dst, size_t cap, size_t len)
+{
+	if (cap == 0 || len + 2 >= cap || pool->limit > INT64_MAX)
+		return -1;
+	dst[len++] = ',';
+	dst[len++] = ' ';
+	if (headers_put_pool_name(pool, dst, cap, &len) == -1 ||
+	    headers_put_params(dst, cap, &len, 'q', (int64_t)pool->limit,
+	                       'w', headers_window_seconds(pool->window_ms)) == -1)
+		return -1;
+	return (int)len;
+}
+
+int headers_format_pool_ratelimit(const struct window_pool *pool, int64_t remaining,
+                                  int64_t reset_s, char *dst, size_t cap)
+{
+	size_t len = 0;
+
+	if (cap == 0 || remaining < 0 || reset_s < 0)
+		return -1;
+	if (headers_put_pool_name(pool, dst, cap, &len) == -1 ||
+	    headers_put_params(dst, cap, &len, 'r', remaining, 't', reset_s) == -1)
+		return -1;
+	return (int)len;
+}

@@ -8,6 +8,9 @@
  *   RateLimit-Policy: "api-1s";q=10;w=1, "api-1h";q=1000;w=3600   (several)
  *   RateLimit:        "api-1h";r=12;t=1800                    (deciding window)
  *
+ *   RateLimit-Policy: "transfer";q=3;w=1, "pool-transfers";q=5;w=1  (pooled)
+ *   RateLimit:        "pool-transfers";r=0;t=1                (the pool decided)
+ *
  * A policy with one window names its item after the policy; with several,
  * each item is "<policy>-<window>" (the window as the config writes it:
  * 1s, 1h, 500ms), so every item name is distinct and the RateLimit item
@@ -23,7 +26,9 @@
 
 /* One item: quote, name, "-", window, quote, ";q=" 20 digits ";w=" 20 digits ", " */
 #define HEADERS_ITEM_MAX      (WINDOW_NAME_MAX + 24 + 4 + 20 + 3 + 20 + 2)
-#define HEADERS_POLICY_MAX    (WINDOW_MAX_WINDOWS * HEADERS_ITEM_MAX + 1)
+/* (the windows' items, then a pool's: "pool-<name>" is shorter than the
+ * longest "<policy>-<window>") */
+#define HEADERS_POLICY_MAX    ((WINDOW_MAX_WINDOWS + 1) * HEADERS_ITEM_MAX + 1)
 #define HEADERS_RATELIMIT_MAX (HEADERS_ITEM_MAX + 1)
 
 /* Whole seconds of a window for the draft's "w" and the window variable:
@@ -45,5 +50,18 @@ int headers_format_ratelimit(const char *name, size_t name_len,
                              const struct window_limit *lim, unsigned nwin,
                              unsigned idx, int64_t remaining, int64_t reset_s,
                              char *dst, size_t cap);
+
+/* Append ", " and pool <pool>'s item ("pool-<name>";q=<limit>;w=<s>) to the
+ * RateLimit-Policy value of <len> bytes at <dst>/<cap>, NUL included: a
+ * pool is its own item, so a client tells "you are out" (the policy's
+ * items) from "the service is full" (the pool's). Returns the new length,
+ * or -1 when it does not fit. */
+int headers_append_pool_policy(const struct window_pool *pool, char *dst, size_t cap, size_t len);
+
+/* Write the RateLimit value of pool <pool> (its item, remaining
+ * <remaining>, reset in <reset_s> seconds) into <dst>/<cap>. Returns the
+ * length, or -1 when it does not fit or a count is negative. */
+int headers_format_pool_ratelimit(const struct window_pool *pool, int64_t remaining,
+                                  int64_t reset_s, char *dst, size_t cap);
 
 #endif /* SPOA_HEADERS_H */

@@ -58,7 +58,7 @@ for v in status limit remaining reset retry_after reason window policy_hdr ratel
 	check "haproxy.cfg references txn.rl.$v (HAProxy drops unknown vars)" grep -q "var(txn\.rl\.${v}[,)]" <<<"$cfg"
 done
 check "register-var-names lists the agent's variables" \
-	grep -Eq '^ *register-var-names +status limit remaining reset retry_after reason window policy_hdr ratelimit_hdr lease$' <<<"$spoe"
+	grep -Eq '^ *register-var-names +status limit remaining reset retry_after reason window policy_hdr ratelimit_hdr pool pool_limit pool_remaining pool_reset lease$' <<<"$spoe"
 
 # jwt_verify must be given a literal algorithm and the key file, not the
 # token's own header.

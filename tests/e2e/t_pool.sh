@@ -67,6 +67,16 @@ $policies" || return 1
 	for i in 4 5 6; do
 		check "$engine: ACC-1001 #$i: a Retry-After" test -n "$(seq_hdr $i Retry-After)"
 	done
+	# the draft's headers: the pool is its own item beside the policy's; the
+	# account's own refusal names the account's item ("you are out")
+	for i in 1 4; do
+		eq "$engine: ACC-1001 #$i: RateLimit-Policy lists the policy and the pool" \
+			'"transfer";q=3;w=60, "pool-transfers";q=5;w=60' "$(seq_hdr $i RateLimit-Policy)"
+	done
+	check "$engine: ACC-1001 #1: RateLimit is the account's item (2 left), got $(seq_hdr 1 RateLimit)" \
+		grep -Eq '^"transfer";r=2;t=[0-9]+$' <<<"$(seq_hdr 1 RateLimit)"
+	check "$engine: ACC-1001 #4: RateLimit is the account's item (none left), got $(seq_hdr 4 RateLimit)" \
+		grep -Eq '^"transfer";r=0;t=[0-9]+$' <<<"$(seq_hdr 4 RateLimit)"
 	req_seq POST "$t2" A /transfers B /transfers
 	eq "$engine: ACC-2002, 2 transfers: both pass (the pool's 4th and 5th units)" \
 		"201 201" "$(seq_status 1) $(seq_status 2)"
@@ -76,6 +86,12 @@ $policies" || return 1
 		retry=$(seq_hdr $i Retry-After)
 		check "$engine: ACC-3003 #$i: Retry-After until the pool's first unit leaves (1..60 s, got $retry)" \
 			test "${retry:-0}" -ge 1 -a "${retry:-0}" -le 60
+		# "the service is full": the pool's item, and the legacy trio the pool's
+		check "$engine: ACC-3003 #$i: RateLimit is the pool's item (none left), got $(seq_hdr $i RateLimit)" \
+			grep -Eq '^"pool-transfers";r=0;t=[0-9]+$' <<<"$(seq_hdr $i RateLimit)"
+		eq "$engine: ACC-3003 #$i: RateLimit-Policy lists the policy and the pool" \
+			'"transfer";q=3;w=60, "pool-transfers";q=5;w=60' "$(seq_hdr $i RateLimit-Policy)"
+		eq "$engine: ACC-3003 #$i: RateLimit-Limit is the pool's" 5 "$(seq_hdr $i RateLimit-Limit)"
 	done
 
 	eq "$engine: the pool's log holds 5 units, never more" 5 "$(rcli ZCARD "$LOG")"

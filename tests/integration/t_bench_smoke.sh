@@ -32,6 +32,29 @@ eq "it counts instructions per decision, batched and not" 2 \
 	"$(grep -Ec "^ir_b(32|1)"$'\t'"[1-9][0-9]*\$" "$T/ir.tsv" 2>/dev/null)"
 eq "and GCRA's beside the log's" 2 \
 	"$(grep -Ec "^ir_gcra_b(32|1)"$'\t'"[1-9][0-9]*\$" "$T/ir.tsv" 2>/dev/null)"
+# make bench's pooled row: redis-server's CPU per decision with every
+# decision in one pool, beside the unpooled one, and the decisions per
+# second one pool takes (tools/bench-module-cpu.sh, a few decisions: the
+# figures mean nothing here, the feed must be answered without an error);
+# and the report's pool section from them.
+if [ -e "$ROOT/module/ratelimit.so" ]; then
+	BENCH_CPU_N=320 BENCH_CPU_ROUNDS=1 BENCH_CPU_TSV="$T/cpu.tsv" \
+		"$ROOT/tools/bench-module-cpu.sh" >"$T/cpu.out" 2>&1; rc=$?
+	eq "bench-module-cpu.sh exits 0" 0 "$rc"
+	eq "its feeds get no error reply" 0 "$(grep -c ': errors' "$T/cpu.out")"
+	[ "$rc" = 0 ] || cat "$T/cpu.out"
+	eq "it measures a pooled decision, each engine, batched and not" 4 \
+		"$(grep -Ec "^cpu_us_pool_(script|module)_b(32|1)"$'\t' "$T/cpu.tsv" 2>/dev/null)"
+	eq "and the decisions per second one pool takes" 4 \
+		"$(grep -Ec "^pool_dps_(script|module)_b(32|1)"$'\t' "$T/cpu.tsv" 2>/dev/null)"
+	{ printf 'c_p1\t1\nc_p16\t16\nir_b32\t100\nir_pool_b32\t250\nir_mod_b32\t20\n'
+	  printf 'ir_pool_mod_b32\t50\n'; cat "$T/cpu.tsv"; } >"$T/res.tsv"
+	python3 "$ROOT/tools/bench-report.py" "$T/res.tsv" "$T/report.md" '' "$T" >"$T/report.out" 2>&1
+	check "the report has the pooled section" grep -q '^### (i) A pooled decision against an unpooled one' \
+		"$T/report.md"
+	check "with the pooled instructions beside the log's" grep -q '^| 32 | 100 | 250 | 2.50x | 20 | 50 | 2.50x |' \
+		"$T/report.md"
+fi
 # tools/bench-agent-ir.sh on a few decisions: the agent's and the floor's
 # instructions and syscalls per decision (callgrind, strace). Valgrind
 # cannot run a sanitizer build (make sanitize, make tsan): there, only the

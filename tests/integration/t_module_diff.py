@@ -19,9 +19,12 @@ and sets the same absolute expiry. The fake clock runs ten years ahead of
 the real one, so no key expires under the test. The script's keys start
 with "s|", the module's with "m|", the rest of the name is the same.
 
-Three streams: many keys (8 policies x 5 accounts), then one key (one
+Four streams: many keys (8 policies x 5 accounts), then one key (one
 policy of one window, one account: every call on the same sorted set or
-hash), then one GCRA key. A replica (a real redis-server without the module) follows the
+hash), then one GCRA key, then one pool (pool=: two policies, a log and a
+bucketed one, of 6 accounts in one pool of 12 with headroom 4, so that
+accounts reach their share and pool-share's retry walks the log as
+accounts come and go). A replica (a real redis-server without the module) follows the
 primary throughout: at the end it holds exactly the primary's data, both
 engines' keys, TTLs included.
 
@@ -83,6 +86,8 @@ def make_policy(i):
 POLICIES = [make_policy(i) for i in range(8)]
 ACCOUNTS = 5
 TAG = ""          # a key-name prefix per stream
+POOL = None       # (limit, ms, headroom): every decision also in this pool
+SHARE = [0]       # pool-share refusals seen (a 7th element of 2)
 
 
 def decision():
@@ -98,6 +103,9 @@ def decision():
     args = [cost]
     for l, w, _, _ in pol:
         args += [l, w]
+    if POOL:
+        keys += ["%spool:v:{pool}" % TAG, "%spool:h:{pool}" % TAG]
+        args += [POOL[0], "pool:%d:%d:acc-%d" % (POOL[1], POOL[2], acc)]
     return keys, args
 
 
@@ -153,7 +161,7 @@ def stream(ops):
         # the clock, by the edges the replies name
         x = rnd.random()
         if last and x < 0.2:
-            allowed, _, _, reset, retry, _ = last
+            allowed, _, _, reset, retry = last[:5]
             pick = rnd.choice([retry, retry - 1, reset, reset - 1, retry + 1])
             if pick > 0:
                 now += pick
@@ -186,6 +194,8 @@ def stream(ops):
                     n_allow += 1
                 else:
                     n_deny += 1
+                if len(x1) == 7 and x1[6] == 2:
+                    SHARE[0] += 1
                 last = x1
         uniq = sorted(set(ks))
         ss, sm = state("s|", uniq), state("m|", uniq)
@@ -203,13 +213,17 @@ def stream(ops):
 n_gcra = sum(1 for p in POLICIES if p[0][2] == "g")
 h.check("the stream has GCRA policies (%d of %d) and others" % (n_gcra, len(POLICIES)),
         0 < n_gcra < len(POLICIES))
-for name, ops, pols, accs in (("many keys", OPS, list(POLICIES), 5),
-                              ("one key", max(OPS // 3, 1), [[(10, "2000", "v", 10)]], 1),
-                              ("one GCRA key", max(OPS // 3, 1),
-                               [[(3, "gcra:1000:5", "g", 5)]], 1)):
+for name, ops, pols, accs, pool in (("many keys", OPS, list(POLICIES), 5, None),
+                                    ("one key", max(OPS // 3, 1), [[(10, "2000", "v", 10)]], 1, None),
+                                    ("one GCRA key", max(OPS // 3, 1),
+                                     [[(3, "gcra:1000:5", "g", 5)]], 1, None),
+                                    ("one pool", max(OPS // 3, 1),
+                                     [[(8, "2000", "v", 8)], [(6, "3000:500", "b", 6)]], 6,
+                                     (12, 2000, 4))):
     POLICIES[:] = pols
     ACCOUNTS = accs
-    TAG = "one%d:" % len(name) if accs == 1 else ""
+    POOL = pool
+    TAG = "one%d:" % len(name) if accs == 1 else "pool:" if pool else ""
     mismatch_reply, mismatch_data, first_bad, n_allow, n_deny, n_err, n_batch = stream(ops)
     print("# %s: %d calls (%d batches): %d allowed, %d denied, %d errors" %
           (name, ops, n_batch, n_allow, n_deny, n_err))
@@ -221,6 +235,9 @@ for name, ops, pols, accs in (("many keys", OPS, list(POLICIES), 5),
     h.check("%s: the stream allowed and denied (%d / %d)" % (name, n_allow, n_deny),
             n_allow > ops // 4 and n_deny > ops // 10)
     h.eq("%s: no decision errored (a cost above a limit is a deny)" % name, 0, n_err)
+    if pool:
+        h.check("%s: the pool refused for the share (%d), its retry walked" % (name, SHARE[0]),
+                SHARE[0] > ops // 20)
 
 # Every key of both engines, at the end: same names, same contents.
 sk = sorted(k[2:] for k in r.call("KEYS", "s|*"))

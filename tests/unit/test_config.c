@@ -514,6 +514,34 @@ static void test_parse_errors(void **state)
  * keeping the algorithm with their own burst; the log stays the default. */
 /* pool and pool= (issue 37): the pool's limits copied into each policy
  * naming it, the default headroom, and a Cluster URL refused. */
+/* A reload that lengthens a pool's window is refused with file:line (its
+ * log holds only the running window's units); a shorter window, another
+ * limit or headroom, a new pool or one dropped are not. */
+static void test_pool_reload_window(void **state)
+{
+	struct config old, next;
+	char err[CONFIG_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse(&old, "pool backend 10/1m\npool other 5/1s\n"
+	                             "policy p 3/1s pool=backend\n", err), 0);
+	assert_int_equal(parse(&next, "pool other 5/1s\n# the window grows\n"
+	                              "pool backend 10/1h\npolicy p 3/1s pool=backend\n", err), 0);
+	err[0] = '\0';
+	assert_int_equal(config_check_pool_reload(&old, &next, "a.conf", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "a.conf:3: pool 'backend': its window cannot grow on reload "
+	                            "(60000ms to 3600000ms)"));
+	config_release(&next);
+	assert_int_equal(parse(&next, "pool backend 20/1s headroom=5\npool added 5/1h\n"
+	                              "policy p 3/1s pool=backend\n", err), 0);
+	assert_int_equal(config_check_pool_reload(&old, &next, "a.conf", err, sizeof(err)), 0);
+	/* (and back: a longer window than the running one's) */
+	assert_int_equal(config_check_pool_reload(&next, &old, "a.conf", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "a.conf:1: pool 'backend'"));
+	config_release(&next);
+	config_release(&old);
+}
+
 static void test_pools(void **state)
 {
 	static const char text[] =
@@ -1417,6 +1445,7 @@ int main(void)
 		cmocka_unit_test(test_gcra),
 		cmocka_unit_test(test_pools),
 		cmocka_unit_test(test_leases),
+		cmocka_unit_test(test_pool_reload_window),
 		cmocka_unit_test(test_nul_byte),
 		cmocka_unit_test(test_error_truncation),
 		cmocka_unit_test(test_windows_and_urls),

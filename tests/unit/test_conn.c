@@ -44,6 +44,7 @@ struct fake_call {
 struct fake {
 	bool sync;                      /* answer inside check() */
 	enum window_status status;
+	unsigned window;                /* the deciding window (sync answers) */
 	struct fake_call calls[FAKE_MAX];
 	unsigned ncalls;
 	const char *lease;              /* answered on an allow, when set */
@@ -70,7 +71,8 @@ static int fake_check(void *ctx, const struct window_policy *p, const char *key,
 	if (fake.sync) {
 		struct window_decision d = { .status = fake.status, .has_quota = true,
 		                             .limit = 3, .remaining = 2, .reset = 1,
-		                             .retry_after = fake.status == WINDOW_DENY ? 1 : 0 };
+		                             .retry_after = fake.status == WINDOW_DENY ? 1 : 0,
+		                             .window = fake.window };
 
 		if (fake.lease && fake.status == WINDOW_ALLOW)
 			snprintf(d.lease, sizeof(d.lease), "%s", fake.lease);
@@ -137,7 +139,8 @@ static int setup(void **state)
 	int sv[2];
 	static const char text[] = "policy transfer 3/1s\npolicy reads 100/1m on-redis-error=allow\n"
 		"policy a-policy-name-of-the-longest-length-480000000000 1/1s 2/1m 3/1h 4/2h\n"
-		"policy export 3/1s inflight=2\n";
+		"policy export 3/1s inflight=2\n"
+		"pool transfers 5/1m headroom=2\npolicy pooled 3/1s pool=transfers\n";
 
 	assert_non_null(f);
 	memset(&fake, 0, sizeof(fake));
@@ -345,8 +348,9 @@ static void build_notify_plan(struct wbuf *w, uint64_t sid, const char *policy,
 struct ack {
 	unsigned type;
 	uint64_t sid, fid;
-	char status[16], reason[32], policy_hdr[512], ratelimit_hdr[128], lease[40];
+	char status[16], reason[32], policy_hdr[512], ratelimit_hdr[128], pool[64], lease[40];
 	int64_t limit, remaining, reset, retry_after, window;
+	int64_t pool_limit, pool_remaining, pool_reset;
 	bool has_retry, has_unset;
 	uint32_t disco_status;
 };
@@ -360,6 +364,7 @@ static void parse_agent_frame(const unsigned char *b, size_t n, struct ack *a)
 
 	memset(a, 0, sizeof(*a));
 	a->limit = a->remaining = a->reset = a->retry_after = a->window = -1;
+	a->pool_limit = a->pool_remaining = a->pool_reset = -1;
 	a->type = b[4];
 	assert_int_equal(b[8] & 1, 1);      /* FIN on every frame */
 	r = spop_decode_varint(p, (size_t)(end - p), &a->sid);
@@ -406,6 +411,15 @@ static void parse_agent_frame(const unsigned char *b, size_t n, struct ack *a)
 				memcpy(a->ratelimit_hdr, d.v.s.ptr, d.v.s.len);
 			} else if (!strcmp(name, "window")) {
 				a->window = d.v.i;
+			} else if (!strcmp(name, "pool")) {
+				assert_true(d.v.s.len < sizeof(a->pool));
+				memcpy(a->pool, d.v.s.ptr, d.v.s.len);
+			} else if (!strcmp(name, "pool_limit")) {
+				a->pool_limit = d.v.i;
+			} else if (!strcmp(name, "pool_remaining")) {
+				a->pool_remaining = d.v.i;
+			} else if (!strcmp(name, "pool_reset")) {
+				a->pool_reset = d.v.i;
 			} else if (!strcmp(name, "limit")) {
 				a->limit = d.v.i;
 			} else if (!strcmp(name, "remaining")) {
@@ -518,6 +532,52 @@ static void test_notify_allow(void **state)
 	assert_memory_equal(fake.calls[0].key, "ACC-1001", 8);
 	assert_int_equal(fake.calls[0].cost, 1);
 	assert_string_equal(fake.calls[0].p->name, "transfer");
+}
+
+/* A pooled policy: the pool is its own item of RateLimit-Policy on every
+ * answer, and the RateLimit item when it decided, so that a client tells
+ * "you are out" (the policy's item) from "the service is full" (the pool's). */
+static void test_notify_pooled_headers(void **state)
+{
+	struct fixture *f = *state;
+	struct wbuf w;
+	struct ack a;
+
+	handshake(f);
+	build_notify(&w, 5, 1, "ratelimit", "pooled", SPOP_T_STR, "ACC-1001", 8, 1);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_string_equal(a.status, "allow");
+	assert_string_equal(a.policy_hdr, "\"pooled\";q=3;w=1, \"pool-transfers\";q=5;w=60");
+	assert_string_equal(a.ratelimit_hdr, "\"pooled\";r=2;t=1");
+	assert_int_equal(a.window, 1);
+	assert_string_equal(a.pool, "transfers");
+	assert_int_equal(a.pool_limit, 5);
+	assert_int_equal(a.pool_remaining, -1);
+
+	/* the pool refused: its item answers, its window */
+	fake.status = WINDOW_DENY;
+	fake.window = WINDOW_MAX_WINDOWS;
+	build_notify(&w, 5, 2, "ratelimit", "pooled", SPOP_T_STR, "ACC-1001", 8, 1);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_string_equal(a.status, "deny");
+	assert_string_equal(a.policy_hdr, "\"pooled\";q=3;w=1, \"pool-transfers\";q=5;w=60");
+	assert_string_equal(a.ratelimit_hdr, "\"pool-transfers\";r=2;t=1");
+	assert_int_equal(a.window, 60);
+	assert_string_equal(a.pool, "transfers");
+	assert_int_equal(a.pool_limit, 5);
+	assert_int_equal(a.pool_remaining, 2);
+	assert_int_equal(a.pool_reset, 1);
+
+	/* a policy without a pool: nothing of a pool */
+	fake.window = 0;
+	build_notify(&w, 5, 3, "ratelimit", "transfer", SPOP_T_STR, "ACC-1001", 8, 1);
+	peer_send(f, w.b, w.n);
+	expect_frame(f, &a);
+	assert_string_equal(a.policy_hdr, "\"transfer\";q=3;w=1");
+	assert_string_equal(a.pool, "");
+	assert_int_equal(a.pool_limit, -1);
 }
 
 static void test_notify_deny_has_retry_after(void **state)
@@ -1123,6 +1183,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hello_answers_agent_hello, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_healthcheck_closes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_notify_allow, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_notify_pooled_headers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_notify_deny_has_retry_after, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pipelined_acks_out_of_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_byte_by_byte, setup, teardown),

@@ -64,6 +64,33 @@ static void test_ratelimit(void **state)
 	assert_string_equal(buf, "\"api-1s\";r=9;t=0");
 }
 
+/* a pool is its own item ("pool-<name>"), after the policy's; every
+ * buffer too small for it is refused, never cut */
+static void test_pool_items(void **state)
+{
+	struct window_pool pool = { .name = "transfers", .name_len = 9, .limit = 5,
+	                            .window_ms = 60000, .headroom = 2 };
+	char buf[HEADERS_POLICY_MAX];
+	size_t cap;
+	int n, m;
+
+	(void)state;
+	n = headers_format_policy("transfer", 8, one, 1, buf, sizeof(buf));
+	n = headers_append_pool_policy(&pool, buf, sizeof(buf), (size_t)n);
+	assert_string_equal(buf, "\"transfer\";q=3;w=1, \"pool-transfers\";q=5;w=60");
+	assert_int_equal(n, (int)strlen(buf));
+	m = headers_format_pool_ratelimit(&pool, 0, 42, buf, sizeof(buf));
+	assert_string_equal(buf, "\"pool-transfers\";r=0;t=42");
+	assert_int_equal(m, (int)strlen(buf));
+	for (cap = 0; cap <= (size_t)m; cap++)
+		assert_int_equal(headers_format_pool_ratelimit(&pool, 0, 42, buf, cap), -1);
+	for (cap = 19; cap <= (size_t)n; cap++) {
+		assert_int_equal(headers_format_policy("transfer", 8, one, 1, buf, cap), 18);
+		assert_int_equal(headers_append_pool_policy(&pool, buf, cap, 18), -1);
+	}
+	assert_int_equal(headers_format_pool_ratelimit(&pool, -1, 1, buf, sizeof(buf)), -1);
+}
+
 static void test_refused(void **state)
 {
 	char buf[HEADERS_POLICY_MAX];
@@ -128,6 +155,7 @@ int main(void)
 		cmocka_unit_test(test_policy_one_window),
 		cmocka_unit_test(test_policy_several_windows),
 		cmocka_unit_test(test_ratelimit),
+		cmocka_unit_test(test_pool_items),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_every_short_buffer),
 		cmocka_unit_test(test_largest_fits),
