@@ -60,6 +60,8 @@ def parse(path):
             continue
         d, rest = line[0], line[1:]
         if d == "case":
+            if cur is not None:  # a lost "end" would fold two cases into one
+                raise ValueError("%s:%d: case %s before %s's end" % (path, n, rest[0], cur.name))
             cur = Case(rest[0], n)
             continue
         if cur is None:
