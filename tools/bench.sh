@@ -18,6 +18,10 @@
 #                         the bench's Redis when it exists: make bench builds
 #                         it), back to back in each round, at the reported
 #                         load shape and at a second one
+#                         and the self-answering shape (tools/edge-self.sh):
+#                         the same no-JWT edges answering 201 themselves
+#                         instead of proxying to a backend HAProxy: alone,
+#                         floor, script, module, back to back in each round
 #   (d) memory            agent RSS with 1,000 idle SPOP connections, and
 #                         malloc calls per decision (an LD_PRELOAD counter)
 #   (e) profile           where the agent's cycles go (perf, when it works)
@@ -44,6 +48,7 @@
 #   BENCH_SHAPE2=1x64         (c) no JWT: the second load shape, THREADSxCONNS
 #                             ('' = the reported shape only)
 #   BENCH_FLOOR_ARGS=        spoa-floor's options, e.g. -s (set status only)
+#   BENCH_SELF=1              (c): 0 skips the self-answering rows
 #   BENCH_JWT=1               (c): 0 skips the JWT rows and the deny-cache-off
 #                             rows (the no-JWT floor comparison only)
 #   BENCH_ACCOUNTS=10000      accounts (= tokens) in uniform runs
@@ -70,6 +75,7 @@ WRK_THREADS=${BENCH_WRK_THREADS:-2}
 WRK_CONNS=${BENCH_WRK_CONNS:-128}
 SHAPE2=${BENCH_SHAPE2-1x64}
 JWT=${BENCH_JWT:-1}
+SELF=${BENCH_SELF:-1}
 FLOOR=${FLOOR:-$(dirname "$BENCH")/spoa-floor}
 ACCOUNTS=${BENCH_ACCOUNTS:-10000}
 OUT=${BENCH_OUT-docs/benchmarks.md}
@@ -237,14 +243,18 @@ to_us() {
 # fills R[wrk_NAME_*] (req/s, p50/p99 us, status counts). IDS/MODE: the
 # identities file and "header" for the no-JWT edge (default: the tokens).
 run_wrk() {
-	local name=$1 port=$2 hot=$3 pct=$4 ids=${5:-$TOKENS} mode=${6:-} f=$T/wrk-$1.out cpu0
+	local name=$1 port=$2 hot=$3 pct=$4 ids=${5:-$TOKENS} mode=${6:-} f=$T/wrk-$1.out cpu0 sirq0
 	cpu0=$(proc_ticks "${EDGE_PIDS[$port]:-}")
+	sirq0=$(softirq_ticks)
 	timeout $((SECS + 30)) wrk -t "$WRK_THREADS" -c "$WRK_CONNS" -d "${SECS}s" --latency \
 		-s tools/bench-wrk.lua "http://127.0.0.1:$port/transfers" -- "$ids" "$hot" "$pct" $mode >"$f" 2>&1 \
 		|| note_error "wrk $name failed: $(tail -n1 "$f")"
 	R[wrk_${name}_rps]=$(awk '/^Requests\/sec:/ { printf "%.1f", $2 }' "$f")
 	# HAProxy's own CPU (user + system) per request served, in µs
 	R[wrk_${name}_cpu_us]=$(awk -v t=$(( $(proc_ticks "${EDGE_PIDS[$port]:-}") - cpu0 )) \
+		-v hz="$(getconf CLK_TCK)" '/ requests in / { if ($1 > 0) printf "%.1f", t * 1e6 / hz / $1 }' "$f")
+	# the whole machine's softirq time per request (mostly loopback TCP)
+	R[wrk_${name}_sirq_us]=$(awk -v t=$(( $(softirq_ticks) - sirq0 )) \
 		-v hz="$(getconf CLK_TCK)" '/ requests in / { if ($1 > 0) printf "%.1f", t * 1e6 / hz / $1 }' "$f")
 	R[wrk_${name}_p50]=$(to_us "$(awk '$1 == "50%" { print $2 }' "$f")")
 	R[wrk_${name}_p99]=$(to_us "$(awk '$1 == "99%" { print $2 }' "$f")")
@@ -256,6 +266,9 @@ run_wrk() {
 	grep -q 'Socket errors' "$f" && note_error "wrk $name: $(grep 'Socket errors' "$f")"
 	say "  wrk $name: ${R[wrk_${name}_rps]} req/s p50 ${R[wrk_${name}_p50]} us p99 ${R[wrk_${name}_p99]} us, HAProxy CPU ${R[wrk_${name}_cpu_us]:-?} us/req ($st)"
 }
+
+# softirq_ticks: clock ticks all CPUs have spent in softirq (/proc/stat).
+softirq_ticks() { awk '$1 == "cpu" { print $8; exit }' /proc/stat; }
 
 # proc_ticks PID: user + system clock ticks PID has used (0 without a PID).
 proc_ticks() {
@@ -511,6 +524,13 @@ cat "$T/haproxy-nojwt.cfg" "$T/haproxy-alone-nojwt.cfg" | grep -v '^[[:space:]]*
 IDS=$T/accounts.txt
 seq 0 $((ACCOUNTS - 1)) | sed 's/^/ACC-/' >"$IDS"
 
+# The self-answering shape: the same no-JWT edges answering by themselves
+# (tools/edge-self.sh), no backend HAProxy behind them.
+if [ "$SELF" = 1 ]; then
+	tools/edge-self.sh "$T/haproxy-alone-nojwt.cfg" >"$T/self-alone.cfg" || die "tools/edge-self.sh failed"
+	tools/edge-self.sh "$T/haproxy-nojwt.cfg" >"$T/self-full.cfg" || die "tools/edge-self.sh failed"
+fi
+
 start_bench_edge alone "$T/haproxy-alone.cfg"
 ALONE_PORT=$EDGE_PORT
 start_bench_edge full haproxy/haproxy.cfg
@@ -559,6 +579,7 @@ if [ -n "$MODULE_SO" ]; then
 	ENGINE=module start_bench_agent module ""
 	MOD_AGENT_PID=$AGENT_PID
 	MOD_METRICS_PORT=$METRICS_PORT
+	FULL_NOJWT_MOD_AGENT_PORT=$AGENT_PORT
 	start_bench_edge full_nojwt_mod "$T/haproxy-nojwt.cfg" "$AGENT_PORT"
 	FULL_NOJWT_MOD_PORT=$EDGE_PORT
 	AGENT_PORT=$MAIN_AGENT_PORT; METRICS_PORT=$MAIN_METRICS_PORT; AGENT_PID=$MAIN_AGENT_PID
@@ -587,6 +608,21 @@ nojwt_ready() {
 }
 nojwt_ready "$FULL_NOJWT_PORT"
 nojwt_ready "$FULL_NOJWT_FLOOR_PORT"
+if [ "$SELF" = 1 ]; then
+	start_bench_edge self_alone "$T/self-alone.cfg"
+	SELF_ALONE_PORT=$EDGE_PORT
+	start_bench_edge self_floor "$T/self-full.cfg" "$FLOOR_PORT"
+	SELF_FLOOR_PORT=$EDGE_PORT
+	start_bench_edge self_script "$T/self-full.cfg"
+	SELF_SCRIPT_PORT=$EDGE_PORT
+	nojwt_ready "$SELF_FLOOR_PORT"
+	nojwt_ready "$SELF_SCRIPT_PORT"
+	if [ -n "$MOD_AGENT_PID" ]; then
+		start_bench_edge self_mod "$T/self-full.cfg" "$FULL_NOJWT_MOD_AGENT_PORT"
+		SELF_MOD_PORT=$EDGE_PORT
+		nojwt_ready "$SELF_MOD_PORT"
+	fi
+fi
 if [ -n "$MOD_AGENT_PID" ]; then
 	nojwt_ready "$FULL_NOJWT_MOD_PORT"
 	# the module agent must have decided with the module, not fallen back
@@ -631,6 +667,17 @@ for shape in "" $SHAPE2; do
 		full_nojwt "full_nojwt${sfx}_r$i" "$FULL_NOJWT_PORT" "$MAIN_AGENT_PID"
 		[ -z "$MOD_AGENT_PID" ] || full_nojwt "full_nojwt_mod${sfx}_r$i" "$FULL_NOJWT_MOD_PORT" "$MOD_AGENT_PID"
 	done
+	# the self-answering shape, at the reported load shape only
+	if [ "$SELF" = 1 ] && [ -z "$shape" ]; then
+		say "    self-answering (HAProxy answers 201 itself, no backend):"
+		for i in $(seq "$ROUNDS"); do
+			run_wrk "self_alone_r$i" "$SELF_ALONE_PORT" 0 0 "$IDS" header
+			full_nojwt "self_floor_r$i" "$SELF_FLOOR_PORT" "$FLOOR_PID"
+			full_nojwt "self_script_r$i" "$SELF_SCRIPT_PORT" "$MAIN_AGENT_PID"
+			[ -z "$MOD_AGENT_PID" ] || full_nojwt "self_mod_r$i" "$SELF_MOD_PORT" "$MOD_AGENT_PID"
+		done
+		for n in self_alone self_floor self_script self_mod; do pick_median wrk "$n"; done
+	fi
 	WRK_THREADS=$REPORT_THREADS WRK_CONNS=$REPORT_CONNS
 	pick_median wrk "alone_nojwt$sfx"; pick_median wrk "full_nojwt_floor$sfx"; pick_median wrk "full_nojwt$sfx"
 	[ -z "$MOD_AGENT_PID" ] || pick_median wrk "full_nojwt_mod$sfx"
