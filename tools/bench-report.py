@@ -289,6 +289,13 @@ ss = [(eng, R.get(k + '_rounds', '-'), rtxt(k, 'wrk_self_alone'),
 if 'wrk_self_alone_rps' in R:
     ss.insert(0, ('HAProxy alone', R.get('wrk_self_alone_rounds', '-'), '1.00x', '-',
                   R.get('wrk_self_alone_cpu_us', '-'), '-', '-', '-', R.get('wrk_self_alone_sirq_us', '-')))
+LEGS = [(l, desc, R.get(f'legs_{l}_agent_us', '-'), R.get(f'legs_{l}_agent_sys_us', '-'),
+         R.get(f'legs_{l}_redis_us', '-'), R.get(f'legs_{l}_client_us', '-'), R.get(f'legs_{l}_sirq_us', '-'),
+         R.get(f'legs_{l}_total_us', '-'), R.get(f'legs_{l}_rounds', '-'))
+        for l, desc in (('tcp', 'listen 127.0.0.1, redis://127.0.0.1'), ('unix1', 'listen unix:, redis://127.0.0.1'),
+                        ('unix', 'listen unix:, redis unix://')) if f'legs_{l}_total_us' in R]
+LEGS_HEAD = ('(u) layout', 'agent config', 'agent µs', 'agent sys µs', 'redis-server µs', 'client µs',
+             'softirq µs', 'total µs', 'totals by round')
 SS_HEAD = ('self-answering, no JWT', 'req/s rounds', 'vs HAProxy alone', 'vs SPOE floor',
            'HAProxy alone µs', 'HAProxy µs', 'agent µs', 'redis-server µs', 'softirq µs')
 r_self = ratio('wrk_self_mod', 'wrk_self_alone') if 'wrk_self_mod_rps' in R else None
@@ -306,7 +313,10 @@ targets41 = [
      '-' if r_self_floor is None else rtxt('wrk_self_mod', 'wrk_self_floor'),
      verdict(None if r_self_floor is None else r_self_floor >= 1.15), margin(r_self_floor, 1.15)),
     ('softirq per request with unix sockets on both legs <= 0.5x TCP (module, self-answering)',
-     '-' if r_sirq is None else f"{r_sirq:.2f}x ({sirq_unix} vs {sirq_tcp} µs)",
+     ('-' if r_sirq is None else f"{r_sirq:.2f}x ({sirq_unix} vs {sirq_tcp} µs, whole machine, during wrk)")
+     + ('' if 'legs_unix_total_us' not in R else
+        f"; (u) per decision, unix vs TCP: softirq {R.get('legs_unix_sirq_us')} vs {R.get('legs_tcp_sirq_us')} µs, "
+        f"agent + redis-server + client + softirq {R.get('legs_unix_total_us')} vs {R.get('legs_tcp_total_us')} µs"),
      verdict(None if r_sirq is None else r_sirq <= 0.5), '' if r_sirq is None else f'{r_sirq - 0.5:+.2f}x'),
     (f"lean answer: <= 0.90x the full answer's HAProxy instructions per request, HAProxy {R.get('haproxy')}",
      '-' if r_lean is None else f"{r_lean:.2f}x ({R['hir_lean']} vs {R['hir_full']}, tools/bench-haproxy-ir.sh)",
@@ -365,6 +375,9 @@ if mem:
     print()
 if ss:
     table(SS_HEAD, [r[:9] for r in ss])
+    print()
+if LEGS:
+    table(LEGS_HEAD, LEGS)
     print()
 for t in targets:
     print(f'  {t[2]:7} {t[0]}: {t[1]}' + (f' ({t[3]})' if t[3] else ''))
@@ -478,6 +491,15 @@ if ss:
              "(user + system) per request served, median round; *softirq*: the whole machine's softirq time "
              "(`/proc/stat`) over the run / requests, mostly loopback TCP:\n")
     g.append(md(SS_HEAD, ss, ('---', '---', '---:', '---:', '---:', '---:', '---:', '---:', '---:')))
+if LEGS:
+    g.append(f"### (u) The loopback legs: TCP against unix sockets\n")
+    g.append(f"`tools/bench-legs.sh`: spoa-bench (playing HAProxy) -> agent (`redis-engine {R.get('legs_engine')}`) "
+             f"-> Redis, `-c {R.get('legs_shape', '').replace('x', ' -d ')}`, a fixed {R.get('legs_n')} decisions "
+             "per layout and round, layouts back to back in each round; CPU (user + system, and system alone for "
+             "the agent) per decision of each process, and the machine's softirq time, median round by total. "
+             "A loopback send's kernel work is mostly charged to the sending process's system time here, so "
+             "the total is the figure to compare:\n")
+    g.append(md(LEGS_HEAD, LEGS, ('---', '---', '---:', '---:', '---:', '---:', '---:', '---:', '---')))
 g.append('### (f) Redis per decision: batched vs `redis-batch 1`\n')
 g.append(f"spoa-bench at {c1} x 1 and {c16} x 16 in flight, uniform over {R.get('accounts')} accounts, "
          "deny cache off (every decision reaches Redis), one agent per row. *Redis CPU*: redis-server's "
