@@ -242,7 +242,7 @@ start_haproxy() {
 	# leeway (see haproxy/haproxy.cfg)
 	local v
 	for v in RL_JWT_ES256_PUBKEY RL_TLS_BIND RL_TLS_CERT RL_TLS_CA RL_JWT_ISSUER RL_JWT_AUDIENCE \
-		RL_JWT_LEEWAY RL_JWT_KEY{1..4} RL_JWT_KID{1..4} RL_JWT_ALG{1..4} RL_TRUSTED_PROXIES RL_IPV6_PREFIX RL_JWKS_MAP RL_DRAIN_LUA RL_DRAIN_MAX; do
+		RL_JWT_LEEWAY RL_JWT_KEY{1..4} RL_JWT_KID{1..4} RL_JWT_ALG{1..4} RL_TRUSTED_PROXIES RL_IPV6_PREFIX RL_JWKS_MAP RL_DRAIN_LUA RL_DRAIN_MAX RL_IETF_ONLY; do
 		[ -n "${!v:-}" ] && echo "export $v=${!v}" >> "$T/haproxy-$name.env"
 	done
 	echo "$cfg" > "$T/haproxy-$name.cfgpath"

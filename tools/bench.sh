@@ -32,6 +32,9 @@
 #                         log vs precision= buckets (tools/bench-memory.sh)
 #   (f) Redis per decision redis-server CPU and INFO commandstats per decision,
 #                         redis-batch (default) vs 1, at 16 and 128 in flight
+#   (h) lean answer       HAProxy's instructions per request (callgrind), the
+#                         full answer against RL_IETF_ONLY's lean one
+#                         (tools/bench-haproxy-ir.sh module module+ietf)
 #   (u) the legs          agent, redis-server, client and softirq CPU per
 #                         decision over a fixed count, TCP against unix
 #                         sockets on each leg (tools/bench-legs.sh)
@@ -63,7 +66,7 @@
 #   BENCH_PERF=1              profile the agent with perf (0 = skip)
 #   BENCH_CACHE=build/bench-cache  JWT key pair and tokens, reused while valid
 #   BENCH_BATCH=32            (f): the batched side's redis-batch
-#   BENCH_SECTIONS="a b c d e m f i u" the parts to run (the report shows '-' for
+#   BENCH_SECTIONS="a b c d e m f i u h" the parts to run (the report shows '-' for
 #                                  the others)
 #   BENCH_RENDER=FILE         only redo the report from a results file (each run
 #                             saves its own as $BENCH_CACHE/results-last.tsv)
@@ -87,7 +90,7 @@ ACCOUNTS=${BENCH_ACCOUNTS:-10000}
 OUT=${BENCH_OUT-docs/benchmarks.md}
 PLOT=${BENCH_PLOT-docs/bench.svg}
 PERF=${BENCH_PERF:-1}
-SECTIONS=" ${BENCH_SECTIONS:-a b c d e m f i u} "
+SECTIONS=" ${BENCH_SECTIONS:-a b c d e m f i u h} "
 ROUNDS=${BENCH_ROUNDS:-3}
 CACHE=${BENCH_CACHE:-$ROOT/build/bench-cache}
 MCOUNT=${MCOUNT:-$ROOT/build/rel/bench/mcount.so}
@@ -838,6 +841,20 @@ if want i; then
 		else
 			note_error "bench-module-cpu.sh failed"
 		fi
+	fi
+fi
+
+if want h; then
+	say "== (h) HAProxy instructions per request, the full answer against the lean one (tools/bench-haproxy-ir.sh)"
+	if HAPROXY=$HAPROXY BENCH_HIR_STRACE=0 BENCH_HIR_TSV="$T/hir.tsv" tools/bench-haproxy-ir.sh module module+ietf >&2; then
+		while IFS=$'\t' read -r k v; do
+			case $k in
+			hir_module) R[hir_full]=$v ;;
+			hir_module+ietf) R[hir_lean]=$v ;;
+			esac
+		done <"$T/hir.tsv"
+	else
+		note_error "bench-haproxy-ir.sh failed"
 	fi
 fi
 
