@@ -15,6 +15,8 @@
 #   make haproxy32  HAProxy 3.2 from Debian's archive into build/ (once): built from its
 #                   source package, else sid's binary package with its own libraries
 #   make e2e-3.2    the end-to-end tests on that HAProxy 3.2
+#   make haproxy30  HAProxy 3.0 LTS the same way, from trixie (build/haproxy-3.0)
+#   make e2e-3.0    the end-to-end tests on that HAProxy 3.0
 #   make sanitize   unit + integration tests under ASan + UBSan
 #   make tsan       integration tests (TSAN_TESTS) under ThreadSanitizer, 4 threads
 #   make valgrind   unit tests under valgrind
@@ -192,7 +194,7 @@ DEBTEST_PKGS  := lintian redis-server redis-tools haproxy curl openssl python3 j
 
 .PHONY: check-tls integration-tls module check-module check-module-servers valgrind-module integration-module \
         module-coverage
-.PHONY: all test check integration e2e e2e-3.2 haproxy32 chaos sanitize tsan valgrind lint bench fuzz install \
+.PHONY: all test check integration e2e e2e-3.2 haproxy32 e2e-3.0 haproxy30 chaos sanitize tsan valgrind lint bench fuzz install \
         uninstall demo up down deps deps-demo print-demo-pkgs print-deb-pkgs clean help deb deb-test
 
 all: $(AGENT) $(BENCH) $(FLOOR)
@@ -300,6 +302,16 @@ haproxy32:
 
 e2e-3.2: $(AGENT)
 	$(Q)hap=$$(tools/haproxy-build.sh) && \
+	echo "e2e on $$($$hap -v | head -1): $$(head -1 $$(dirname $$hap)/FROM 2>/dev/null)" && \
+	HAPROXY=$$hap AGENT=$(CURDIR)/$(AGENT) tests/run.sh e2e
+
+# HAProxy 3.0 LTS (the last line on the pre-3.1 SPOE engine, from trixie)
+# beside 2.6 and 3.2: build/haproxy-3.0/haproxy.
+haproxy30:
+	$(Q)HAPROXY_SERIES=3.0 tools/haproxy-build.sh >/dev/null
+
+e2e-3.0: $(AGENT)
+	$(Q)hap=$$(HAPROXY_SERIES=3.0 tools/haproxy-build.sh) && \
 	echo "e2e on $$($$hap -v | head -1): $$(head -1 $$(dirname $$hap)/FROM 2>/dev/null)" && \
 	HAPROXY=$$hap AGENT=$(CURDIR)/$(AGENT) tests/run.sh e2e
 

@@ -153,6 +153,7 @@ t_done() {
 #   start_backend                # haproxy/backend.cfg; TRANSFERS_PORT, ACCOUNTS_PORT
 #   start_haproxy NAME [CFG [ARG...]]  # the edge (haproxy/haproxy.cfg), ARGs to haproxy
 #                                # (e.g. -W); HAP_PORT_<NAME>, HAP_PID_<NAME>
+#                                # (E2E_AGENT_ADDR: the agent's address, e.g. unix@/path)
 #   reload_haproxy NAME          # seamless reload: -x <stats socket> -sf <old pid>
 #   stop_haproxy NAME
 #   edge_policies                # the agent policies haproxy.cfg names
@@ -231,7 +232,7 @@ start_haproxy() {
 	port=$(free_port)
 	cat > "$T/haproxy-$name.env" <<-ENV
 	export RL_BIND=127.0.0.1:$port RL_INSTANCE=$name RL_LOG=stdout
-	export RL_AGENT_ADDR=127.0.0.1:${AGENT_PORT:-12345}
+	export RL_AGENT_ADDR=${E2E_AGENT_ADDR:-127.0.0.1:${AGENT_PORT:-12345}}
 	export RL_TRANSFERS_ADDR=127.0.0.1:${TRANSFERS_PORT:-8091} RL_ACCOUNTS_ADDR=127.0.0.1:${ACCOUNTS_PORT:-8092}
 	export RL_HAPROXY_DIR=$HAPROXY_FILES RL_JWT_PUBKEY=${RL_JWT_PUBKEY:-$T/jwt/jwt-public.pem}
 	export RL_ADMIN_SOCK=$T/haproxy-$name.sock RL_SPOE_TIMEOUT=${RL_SPOE_TIMEOUT:-2s}
@@ -242,7 +243,7 @@ start_haproxy() {
 	local v
 	for v in RL_JWT_ES256_PUBKEY RL_TLS_BIND RL_TLS_CERT RL_TLS_CA RL_JWT_ISSUER RL_JWT_AUDIENCE \
 		RL_JWT_LEEWAY RL_JWT_KEY{1..4} RL_JWT_KID{1..4} RL_JWT_ALG{1..4} RL_TRUSTED_PROXIES RL_IPV6_PREFIX RL_JWKS_MAP RL_DRAIN_LUA RL_DRAIN_MAX \
-		RL_PLAN_CLAIM RL_CERT_PLANS_MAP; do
+		RL_PLAN_CLAIM RL_CERT_PLANS_MAP RL_IETF_ONLY; do
 		[ -n "${!v:-}" ] && echo "export $v=${!v}" >> "$T/haproxy-$name.env"
 	done
 	echo "$cfg" > "$T/haproxy-$name.cfgpath"

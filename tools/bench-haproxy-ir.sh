@@ -27,6 +27,9 @@
 #                allowed request now runs four; the same answers)
 #   nodone       no response-phase ratelimit-done line (what a policy without
 #                inflight= pays for it: its condition on every response)
+#   ietf         the lean answer (RL_IETF_ONLY): the IETF RateLimit-Policy /
+#                RateLimit fields only, the agent asked for the variables
+#                they and the edge's rules read (vars=str(ietf))
 #   nohdrs       no RateLimit-* header rules (measures what the variables'
 #                use costs, apart from setting them; not a deployable edge)
 # Default cases: alone floor floor-s module.
@@ -181,6 +184,8 @@ edit_knob() {
 		grep -q 'if !{ var(txn.rl.status) -m str allow deny } { var(txn.rl_action)' "$cfg" ;;
 	nohdrs) sed -i '/^[[:space:]]*http-after-response set-header RateLimit/d' "$cfg" ;;
 	nodone) sed -i '/^[[:space:]]*http-response send-spoe-group ratelimit rl-done /d' "$cfg" ;;
+	ietf) sed -i -e 's/^\.if defined(RL_IETF_ONLY)$/.if 1/' -e 's/^\.if !defined(RL_IETF_ONLY)$/.if 0/' "$spoe" "$cfg"
+		grep -q '^\.if 1$' "$spoe" && grep -q '^\.if 0$' "$cfg" ;;
 	maxconn[0-9]*) sed -i "s/^\([[:space:]]*server agent1 .*\)$/\1 maxconn ${2#maxconn}/" "$cfg" ;;
 	*) return 1 ;;
 	esac

@@ -283,6 +283,63 @@ targets = [
      verdict(None if mc_u is None else (mc_u < 0.01 and mc_a < 0.01)), ''),
 ]
 
+# issue 41: the self-answering shape (tools/edge-self.sh): the same no-JWT
+# edges answering 201 themselves, alone / floor / script / module (and the
+# module over unix sockets on both legs) back to back in each round
+def self_cpu(k, alone='wrk_self_alone'):
+    """CPU per request of each process of one self-answering row, its
+    median round (HAProxy alone: the same round's), softirq included."""
+    i = median_round(k)
+    a = R.get(f'{alone}_r{i}_cpu_us', '-') if i else R.get(alone + '_cpu_us', '-')
+    return (a, R.get(k + '_cpu_us', '-'), R.get(k + '_agent_us', '-'), R.get(k + '_redis_us', '-'),
+            R.get(k + '_sirq_us', '-'))
+SELF_ROWS = (('wrk_self_floor', 'SPOE floor (bench/spoa-floor)'), ('wrk_self_script', 'script (EVALSHA)'),
+             ('wrk_self_mod', 'module (RATELIMIT.DECIDE), TCP'),
+             ('wrk_self_mod_unix', 'module, unix sockets on both legs'))
+ss = [(eng, R.get(k + '_rounds', '-'), rtxt(k, 'wrk_self_alone'),
+       rtxt(k, 'wrk_self_floor') if k != 'wrk_self_floor' else '-') + self_cpu(k)
+      for k, eng in SELF_ROWS if k + '_rps' in R]
+if 'wrk_self_alone_rps' in R:
+    ss.insert(0, ('HAProxy alone', R.get('wrk_self_alone_rounds', '-'), '1.00x', '-',
+                  R.get('wrk_self_alone_cpu_us', '-'), '-', '-', '-', R.get('wrk_self_alone_sirq_us', '-')))
+LEGS = [(l, desc, R.get(f'legs_{l}_agent_us', '-'), R.get(f'legs_{l}_agent_sys_us', '-'),
+         R.get(f'legs_{l}_redis_us', '-'), R.get(f'legs_{l}_client_us', '-'), R.get(f'legs_{l}_sirq_us', '-'),
+         R.get(f'legs_{l}_total_us', '-'), R.get(f'legs_{l}_rounds', '-'))
+        for l, desc in (('tcp', 'listen 127.0.0.1, redis://127.0.0.1'), ('unix1', 'listen unix:, redis://127.0.0.1'),
+                        ('unix', 'listen unix:, redis unix://')) if f'legs_{l}_total_us' in R]
+LEGS_HEAD = ('(u) layout', 'agent config', 'agent µs', 'agent sys µs', 'redis-server µs', 'client µs',
+             'softirq µs', 'total µs', 'totals by round')
+SS_HEAD = ('self-answering, no JWT', 'req/s rounds', 'vs HAProxy alone', 'vs SPOE floor',
+           'HAProxy alone µs', 'HAProxy µs', 'agent µs', 'redis-server µs', 'softirq µs')
+r_self = ratio('wrk_self_mod', 'wrk_self_alone') if 'wrk_self_mod_rps' in R else None
+r_self_floor = ratio('wrk_self_mod', 'wrk_self_floor') if 'wrk_self_mod_rps' in R else None
+sirq_tcp, sirq_unix = num('wrk_self_mod_sirq_us'), num('wrk_self_mod_unix_sirq_us')
+r_sirq = None if sirq_tcp is None or sirq_unix is None or not sirq_tcp else sirq_unix / sirq_tcp
+hir_full, hir_lean = num('hir_full'), num('hir_lean')
+r_lean = None if hir_full is None or hir_lean is None or not hir_full else hir_lean / hir_full
+hap3 = R.get('haproxy', '').split('.')[0] not in ('', '1', '2')
+targets41 = [
+    ('module, self-answering shape, >= 0.65x HAProxy alone (self-answering)',
+     '-' if r_self is None else rtxt('wrk_self_mod', 'wrk_self_alone'),
+     verdict(None if r_self is None else r_self >= 0.65), margin(r_self, 0.65)),
+    ('module, self-answering shape, >= 1.15x the SPOE floor',
+     '-' if r_self_floor is None else rtxt('wrk_self_mod', 'wrk_self_floor'),
+     verdict(None if r_self_floor is None else r_self_floor >= 1.15), margin(r_self_floor, 1.15)),
+    ('softirq per request with unix sockets on both legs <= 0.5x TCP (module, self-answering)',
+     ('-' if r_sirq is None else f"{r_sirq:.2f}x ({sirq_unix} vs {sirq_tcp} µs, whole machine, during wrk)")
+     + ('' if 'legs_unix_total_us' not in R else
+        f"; (u) per decision, unix vs TCP: softirq {R.get('legs_unix_sirq_us')} vs {R.get('legs_tcp_sirq_us')} µs, "
+        f"agent + redis-server + client + softirq {R.get('legs_unix_total_us')} vs {R.get('legs_tcp_total_us')} µs"),
+     verdict(None if r_sirq is None else r_sirq <= 0.5), '' if r_sirq is None else f'{r_sirq - 0.5:+.2f}x'),
+    (f"lean answer: <= 0.90x the full answer's HAProxy instructions per request, HAProxy {R.get('haproxy')}",
+     '-' if r_lean is None else f"{r_lean:.2f}x ({R['hir_lean']} vs {R['hir_full']}, tools/bench-haproxy-ir.sh)",
+     verdict(None if r_lean is None else r_lean <= 0.90), '' if r_lean is None else f'{r_lean - 0.90:+.2f}x'),
+    (f"HAProxy 3.x: module >= 1.0x the SPOE floor ({shape1}, proxied shape)",
+     '-' if r_floor is None or not hap3 else rtxt('wrk_full_nojwt_mod', 'wrk_full_nojwt_floor'),
+     verdict(None if r_floor is None or not hap3 else r_floor >= 1.0),
+     '' if not hap3 else margin(r_floor, 1.0)),
+]
+
 # (m) Redis memory per busy account and usec_per_call, log vs precision=
 mem = [(pol, R.get(f'mem_{pol.replace("/", "_")}_{m}_label'), R.get(f'mem_{pol.replace("/", "_")}_{m}_bytes'),
         R.get(f'mem_{pol.replace("/", "_")}_{m}_usec_busy'), R.get(f'mem_{pol.replace("/", "_")}_{m}_usec_wide'))
@@ -335,7 +392,17 @@ print()
 if mem:
     table(MEM_HEAD, mem)
     print()
+if ss:
+    table(SS_HEAD, [r[:9] for r in ss])
+    print()
+if LEGS:
+    table(LEGS_HEAD, LEGS)
+    print()
 for t in targets:
+    print(f'  {t[2]:7} {t[0]}: {t[1]}' + (f' ({t[3]})' if t[3] else ''))
+print()
+print('  issue 41 targets (medians of per-round ratios; HAProxy ' + str(R.get('haproxy')) + '):')
+for t in targets41:
     print(f'  {t[2]:7} {t[0]}: {t[1]}' + (f' ({t[3]})' if t[3] else ''))
 if R.get('errors'):
     print(f"\n  not clean: {R['errors']}")
@@ -389,6 +456,7 @@ g.append(f"Latest run: `make bench` on {R.get('date')}, commit `{R.get('commit')
          f"having run back to back.\n")
 g.append('### Targets\n')
 g.append(md(('target', 'measured', 'verdict', 'margin'), targets, ('---', '---', '---', '---:')))
+g.append(md(('issue 41 target', 'measured', 'verdict', 'margin'), targets41, ('---', '---', '---', '---:')))
 missed = [t for t in targets if t[2] == 'MISSED']
 unmeasured = sum(1 for t in targets if t[2] == '-')
 g.append(f"Command: `{R.get('command')}`. "
@@ -433,6 +501,24 @@ if nj:
     g.append(md(('engine', 'e2e req/s rounds', 'e2e / alone', 'HAProxy alone µs', 'HAProxy e2e µs',
                  'agent µs', 'redis-server µs', 'decisions / call', 'by round'), nj,
                 ('---', '---', '---:', '---:', '---:', '---:', '---:', '---:', '---')))
+if ss:
+    g.append(f"Self-answering, no JWT, at {shape1}: the same no-JWT edges with each `use_backend` turned "
+             "into `http-request return status 201` (`tools/edge-self.sh`), so HAProxy answers by itself "
+             "with and without the limiter: what a user comparing \"HAProxy with and without the limiter\" "
+             "sees first. Alone -> floor -> script -> module (-> module over unix sockets on both legs) back "
+             "to back in each round; ratios are medians of the per-round ratios (rounds in brackets). CPU "
+             "(user + system) per request served, median round; *softirq*: the whole machine's softirq time "
+             "(`/proc/stat`) over the run / requests, mostly loopback TCP:\n")
+    g.append(md(SS_HEAD, ss, ('---', '---', '---:', '---:', '---:', '---:', '---:', '---:', '---:')))
+if LEGS:
+    g.append(f"### (u) The loopback legs: TCP against unix sockets\n")
+    g.append(f"`tools/bench-legs.sh`: spoa-bench (playing HAProxy) -> agent (`redis-engine {R.get('legs_engine')}`) "
+             f"-> Redis, `-c {R.get('legs_shape', '').replace('x', ' -d ')}`, a fixed {R.get('legs_n')} decisions "
+             "per layout and round, layouts back to back in each round; CPU (user + system, and system alone for "
+             "the agent) per decision of each process, and the machine's softirq time, median round by total. "
+             "A loopback send's kernel work is mostly charged to the sending process's system time here, so "
+             "the total is the figure to compare:\n")
+    g.append(md(LEGS_HEAD, LEGS, ('---', '---', '---:', '---:', '---:', '---:', '---:', '---:', '---')))
 g.append('### (f) Redis per decision: batched vs `redis-batch 1`\n')
 g.append(f"spoa-bench at {c1} x 1 and {c16} x 16 in flight, uniform over {R.get('accounts')} accounts, "
          "deny cache off (every decision reaches Redis), one agent per row. *Redis CPU*: redis-server's "

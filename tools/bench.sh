@@ -18,6 +18,13 @@
 #                         the bench's Redis when it exists: make bench builds
 #                         it), back to back in each round, at the reported
 #                         load shape and at a second one
+#                         and the self-answering shape (tools/edge-self.sh):
+#                         the same no-JWT edges answering 201 themselves
+#                         instead of proxying to a backend HAProxy: alone,
+#                         floor, script, module, and the module with unix
+#                         sockets on both legs (agent listen unix:, HAProxy
+#                         server unix@, redis unix://), back to back in each
+#                         round, with the machine's softirq CPU per request
 #   (d) memory            agent RSS with 1,000 idle SPOP connections, and
 #                         malloc calls per decision (an LD_PRELOAD counter)
 #   (e) profile           where the agent's cycles go (perf, when it works)
@@ -25,6 +32,12 @@
 #                         log vs precision= buckets (tools/bench-memory.sh)
 #   (f) Redis per decision redis-server CPU and INFO commandstats per decision,
 #                         redis-batch (default) vs 1, at 16 and 128 in flight
+#   (h) lean answer       HAProxy's instructions per request (callgrind), the
+#                         full answer against RL_IETF_ONLY's lean one
+#                         (tools/bench-haproxy-ir.sh module module+ietf)
+#   (u) the legs          agent, redis-server, client and softirq CPU per
+#                         decision over a fixed count, TCP against unix
+#                         sockets on each leg (tools/bench-legs.sh)
 #   (i) Redis instructions instructions redis-server runs per decision
 #                         (callgrind: does not drift with the box's load),
 #                         redis-batch 32, 3 and 1 (tools/bench-redis-ir.sh)
@@ -44,6 +57,7 @@
 #   BENCH_SHAPE2=1x64         (c) no JWT: the second load shape, THREADSxCONNS
 #                             ('' = the reported shape only)
 #   BENCH_FLOOR_ARGS=        spoa-floor's options, e.g. -s (set status only)
+#   BENCH_SELF=1              (c): 0 skips the self-answering rows
 #   BENCH_JWT=1               (c): 0 skips the JWT rows and the deny-cache-off
 #                             rows (the no-JWT floor comparison only)
 #   BENCH_ACCOUNTS=10000      accounts (= tokens) in uniform runs
@@ -52,7 +66,7 @@
 #   BENCH_PERF=1              profile the agent with perf (0 = skip)
 #   BENCH_CACHE=build/bench-cache  JWT key pair and tokens, reused while valid
 #   BENCH_BATCH=32            (f): the batched side's redis-batch
-#   BENCH_SECTIONS="a b c d e m f i" the parts to run (the report shows '-' for
+#   BENCH_SECTIONS="a b c d e m f i u h" the parts to run (the report shows '-' for
 #                                  the others)
 #   BENCH_RENDER=FILE         only redo the report from a results file (each run
 #                             saves its own as $BENCH_CACHE/results-last.tsv)
@@ -70,12 +84,13 @@ WRK_THREADS=${BENCH_WRK_THREADS:-2}
 WRK_CONNS=${BENCH_WRK_CONNS:-128}
 SHAPE2=${BENCH_SHAPE2-1x64}
 JWT=${BENCH_JWT:-1}
+SELF=${BENCH_SELF:-1}
 FLOOR=${FLOOR:-$(dirname "$BENCH")/spoa-floor}
 ACCOUNTS=${BENCH_ACCOUNTS:-10000}
 OUT=${BENCH_OUT-docs/benchmarks.md}
 PLOT=${BENCH_PLOT-docs/bench.svg}
 PERF=${BENCH_PERF:-1}
-SECTIONS=" ${BENCH_SECTIONS:-a b c d e m f i} "
+SECTIONS=" ${BENCH_SECTIONS:-a b c d e m f i u h} "
 ROUNDS=${BENCH_ROUNDS:-3}
 CACHE=${BENCH_CACHE:-$ROOT/build/bench-cache}
 MCOUNT=${MCOUNT:-$ROOT/build/rel/bench/mcount.so}
@@ -137,9 +152,20 @@ json_get() {
 	PY
 }
 
+# wait_sock PATH: until something accepts on the unix socket PATH.
+wait_sock() {
+	local i
+	for i in $(seq 200); do
+		python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])' "$1" 2>/dev/null && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
 # start_bench_agent NAME EXTRA-CONFIG [env...]: an agent with the bench
 # policies on a fresh port (or $WANT_PORT); sets AGENT_PORT, AGENT_PID,
-# METRICS_PORT. Its redis-engine is $ENGINE (default script: the bench's
+# METRICS_PORT. LISTEN / REDIS_URL: other addresses (unix:/path,
+# unix:///path) than TCP on loopback. Its redis-engine is $ENGINE (default script: the bench's
 # Redis may have the module, and every section but the module row of (c)
 # measures the script, as it always has).
 start_bench_agent() {
@@ -147,8 +173,8 @@ start_bench_agent() {
 	AGENT_PORT=${WANT_PORT:-$(free_port)}
 	METRICS_PORT=$(free_port)
 	cat > "$T/agent-$name.conf" <<-CONF
-	listen        127.0.0.1:$AGENT_PORT
-	redis         redis://127.0.0.1:$REDIS_PORT/0
+	listen        ${LISTEN:-127.0.0.1:$AGENT_PORT}
+	redis         ${REDIS_URL:-redis://127.0.0.1:$REDIS_PORT/0}
 	# generous: on a loaded 2-core box a 50ms budget turns scheduling delay
 	# into errors, and we measure throughput, not the timeout path
 	redis-timeout 500ms
@@ -166,7 +192,11 @@ start_bench_agent() {
 	env "$@" "$AGENT" -f "$T/agent-$name.conf" >>"$T/agent-$name.log" 2>&1 &
 	AGENT_PID=$!
 	t_track "$AGENT_PID"
-	wait_port "$AGENT_PORT" 10 || { tail "$T/agent-$name.log" >&2; die "agent $name did not start"; }
+	if [ -n "${LISTEN:-}" ]; then
+		wait_sock "${LISTEN#unix:}" || { tail "$T/agent-$name.log" >&2; die "agent $name did not start"; }
+	else
+		wait_port "$AGENT_PORT" 10 || { tail "$T/agent-$name.log" >&2; die "agent $name did not start"; }
+	fi
 	wait_port "$METRICS_PORT" 10 || true
 }
 
@@ -237,14 +267,18 @@ to_us() {
 # fills R[wrk_NAME_*] (req/s, p50/p99 us, status counts). IDS/MODE: the
 # identities file and "header" for the no-JWT edge (default: the tokens).
 run_wrk() {
-	local name=$1 port=$2 hot=$3 pct=$4 ids=${5:-$TOKENS} mode=${6:-} f=$T/wrk-$1.out cpu0
+	local name=$1 port=$2 hot=$3 pct=$4 ids=${5:-$TOKENS} mode=${6:-} f=$T/wrk-$1.out cpu0 sirq0
 	cpu0=$(proc_ticks "${EDGE_PIDS[$port]:-}")
+	sirq0=$(softirq_ticks)
 	timeout $((SECS + 30)) wrk -t "$WRK_THREADS" -c "$WRK_CONNS" -d "${SECS}s" --latency \
 		-s tools/bench-wrk.lua "http://127.0.0.1:$port/transfers" -- "$ids" "$hot" "$pct" $mode >"$f" 2>&1 \
 		|| note_error "wrk $name failed: $(tail -n1 "$f")"
 	R[wrk_${name}_rps]=$(awk '/^Requests\/sec:/ { printf "%.1f", $2 }' "$f")
 	# HAProxy's own CPU (user + system) per request served, in µs
 	R[wrk_${name}_cpu_us]=$(awk -v t=$(( $(proc_ticks "${EDGE_PIDS[$port]:-}") - cpu0 )) \
+		-v hz="$(getconf CLK_TCK)" '/ requests in / { if ($1 > 0) printf "%.1f", t * 1e6 / hz / $1 }' "$f")
+	# the whole machine's softirq time per request (mostly loopback TCP)
+	R[wrk_${name}_sirq_us]=$(awk -v t=$(( $(softirq_ticks) - sirq0 )) \
 		-v hz="$(getconf CLK_TCK)" '/ requests in / { if ($1 > 0) printf "%.1f", t * 1e6 / hz / $1 }' "$f")
 	R[wrk_${name}_p50]=$(to_us "$(awk '$1 == "50%" { print $2 }' "$f")")
 	R[wrk_${name}_p99]=$(to_us "$(awk '$1 == "99%" { print $2 }' "$f")")
@@ -256,6 +290,9 @@ run_wrk() {
 	grep -q 'Socket errors' "$f" && note_error "wrk $name: $(grep 'Socket errors' "$f")"
 	say "  wrk $name: ${R[wrk_${name}_rps]} req/s p50 ${R[wrk_${name}_p50]} us p99 ${R[wrk_${name}_p99]} us, HAProxy CPU ${R[wrk_${name}_cpu_us]:-?} us/req ($st)"
 }
+
+# softirq_ticks: clock ticks all CPUs have spent in softirq (/proc/stat).
+softirq_ticks() { awk '$1 == "cpu" { print $8; exit }' /proc/stat; }
 
 # proc_ticks PID: user + system clock ticks PID has used (0 without a PID).
 proc_ticks() {
@@ -314,7 +351,8 @@ MODULE_SO=$ROOT/module/ratelimit.so
 if [ -e "$MODULE_SO" ]; then
 	REDIS_PORT=$(free_port)
 	redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-		--dir "$T" --logfile "$T/redis-$REDIS_PORT.log" --daemonize no --loadmodule "$MODULE_SO" &
+		--dir "$T" --logfile "$T/redis-$REDIS_PORT.log" --daemonize no --loadmodule "$MODULE_SO" \
+		--unixsocket "$T/redis.sock" --unixsocketperm 700 &
 	REDIS_PID=$!
 	t_track "$REDIS_PID"
 	wait_port "$REDIS_PORT" || die "redis did not start with $MODULE_SO (see $T/redis-$REDIS_PORT.log)"
@@ -477,10 +515,13 @@ tools/edge-alone.sh haproxy/haproxy.cfg >"$T/haproxy-alone.cfg" || die "tools/ed
 # (not tests/lib.sh's start_edge: one instance, its log to /dev/null).
 declare -A EDGE_PIDS
 start_bench_edge() {
-	local name=$1 cfg=$2 agent_port=${3:-$MAIN_AGENT_PORT}
+	local name=$1 cfg=$2 agent_port=${3:-$MAIN_AGENT_PORT} agent_addr
+	# a port on loopback, or an address as is (unix@/path)
+	agent_addr=127.0.0.1:$agent_port
+	[[ $agent_port == *@* ]] && agent_addr=$agent_port
 	EDGE_PORT=$(free_port)
 	local envs=("RL_BIND=127.0.0.1:$EDGE_PORT" "RL_INSTANCE=bench-$name"
-	            "RL_AGENT_ADDR=127.0.0.1:$agent_port"
+	            "RL_AGENT_ADDR=$agent_addr"
 	            "RL_TRANSFERS_ADDR=127.0.0.1:$BE_T" "RL_ACCOUNTS_ADDR=127.0.0.1:$BE_A"
 	            "RL_JWT_PUBKEY=$CACHE/jwt/jwt-public.pem" "RL_HAPROXY_DIR=$ROOT/haproxy"
 	            "RL_ADMIN_SOCK=$T/admin-$name.sock" RL_LOG=stdout)
@@ -510,6 +551,13 @@ cat "$T/haproxy-nojwt.cfg" "$T/haproxy-alone-nojwt.cfg" | grep -v '^[[:space:]]*
 	&& die "could not strip the JWT check out of haproxy/haproxy.cfg (did its layout change?)"
 IDS=$T/accounts.txt
 seq 0 $((ACCOUNTS - 1)) | sed 's/^/ACC-/' >"$IDS"
+
+# The self-answering shape: the same no-JWT edges answering by themselves
+# (tools/edge-self.sh), no backend HAProxy behind them.
+if [ "$SELF" = 1 ]; then
+	tools/edge-self.sh "$T/haproxy-alone-nojwt.cfg" >"$T/self-alone.cfg" || die "tools/edge-self.sh failed"
+	tools/edge-self.sh "$T/haproxy-nojwt.cfg" >"$T/self-full.cfg" || die "tools/edge-self.sh failed"
+fi
 
 start_bench_edge alone "$T/haproxy-alone.cfg"
 ALONE_PORT=$EDGE_PORT
@@ -559,6 +607,7 @@ if [ -n "$MODULE_SO" ]; then
 	ENGINE=module start_bench_agent module ""
 	MOD_AGENT_PID=$AGENT_PID
 	MOD_METRICS_PORT=$METRICS_PORT
+	FULL_NOJWT_MOD_AGENT_PORT=$AGENT_PORT
 	start_bench_edge full_nojwt_mod "$T/haproxy-nojwt.cfg" "$AGENT_PORT"
 	FULL_NOJWT_MOD_PORT=$EDGE_PORT
 	AGENT_PORT=$MAIN_AGENT_PORT; METRICS_PORT=$MAIN_METRICS_PORT; AGENT_PID=$MAIN_AGENT_PID
@@ -587,6 +636,30 @@ nojwt_ready() {
 }
 nojwt_ready "$FULL_NOJWT_PORT"
 nojwt_ready "$FULL_NOJWT_FLOOR_PORT"
+if [ "$SELF" = 1 ]; then
+	start_bench_edge self_alone "$T/self-alone.cfg"
+	SELF_ALONE_PORT=$EDGE_PORT
+	start_bench_edge self_floor "$T/self-full.cfg" "$FLOOR_PORT"
+	SELF_FLOOR_PORT=$EDGE_PORT
+	start_bench_edge self_script "$T/self-full.cfg"
+	SELF_SCRIPT_PORT=$EDGE_PORT
+	nojwt_ready "$SELF_FLOOR_PORT"
+	nojwt_ready "$SELF_SCRIPT_PORT"
+	if [ -n "$MOD_AGENT_PID" ]; then
+		start_bench_edge self_mod "$T/self-full.cfg" "$FULL_NOJWT_MOD_AGENT_PORT"
+		SELF_MOD_PORT=$EDGE_PORT
+		nojwt_ready "$SELF_MOD_PORT"
+		# the module again, unix sockets on both legs: HAProxy -> agent
+		# (listen unix:, server unix@) and agent -> Redis (unix://)
+		LISTEN=unix:$T/agent-unix.sock REDIS_URL=unix://$T/redis.sock ENGINE=module \
+			start_bench_agent mod_unix ""
+		UNIX_AGENT_PID=$AGENT_PID
+		AGENT_PORT=$MAIN_AGENT_PORT; METRICS_PORT=$MAIN_METRICS_PORT; AGENT_PID=$MAIN_AGENT_PID
+		start_bench_edge self_mod_unix "$T/self-full.cfg" "unix@$T/agent-unix.sock"
+		SELF_MOD_UNIX_PORT=$EDGE_PORT
+		nojwt_ready "$SELF_MOD_UNIX_PORT"
+	fi
+fi
 if [ -n "$MOD_AGENT_PID" ]; then
 	nojwt_ready "$FULL_NOJWT_MOD_PORT"
 	# the module agent must have decided with the module, not fallen back
@@ -631,11 +704,24 @@ for shape in "" $SHAPE2; do
 		full_nojwt "full_nojwt${sfx}_r$i" "$FULL_NOJWT_PORT" "$MAIN_AGENT_PID"
 		[ -z "$MOD_AGENT_PID" ] || full_nojwt "full_nojwt_mod${sfx}_r$i" "$FULL_NOJWT_MOD_PORT" "$MOD_AGENT_PID"
 	done
+	# the self-answering shape, at the reported load shape only
+	if [ "$SELF" = 1 ] && [ -z "$shape" ]; then
+		say "    self-answering (HAProxy answers 201 itself, no backend):"
+		for i in $(seq "$ROUNDS"); do
+			run_wrk "self_alone_r$i" "$SELF_ALONE_PORT" 0 0 "$IDS" header
+			full_nojwt "self_floor_r$i" "$SELF_FLOOR_PORT" "$FLOOR_PID"
+			full_nojwt "self_script_r$i" "$SELF_SCRIPT_PORT" "$MAIN_AGENT_PID"
+			[ -z "$MOD_AGENT_PID" ] || full_nojwt "self_mod_r$i" "$SELF_MOD_PORT" "$MOD_AGENT_PID"
+			[ -z "$MOD_AGENT_PID" ] || full_nojwt "self_mod_unix_r$i" "$SELF_MOD_UNIX_PORT" "$UNIX_AGENT_PID"
+		done
+		for n in self_alone self_floor self_script self_mod self_mod_unix; do pick_median wrk "$n"; done
+	fi
 	WRK_THREADS=$REPORT_THREADS WRK_CONNS=$REPORT_CONNS
 	pick_median wrk "alone_nojwt$sfx"; pick_median wrk "full_nojwt_floor$sfx"; pick_median wrk "full_nojwt$sfx"
 	[ -z "$MOD_AGENT_PID" ] || pick_median wrk "full_nojwt_mod$sfx"
 done
 [ -z "$MOD_AGENT_PID" ] || AGENT_PID=$MOD_AGENT_PID stop_bench_agent
+[ -z "${UNIX_AGENT_PID:-}" ] || AGENT_PID=$UNIX_AGENT_PID stop_bench_agent
 kill -TERM "$FLOOR_PID" 2>/dev/null
 R[agent_hwm_kb]=$(hwm_kb "$MAIN_AGENT_PID")
 
@@ -756,6 +842,29 @@ if want i; then
 		else
 			note_error "bench-module-cpu.sh failed"
 		fi
+	fi
+fi
+
+if want h; then
+	say "== (h) HAProxy instructions per request, the full answer against the lean one (tools/bench-haproxy-ir.sh)"
+	if HAPROXY=$HAPROXY BENCH_HIR_STRACE=0 BENCH_HIR_TSV="$T/hir.tsv" tools/bench-haproxy-ir.sh module module+ietf >&2; then
+		while IFS=$'\t' read -r k v; do
+			case $k in
+			hir_module) R[hir_full]=$v ;;
+			hir_module+ietf) R[hir_lean]=$v ;;
+			esac
+		done <"$T/hir.tsv"
+	else
+		note_error "bench-haproxy-ir.sh failed"
+	fi
+fi
+
+if want u; then
+	say "== (u) the loopback legs, TCP against unix sockets (tools/bench-legs.sh)"
+	if BENCH_LEGS_TSV="$T/legs.tsv" tools/bench-legs.sh >&2; then
+		while IFS=$'\t' read -r k v; do R[$k]=$v; done <"$T/legs.tsv"
+	else
+		note_error "bench-legs.sh failed"
 	fi
 fi
 

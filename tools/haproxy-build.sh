@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # HAProxy 3.2 LTS from Debian's archive (sid carries 3.2.x), on Debian 12,
-# into build/haproxy-3.2/haproxy, for make e2e-3.2 and make bench.
+# into build/haproxy-3.2/haproxy, for make e2e-3.2 and make bench; with
+# HAPROXY_SERIES=3.0, HAProxy 3.0 LTS from trixie into build/haproxy-3.0
+# (make haproxy30, make e2e-3.0).
 #
 #   tools/haproxy-build.sh     prints the binary's path (fetches it once; a
 #                              second run finds it and is instant)
@@ -29,12 +31,20 @@
 # Exit status 2 means the archive serves neither the source nor the binary
 # package of the series (1: a failed build, or a binary that would load a
 # host library). build/haproxy-3.2/FROM says which way the binary came.
-# Knobs: HAPROXY_SERIES=3.2; HAPROXY_FROM=auto (source, else binary),
+# Knobs: HAPROXY_SERIES=3.2 (or 3.0); HAPROXY_SUITE (trixie for 3.0, sid
+# otherwise; its private apt state is build/apt-<suite>); HAPROXY_FROM=auto (source, else binary),
 # source or binary; HAPROXY_SRC=/dir builds an unpacked source tree of that
 # series instead of fetching one; JOBS=$(nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 series=${HAPROXY_SERIES:-3.2}
+# the Debian suite that carries the series: trixie ships 3.0 LTS (the last
+# line on the pre-3.1 SPOE engine), sid 3.2
+case $series in
+3.0) suite_default=trixie ;;
+*) suite_default=sid ;;
+esac
+suite=${HAPROXY_SUITE:-$suite_default}
 from=${HAPROXY_FROM:-auto}
 root=$PWD/build
 out=$root/haproxy-$series
@@ -49,7 +59,7 @@ fi
 # dpkg-dev unpacks the source package; patchelf adapts the binary package.
 tools/deps.sh haproxy32 dpkg-dev patchelf >&2
 
-apt_dir=$root/apt-sid
+apt_dir=$root/apt-$suite
 apt_opts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$apt_dir/sources.list.d"
 	-o "Dir::Etc::Preferences=/dev/null" -o "Dir::Etc::PreferencesParts=$apt_dir/preferences.d"
 	-o "Dir::State=$apt_dir/state" -o "Dir::State::Lists=$apt_dir/lists"
@@ -61,15 +71,15 @@ arch=$(dpkg --print-architecture)
 apt_update() {
 	mkdir -p "$apt_dir"/{lists/partial,cache/archives/partial,sources.list.d,preferences.d,state}
 	: > "$apt_dir/state/status"
-	cat > "$apt_dir/sources.list.d/sid.sources" <<SRC
+	cat > "$apt_dir/sources.list.d/$suite.sources" <<SRC
 Types: deb deb-src
 URIs: http://deb.debian.org/debian
-Suites: sid
+Suites: $suite
 Components: main
 Architectures: $arch
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
-	echo "haproxy-build: reading sid's package indexes" >&2
+	echo "haproxy-build: reading ${suite}'s package indexes" >&2
 	apt-get "${apt_opts[@]}" -qq update >&2
 }
 
@@ -82,11 +92,11 @@ fetch_source() {
 	ver=$(apt-cache "${apt_opts[@]}" showsrc haproxy |
 		awk -v s="$series." '$1 == "Version:" && index($2, s) == 1 { print $2 }' | sort -V | tail -1)
 	if [ -z "$ver" ]; then
-		echo "haproxy-build: sid lists no haproxy $series.x source package" >&2
+		echo "haproxy-build: $suite lists no haproxy $series.x source package" >&2
 		return 0
 	fi
 	rm -rf "$out/src"; mkdir -p "$out/src"
-	echo "haproxy-build: fetching the haproxy $ver source package from sid" >&2
+	echo "haproxy-build: fetching the haproxy $ver source package from $suite" >&2
 	# apt-get source applies Debian's patches (3.0 quilt) while unpacking.
 	if ! (cd "$out/src" && apt-get "${apt_opts[@]}" -qq source "haproxy=$ver" >&2); then
 		echo "haproxy-build: the archive did not serve haproxy $ver's source package" >&2
@@ -151,7 +161,7 @@ fetch_binary() {
 	ver=$(apt-cache "${apt_opts[@]}" madison haproxy |
 		awk -v s="$series." '$3 ~ "^" s { print $3 }' | sort -V | tail -1)
 	if [ -z "$ver" ]; then
-		echo "haproxy-build: sid lists no haproxy $series.x binary package" >&2
+		echo "haproxy-build: $suite lists no haproxy $series.x binary package" >&2
 		return 0
 	fi
 	mapfile -t pkgs < <(lib_closure "$ver")
@@ -159,7 +169,7 @@ fetch_binary() {
 		echo "haproxy-build: no libc6 in haproxy $ver's dependencies: '${pkgs[*]}'" >&2
 		return 1
 	fi
-	echo "haproxy-build: fetching sid's haproxy $ver and ${#pkgs[@]} library packages: ${pkgs[*]}" >&2
+	echo "haproxy-build: fetching ${suite}'s haproxy $ver and ${#pkgs[@]} library packages: ${pkgs[*]}" >&2
 	debs=$out/debs
 	rm -rf "$debs" "$out/root"; mkdir -p "$debs" "$out/root"
 	if ! (cd "$debs" && apt-get "${apt_opts[@]}" -qq download "haproxy=$ver" "${pkgs[@]}" >&2); then
@@ -174,7 +184,7 @@ fetch_binary() {
 		if [ -d "$out/root/$d" ] && [ ! -L "$out/root/$d" ]; then rpath+=${rpath:+:}$out/root/$d; fi
 	done
 	if [ -z "$ldso" ] || [ -z "$rpath" ]; then
-		echo "haproxy-build: sid's libc6 left no ld.so or library dir under $out/root" >&2
+		echo "haproxy-build: ${suite}'s libc6 left no ld.so or library dir under $out/root" >&2
 		return 1
 	fi
 	cp "$out/root/usr/sbin/haproxy" "$bin.tmp"
@@ -192,16 +202,16 @@ fetch_binary() {
 	vv=$("$bin.tmp" -vv)
 	for feature in +OPENSSL +LUA +PCRE2; do
 		if [[ $vv != *" $feature "* ]]; then
-			echo "haproxy-build: sid's haproxy $ver lacks '$feature'" >&2
+			echo "haproxy-build: ${suite}'s haproxy $ver lacks '$feature'" >&2
 			return 1
 		fi
 	done
 	mv "$bin.tmp" "$bin"
-	printf "sid's binary package haproxy %s (the archive did not serve the source)\nlibraries: %s\n" \
+	printf "${suite}'s binary package haproxy %s (the archive did not serve the source)\nlibraries: %s\n" \
 		"$ver" "${pkgs[*]}" > "$out/FROM"
 	served=1
-	echo "haproxy-build: sid's haproxy $ver runs on $(awk '/=>/ { n++ } END { print n }' <<<"$trace")" \
-		"of sid's libraries, none of the host's; ready in $(( $(date +%s) - start )) s" >&2
+	echo "haproxy-build: ${suite}'s haproxy $ver runs on $(awk '/=>/ { n++ } END { print n }' <<<"$trace")" \
+		"of ${suite}'s libraries, none of the host's; ready in $(( $(date +%s) - start )) s" >&2
 }
 
 src=${HAPROXY_SRC:-}
@@ -220,7 +230,7 @@ if [ "$from" != binary ]; then
 	if [ $served = 1 ]; then
 		build_source "$(ls -d "$out"/src/haproxy-"$series".*/ | head -1)"
 	elif [ "$from" != source ]; then
-		echo "haproxy-build: falling back to sid's binary package" >&2
+		echo "haproxy-build: falling back to ${suite}'s binary package" >&2
 	fi
 fi
 if [ $served = 0 ] && [ "$from" != source ]; then

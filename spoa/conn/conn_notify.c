@@ -58,6 +58,7 @@ struct conn_req {
 	struct window_limit live_win[WINDOW_MAX_WINDOWS]; /* a live override's, when <lim> */
 	size_t key_len;                 /* of <key>, 0 until it is set */
 	unsigned nasked;                /* messages handed to the limiter */
+	unsigned skip_vars;             /* HEADERS_VAR_BIT()s its "vars" left out (0: all) */
 	struct window_decision acc;
 	struct conn_req *prev, *next;
 	/* last, not cleared by conn_req_get(): valid for <key_len> bytes */
@@ -122,6 +123,12 @@ static void conn_req_unlink(struct conn_notify *ns, struct conn_req *r)
 	r->prev = r->next = NULL;
 }
 
+/* Whether <r>'s ACK sets variable <v> (its message's "vars" argument). */
+static bool conn_wants(const struct conn_req *r, enum headers_var v)
+{
+	return !(r->skip_vars & HEADERS_VAR_BIT(v));
+}
+
 /* The decision histogram: <r> from its NOTIFY read to its ACK written (the
  * ACK leaves in this loop iteration's flush), under the policy and status
  * decisions_total counts it under. */
@@ -160,6 +167,9 @@ static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, si
 	if (r->nasked != 1 || !p || !lim || d->status == WINDOW_ERROR ||
 	    (d->window >= r->nwin && !by_pool) || !(d->has_quota || d->limit > 0))
 		return;
+	if (!conn_wants(r, HEADERS_VAR_WINDOW) && !conn_wants(r, HEADERS_VAR_POLICY_HDR) &&
+	    !conn_wants(r, HEADERS_VAR_RATELIMIT_HDR))
+		return;
 	/* a GCRA bucket is announced as the draft's quota over the time it
 	 * takes to refill from empty (q = burst, w = burst * T) */
 	if (p->algorithm == WINDOW_ALGO_GCRA) {
@@ -177,11 +187,13 @@ static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, si
 	if (np <= 0 || nc < 0 ||
 	    a->len + 3 * VAR_ROOM + (p->pooled ? POOL_ROOM : 0) + (size_t)np + (size_t)nc > max)
 		return;
-	spop_ack_set_int(a, SPOP_SCOPE_TXN, "window",
-	                 headers_window_seconds(by_pool ? p->pool.window_ms
-	                                                : lim[d->window].window_ms));
-	spop_ack_set_str(a, SPOP_SCOPE_TXN, "policy_hdr", pol, (size_t)np);
-	if (nc > 0)
+	if (conn_wants(r, HEADERS_VAR_WINDOW))
+		spop_ack_set_int(a, SPOP_SCOPE_TXN, "window",
+		                 headers_window_seconds(by_pool ? p->pool.window_ms
+		                                                : lim[d->window].window_ms));
+	if (conn_wants(r, HEADERS_VAR_POLICY_HDR))
+		spop_ack_set_str(a, SPOP_SCOPE_TXN, "policy_hdr", pol, (size_t)np);
+	if (nc > 0 && conn_wants(r, HEADERS_VAR_RATELIMIT_HDR))
 		spop_ack_set_str(a, SPOP_SCOPE_TXN, "ratelimit_hdr", cur, (size_t)nc);
 	if (!p->pooled)
 		return;
@@ -221,15 +233,17 @@ static void conn_send_ack(struct conn *c, struct conn_notify_env *ne, const stru
 		const char *why = window_reason_str(d->reason);
 
 		spop_ack_set_str(&a, SPOP_SCOPE_TXN, "status", st, strlen(st));
-		if (d->has_quota || d->limit > 0)
+		if ((d->has_quota || d->limit > 0) && conn_wants(r, HEADERS_VAR_LIMIT))
 			spop_ack_set_int(&a, SPOP_SCOPE_TXN, "limit", d->limit);
 		if (d->has_quota) {
-			spop_ack_set_int(&a, SPOP_SCOPE_TXN, "remaining", d->remaining);
-			spop_ack_set_int(&a, SPOP_SCOPE_TXN, "reset", d->reset);
-			if (d->status == WINDOW_DENY)
+			if (conn_wants(r, HEADERS_VAR_REMAINING))
+				spop_ack_set_int(&a, SPOP_SCOPE_TXN, "remaining", d->remaining);
+			if (conn_wants(r, HEADERS_VAR_RESET))
+				spop_ack_set_int(&a, SPOP_SCOPE_TXN, "reset", d->reset);
+			if (d->status == WINDOW_DENY && conn_wants(r, HEADERS_VAR_RETRY_AFTER))
 				spop_ack_set_int(&a, SPOP_SCOPE_TXN, "retry_after", d->retry_after);
 		}
-		if (d->reason != WINDOW_REASON_NONE)
+		if (d->reason != WINDOW_REASON_NONE && conn_wants(r, HEADERS_VAR_REASON))
 			spop_ack_set_str(&a, SPOP_SCOPE_TXN, "reason", why, strlen(why));
 		/* an admission under inflight=: the lease "ratelimit-done" names */
 		if (d->lease[0]) {
@@ -386,7 +400,7 @@ static void conn_decide_message(struct conn_notify_env *ne, struct conn_req *r,
 	struct spop_iter it;
 	struct spop_arg a;
 	struct spop_str key = { NULL, 0 };
-	bool have_policy = false, have_key = false, have_cost = false;
+	bool have_policy = false, have_key = false, have_cost = false, have_vars = false;
 	int64_t cost = 1;
 	enum window_reason why = WINDOW_REASON_NONE;
 	enum live_verdict lv;
@@ -418,6 +432,12 @@ static void conn_decide_message(struct conn_notify_env *ne, struct conn_req *r,
 			have_cost = true;
 			if (spop_data_to_int64(&a.value, &cost) == -1)
 				cost = 0;   /* rejected below as bad-cost */
+		} else if (!have_vars && spop_str_eq(a.name, "vars")) {
+			/* the lean answer: only what this edge's rules read */
+			have_vars = true;
+			if (a.value.type == SPOP_T_STR || a.value.type == SPOP_T_BIN)
+				r->skip_vars = HEADERS_VARS_ALL &
+				               ~headers_parse_vars(a.value.v.s.ptr, a.value.v.s.len);
 		}
 	}
 

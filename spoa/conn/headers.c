@@ -156,3 +156,36 @@ int headers_format_pool_ratelimit(const struct window_pool *pool, int64_t remain
 		return -1;
 	return (int)len;
 }
+
+unsigned headers_parse_vars(const char *s, size_t len)
+{
+	static const char *const names[HEADERS_VAR_COUNT] = {
+		[HEADERS_VAR_STATUS] = "status",           [HEADERS_VAR_LIMIT] = "limit",
+		[HEADERS_VAR_REMAINING] = "remaining",     [HEADERS_VAR_RESET] = "reset",
+		[HEADERS_VAR_RETRY_AFTER] = "retry_after", [HEADERS_VAR_REASON] = "reason",
+		[HEADERS_VAR_WINDOW] = "window",           [HEADERS_VAR_POLICY_HDR] = "policy_hdr",
+		[HEADERS_VAR_RATELIMIT_HDR] = "ratelimit_hdr",
+	};
+	unsigned mask = HEADERS_VAR_BIT(HEADERS_VAR_STATUS);
+	size_t i = 0, start, n;
+	unsigned v;
+
+	while (i < len) {
+		while (i < len && (s[i] == ' ' || s[i] == ',' || s[i] == '+' || s[i] == '|'))
+			i++;
+		start = i;
+		while (i < len && s[i] != ' ' && s[i] != ',' && s[i] != '+' && s[i] != '|')
+			i++;
+		n = i - start;
+		if (n == 4 && memcmp(s + start, "ietf", 4) == 0) {
+			mask |= HEADERS_VAR_BIT(HEADERS_VAR_RETRY_AFTER) | HEADERS_VAR_BIT(HEADERS_VAR_REASON) |
+			        HEADERS_VAR_BIT(HEADERS_VAR_POLICY_HDR) |
+			        HEADERS_VAR_BIT(HEADERS_VAR_RATELIMIT_HDR);
+			continue;
+		}
+		for (v = 0; v < HEADERS_VAR_COUNT; v++)
+			if (n && strlen(names[v]) == n && memcmp(s + start, names[v], n) == 0)
+				mask |= HEADERS_VAR_BIT(v);
+	}
+	return mask;
+}

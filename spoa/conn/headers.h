@@ -63,5 +63,29 @@ int headers_append_pool_policy(const struct window_pool *pool, char *dst, size_t
  * length, or -1 when it does not fit or a count is negative. */
 int headers_format_pool_ratelimit(const struct window_pool *pool, int64_t remaining,
                                   int64_t reset_s, char *dst, size_t cap);
+/* The variables an ACK may set (docs/protocol.md), in the order of
+ * headers_parse_vars()'s names. */
+enum headers_var {
+	HEADERS_VAR_STATUS,
+	HEADERS_VAR_LIMIT,
+	HEADERS_VAR_REMAINING,
+	HEADERS_VAR_RESET,
+	HEADERS_VAR_RETRY_AFTER,
+	HEADERS_VAR_REASON,
+	HEADERS_VAR_WINDOW,
+	HEADERS_VAR_POLICY_HDR,
+	HEADERS_VAR_RATELIMIT_HDR,
+	HEADERS_VAR_COUNT
+};
+#define HEADERS_VAR_BIT(v) (1u << (v))
+#define HEADERS_VARS_ALL   ((1u << HEADERS_VAR_COUNT) - 1u)
+
+/* The variables a message's "vars" argument <s>/<len> (borrowed) names:
+ * names separated by spaces, commas, '+' or '|', "ietf" standing for
+ * status, retry_after, reason, policy_hdr and ratelimit_hdr. Returns a mask
+ * of HEADERS_VAR_BIT()s, always with status (the edge cannot tell allow
+ * from deny without it); unknown names are left out, so an edge newer than
+ * the agent still gets the variables this agent knows. */
+unsigned headers_parse_vars(const char *s, size_t len);
 
 #endif /* SPOA_HEADERS_H */

@@ -55,6 +55,16 @@ if [ -e "$ROOT/module/ratelimit.so" ]; then
 	check "with the pooled instructions beside the log's" grep -q '^| 32 | 100 | 250 | 2.50x | 20 | 50 | 2.50x |' \
 		"$T/report.md"
 fi
+
+# tools/bench-legs.sh (make bench's section u) on a few decisions: every
+# layout (TCP, unix to the agent, unix on both legs) answers in full and is
+# counted.
+BENCH_LEGS_N=2000 BENCH_LEGS_ROUNDS=1 BENCH_LEGS_TSV="$T/legs.tsv" \
+	"$ROOT/tools/bench-legs.sh" >"$T/legs.out" 2>&1; rc=$?
+eq "bench-legs.sh exits 0" 0 "$rc"
+[ "$rc" = 0 ] || cat "$T/legs.out"
+eq "it reports each layout's CPU per decision" 3 \
+	"$(grep -Ec "^legs_(tcp|unix1|unix)_total_us"$'\t'"[0-9.]+\$" "$T/legs.tsv" 2>/dev/null)"
 # tools/bench-agent-ir.sh on a few decisions: the agent's and the floor's
 # instructions and syscalls per decision (callgrind, strace). Valgrind
 # cannot run a sanitizer build (make sanitize, make tsan): there, only the
@@ -72,9 +82,10 @@ eq "it counts the floor's and the agent's instructions per decision" 2 \
 	"$(grep -Ec "^air_(floor|script)_c4d4"$'\t'"[1-9][0-9]*\$" "$T/air.tsv" 2>/dev/null)"
 # tools/bench-haproxy-ir.sh on a few requests: HAProxy's instructions per
 # request on make bench's no-JWT edge (tools/edge-nojwt.sh), alone
-# (tools/edge-alone.sh) and asking the SPOE floor; every answer a 201.
+# (tools/edge-alone.sh) and asking the SPOE floor, with the full edge and
+# the lean one; every answer a 201.
 BENCH_HIR_N=40 BENCH_HIR_WARM=10 BENCH_HIR_CONNS=4 BENCH_HIR_STRACE=0 \
-	BENCH_HIR_TSV="$T/hir.tsv" "$ROOT/tools/bench-haproxy-ir.sh" alone floor >"$T/hir.out" 2>&1; rc=$?
+	BENCH_HIR_TSV="$T/hir.tsv" "$ROOT/tools/bench-haproxy-ir.sh" alone floor floor+ietf >"$T/hir.out" 2>&1; rc=$?
 eq "bench-haproxy-ir.sh exits 0" 0 "$rc"
 [ "$rc" = 0 ] || cat "$T/hir.out"
 hir() { awk -F'\t' -v k="hir_$1" '$1 == k { print $2 }' "$T/hir.tsv" 2>/dev/null; }
@@ -85,4 +96,9 @@ more=no
 [ "${alone:-0}" -gt 0 ] && [ "${floor:-0}" -gt "$alone" ] && more=yes
 eq "the SPOE exchange adds instructions to HAProxy's request (alone ${alone:-?}, floor ${floor:-?})" \
 	yes "$more"
+# the lean edge (RL_IETF_ONLY, knob ietf) runs three header rules fewer
+lean=$(hir floor+ietf)
+less=no
+[ "${lean:-0}" -gt 0 ] && [ "${lean:-0}" -lt "${floor:-0}" ] && less=yes
+eq "the lean edge costs HAProxy fewer instructions (floor ${floor:-?}, lean ${lean:-?})" yes "$less"
 t_done

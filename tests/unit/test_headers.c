@@ -148,6 +148,31 @@ static void test_largest_fits(void **state)
 	                                     INT64_MAX, INT64_MAX, buf, HEADERS_RATELIMIT_MAX) > 0);
 }
 
+/* The lean answer's "vars" argument: names and "ietf" to a mask, status
+ * always in, separators and unknown names tolerated. */
+static void test_parse_vars(void **state)
+{
+	const unsigned st = HEADERS_VAR_BIT(HEADERS_VAR_STATUS);
+	const unsigned ietf = st | HEADERS_VAR_BIT(HEADERS_VAR_RETRY_AFTER) |
+	                      HEADERS_VAR_BIT(HEADERS_VAR_REASON) |
+	                      HEADERS_VAR_BIT(HEADERS_VAR_POLICY_HDR) |
+	                      HEADERS_VAR_BIT(HEADERS_VAR_RATELIMIT_HDR);
+	const char *all = "status limit remaining reset retry_after reason window policy_hdr ratelimit_hdr";
+
+	(void)state;
+	assert_int_equal(headers_parse_vars("", 0), st);
+	assert_int_equal(headers_parse_vars("ietf", 4), ietf);
+	assert_int_equal(headers_parse_vars(all, strlen(all)), HEADERS_VARS_ALL);
+	assert_int_equal(headers_parse_vars("limit", 5), st | HEADERS_VAR_BIT(HEADERS_VAR_LIMIT));
+	assert_int_equal(headers_parse_vars("reset,,remaining", 16),
+	                 st | HEADERS_VAR_BIT(HEADERS_VAR_RESET) | HEADERS_VAR_BIT(HEADERS_VAR_REMAINING));
+	assert_int_equal(headers_parse_vars("ietf+window|bogus", 17), ietf | HEADERS_VAR_BIT(HEADERS_VAR_WINDOW));
+	/* a prefix or a longer name is not a name */
+	assert_int_equal(headers_parse_vars("lim limits ietff", 16), st);
+	/* the length bounds the read: "limit" cut to "lim" */
+	assert_int_equal(headers_parse_vars("limit", 3), st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -159,6 +184,7 @@ int main(void)
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_every_short_buffer),
 		cmocka_unit_test(test_largest_fits),
+		cmocka_unit_test(test_parse_vars),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
