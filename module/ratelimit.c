@@ -31,7 +31,8 @@
  * of RATELIMIT.DECIDE (its arguments and replies) and only changes when
  * that does; agents read it at connect and use the module only on a
  * protocol they speak. A module without the command (before 1.1.0) speaks
- * protocol 1; this one speaks 3 (pools; 2: GCRA), a superset of 2 and 1.
+ * protocol 1; this one speaks 4 (calendar quotas; 3: pools; 2: GCRA), a superset of
+ * 3, 2 and 1.
  *
  * Load arguments: allow-eviction. A build with -DRATELIMIT_TEST_CLOCK
  * (module/ratelimit-test.so, for the tests only) also takes test-clock:
@@ -55,8 +56,9 @@
  * report. 1: the log and precision= windows; 2: also GCRA windows
  * ("gcra:<ms>:<burst>"), every protocol-1 call answered as before; 3:
  * also pools (a last pair "pool:..."), every protocol-2 call answered as
- * before. */
-#define RL_MODULE_VERSION 3
+ * before; 4: also calendar quotas ("cal:<kind>:<tz>:<anchor>"), every
+ * protocol-3 call answered as before. */
+#define RL_MODULE_VERSION 4
 #ifndef RL_PRODUCT_VERSION
 #define RL_PRODUCT_VERSION "unknown"
 #endif
@@ -146,7 +148,10 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		/* Inclusive bound: score <= now - window is out, so an entry
 		 * exactly one window old does not count. */
 		s->cut = now - s->w->win_ms * 1000;
-		err = s->w->prec_ms ? rl_log_read_buckets(ctx, s, now) : rl_log_read(ctx, s);
+		if (s->w->cal)
+			err = rl_quota_read(ctx, s, now);
+		else
+			err = s->w->prec_ms ? rl_log_read_buckets(ctx, s, now) : rl_log_read(ctx, s);
 		if (err)
 			goto fail;
 		if (s->count + d->cost > s->w->limit)
@@ -175,9 +180,20 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		for (i = 0; i < d->nwin; i++) {
 			struct rl_state *s = &st[i];
 			int64_t rem = s->w->limit - s->count - d->cost;
-			RedisModuleKey *k =
-				RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ | REDISMODULE_WRITE);
+			RedisModuleKey *k;
 
+			if (s->w->cal) {
+				if (rl_quota_add(ctx, s, now, d->cost) == -1) {
+					err = "ERR ratelimit: the server refused the write";
+					goto fail;
+				}
+				if (i == 0 || rem < best_rem) {
+					best = i;
+					best_rem = rem;
+				}
+				continue;
+			}
+			k = RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ | REDISMODULE_WRITE);
 			if (s->w->prec_ms) {
 				rl_log_add_bucket(ctx, k, s, d->cost);
 			} else if (rl_log_add(ctx, k, s, now, d->cost) == -1) {
@@ -200,7 +216,7 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		}
 		/* reset: when the oldest in-window entry or bucket (perhaps the
 		 * new one) leaves */
-		best_reset = (st[best].has_oldest ? st[best].oldest : st[best].score) +
+		best_reset = (st[best].has_oldest && !st[best].w->cal ? st[best].oldest : st[best].score) +
 		             st[best].w->win_ms * 1000 - now;
 		best_retry = 0;
 	} else {
@@ -209,7 +225,7 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		for (i = 0; i < d->nwin; i++) {
 			RedisModuleKey *k;
 
-			if (!rl_log_has_expired(ctx, &st[i]))
+			if (st[i].w->cal || !rl_log_has_expired(ctx, &st[i]))
 				continue;
 			k = RedisModule_OpenKey(ctx, st[i].name, REDISMODULE_READ | REDISMODULE_WRITE);
 			rl_log_trim(ctx, k, &st[i], now, -1);
@@ -225,7 +241,10 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 				continue;
 			/* cost > limit never fits: a whole window rather than a loop */
 			retry = s->w->win_ms * 1000;
-			if (need <= s->count)
+			/* a quota's units leave together, at its period's end */
+			if (s->w->cal)
+				retry = s->oldest - now;
+			else if (need <= s->count)
 				retry = s->w->prec_ms ? rl_log_retry_buckets(s, need, now)
 				                      : rl_log_retry(ctx, s, need, now);
 			if (!have || retry > best_retry) {

@@ -118,6 +118,14 @@ void rl_pool_trim(RedisModuleCtx *ctx, struct rl_pool_state *ps);
 /* Frees what rl_pool_read() left in <ps>. */
 void rl_pool_release(struct rl_pool_state *ps);
 
+/* Quota window <s> (rl_quota.c), read only: count, the end its units are
+ * released (oldest) and the end an admission writes (score). Returns NULL
+ * or the error reply text. */
+const char *rl_quota_read(RedisModuleCtx *ctx, struct rl_state *s, int64_t now);
+/* Records an admission of <cost> in quota window <s> with its expiry.
+ * Returns 0, or -1 when Redis refused the write. */
+int rl_quota_add(RedisModuleCtx *ctx, struct rl_state *s, int64_t now, int64_t cost);
+
 /* A GCRA decision over the string key <name> (borrowed from argv); writes
  * the reply. <oom>: Redis is over maxmemory. */
 void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, const struct rl_decision *d,

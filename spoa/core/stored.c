@@ -115,8 +115,8 @@ int stored_read_buckets(const struct stored_field *f, size_t n, const struct win
 int stored_read_gcra(const char *v, size_t len, const struct window_limit *lim, int64_t now_us,
                      struct stored_usage *u)
 {
-	struct rl_window rw = { (int64_t)lim->limit, (int64_t)lim->window_ms, 0,
-	                        (int64_t)lim->burst };
+	struct rl_window rw = { .limit = (int64_t)lim->limit, .win_ms = (int64_t)lim->window_ms,
+	                        .burst = (int64_t)lim->burst };
 	struct rl_gcra_value val;
 	int64_t d, f, w_us = (int64_t)lim->window_ms * 1000;
 	__int128 dl, full;
@@ -134,5 +134,24 @@ int stored_read_gcra(const char *v, size_t len, const struct window_limit *lim, 
 	/* remaining = floor((burst * W - owed * limit) / W), none past a full debt */
 	usage_set(u, lim->burst, dl >= full ? (int64_t)lim->burst :
 	          (int64_t)lim->burst - (int64_t)((full - dl) / (__int128)w_us), d + (f > 0));
+	return 0;
+}
+
+/* See stored.h. Borrows <v>. */
+int stored_read_quota(const char *v, size_t len, const struct window_limit *lim, int64_t now_us,
+                      struct stored_usage *u)
+{
+	struct rl_window rw = { .limit = (int64_t)lim->limit, .cal = lim->cal,
+	                        .tz_min = lim->tz_min, .anchor = lim->anchor ? lim->anchor : 1 };
+	struct rl_quota_value q;
+	int64_t start, end;
+
+	if (v && rl_args_parse_quota(v, len, &q) == -1)
+		return usage_refused(u, lim->limit);
+	rl_cal_period(&rw, now_us, &start, &end);
+	if (v && q.end > now_us)
+		usage_set(u, lim->limit, q.units, q.end - now_us);
+	else
+		usage_set(u, lim->limit, 0, end - now_us);
 	return 0;
 }

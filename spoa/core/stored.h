@@ -10,7 +10,8 @@
  *       (window_decide_reply() reads it so);
  *   (b) what one window's key holds at a Redis time: a log's entries, a
  *       bucketed hash's fields, a GCRA string (through module/rl_args,
- *       the module's own reading), into used / remaining / reset as the
+ *       the module's own reading), a quota's counter, into used /
+ *       remaining / reset as the
  *       engines' next decision would count it (`ctl show`).
  */
 #ifndef SPOA_STORED_H
@@ -109,5 +110,16 @@ int stored_read_buckets(const struct stored_field *f, size_t n, const struct win
  */
 int stored_read_gcra(const char *v, size_t len, const struct window_limit *lim, int64_t now_us,
                      struct stored_usage *u);
+
+/*
+ * Read calendar quota <lim> (lim->cal set) at <now_us> from its stored
+ * counter <v>/<len> ("<end>:<units>"; NULL: no key): the units count
+ * while end > now, and reset is then until that end, else until the end
+ * of the period of <lim> that holds <now_us> (rl_cal_period()). Returns
+ * 0, or -1 when the value is not one the engines read (<u> reads full).
+ * Borrows <v>.
+ */
+int stored_read_quota(const char *v, size_t len, const struct window_limit *lim, int64_t now_us,
+                      struct stored_usage *u);
 
 #endif /* SPOA_STORED_H */

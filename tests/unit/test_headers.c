@@ -13,9 +13,9 @@
 
 #include "headers.h"
 
-static const struct window_limit one[] = { { 3, 1000, 0 } };
-static const struct window_limit api[] = { { 10, 1000, 0 }, { 1000, 3600000, 0 } };
-static const struct window_limit odd[] = { { 5, 500, 0 }, { 7, 90000, 0 }, { 9, 1500, 0 } };
+static const struct window_limit one[] = { { 3, 1000, 0, 0, 0, 0 } };
+static const struct window_limit api[] = { { 10, 1000, 0, 0, 0, 0 }, { 1000, 3600000, 0, 0, 0, 0 } };
+static const struct window_limit odd[] = { { 5, 500, 0, 0, 0, 0 }, { 7, 90000, 0, 0, 0, 0 }, { 9, 1500, 0, 0, 0, 0 } };
 
 static void test_window_seconds(void **state)
 {

@@ -464,7 +464,7 @@ static void test_engine_auto_module(void **state)
 }
 
 /* The module's protocol, read at connect (RATELIMIT.VERSION): one this
- * agent speaks (1, 2, 3) is used; another one (4) is not: auto takes the script,
+ * agent speaks (1 .. 4) is used; another one (5) is not: auto takes the script,
  * module refuses every decision (never an allow) and asks again. A module
  * without the command (test_engine_auto_module) speaks 1. */
 static void test_engine_protocol(void **state)
@@ -485,7 +485,7 @@ static void test_engine_protocol(void **state)
 
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
-	fake_rule(&f, "RATELIMIT.VERSION", FAKE_VERSION(4));
+	fake_rule(&f, "RATELIMIT.VERSION", FAKE_VERSION(5));
 	fake_rule(&f, "RATELIMIT.DECIDE", REPLY_ALLOW);
 	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:{pia}:1m");
 	fake_step(&f, FAKE_SEND, REPLY_DENY);
@@ -499,7 +499,7 @@ static void test_engine_protocol(void **state)
 
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
-	fake_rule(&f, "RATELIMIT.VERSION", FAKE_VERSION(4));
+	fake_rule(&f, "RATELIMIT.VERSION", FAKE_VERSION(5));
 	fake_rule(&f, "RATELIMIT.DECIDE", REPLY_ALLOW);
 	engine = LIMITER_ENGINE_ONLY_MODULE;
 	one_connect(1000, false);

@@ -388,7 +388,7 @@ static void test_args_gcra(void **state)
  * not longer than the precision are not its concern. */
 static void test_check_precision(void **state)
 {
-	struct window_limit w[2] = { { 10, 1000, 0 }, { 1000, 3600000, 0 } };
+	struct window_limit w[2] = { { 10, 1000, 0, 0, 0, 0 }, { 1000, 3600000, 0, 0, 0, 0 } };
 	char why[160];
 
 	(void)state;
