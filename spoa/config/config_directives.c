@@ -363,7 +363,11 @@ const struct config_directive config_directives[] = {
 	  "the limit, may under-admit by one bucket);\n"
 	  "algorithm=gcra: a token bucket, one LIMIT/WINDOW\n"
 	  "(the rate) and burst=N units (default LIMIT);\n"
-	  "pool: also counted in POOL (a log policy)" },
+	  "pool: also counted in POOL (a log policy);\n"
+	  "LIMIT/hour|day|week|month [tz=+-hh:mm]\n"
+	  "[anchor=1..28]: a calendar quota, reset at the\n"
+	  "period's end (a week from Monday, a month from\n"
+	  "its anchor day; tz: a fixed offset, default UTC)" },
 	{ "override", CONFIG_ARG_LINE, false, config_dir_override, NULL,
 	  "POLICY KEY LIMIT/WINDOW [LIMIT/WINDOW...] [burst=N]",
 	  "limits of one account (e.g. a partner) in POLICY" },
