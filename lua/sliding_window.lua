@@ -340,6 +340,8 @@ local BAD_ENTRY = 'ERR sliding_window: bad entry'
 -- or written more than 2^52 us after now is a bad entry.
 local GCRA_MAX = 4503599627370496   -- 2^52
 local floor = math.floor
+-- (a calendar quota beside a bucket: defined with the quotas, below)
+local quota_arg, read_quota
 
 -- q, r of a / b, whole, 0 <= a <= 2^52, 1 <= b <= 10^15: exact in
 -- doubles (a / b = q + r / b could round up to q + 1 only if b * (q + 1)
@@ -370,7 +372,9 @@ local function gcra(k0, a0, n)
 	local l = num(ARGV[a0 + 2])
 	local ms, bs = match(ARGV[a0 + 3], '^gcra:(%d+):(%d+)$')
 	local w, b = num(ms), num(bs)
-	if n ~= 1 or not (l and w and b) or l > 1e15 or b * w * 1000 > GCRA_MAX then
+	-- a calendar quota may stand beside the bucket: a second window "cal:..."
+	local q = n == 2 and quota_arg(k0, a0, 2)
+	if not (n == 1 or q) or not (l and w and b) or l > 1e15 or b * w * 1000 > GCRA_MAX then
 		return redis.error_reply(BAD_WINDOW)
 	end
 	w = w * 1000
@@ -415,6 +419,10 @@ local function gcra(k0, a0, n)
 			if t >= now then d, f = t - now, fr end
 		end
 	end
+	if q and not read_quota(q) then return redis.error_reply(BAD_ENTRY) end
+	-- the quota's refusal: its units leave at the end that counts them
+	local qdeny = q and q.count + cost > q.limit and
+	              { 0, q.limit, math.max(0, q.limit - q.count), q.oldest - now, q.oldest - now, 1 }
 	local retry
 	if cost <= b then
 		-- admitted iff d + f / l <= (burst - cost) * w / l
@@ -425,9 +433,20 @@ local function gcra(k0, a0, n)
 			if f >= l then d, f = d + 1, f - l end
 			local reset = d
 			if f > 0 then reset = d + 1 end
+			-- (admitted by the bucket, refused by the quota: nothing written)
+			if qdeny then return qdeny end
 			local ttl = int(divmod(reset + 999, 1000) + 1)
 			call('SET', key, format('%d:%d:%d:%d:%d', now + d, f, w / 1000, l, d), 'PX', ttl)
-			return { 1, b, (divmod(bw - d * l - f, w)), reset, 0, 0 }
+			local rem = divmod(bw - d * l - f, w)
+			if q then
+				call('SET', q.key, int(q.score) .. ':' .. int(q.count + cost))
+				expire(q.key, int(1 + math.ceil((q.score - now) / 1000)))
+				-- the quota decides when it has less left (a tie: the bucket)
+				if q.limit - q.count - cost < rem then
+					return { 1, q.limit, q.limit - q.count - cost, q.score - now, 0, 1 }
+				end
+			end
+			return { 1, b, rem, reset, 0, 0 }
 		end
 		retry = d - qx
 		if f > rx then retry = retry + 1 end
@@ -441,6 +460,8 @@ local function gcra(k0, a0, n)
 	local rem, reset = 0, d
 	if f > 0 then reset = d + 1 end
 	if d < qb or (d == qb and f <= rb) then rem = divmod(bw - d * l - f, w) end
+	-- both refuse: the longer retry decides (a tie: the bucket)
+	if qdeny and qdeny[5] > retry then return qdeny end
 	return { 0, b, rem, reset, retry, 0 }
 end
 
@@ -580,10 +601,23 @@ local function cal_period(kind, tz, anchor)
 	return st, days_from_civil(y, m, anchor) * US_DAY - off
 end
 
+-- Window <i> of the decision at KEYS[k0 + i], ARGV[a0 + 2i] as a quota
+-- ("cal:..." and its limit) into slot[i]; false when it is not one.
+function quota_arg(k0, a0, i)
+	local s = slot[i]
+	if not s then s = {}; slot[i] = s end
+	local ck, ctz, can = match(ARGV[a0 + 1 + 2 * i] or '', '^cal:([hdwm]):(%-?%d+):(%d+)$')
+	local l = num(ARGV[a0 + 2 * i])
+	ctz, can = tonumber(ctz), tonumber(can)
+	if not (ck and l and ctz >= -840 and ctz <= 840 and can >= 1 and can <= 28) then return false end
+	s.cal, s.tz, s.anchor, s.key, s.limit, s.win, s.prec = ck, ctz, can, KEYS[k0 + i], l, 0, false
+	return s
+end
+
 -- Quota window <s> (s.cal, s.tz, s.anchor), read only: s.count, s.oldest
 -- (when its units are released) and s.score (the end an admission
 -- writes). False: a bad entry.
-local function read_quota(s)
+function read_quota(s)
 	local _, e = cal_period(s.cal, s.tz, s.anchor)
 	s.count, s.oldest, s.score, s.top = 0, e, e, false
 	local v = call('GET', s.key)

@@ -135,7 +135,7 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		return;
 	}
 	if (d->w[0].burst) {
-		rl_gcra_decide(ctx, keys[d->key0], d, now, oom);
+		rl_gcra_decide(ctx, keys[d->key0], d->nwin > 1 ? keys[d->key0 + 1] : NULL, d, now, oom);
 		return;
 	}
 	rl_scratch_begin();

@@ -195,9 +195,10 @@ static enum rl_err parse_decision(const struct rl_arg *args, size_t nwin, int po
 		    parse_window(&args[2 + 2 * i], w) == -1)
 			return RL_ERR_WINDOW;
 	}
-	/* a GCRA decision has exactly one window, and no pool */
+	/* a GCRA decision has one window, and no pool; or a calendar quota
+	 * second */
 	for (i = 0; (nwin > 1 || pooled) && i < nwin; i++)
-		if (d->w[i].burst)
+		if (d->w[i].burst && (i > 0 || pooled || nwin > 2 || !d->w[1].cal))
 			return RL_ERR_WINDOW;
 	d->pooled = pooled;
 	if (pooled && parse_pool(&args[1 + 2 * nwin], &args[2 + 2 * nwin], &d->pool) == -1)

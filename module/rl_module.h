@@ -126,9 +126,10 @@ const char *rl_quota_read(RedisModuleCtx *ctx, struct rl_state *s, int64_t now);
  * Returns 0, or -1 when Redis refused the write. */
 int rl_quota_add(RedisModuleCtx *ctx, struct rl_state *s, int64_t now, int64_t cost);
 
-/* A GCRA decision over the string key <name> (borrowed from argv); writes
- * the reply. <oom>: Redis is over maxmemory. */
-void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, const struct rl_decision *d,
-                    int64_t now, int oom);
+/* A GCRA decision over the string key <name> (borrowed from argv), with
+ * the quota of key <qname> beside it when the decision has a second window
+ * (NULL otherwise); writes the reply. <oom>: Redis is over maxmemory. */
+void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, RedisModuleString *qname,
+                    const struct rl_decision *d, int64_t now, int oom);
 
 #endif

@@ -206,9 +206,19 @@ static int parse_burst_word(struct parse_ctx *x, const char *what, struct word w
 static int gcra_finish(struct parse_ctx *x, const char *what, struct window_limit *win,
                        unsigned nwin, uint64_t burst, uint64_t max_cost)
 {
-	if (nwin != 1)
+	/* a calendar quota may stand beside the rate: the rate first */
+	if (nwin == 2 && win[0].cal && !win[1].cal) {
+		struct window_limit t = win[0];
+
+		win[0] = win[1];
+		win[1] = t;
+	}
+	if (nwin == 2 && win[1].cal && !win[0].cal)
+		nwin = 1;
+	if (nwin != 1 || win[0].cal)
 		return config_parse_fail(&x->lex, "%s: algorithm=gcra takes exactly one <limit>/<window> "
-		                         "(the rate; burst=<n> is the bucket)", what);
+		                         "(the rate; burst=<n> is the bucket), and at most one calendar "
+		                         "quota beside it", what);
 	win[0].burst = burst ? burst : win[0].limit;
 	if (win[0].burst > WINDOW_GCRA_MAX_SPAN_US / 1000 / win[0].window_ms)
 		return config_parse_fail(&x->lex, "%s: burst %llu times the window is too long for "
@@ -369,9 +379,6 @@ int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 	}
 	if (p->nwin == 0)
 		return config_parse_fail(&x->lex, "%s: expected at least one <limit>/<window>", what);
-	if (p->algorithm == WINDOW_ALGO_GCRA && window_policy_has_quota(p))
-		return config_parse_fail(&x->lex, "%s: a calendar quota does not apply to "
-		                         "algorithm=gcra yet (write the quota on a log policy)", what);
 	if (p->algorithm == WINDOW_ALGO_GCRA) {
 		/* (a pool is a log on Redis's clock beside the account's windows:
 		 * a bucket's one value has no such step) */
@@ -459,10 +466,6 @@ int config_dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 			                  config_word_plen(w[i]), w[i].p);
 	}
 	/* an override keeps its policy's algorithm */
-	for (k = 0; p->algorithm == WINDOW_ALGO_GCRA && k < o->nwin; k++)
-		if (o->win[k].cal)
-			return config_parse_fail(&x->lex, "%s: a calendar quota does not apply to "
-			                         "algorithm=gcra yet", what);
 	if (p->algorithm == WINDOW_ALGO_GCRA &&
 	    gcra_finish(x, what, o->win, o->nwin, burst, p->max_cost) == -1)
 		return -1;

@@ -149,7 +149,7 @@ static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, si
 	const struct window_decision *d = &r->acc;
 	const struct window_policy *p = r->policy;
 	char pol[HEADERS_POLICY_MAX], cur[HEADERS_RATELIMIT_MAX];
-	struct window_limit bucket;
+	struct window_limit bucket[WINDOW_MAX_WINDOWS];
 	const struct window_limit *lim = r->lim;
 	int np, nc = 0;
 
@@ -159,8 +159,10 @@ static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, si
 	/* a GCRA bucket is announced as the draft's quota over the time it
 	 * takes to refill from empty (q = burst, w = burst * T) */
 	if (p->algorithm == WINDOW_ALGO_GCRA) {
-		window_announced(&lim[0], &bucket);
-		lim = &bucket;
+		/* (a quota beside it is announced as itself) */
+		memcpy(bucket, lim, r->nwin * sizeof(*lim));
+		window_announced(&lim[0], &bucket[0]);
+		lim = bucket;
 	}
 	np = headers_format_policy(p->name, p->name_len, lim, r->nwin, pol, sizeof(pol));
 	if (d->has_quota)

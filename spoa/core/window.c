@@ -490,14 +490,17 @@ static int build_gcra_args(const struct window_policy *p, const char *sha, const
 	char *start;
 	size_t pos = 0;
 
-	if (nwin != 1 || !lim[0].burst) {
+	/* the bucket, and a calendar quota beside it */
+	if (!lim[0].burst || !(nwin == 1 || (nwin == 2 && lim[1].cal))) {
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
 	args_add(&w, "EVALSHA", 7);
 	args_add(&w, sha, strlen(sha));
-	args_add_u64(&w, 1, 0);
+	args_add_u64(&w, nwin, 0);
 	args_add_key(&w, p, WINDOW_KEY_GCRA, 0, key, key_len);
+	if (nwin == 2)
+		args_add_key(&w, p, WINDOW_KEY_QUOTA, lim[1].cal, key, key_len);
 	args_add_u64(&w, cost, 0);
 	args_add_u64(&w, lim[0].limit, 0);
 	start = args_begin(&w);
@@ -510,12 +513,16 @@ static int build_gcra_args(const struct window_policy *p, const char *sha, const
 		if (!w.failed)
 			args_end(&w, start, pos);
 	}
+	if (nwin == 2) {
+		args_add_u64(&w, lim[1].limit, 0);
+		args_add_cal(&w, &lim[1]);
+	}
 	if (w.failed) {
 		a->argc = 0;
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
-	a->nkeys = 1;
+	a->nkeys = nwin;
 	*why = WINDOW_REASON_NONE;
 	return 0;
 }

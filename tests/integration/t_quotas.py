@@ -18,7 +18,10 @@ script, agent M on the module): `3/month` is shared (3 admitted in all,
 then reason=quota on both), retry_after ends at the first of next month
 00:00 UTC as Redis's TIME says (bounded by TIME read before and after the
 request, no timing assertion), `ctl show` gives used, remaining and the
-exact reset instant, and `ctl reset` clears the quota."""
+exact reset instant, and `ctl reset` clears the quota.
+
+Part 3: a token bucket with a quota beside it (`100/1s burst=100
+algorithm=gcra 2/month`), both engines: two admitted, then reason=quota."""
 import datetime
 import json
 import os
@@ -158,6 +161,25 @@ h.check("ctl show (text): the quota line", rc == 0 and "quota 3/month used 3 rem
 rc, out, err = ctl("reset", "api", "jwt:Q2")
 h.eq("ctl reset: done", 0, rc)
 h.eq("after ctl reset: admitted again", "allow", ask(cm, "jwt:Q2").get("status"))
+for c in (cs, cm):
+    c.close()
+h.stop(ps)
+h.stop(pm)
+
+# ---- part 3: a token bucket with a quota beside it, both engines ----
+GQ = "100/1s burst=100 algorithm=gcra 2/month"
+ps, cs, _ = agent("agent-gs", rport, "script", GQ)
+pm, cm, _ = agent("agent-gm", rport, "module", GQ)
+vs = [ask(c, "jwt:Q3") for c in (cs, cm, cs, cm)]
+h.eq("bucket + 2/month: two admitted, then quota on both engines",
+     [("allow", ""), ("allow", ""), ("deny", "quota"), ("deny", "quota")],
+     [(v.get("status"), v.get("reason", "")) for v in vs])
+h.eq("the quota's item in RateLimit-Policy beside the bucket's",
+     '"api-1s";q=100;w=1, "api-month";q=2;w=2678400', vs[0].get("policy_hdr"))
+h.check("the bucket and the quota: a g1 and a c1 key",
+        harness.rcli(rport, "EXISTS", "api:limit:g1:{jwt:Q3}").strip() == "1" and
+        harness.rcli(rport, "GET", "api:limit:c1:{jwt:Q3}:month").strip().endswith(":2"),
+        harness.rcli(rport, "KEYS", "*Q3*"))
 for c in (cs, cm):
     c.close()
 h.done()

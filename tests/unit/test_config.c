@@ -56,6 +56,16 @@ static void test_quotas(void **state)
 	assert_int_equal(p->overrides[0].win[1].anchor, 28);
 	assert_int_equal(p->overrides[0].win[1].tz_min, 0);
 	config_release(&c);
+	/* a bucket with a quota beside it: the rate first, whatever the order */
+	assert_int_equal(parse(&c, "policy pro 1000000/month anchor=15 100/1s burst=200 "
+	                           "algorithm=gcra\n", err), 0);
+	p = &c.policies[0];
+	assert_int_equal(p->nwin, 2);
+	assert_int_equal(p->win[0].cal, WINDOW_CAL_NONE);
+	assert_int_equal(p->win[0].burst, 200);
+	assert_int_equal(p->win[1].cal, WINDOW_CAL_MONTH);
+	assert_int_equal(p->win[1].anchor, 15);
+	config_release(&c);
 	assert_int_equal(parse(&c, "policy api 50/day 10/1s\n", err), 0);
 	assert_int_equal(c.policies[0].nwin, 2);
 	assert_false(window_policy_has_quota(&c.policies[0]) == false);
@@ -414,9 +424,9 @@ static void test_parse_errors(void **state)
 		{ "policy x 10/day tz=0100\n", "t.conf:1: policy 'x': bad offset 'tz=0100' (use "
 		  "tz=+hh:mm or tz=-hh:mm, -14:00 .. +14:00)" },
 		{ "policy x 10/day 20/day\n", "t.conf:1: policy 'x': /day given twice" },
-		{ "policy x 10/1s 100/month algorithm=gcra\n",
-		  "t.conf:1: policy 'x': a calendar quota does not apply to algorithm=gcra yet (write "
-		  "the quota on a log policy)" },
+		{ "policy x 10/1s 100/month 5/day algorithm=gcra\n",
+		  "t.conf:1: policy 'x': algorithm=gcra takes exactly one <limit>/<window> (the rate; "
+		  "burst=<n> is the bucket), and at most one calendar quota beside it" },
 		{ "pool p 100/day\n", "t.conf:1: pool 'p': a pool is a sliding window, not a calendar "
 		  "period" },
 		{ "policy x 1/1s 2/2s 3/3s 4/4s 5/5s\n", "t.conf:1: policy 'x': at most 4 windows" },
@@ -470,7 +480,7 @@ static void test_parse_errors(void **state)
 		  "precision=<duration>, algorithm=log|gcra, burst=<n> or pool=<pool>)" },
 		{ "policy x 3/1s 100/1h algorithm=gcra\n",
 		  "t.conf:1: policy 'x': algorithm=gcra takes exactly one <limit>/<window> (the rate; "
-		  "burst=<n> is the bucket)" },
+		  "burst=<n> is the bucket), and at most one calendar quota beside it" },
 		{ "policy x 3/1h algorithm=gcra precision=1m\n",
 		  "t.conf:1: policy 'x': precision= does not apply to algorithm=gcra (a bucket is one "
 		  "value per account)" },
@@ -513,10 +523,10 @@ static void test_parse_errors(void **state)
 		  "1000000/24h)" },
 		{ "policy x 3/1s algorithm=gcra\noverride x K 3/1s 5/1m\n",
 		  "t.conf:2: override 'K' of 'x': algorithm=gcra takes exactly one <limit>/<window> (the "
-		  "rate; burst=<n> is the bucket)" },
+		  "rate; burst=<n> is the bucket), and at most one calendar quota beside it" },
 		{ "policy x 3/1s algorithm=gcra\noverride x K burst=5\n",
 		  "t.conf:2: override 'K' of 'x': algorithm=gcra takes exactly one <limit>/<window> (the "
-		  "rate; burst=<n> is the bucket)" },
+		  "rate; burst=<n> is the bucket), and at most one calendar quota beside it" },
 		{ "policy x 3/1s algorithm=gcra max-cost=3\noverride x K 9/1s burst=2\n",
 		  "t.conf:2: override 'K' of 'x': max-cost=3 is above the burst (2): such a cost could "
 		  "never pass" },
