@@ -4,7 +4,7 @@ product version (RATELIMIT.VERSION, MODULE LIST's ver); the agent reads them
 at connect, logs both, and uses the module only on a protocol it speaks.
 
 A mixed-version fleet, each side on a real redis-server:
-  this module                    -> module_version protocol=3, the module decides
+  this module                    -> module_version protocol=4, the module decides
   a module before 1.1.0          -> (no RATELIMIT.VERSION) protocol 1, the module
   a module of another protocol,  -> redis-engine auto: the script decides;
                                     redis-engine module: every decision an
@@ -13,8 +13,10 @@ A mixed-version fleet, each side on a real redis-server:
   policy with algorithm=gcra        protocol (auto: the script; module: refused)
   a protocol-2 module, and a     -> protocol 2 cannot decide a pool: likewise
   pooled policy (pool=)
+  a protocol-3 module, and a     -> protocol 3 cannot decide a calendar quota
+  quota (100/month)                 (issue 39): likewise
 The last ones are module/ratelimit-test.so loaded with test-no-version,
-test-protocol=4, test-protocol=1 and test-protocol=2 (test builds only)."""
+test-protocol=5, test-protocol=1, 2 and 3 (test builds only)."""
 import os
 import signal
 import sys
