@@ -95,6 +95,8 @@ $policies" || return 1
 	stop_redis
 }
 
-story script
-story module
+# (a stack that does not start is a failure, not a story skipped: an agent
+# that refuses '3/month' must fail this test)
+story script || fail "script: the stack started (agent, both edges)"
+story module || fail "module: the stack started (agent, both edges)"
 t_done
