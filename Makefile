@@ -247,7 +247,7 @@ $(MCOUNT): bench/mcount.c
 MODULE_H      := build/redismodule/redismodule.h
 MODULE_SO     := module/ratelimit.so
 MODULE_TEST_SO := module/ratelimit-test.so
-MODULE_SRCS   := module/ratelimit.c module/rl_log.c module/rl_gcra.c module/rl_pool.c module/rl_lease.c module/rl_args.c
+MODULE_SRCS   := module/ratelimit.c module/rl_log.c module/rl_gcra.c module/rl_pool.c module/rl_lease.c module/rl_quota.c module/rl_args.c
 MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidden \
                  -isystem build/redismodule -Imodule -DRL_PRODUCT_VERSION='"$(VERSION)"'
 MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py \

@@ -358,6 +358,8 @@ local BAD_ENTRY = 'ERR sliding_window: bad entry'
 -- or written more than 2^52 us after now is a bad entry.
 local GCRA_MAX = 4503599627370496   -- 2^52
 local floor = math.floor
+-- (a calendar quota beside a bucket: defined with the quotas, below)
+local quota_arg, read_quota
 
 -- q, r of a / b, whole, 0 <= a <= 2^52, 1 <= b <= 10^15: exact in
 -- doubles (a / b = q + r / b could round up to q + 1 only if b * (q + 1)
@@ -388,7 +390,9 @@ local function gcra(k0, a0, n)
 	local l = num(ARGV[a0 + 2])
 	local ms, bs = match(ARGV[a0 + 3], '^gcra:(%d+):(%d+)$')
 	local w, b = num(ms), num(bs)
-	if n ~= 1 or not (l and w and b) or l > 1e15 or b * w * 1000 > GCRA_MAX then
+	-- a calendar quota may stand beside the bucket: a second window "cal:..."
+	local q = n == 2 and quota_arg(k0, a0, 2)
+	if not (n == 1 or q) or not (l and w and b) or l > 1e15 or b * w * 1000 > GCRA_MAX then
 		return redis.error_reply(BAD_WINDOW)
 	end
 	w = w * 1000
@@ -433,6 +437,10 @@ local function gcra(k0, a0, n)
 			if t >= now then d, f = t - now, fr end
 		end
 	end
+	if q and not read_quota(q) then return redis.error_reply(BAD_ENTRY) end
+	-- the quota's refusal: its units leave at the end that counts them
+	local qdeny = q and q.count + cost > q.limit and
+	              { 0, q.limit, math.max(0, q.limit - q.count), q.oldest - now, q.oldest - now, 1 }
 	local retry
 	if cost <= b then
 		-- admitted iff d + f / l <= (burst - cost) * w / l
@@ -443,9 +451,20 @@ local function gcra(k0, a0, n)
 			if f >= l then d, f = d + 1, f - l end
 			local reset = d
 			if f > 0 then reset = d + 1 end
+			-- (admitted by the bucket, refused by the quota: nothing written)
+			if qdeny then return qdeny end
 			local ttl = int(divmod(reset + 999, 1000) + 1)
 			call('SET', key, format('%d:%d:%d:%d:%d', now + d, f, w / 1000, l, d), 'PX', ttl)
-			return { 1, b, (divmod(bw - d * l - f, w)), reset, 0, 0 }
+			local rem = divmod(bw - d * l - f, w)
+			if q then
+				call('SET', q.key, int(q.score) .. ':' .. int(q.count + cost))
+				expire(q.key, int(1 + math.ceil((q.score - now) / 1000)))
+				-- the quota decides when it has less left (a tie: the bucket)
+				if q.limit - q.count - cost < rem then
+					return { 1, q.limit, q.limit - q.count - cost, q.score - now, 0, 1 }
+				end
+			end
+			return { 1, b, rem, reset, 0, 0 }
 		end
 		retry = d - qx
 		if f > rx then retry = retry + 1 end
@@ -459,6 +478,8 @@ local function gcra(k0, a0, n)
 	local rem, reset = 0, d
 	if f > 0 then reset = d + 1 end
 	if d < qb or (d == qb and f <= rb) then rem = divmod(bw - d * l - f, w) end
+	-- both refuse: the longer retry decides (a tie: the bucket)
+	if qdeny and qdeny[5] > retry then return qdeny end
 	return { 0, b, rem, reset, retry, 0 }
 end
 
@@ -564,6 +585,109 @@ end
 -- window i's limit and length ARGV[a0 + 2i] and ARGV[a0 + 1 + 2i] (the
 -- script's own arguments: k0 = a0 = 0; or its slice of a batch); with
 -- <pooled>, its pool's pair and keys follow.
+-- Calendar quotas (protocol 4): a window whose length argument is
+-- "cal:<kind>:<tz>:<anchor>" counts the units admitted in the current
+-- period of the calendar of a fixed UTC offset of <tz> minutes (-840..840):
+-- kind h (the hour), d (the day from 00:00), w (the week from Monday
+-- 00:00) or m (the month from day <anchor> 00:00, 1..28). Its key is a
+-- string "<end>:<units>": the units admitted in the period that ends at
+-- <end> (us, Redis time); they count while end > now, then none do (the
+-- last microsecond of a period is in it, the next is not). An admission
+-- stores "<end>:<units + cost>" with <end> the current period's end, or the
+-- stored one when that is later (a change of tz or anchor never ends a
+-- count early: the stored units count until their own end, whichever
+-- period holds now), with a TTL as a GCRA value's: end - now in ms rounded
+-- up, plus 1 ms. A denial writes nothing. Its reset (and retry when it
+-- refuses) is the time until the units it counts are released: the stored
+-- end, else the period's; an admission's reset is the end it wrote. The
+-- dates are Hinnant's days_from_civil and civil_from_days.
+local function days_from_civil(y, m, d)
+	if m <= 2 then y = y - 1 end
+	local era = floor(y / 400)
+	local yoe = y - era * 400
+	local mp = m - 3
+	if m <= 2 then mp = m + 9 end
+	local doy = floor((153 * mp + 2) / 5) + d - 1
+	local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
+	return era * 146097 + doe - 719468
+end
+
+local function civil_from_days(z)
+	z = z + 719468
+	local era = floor(z / 146097)
+	local doe = z - era * 146097
+	local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+	local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+	local mp = floor((5 * doy + 2) / 153)
+	local d = doy - floor((153 * mp + 2) / 5) + 1
+	local m = mp - 9
+	if mp < 10 then m = mp + 3 end
+	local y = yoe + era * 400
+	if m <= 2 then y = y + 1 end
+	return y, m, d
+end
+
+local US_DAY = 86400000000
+
+-- [start, end) in us of the period of <kind> under offset <tz> minutes and
+-- <anchor> that holds now.
+local function cal_period(kind, tz, anchor)
+	local off = tz * 60000000
+	local loc = now + off
+	if kind == 'h' then
+		local st = floor(loc / 3600000000) * 3600000000 - off
+		return st, st + 3600000000
+	end
+	local day = floor(loc / US_DAY)
+	if kind == 'd' then
+		return day * US_DAY - off, (day + 1) * US_DAY - off
+	elseif kind == 'w' then
+		-- 1970-01-01 was a Thursday: (day + 3) mod 7 days since Monday
+		day = day - (day + 3) % 7
+		return day * US_DAY - off, (day + 7) * US_DAY - off
+	end
+	local y, m, d = civil_from_days(day)
+	if d < anchor then
+		m = m - 1
+		if m < 1 then m, y = 12, y - 1 end
+	end
+	local st = days_from_civil(y, m, anchor) * US_DAY - off
+	m = m + 1
+	if m > 12 then m, y = 1, y + 1 end
+	return st, days_from_civil(y, m, anchor) * US_DAY - off
+end
+
+-- Window <i> of the decision at KEYS[k0 + i], ARGV[a0 + 2i] as a quota
+-- ("cal:..." and its limit) into slot[i]; false when it is not one.
+function quota_arg(k0, a0, i)
+	local s = slot[i]
+	if not s then s = {}; slot[i] = s end
+	local ck, ctz, can = match(ARGV[a0 + 1 + 2 * i] or '', '^cal:([hdwm]):(%-?%d+):(%d+)$')
+	local l = num(ARGV[a0 + 2 * i])
+	ctz, can = tonumber(ctz), tonumber(can)
+	if not (ck and l and ctz >= -840 and ctz <= 840 and can >= 1 and can <= 28) then return false end
+	s.cal, s.tz, s.anchor, s.key, s.limit, s.win, s.prec = ck, ctz, can, KEYS[k0 + i], l, 0, false
+	return s
+end
+
+-- Quota window <s> (s.cal, s.tz, s.anchor), read only: s.count, s.oldest
+-- (when its units are released) and s.score (the end an admission
+-- writes). False: a bad entry.
+function read_quota(s)
+	local _, e = cal_period(s.cal, s.tz, s.anchor)
+	s.count, s.oldest, s.score, s.top = 0, e, e, false
+	local v = call('GET', s.key)
+	if not v then return true end
+	local es, us = match(v, '^(%d+):(%d+)$')
+	local ve, vu = tonumber(es), tonumber(us)
+	if not (ve and ve <= 9007199254740992 and vu <= 9007199254740992) then return false end
+	if ve > now then
+		s.count, s.oldest = vu, ve
+		if ve > e then s.score = ve end
+	end
+	return true
+end
+
 local function decide(k0, a0, n, pooled)
 	local cost = num(ARGV[a0 + 1])
 	if match(ARGV[a0 + 3] or '', '^gcra:') then
@@ -580,7 +704,14 @@ local function decide(k0, a0, n, pooled)
 		local ws = ARGV[a0 + 1 + 2 * i]
 		local l, w, p = num(ARGV[a0 + 2 * i]), num(ws), false
 		s.lease = false
-		if not w then
+		local ck, ctz, can = match(ws or '', '^cal:([hdwm]):(%-?%d+):(%d+)$')
+		s.cal = false
+		if ck then
+			ctz, can = tonumber(ctz), tonumber(can)
+			if ctz >= -840 and ctz <= 840 and can >= 1 and can <= 28 then
+				s.cal, s.tz, s.anchor, w = ck, ctz, can, 0
+			end
+		elseif not w then
 			local wm, pm = match(ws, '^(%d+):(%d+)$')
 			w, p = tonumber(wm), tonumber(pm)
 			if not (p and p >= 1 and w >= 1) then w = false end
@@ -605,6 +736,8 @@ local function decide(k0, a0, n, pooled)
 		if s.lease then
 			read_leases(s)
 			s.unit = 1
+		elseif s.cal then
+			if not read_quota(s) then return redis.error_reply(BAD_ENTRY) end
 		elseif p then
 			read_buckets(s)
 		elseif not read_window(s) then
@@ -625,6 +758,8 @@ local function decide(k0, a0, n, pooled)
 			if s.lease then
 				s.score = now + s.lms * 1000
 				call('ZADD', s.key, int(s.score), s.id)
+			elseif s.cal then
+				call('SET', s.key, int(s.score) .. ':' .. int(s.count + cost))
 			elseif s.prec then
 				-- The bucket of <now>: score = its end (us), where it leaves.
 				local e = (math.floor(math.floor(now / 1000) / s.prec) + 1) * s.prec
@@ -654,7 +789,9 @@ local function decide(k0, a0, n, pooled)
 		end
 		for i = 1, n do
 			local s = slot[i]
-			if not s.prec then trim(s.key, s.cuts) elseif s.dead then trim(s.key, s.dead) end
+			if s.cal then
+				-- (nothing to trim: its TTL below is its end's, s.win 0)
+			elseif not s.prec then trim(s.key, s.cuts) elseif s.dead then trim(s.key, s.dead) end
 			-- The key lives until its newest entry or bucket leaves: its score
 			-- (or, after a clock step back, a later bucket's end) plus one
 			-- window, rounded up to a ms, plus 1 ms: PEXPIRE counts from
@@ -690,12 +827,18 @@ local function decide(k0, a0, n, pooled)
 		-- reset: when the oldest in-window entry or bucket (perhaps the new
 		-- one) leaves.
 		local s = slot[best]
-		best_reset = (s.oldest or s.score) + s.win * 1000 - now
+		if s.cal then
+			best_reset = s.score - now
+		else
+			best_reset = (s.oldest or s.score) + s.win * 1000 - now
+		end
 		best_retry = 0
 	else
 		for i = 1, n do
 			local s = slot[i]
-			if not s.prec then trim(s.key, s.cuts) elseif s.dead then trim(s.key, s.dead) end
+			if s.cal then
+				-- (a quota has nothing to trim)
+			elseif not s.prec then trim(s.key, s.cuts) elseif s.dead then trim(s.key, s.dead) end
 		end
 		if pooled and pool.expired then trim(pool.key, pool.trims) end
 		for i = 1, n do
@@ -707,6 +850,9 @@ local function decide(k0, a0, n, pooled)
 				local retry = w
 				if s.lease then
 					retry = s.live[2 * need] - now
+				elseif s.cal then
+					-- a quota's units leave together, at the end that counts them
+					retry = s.oldest - now
 				elseif need <= s.count and s.prec then
 					retry = retry_buckets(s, need, w)
 				elseif need <= s.count then

@@ -31,8 +31,8 @@
  * of RATELIMIT.DECIDE (its arguments and replies) and only changes when
  * that does; agents read it at connect and use the module only on a
  * protocol they speak. A module without the command (before 1.1.0) speaks
- * protocol 1; this one speaks 4 (leases; 3: pools; 2: GCRA), a superset
- * of 3, 2 and 1.
+ * protocol 1; this one speaks 4 (in-flight leases and calendar quotas; 3: pools;
+ * 2: GCRA), a superset of 3, 2 and 1.
  *
  * Load arguments: allow-eviction. A build with -DRATELIMIT_TEST_CLOCK
  * (module/ratelimit-test.so, for the tests only) also takes test-clock:
@@ -57,7 +57,8 @@
  * ("gcra:<ms>:<burst>"), every protocol-1 call answered as before; 3:
  * also pools (a last pair "pool:..."), every protocol-2 call answered as
  * before; 4: also in-flight leases (a pair "lease:<ms>:<id>", and
- * RATELIMIT.RELEASE), every protocol-3 call answered as before. */
+ * RATELIMIT.RELEASE) and calendar quotas ("cal:<kind>:<tz>:<anchor>"), every
+ * protocol-3 call answered as before. */
 #define RL_MODULE_VERSION 4
 #ifndef RL_PRODUCT_VERSION
 #define RL_PRODUCT_VERSION "unknown"
@@ -142,7 +143,7 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		return;
 	}
 	if (d->w[0].burst) {
-		rl_gcra_decide(ctx, keys[d->key0], d, now, oom);
+		rl_gcra_decide(ctx, keys[d->key0], d->nwin > 1 ? keys[d->key0 + 1] : NULL, d, now, oom);
 		return;
 	}
 	rl_scratch_begin();
@@ -157,6 +158,8 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		s->cut = now - s->w->win_ms * 1000;
 		if (s->w->lease_ms)
 			err = rl_lease_read(ctx, s, now);
+		else if (s->w->cal)
+			err = rl_quota_read(ctx, s, now);
 		else
 			err = s->w->prec_ms ? rl_log_read_buckets(ctx, s, now) : rl_log_read(ctx, s);
 		if (err)
@@ -187,10 +190,22 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		for (i = 0; i < d->nwin; i++) {
 			struct rl_state *s = &st[i];
 			int64_t rem = s->w->limit - s->count - unit_of(d, s);
-			RedisModuleKey *k =
-				RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ | REDISMODULE_WRITE);
+			RedisModuleKey *k;
 			int rc;
 
+			if (s->w->cal) {
+				if (rl_quota_add(ctx, s, now, d->cost) == -1) {
+					err = "ERR ratelimit: the server refused the write";
+					goto fail;
+				}
+				if (!have || rem < best_rem) {
+					best = i;
+					best_rem = rem;
+					have = 1;
+				}
+				continue;
+			}
+			k = RedisModule_OpenKey(ctx, s->name, REDISMODULE_READ | REDISMODULE_WRITE);
 			if (s->w->prec_ms) {
 				rl_log_add_bucket(ctx, k, s, d->cost);
 				rc = 0;
@@ -222,14 +237,14 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		}
 		/* reset: when the oldest in-window entry or bucket (perhaps the
 		 * new one) leaves */
-		best_reset = (st[best].has_oldest ? st[best].oldest : st[best].score) +
+		best_reset = (st[best].has_oldest && !st[best].w->cal ? st[best].oldest : st[best].score) +
 		             st[best].w->win_ms * 1000 - now;
 		best_retry = 0;
 	} else {
 		for (i = 0; i < d->nwin; i++) {
 			RedisModuleKey *k;
 
-			if (!rl_log_has_expired(ctx, &st[i]))
+			if (st[i].w->cal || !rl_log_has_expired(ctx, &st[i]))
 				continue;
 			k = RedisModule_OpenKey(ctx, st[i].name, REDISMODULE_READ | REDISMODULE_WRITE);
 			rl_log_trim(ctx, k, &st[i], now, -1);
@@ -247,6 +262,9 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 			retry = s->w->win_ms * 1000;
 			if (s->w->lease_ms)
 				retry = rl_lease_retry(ctx, s, need, now);
+			/* a quota's units leave together, at its period's end */
+			else if (s->w->cal)
+				retry = s->oldest - now;
 			else if (need <= s->count)
 				retry = s->w->prec_ms ? rl_log_retry_buckets(s, need, now)
 				                      : rl_log_retry(ctx, s, need, now);

@@ -122,8 +122,34 @@ static int parse_lease_window(const struct rl_arg *a, struct rl_window *w)
 	return 0;
 }
 
+/* "cal:<kind>:<tz minutes>:<anchor>" (<a> without "cal:") into <w>: kind
+ * one of h d w m, the offset -840..840 (a sign only before digits), the
+ * anchor 1..28 (the script's '^([hdwm]):(%-?%d+):(%d+)$'). */
+static int parse_cal_window(const struct rl_arg *a, struct rl_window *w)
+{
+	static const char kinds[] = "hdwm";
+	const char *k = a->len > 1 ? memchr(kinds, a->p[0], 4) : NULL;
+	struct rl_arg rest = { a->p + 2, a->len - 2 }, tz, anchor;
+	const char *colon = a->len > 2 ? memchr(rest.p, ':', rest.len) : NULL;
+
+	if (!k || a->p[1] != ':' || !colon)
+		return -1;
+	tz.p = rest.p;
+	tz.len = (size_t)(colon - rest.p);
+	anchor.p = colon + 1;
+	anchor.len = rest.len - tz.len - 1;
+	if (anchor.len == 0 || anchor.p[0] == '-' || (tz.len == 1 && tz.p[0] == '-') ||
+	    parse_bounded(&tz, -RL_CAL_TZ_MAX, RL_CAL_TZ_MAX, &w->tz_min) == -1 ||
+	    parse_bounded(&anchor, 1, RL_CAL_ANCHOR_MAX, &w->anchor) == -1)
+		return -1;
+	w->cal = RL_CAL_HOUR + (int)(k - kinds);
+	w->win_ms = 0;
+	w->prec_ms = 0;
+	return 0;
+}
+
 /* Window length <a>: "<ms>" (a log), "<ms>:<precision ms>" (bucketed),
- * "gcra:<ms>:<burst>" or "lease:<ms>:<id>". */
+ * "gcra:<ms>:<burst>", "lease:<ms>:<id>" or "cal:<kind>:<tz>:<anchor>". */
 static int parse_window(const struct rl_arg *a, struct rl_window *w)
 {
 	struct rl_arg ms, prec;
@@ -132,10 +158,18 @@ static int parse_window(const struct rl_arg *a, struct rl_window *w)
 	w->lease_ms = 0;
 	w->lease_id = NULL;
 	w->lease_id_len = 0;
+	w->cal = RL_CAL_NONE;
+	w->tz_min = 0;
+	w->anchor = 0;
 	if (a->len > 6 && memcmp(a->p, "lease:", 6) == 0) {
 		struct rl_arg rest = { a->p + 6, a->len - 6 };
 
 		return parse_lease_window(&rest, w);
+	}
+	if (a->len > 4 && memcmp(a->p, "cal:", 4) == 0) {
+		struct rl_arg rest = { a->p + 4, a->len - 4 };
+
+		return parse_cal_window(&rest, w);
 	}
 	if (a->len > 5 && memcmp(a->p, "gcra:", 5) == 0) {
 		struct rl_arg rest = { a->p + 5, a->len - 5 };
@@ -206,9 +240,10 @@ static enum rl_err parse_decision(const struct rl_arg *args, size_t nwin, int po
 		if (w->lease_ms && ++leases > 1)
 			return RL_ERR_WINDOW;
 	}
-	/* a GCRA decision has exactly one window, and no pool */
+	/* a GCRA decision has one window, and no pool; or a calendar quota
+	 * second */
 	for (i = 0; (nwin > 1 || pooled) && i < nwin; i++)
-		if (d->w[i].burst)
+		if (d->w[i].burst && (i > 0 || pooled || nwin > 2 || !d->w[1].cal))
 			return RL_ERR_WINDOW;
 	d->pooled = pooled;
 	if (pooled && parse_pool(&args[1 + 2 * nwin], &args[2 + 2 * nwin], &d->pool) == -1)
@@ -550,4 +585,98 @@ int rl_args_gcra(const struct rl_window *w, int64_t cost, int64_t now,
 	if (d < qb || (d == qb && f <= rb))
 		out->remaining = div_floor_pos(bw - d * l - f, us, &r);
 	return 0;
+}
+
+/* Hinnant's days_from_civil, in int64 (any year the clock can reach). */
+int64_t rl_cal_days_from_civil(int64_t y, int64_t m, int64_t d)
+{
+	int64_t era, yoe, doy, doe;
+
+	y -= m <= 2;
+	era = (y >= 0 ? y : y - 399) / 400;
+	yoe = y - era * 400;
+	doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+	doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+	return era * 146097 + doe - 719468;
+}
+
+/* Hinnant's civil_from_days. */
+void rl_cal_civil_from_days(int64_t z, int64_t *y, int64_t *m, int64_t *d)
+{
+	int64_t era, doe, yoe, doy, mp;
+
+	z += 719468;
+	era = (z >= 0 ? z : z - 146096) / 146097;
+	doe = z - era * 146097;
+	yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+	doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+	mp = (5 * doy + 2) / 153;
+	*d = doy - (153 * mp + 2) / 5 + 1;
+	*m = mp < 10 ? mp + 3 : mp - 9;
+	*y = yoe + era * 400 + (*m <= 2);
+}
+
+/* a / b rounded down, b > 0 (a fake clock may be before 1970) */
+static int64_t cal_floor(int64_t a, int64_t b)
+{
+	return a / b - (a % b != 0 && a < 0);
+}
+
+#define CAL_US_HOUR 3600000000LL
+#define CAL_US_DAY  86400000000LL
+
+/* The period of <w> holding <now>: times are shifted into the offset's
+ * clock, cut there, and shifted back. */
+void rl_cal_period(const struct rl_window *w, int64_t now, int64_t *start, int64_t *end)
+{
+	int64_t off = w->tz_min * 60000000LL, local = now + off, day, y, m, d;
+
+	if (w->cal == RL_CAL_HOUR) {
+		*start = cal_floor(local, CAL_US_HOUR) * CAL_US_HOUR - off;
+		*end = *start + CAL_US_HOUR;
+		return;
+	}
+	day = cal_floor(local, CAL_US_DAY);
+	if (w->cal == RL_CAL_DAY) {
+		*start = day * CAL_US_DAY - off;
+		*end = *start + CAL_US_DAY;
+		return;
+	}
+	if (w->cal == RL_CAL_WEEK) {
+		/* 1970-01-01 was a Thursday: (day + 3) mod 7 days since Monday */
+		day -= (day + 3) - cal_floor(day + 3, 7) * 7;
+		*start = day * CAL_US_DAY - off;
+		*end = *start + 7 * CAL_US_DAY;
+		return;
+	}
+	rl_cal_civil_from_days(day, &y, &m, &d);
+	if (d < w->anchor && --m < 1) {
+		m = 12;
+		y--;
+	}
+	*start = rl_cal_days_from_civil(y, m, w->anchor) * CAL_US_DAY - off;
+	if (++m > 12) {
+		m = 1;
+		y++;
+	}
+	*end = rl_cal_days_from_civil(y, m, w->anchor) * CAL_US_DAY - off;
+}
+
+/* "<end>:<units>" into <v>; 0 or -1. */
+int rl_args_parse_quota(const char *p, size_t len, struct rl_quota_value *v)
+{
+	struct rl_arg a = { p, len }, e, u;
+
+	if (split_pair(&a, &e, &u) == -1 || parse_bounded(&e, 0, RL_MAX_MEMBER, &v->end) == -1 ||
+	    parse_bounded(&u, 0, RL_MAX_MEMBER, &v->units) == -1)
+		return -1;
+	return 0;
+}
+
+/* <v> as "<end>:<units>" into <buf>; its length, 0 when it does not fit. */
+size_t rl_args_format_quota(char *buf, size_t size, const struct rl_quota_value *v)
+{
+	int n = snprintf(buf, size, "%lld:%lld", (long long)v->end, (long long)v->units);
+
+	return n < 0 || (size_t)n >= size ? 0 : (size_t)n;
 }

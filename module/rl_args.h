@@ -43,6 +43,18 @@ struct rl_arg {
 
 /* A lease id: 1..this many hex digits (the agent sends 32). */
 #define RL_LEASE_ID_MAX 64
+/* Calendar periods (protocol 4, "cal:<kind>:<tz minutes>:<anchor>"). */
+enum rl_cal {
+	RL_CAL_NONE = 0,
+	RL_CAL_HOUR,       /* 'h': the offset's clock hour */
+	RL_CAL_DAY,        /* 'd': 00:00 of the offset to 00:00 */
+	RL_CAL_WEEK,       /* 'w': Monday 00:00 of the offset */
+	RL_CAL_MONTH,      /* 'm': day <anchor> 00:00 of the offset */
+	RL_CAL_COUNT
+};
+/* A fixed UTC offset: -14:00 .. +14:00, in minutes. */
+#define RL_CAL_TZ_MAX     840
+#define RL_CAL_ANCHOR_MAX 28
 
 struct rl_window {
 	int64_t limit;
@@ -54,6 +66,17 @@ struct rl_window {
 	int64_t lease_ms;
 	const char *lease_id;   /* borrowed from the argument */
 	size_t lease_id_len;
+	int cal;           /* enum rl_cal; not NONE: a quota's counter "<end>:<units>"
+	                    * (win_ms, prec_ms, burst 0) */
+	int64_t tz_min;    /* cal: the offset, minutes */
+	int64_t anchor;    /* cal: a month's first day, 1..28 */
+};
+
+/* A quota's stored counter: the units admitted in the period that ends at
+ * <end> (us, Redis time). */
+struct rl_quota_value {
+	int64_t end;
+	int64_t units;
 };
 
 /* A stored GCRA value (the script's gcra() header): "<tat>:<frac>", the
@@ -189,5 +212,24 @@ int rl_args_is_lease_id(const char *p, size_t len);
 /* The end (ms) of the <prec_ms> bucket that holds <now_us>
  * (epoch-aligned: the script's (floor(floor(now / 1000) / p) + 1) * p). */
 int64_t rl_args_bucket_end(int64_t now_us, int64_t prec_ms);
+
+/* Days since 1970-01-01 of the proleptic Gregorian date <y>-<m>-<d>
+ * (Hinnant's days_from_civil; the script has the same steps). */
+int64_t rl_cal_days_from_civil(int64_t y, int64_t m, int64_t d);
+
+/* The date of day <z> since 1970-01-01 (Hinnant's civil_from_days). */
+void rl_cal_civil_from_days(int64_t z, int64_t *y, int64_t *m, int64_t *d);
+
+/* The period of calendar window <w> (borrowed, cal not NONE) that holds
+ * <now> (us): [*<start>, *<end>) in us. */
+void rl_cal_period(const struct rl_window *w, int64_t now, int64_t *start, int64_t *end);
+
+/* A stored quota counter "<end>:<units>" (decimal, both 0..2^53; <p>
+ * borrowed) into <v>. Returns 0, or -1 for anything else. */
+int rl_args_parse_quota(const char *p, size_t len, struct rl_quota_value *v);
+
+/* Writes <v> (borrowed) as "<end>:<units>" into <buf> of <size> bytes;
+ * returns its length (0: it does not fit). */
+size_t rl_args_format_quota(char *buf, size_t size, const struct rl_quota_value *v);
 
 #endif

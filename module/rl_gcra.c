@@ -7,13 +7,14 @@
  * reads the string key <name> (borrowed from argv), and on an admission
  * stores the new TAT with its expiry, propagated as SET and PEXPIREAT.
  * Writes the reply. */
-void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, const struct rl_decision *d,
-                    int64_t now, int oom)
+void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, RedisModuleString *qname,
+                    const struct rl_decision *d, int64_t now, int oom)
 {
 	RedisModuleKey *k = RedisModule_OpenKey(ctx, name, REDISMODULE_READ);
-	int type = RedisModule_KeyType(k), has = 0;
+	int type = RedisModule_KeyType(k), has = 0, qdeny = 0;
 	struct rl_gcra_value v;
 	struct rl_gcra g;
+	struct rl_state qs = { .name = qname, .w = &d->w[1] };
 	const char *err = NULL;
 
 	if (type == REDISMODULE_KEYTYPE_STRING) {
@@ -31,8 +32,25 @@ void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, const struct r
 	RedisModule_CloseKey(k);
 	if (!err && rl_args_gcra(&d->w[0], d->cost, now, has ? &v : NULL, &g) == -1)
 		err = RL_ERR_ENTRY_TEXT;
+	/* a quota beside the bucket (the script's gcra(): read after it) */
+	if (!err && qname)
+		err = rl_quota_read(ctx, &qs, now);
 	if (err) {
 		RedisModule_ReplyWithError(ctx, err);
+		return;
+	}
+	/* the quota's refusal decides when the bucket admits, or refuses with
+	 * a retry no longer (a tie: the bucket) */
+	qdeny = qname && qs.count + d->cost > qs.w->limit &&
+	        (g.allowed || qs.oldest - now > g.retry);
+	if (qdeny) {
+		RedisModule_ReplyWithArray(ctx, 6);
+		RedisModule_ReplyWithLongLong(ctx, 0);
+		RedisModule_ReplyWithLongLong(ctx, qs.w->limit);
+		RedisModule_ReplyWithLongLong(ctx, qs.w->limit - qs.count > 0 ? qs.w->limit - qs.count : 0);
+		RedisModule_ReplyWithLongLong(ctx, qs.oldest - now);
+		RedisModule_ReplyWithLongLong(ctx, qs.oldest - now);
+		RedisModule_ReplyWithLongLong(ctx, 1);
 		return;
 	}
 	if (g.allowed) {
@@ -65,6 +83,21 @@ void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, const struct r
 		}
 		RedisModule_CloseKey(k);
 		RedisModule_FreeString(ctx, sv);
+		if (qname && rl_quota_add(ctx, &qs, now, d->cost) == -1) {
+			RedisModule_ReplyWithError(ctx, "ERR ratelimit: the server refused the write");
+			return;
+		}
+		/* the quota decides when it has less left (a tie: the bucket) */
+		if (qname && qs.w->limit - qs.count - d->cost < g.remaining) {
+			RedisModule_ReplyWithArray(ctx, 6);
+			RedisModule_ReplyWithLongLong(ctx, 1);
+			RedisModule_ReplyWithLongLong(ctx, qs.w->limit);
+			RedisModule_ReplyWithLongLong(ctx, qs.w->limit - qs.count - d->cost);
+			RedisModule_ReplyWithLongLong(ctx, qs.score - now);
+			RedisModule_ReplyWithLongLong(ctx, 0);
+			RedisModule_ReplyWithLongLong(ctx, 1);
+			return;
+		}
 	}
 	RedisModule_ReplyWithArray(ctx, 6);
 	RedisModule_ReplyWithLongLong(ctx, g.allowed);

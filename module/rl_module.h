@@ -137,9 +137,18 @@ int64_t rl_lease_retry(RedisModuleCtx *ctx, const struct rl_state *s, int64_t ne
 const char *rl_lease_release(RedisModuleCtx *ctx, RedisModuleString *name, RedisModuleString *id,
                              int64_t now, long long *code, long long *live);
 
-/* A GCRA decision over the string key <name> (borrowed from argv); writes
- * the reply. <oom>: Redis is over maxmemory. */
-void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, const struct rl_decision *d,
-                    int64_t now, int oom);
+/* Quota window <s> (rl_quota.c), read only: count, the end its units are
+ * released (oldest) and the end an admission writes (score). Returns NULL
+ * or the error reply text. */
+const char *rl_quota_read(RedisModuleCtx *ctx, struct rl_state *s, int64_t now);
+/* Records an admission of <cost> in quota window <s> with its expiry.
+ * Returns 0, or -1 when Redis refused the write. */
+int rl_quota_add(RedisModuleCtx *ctx, struct rl_state *s, int64_t now, int64_t cost);
+
+/* A GCRA decision over the string key <name> (borrowed from argv), with
+ * the quota of key <qname> beside it when the decision has a second window
+ * (NULL otherwise); writes the reply. <oom>: Redis is over maxmemory. */
+void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, RedisModuleString *qname,
+                    const struct rl_decision *d, int64_t now, int oom);
 
 #endif

@@ -33,7 +33,9 @@
 # string per account), the same accounts and clock; and, asked for with
 # BENCH_IR_ALGOS (not by default here; make bench asks for it), pool: the log with a pool
 # (pool backend 1000000/1s headroom=100000, all 10,000 accounts in it: its
-# log holds a second of decisions, each decision trims what left it).
+# log holds a second of decisions, each decision trims what left it); quota:
+# the log with a calendar quota beside it (transfer 20/1s 1000000/month: a
+# string transfer:limit:c1:{ACC-n}:month per account, never refusing).
 #
 # Prints a table; with BENCH_IR_TSV=FILE also writes name<TAB>value lines
 # (ir_b<n> = the script's instructions per decision, ir_mod_b<n> = the
@@ -43,7 +45,7 @@
 # BENCH_IR_SCRIPT=lua/sliding_window.lua, BENCH_IR_ENGINES="script module"
 # (module only when module/ratelimit-test.so is built: make module),
 # BENCH_IR_MODULE=module/ratelimit-test.so, BENCH_IR_ALGOS="log gcra" (or
-# with pool).
+# with pool, quota).
 # About 30 s per mode (two modes run at a time).
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -88,13 +90,17 @@ grep -q '^-- ARGV\[2\] *\(request id\|member prefix\)' "$SCRIPT" && REQID=1
 
 # feed SHA BATCH COUNT START_US SEED ALGO: RESP for COUNT decisions, clock
 # first (SHA "module": RATELIMIT.DECIDE instead of EVALSHA; ALGO l: the
-# log, g: GCRA, p: the log with a pool).
+# log, g: GCRA, p: the log with a pool, q: the log with a monthly quota).
 feed() {
 	python3 - "$@" "$REQID" <<'EOF'
 import sys
 sha, batch, count, t, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 gcra = sys.argv[6] == 'g'
 pool = sys.argv[6] == 'p'
+quota = sys.argv[6] == 'q'
+def qk(a):
+    return ['transfer:limit:c1:{ACC-%d}:month' % a] if quota else []
+QA = [1000000, 'cal:m:0:1'] if quota else []
 POOL = ['backend:pool:p1:{backend}', 'backend:pool:a1:{backend}'] if pool else []
 reqid = sys.argv[7] == '1' and sha != 'module'
 ACCOUNTS, LIMIT, WINDOW_MS, RATE, CLOCK_EVERY = 10000, '20', '1000', 20000, 32
@@ -121,15 +127,16 @@ while done < count:
     if batch == 1:
         a = account()
         pp = [1000000, 'pool:1000:100000:ACC-%d' % a] if pool else []
-        cmd('EVALSHA', sha, 1 + len(POOL), KEY % a, *POOL, 1, *(['ir-%d' % done] if reqid else []),
-            LIMIT, WINDOW_MS, *pp)
+        cmd('EVALSHA', sha, 1 + len(qk(a)) + len(POOL), KEY % a, *qk(a), *POOL, 1,
+            *(['ir-%d' % done] if reqid else []), LIMIT, WINDOW_MS, *QA, *pp)
     else:
         accs = [account() for _ in range(n)]
-        keys = [k for a in accs for k in [KEY % a] + POOL]
+        keys = [k for a in accs for k in [KEY % a] + qk(a) + POOL]
         args = ['batch', n]
         for i in range(n):
             pp = [1000000, 'pool:1000:100000:ACC-%d' % accs[i]] if pool else []
-            args += [1 + len(POOL), 1, *(['ir-%d' % (done + i)] if reqid else []), LIMIT, WINDOW_MS, *pp]
+            args += [1 + len(qk(accs[i])) + len(POOL), 1, *(['ir-%d' % (done + i)] if reqid else []),
+                     LIMIT, WINDOW_MS, *QA, *pp]
         cmd('EVALSHA', sha, len(keys), *keys, *args)
     done += n
     t += n * 1000000 // RATE
@@ -209,6 +216,7 @@ for m in "${MODES[@]}"; do
 	fi
 	vl=-
 	[ "${m:1:1}" = p ] && a=pool
+	[ "${m:1:1}" = q ] && a=quota
 	if [ "$a" != log ] && [ -n "$(cat "$T/ir.${m:0:1}l$b" 2>/dev/null)" ]; then
 		vl=$(awk -v a="${IR[$m]}" -v c="$(cat "$T/ir.${m:0:1}l$b")" 'BEGIN { printf "%.2fx", a / c }')
 	fi

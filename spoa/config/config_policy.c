@@ -36,34 +36,100 @@ static void parse_warn(struct parse_ctx *x, const char *fmt, ...)
 		snprintf(w + used, cap - used, "%s\n", line);
 }
 
+/* The calendar period named <p>/<len> ("hour", "day", "week", "month"),
+ * or WINDOW_CAL_NONE. */
+static enum window_cal parse_cal_name(const char *p, size_t len)
+{
+	int c;
+
+	for (c = WINDOW_CAL_HOUR; c < WINDOW_CAL_COUNT; c++)
+		if (strlen(window_cal_name((enum window_cal)c)) == len &&
+		    memcmp(window_cal_name((enum window_cal)c), p, len) == 0)
+			return (enum window_cal)c;
+	return WINDOW_CAL_NONE;
+}
+
+/*
+ * A quota's option word <w>: "tz=<+|-><hh>:<mm>" (a fixed UTC offset,
+ * -14:00 .. +14:00) or "anchor=<1..28>" (a month's first day), applied to
+ * the quotas before it in <win>/<nwin> (anchor=: the monthly ones).
+ * Returns 0, 1 when <w> is neither, or -1.
+ */
+static int parse_cal_option(struct parse_ctx *x, const char *what, struct word w,
+                            struct window_limit *win, unsigned nwin)
+{
+	unsigned i, hit = 0;
+	uint64_t v = 0, hh, mm;
+	int tz = -1;
+
+	if (w.len > 3 && memcmp(w.p, "tz=", 3) == 0) {
+		if (w.len != 9 || (w.p[3] != '+' && w.p[3] != '-') || w.p[6] != ':' ||
+		    decimal_parse(w.p + 4, 2, 99, &hh) != 0 || decimal_parse(w.p + 7, 2, 99, &mm) != 0 ||
+		    mm > 59 || hh * 60 + mm > 14 * 60)
+			return config_parse_fail(&x->lex, "%s: bad offset '%.*s' (use tz=+hh:mm or "
+			                         "tz=-hh:mm, -14:00 .. +14:00)", what,
+			                         config_word_plen(w), w.p);
+		tz = (int)(hh * 60 + mm) * (w.p[3] == '-' ? -1 : 1);
+	} else if (w.len > 7 && memcmp(w.p, "anchor=", 7) == 0) {
+		if (decimal_parse(w.p + 7, w.len - 7, 31, &v) != 0 || v < 1 || v > 28)
+			return config_parse_fail(&x->lex, "%s: anchor must be 1..28 (a day every month "
+			                         "has), got '%.*s'", what, config_word_plen(w), w.p);
+	} else {
+		return 1;
+	}
+	for (i = 0; i < nwin; i++) {
+		if (!win[i].cal || (v && win[i].cal != WINDOW_CAL_MONTH))
+			continue;
+		if (v)
+			win[i].anchor = (uint8_t)v;
+		else
+			win[i].tz_min = (int16_t)tz;
+		hit++;
+	}
+	if (!hit)
+		return config_parse_fail(&x->lex, "%s: '%.*s' follows no %s on its line", what,
+		                         config_word_plen(w), w.p,
+		                         v ? "<limit>/month" : "<limit>/hour|day|week|month");
+	return 0;
+}
+
 /*
  * Parse one "<limit>/<window>" word <w> into <lim> appended to <win>/<*nwin>
- * (checking range and that the window is new). <what> names the owner in
- * messages ("policy 'x'"). Returns 0, 1 when <w> has no '/', or -1.
+ * (checking range and that the window is new); the window may be a
+ * calendar period (hour, day, week, month: a quota), and tz= and anchor=
+ * words set the quotas before them. <what> names the owner in messages
+ * ("policy 'x'"). Returns 0, 1 when <w> is neither, or -1.
  */
 static int parse_limit_word(struct parse_ctx *x, const char *what, struct word w,
                             struct window_limit *win, unsigned *nwin)
 {
 	const char *slash = memchr(w.p, '/', w.len);
+	enum window_cal cal;
 	uint64_t limit, ms;
 	unsigned i;
 	int rc;
 
 	if (!slash)
-		return 1;
+		return parse_cal_option(x, what, w, win, *nwin);
 	rc = decimal_parse(w.p, (size_t)(slash - w.p), CONFIG_LIMIT_MAX, &limit);
 	if (rc == -1 || (rc == 0 && limit == 0))
 		return config_parse_fail(&x->lex, "%s: limit must be a positive integer, got '%.*s'",
 		                  what, config_word_plen(w), w.p);
 	if (rc == -2)
 		return config_parse_fail(&x->lex, "%s: limit must be at most %u", what, CONFIG_LIMIT_MAX);
-	if (config_check_window(slash + 1, (size_t)(w.p + w.len - slash - 1), &ms) == -1)
-		return config_parse_fail(&x->lex, "%s: bad window in '%.*s' (use <n>ms, <n>s, <n>m or <n>h)",
-		                  what, config_word_plen(w), w.p);
-	if (ms < 1 || ms > CONFIG_WINDOW_MAX_MS)
+	cal = parse_cal_name(slash + 1, (size_t)(w.p + w.len - slash - 1));
+	ms = window_cal_ms(cal);
+	if (!cal && config_check_window(slash + 1, (size_t)(w.p + w.len - slash - 1), &ms) == -1)
+		return config_parse_fail(&x->lex, "%s: bad window in '%.*s' (use <n>ms, <n>s, <n>m or "
+		                         "<n>h, or a period: hour, day, week, month)",
+		                         what, config_word_plen(w), w.p);
+	if (!cal && (ms < 1 || ms > CONFIG_WINDOW_MAX_MS))
 		return config_parse_fail(&x->lex, "%s: window must be 1ms..24h", what);
 	for (i = 0; i < *nwin; i++) {
-		if (win[i].window_ms == ms) {
+		if (cal && win[i].cal == cal)
+			return config_parse_fail(&x->lex, "%s: /%s given twice", what,
+			                         window_cal_name(cal));
+		if (!cal && !win[i].cal && win[i].window_ms == ms) {
 			char ws[32];
 
 			window_format_ms(ms, ws, sizeof(ws));
@@ -72,8 +138,11 @@ static int parse_limit_word(struct parse_ctx *x, const char *what, struct word w
 	}
 	if (*nwin >= WINDOW_MAX_WINDOWS)
 		return config_parse_fail(&x->lex, "%s: at most %d windows", what, WINDOW_MAX_WINDOWS);
+	memset(&win[*nwin], 0, sizeof(win[*nwin]));
 	win[*nwin].limit = limit;
 	win[*nwin].window_ms = ms;
+	win[*nwin].cal = (uint8_t)cal;
+	win[*nwin].anchor = cal == WINDOW_CAL_MONTH ? 1 : 0;
 	(*nwin)++;
 	return 0;
 }
@@ -103,7 +172,9 @@ static void warn_dead_windows(struct parse_ctx *x, const char *what,
 
 	for (i = 0; i < nwin; i++) {
 		for (j = 0; j < nwin; j++) {
-			if (win[i].window_ms >= win[j].window_ms || win[i].limit < win[j].limit)
+			/* (a sliding window can span two periods of a quota) */
+			if (win[i].cal || win[j].cal || win[i].window_ms >= win[j].window_ms ||
+			    win[i].limit < win[j].limit)
 				continue;
 			window_format_ms(win[i].window_ms, ws, sizeof(ws));
 			window_format_ms(win[j].window_ms, wl, sizeof(wl));
@@ -135,9 +206,19 @@ static int parse_burst_word(struct parse_ctx *x, const char *what, struct word w
 static int gcra_finish(struct parse_ctx *x, const char *what, struct window_limit *win,
                        unsigned nwin, uint64_t burst, uint64_t max_cost)
 {
-	if (nwin != 1)
+	/* a calendar quota may stand beside the rate: the rate first */
+	if (nwin == 2 && win[0].cal && !win[1].cal) {
+		struct window_limit t = win[0];
+
+		win[0] = win[1];
+		win[1] = t;
+	}
+	if (nwin == 2 && win[1].cal && !win[0].cal)
+		nwin = 1;
+	if (nwin != 1 || win[0].cal)
 		return config_parse_fail(&x->lex, "%s: algorithm=gcra takes exactly one <limit>/<window> "
-		                         "(the rate; burst=<n> is the bucket)", what);
+		                         "(the rate; burst=<n> is the bucket), and at most one calendar "
+		                         "quota beside it", what);
 	win[0].burst = burst ? burst : win[0].limit;
 	if (win[0].burst > WINDOW_GCRA_MAX_SPAN_US / 1000 / win[0].window_ms)
 		return config_parse_fail(&x->lex, "%s: burst %llu times the window is too long for "
@@ -182,6 +263,9 @@ int config_dir_pool(struct parse_ctx *x, const struct word *w, size_t n)
 		                         config_word_plen(w[2]), w[2].p);
 	if (rc == -1)
 		return -1;
+	if (win[0].cal)
+		return config_parse_fail(&x->lex, "%s: a pool is a sliding window, not a calendar "
+		                         "period", what);
 	pl = &c->pools[c->npools];
 	memset(pl, 0, sizeof(*pl));
 	memcpy(pl->name, w[1].p, w[1].len);
@@ -349,7 +433,8 @@ int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 	if (check_precision(x, what, p->precision_ms, p->win, p->nwin) == -1)
 		return -1;
 	if (p->precision_ms) {
-		for (i = 0; i < p->nwin && !window_is_bucketed(p, p->win[i].window_ms); i++)
+		for (i = 0; i < p->nwin && (p->win[i].cal || !window_is_bucketed(p, p->win[i].window_ms));
+		     i++)
 			;
 		if (i == p->nwin)
 			return config_parse_fail(&x->lex, "%s: precision applies to no window (only windows "

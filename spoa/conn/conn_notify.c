@@ -158,7 +158,7 @@ static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, si
 	/* a pool's four: name + limit, remaining, reset (names <= 14) */
 	enum { POOL_ROOM = 4 * (VAR_ROOM + 1) + WINDOW_NAME_MAX };
 	char pol[HEADERS_POLICY_MAX], cur[HEADERS_RATELIMIT_MAX];
-	struct window_limit bucket;
+	struct window_limit bucket[WINDOW_MAX_WINDOWS];
 	const struct window_limit *lim = r->lim;
 	int np, nc = 0, by_pool;
 
@@ -173,8 +173,10 @@ static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, si
 	/* a GCRA bucket is announced as the draft's quota over the time it
 	 * takes to refill from empty (q = burst, w = burst * T) */
 	if (p->algorithm == WINDOW_ALGO_GCRA) {
-		window_announced(&lim[0], &bucket);
-		lim = &bucket;
+		/* (a quota beside it is announced as itself) */
+		memcpy(bucket, lim, r->nwin * sizeof(*lim));
+		window_announced(&lim[0], &bucket[0]);
+		lim = bucket;
 	}
 	np = headers_format_policy(p->name, p->name_len, lim, r->nwin, pol, sizeof(pol));
 	if (np > 0 && p->pooled)

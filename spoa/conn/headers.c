@@ -2,6 +2,7 @@
  * headers - RateLimit-Policy / RateLimit field values (see headers.h).
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "decimal.h"
@@ -33,7 +34,11 @@ static int headers_put_name(const char *name, size_t name_len,
 	memcpy(dst + *len, name, name_len);
 	*len += name_len;
 	if (nwin > 1) {
-		n = window_format_ms(lim[idx].window_ms, ws, sizeof(ws));
+		/* a quota by its period ("api-month"), not its nominal length */
+		if (lim[idx].cal)
+			n = snprintf(ws, sizeof(ws), "%s", window_cal_name((enum window_cal)lim[idx].cal));
+		else
+			n = window_format_ms(lim[idx].window_ms, ws, sizeof(ws));
 		if (n < 0 || *len + 1 + (size_t)n + 1 >= cap)
 			return -1;
 		dst[(*len)++] = '-';

@@ -202,3 +202,22 @@ int stored_read_pool(const struct stored_entry *e, size_t n, const struct window
 		*nacc = j;
 	return 0;
 }
+
+/* See stored.h. Borrows <v>. */
+int stored_read_quota(const char *v, size_t len, const struct window_limit *lim, int64_t now_us,
+                      struct stored_usage *u)
+{
+	struct rl_window rw = { .limit = (int64_t)lim->limit, .cal = lim->cal,
+	                        .tz_min = lim->tz_min, .anchor = lim->anchor ? lim->anchor : 1 };
+	struct rl_quota_value q;
+	int64_t start, end;
+
+	if (v && rl_args_parse_quota(v, len, &q) == -1)
+		return usage_refused(u, lim->limit);
+	rl_cal_period(&rw, now_us, &start, &end);
+	if (v && q.end > now_us)
+		usage_set(u, lim->limit, q.units, q.end - now_us);
+	else
+		usage_set(u, lim->limit, 0, end - now_us);
+	return 0;
+}

@@ -10,8 +10,9 @@
  *       (window_decide_reply() reads it so);
  *   (b) what one window's key holds at a Redis time: a log's entries, a
  *       bucketed hash's fields, a GCRA string (through module/rl_args,
- *       the module's own reading), into used / remaining / reset as the
- *       engines' next decision would count it (`ctl show`);
+ *       the module's own reading), a quota's counter, into used /
+ *       remaining / reset as the engines' next decision would count it
+ *       (`ctl show`);
  *   (c) a pool's log: its count as (b), and the units each account holds
  *       in its window (`ctl show-pool`, the pool metrics).
  */
@@ -134,5 +135,16 @@ struct stored_pool_account {
 int stored_read_pool(const struct stored_entry *e, size_t n, const struct window_pool *pl,
                      int64_t now_us, struct stored_usage *u, struct stored_pool_account *acc,
                      size_t *nacc);
+
+/*
+ * Read calendar quota <lim> (lim->cal set) at <now_us> from its stored
+ * counter <v>/<len> ("<end>:<units>"; NULL: no key): the units count
+ * while end > now, and reset is then until that end, else until the end
+ * of the period of <lim> that holds <now_us> (rl_cal_period()). Returns
+ * 0, or -1 when the value is not one the engines read (<u> reads full).
+ * Borrows <v>.
+ */
+int stored_read_quota(const char *v, size_t len, const struct window_limit *lim, int64_t now_us,
+                      struct stored_usage *u);
 
 #endif /* SPOA_STORED_H */

@@ -11,6 +11,7 @@
 
 
 #include "decimal.h"
+#include "rl_args.h"
 #include "stored.h"
 #include "window.h"
 
@@ -42,7 +43,49 @@ static const char *const reason_names[WINDOW_REASON_COUNT] = {
 	[WINDOW_REASON_POOL_FULL]         = "pool-full",
 	[WINDOW_REASON_POOL_SHARE]        = "pool-share",
 	[WINDOW_REASON_IN_FLIGHT]         = "in-flight",
+	[WINDOW_REASON_QUOTA]             = "quota",
 };
+
+static const char *const cal_names[WINDOW_CAL_COUNT] = {
+	[WINDOW_CAL_NONE] = "", [WINDOW_CAL_HOUR] = "hour", [WINDOW_CAL_DAY] = "day",
+	[WINDOW_CAL_WEEK] = "week", [WINDOW_CAL_MONTH] = "month",
+};
+
+/* the engines' kinds, the same values (module/rl_args.h) */
+_Static_assert((int)WINDOW_CAL_MONTH == (int)RL_CAL_MONTH && (int)WINDOW_CAL_HOUR == (int)RL_CAL_HOUR,
+               "calendar kinds");
+
+/* Nominal length of <cal>, ms (see window.h). */
+uint64_t window_cal_ms(enum window_cal cal)
+{
+	static const uint64_t ms[WINDOW_CAL_COUNT] = {
+		[WINDOW_CAL_HOUR] = 3600000ULL, [WINDOW_CAL_DAY] = 86400000ULL,
+		[WINDOW_CAL_WEEK] = 7 * 86400000ULL, [WINDOW_CAL_MONTH] = 31 * 86400000ULL,
+	};
+
+	return (unsigned)cal < WINDOW_CAL_COUNT ? ms[cal] : 0;
+}
+
+/* Name of <cal>; static storage. */
+const char *window_cal_name(enum window_cal cal)
+{
+	return (unsigned)cal < WINDOW_CAL_COUNT ? cal_names[cal] : "";
+}
+
+/* Does <p> or one of its overrides count a quota? */
+bool window_policy_has_quota(const struct window_policy *p)
+{
+	size_t i, j;
+
+	for (i = 0; i < p->nwin; i++)
+		if (p->win[i].cal)
+			return true;
+	for (i = 0; i < p->noverrides; i++)
+		for (j = 0; j < p->overrides[i].nwin; j++)
+			if (p->overrides[i].win[j].cal)
+				return true;
+	return false;
+}
 
 /* Name of <s>; "unknown" outside the enum. Static storage. */
 const char *window_status_str(enum window_status s)
@@ -143,7 +186,8 @@ int window_check_precision(uint64_t precision_ms, const struct window_limit *win
 		return -1;
 	}
 	for (i = 0; i < nwin; i++) {
-		if (win[i].window_ms <= precision_ms)
+		/* (a quota is one counter per period, never in buckets) */
+		if (win[i].window_ms <= precision_ms || win[i].cal)
 			continue;
 		window_format_ms(win[i].window_ms, ws, sizeof(ws));
 		if (win[i].window_ms % precision_ms) {
@@ -370,6 +414,7 @@ static void args_add_key(struct args_writer *w, const struct window_policy *p,
 		[WINDOW_KEY_GCRA] = ":limit:g1:", [WINDOW_KEY_LEGACY_LOG] = ":limit:v1:",
 		[WINDOW_KEY_LEGACY_BUCKETS] = ":limit:b1:", [WINDOW_KEY_POOL_LOG] = ":pool:p1:",
 		[WINDOW_KEY_POOL_ACCOUNTS] = ":pool:a1:", [WINDOW_KEY_LEASES] = ":inflight:l1:",
+		[WINDOW_KEY_QUOTA] = ":limit:c1:",
 	};
 	const char *name = p->name;
 	size_t name_len = p->name_len;
@@ -398,6 +443,11 @@ static void args_add_key(struct args_writer *w, const struct window_policy *p,
 			n = window_format_ms(window_ms, ws, sizeof(ws));
 			args_put(w, &pos, ":", 1);
 			args_put(w, &pos, ws, n > 0 ? (size_t)n : 0);
+		} else if (form == WINDOW_KEY_QUOTA) {
+			/* (<window_ms> is then the period, an enum window_cal) */
+			args_put(w, &pos, ":", 1);
+			args_put(w, &pos, window_cal_name((enum window_cal)window_ms),
+			         strlen(window_cal_name((enum window_cal)window_ms)));
 		}
 	}
 	if (!w->failed)
@@ -473,6 +523,24 @@ int window_build_release(const struct window_policy *p, const char *key, size_t 
 	return 0;
 }
 
+/* A quota's window argument "cal:<h|d|w|m>:<offset minutes>:<anchor>". */
+static void args_add_cal(struct args_writer *w, const struct window_limit *lim)
+{
+	char tmp[32];
+	int n = snprintf(tmp, sizeof(tmp), "cal:%c:%d:%u", "-hdwm"[lim->cal < WINDOW_CAL_COUNT ?
+	                 lim->cal : 0], (int)lim->tz_min, lim->anchor ? (unsigned)lim->anchor : 1u);
+
+	args_add(w, tmp, n > 0 ? (size_t)n : 0);
+}
+
+/* The key form of window <lim> of log policy <p>. */
+static enum window_key_form key_form(const struct window_policy *p, const struct window_limit *lim)
+{
+	if (lim->cal)
+		return WINDOW_KEY_QUOTA;
+	return window_is_bucketed(p, lim->window_ms) ? WINDOW_KEY_BUCKETS : WINDOW_KEY_LOG;
+}
+
 /* window_build_args() for GCRA policy <p> (one limit in <lim>/<nwin>,
  * checked): "EVALSHA" <sha> 1 "<policy>:limit:g1:{<key>}" <cost> <limit>
  * "gcra:<ms>:<burst>". Borrows as window_build_args(). */
@@ -484,14 +552,17 @@ static int build_gcra_args(const struct window_policy *p, const char *sha, const
 	char *start;
 	size_t pos = 0;
 
-	if (nwin != 1 || !lim[0].burst) {
+	/* the bucket, and a calendar quota beside it */
+	if (!lim[0].burst || !(nwin == 1 || (nwin == 2 && lim[1].cal))) {
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
 	args_add(&w, "EVALSHA", 7);
 	args_add(&w, sha, strlen(sha));
-	args_add_u64(&w, 1, 0);
+	args_add_u64(&w, nwin, 0);
 	args_add_key(&w, p, WINDOW_KEY_GCRA, 0, key, key_len);
+	if (nwin == 2)
+		args_add_key(&w, p, WINDOW_KEY_QUOTA, lim[1].cal, key, key_len);
 	args_add_u64(&w, cost, 0);
 	args_add_u64(&w, lim[0].limit, 0);
 	start = args_begin(&w);
@@ -504,12 +575,16 @@ static int build_gcra_args(const struct window_policy *p, const char *sha, const
 		if (!w.failed)
 			args_end(&w, start, pos);
 	}
+	if (nwin == 2) {
+		args_add_u64(&w, lim[1].limit, 0);
+		args_add_cal(&w, &lim[1]);
+	}
 	if (w.failed) {
 		a->argc = 0;
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
-	a->nkeys = 1;
+	a->nkeys = nwin;
 	*why = WINDOW_REASON_NONE;
 	return 0;
 }
@@ -580,7 +655,7 @@ int window_build_args(const struct window_policy *p, const char *sha,
 
 	/* an upgrade from 1.0.x: its one-window key is a second window of the
 	 * same limit, so it counts (and gets) what either form admitted */
-	legacy = p->legacy_key && nwin == 1 && key[0] != '{';
+	legacy = p->legacy_key && nwin == 1 && !lim[0].cal && key[0] != '{';
 	nkeys = nwin + (legacy ? 1 : 0);
 	/* (a lease id is what the caller drew: without one, no decision) */
 	if (p->inflight && strlen(p->lease_id) != WINDOW_LEASE_ID_LEN) {
@@ -591,8 +666,8 @@ int window_build_args(const struct window_policy *p, const char *sha,
 	args_add(&w, sha, strlen(sha));
 	args_add_u64(&w, nkeys + (p->inflight ? 1 : 0) + (p->pooled ? 2 : 0), 0);
 	for (i = 0; i < nwin; i++)
-		args_add_key(&w, p, window_is_bucketed(p, lim[i].window_ms) ?
-		             WINDOW_KEY_BUCKETS : WINDOW_KEY_LOG, lim[i].window_ms, key, key_len);
+		args_add_key(&w, p, key_form(p, &lim[i]), lim[i].cal ? lim[i].cal : lim[i].window_ms,
+		             key, key_len);
 	if (legacy)
 		args_add_key(&w, p, window_is_bucketed(p, lim[0].window_ms) ?
 		             WINDOW_KEY_LEGACY_BUCKETS : WINDOW_KEY_LEGACY_LOG, 0, key, key_len);
@@ -607,8 +682,11 @@ int window_build_args(const struct window_policy *p, const char *sha,
 		const struct window_limit *li = &lim[i < nwin ? i : 0];
 
 		args_add_u64(&w, li->limit, 0);
-		args_add_u64(&w, li->window_ms,
-		             window_is_bucketed(p, li->window_ms) ? p->precision_ms : 0);
+		if (li->cal)
+			args_add_cal(&w, li);
+		else
+			args_add_u64(&w, li->window_ms,
+			             window_is_bucketed(p, li->window_ms) ? p->precision_ms : 0);
 	}
 	if (p->inflight)
 		args_add_lease(&w, p);
@@ -635,7 +713,7 @@ bool window_deny_holds(const struct window_policy *p, uint64_t cost,
 	 * and a share can grow before the retry (accounts leave the pool);
 	 * a lease is mostly released before it ends */
 	if (d->reason == WINDOW_REASON_POOL_FULL || d->reason == WINDOW_REASON_POOL_SHARE ||
-	    d->reason == WINDOW_REASON_IN_FLIGHT)
+	    d->reason == WINDOW_REASON_IN_FLIGHT || d->reason == WINDOW_REASON_QUOTA)
 		return false;
 	if (p->algorithm != WINDOW_ALGO_GCRA)
 		return true;
@@ -724,6 +802,9 @@ int window_decide_reply(const struct window_policy *p, const struct window_reply
 		return 0;
 	}
 	d->status = WINDOW_DENY;
+	/* the deciding window a calendar quota (the limits of this call) */
+	if (p && d->reason == WINDOW_REASON_NONE && d->window < p->nwin && p->win[d->window].cal)
+		d->reason = WINDOW_REASON_QUOTA;
 	d->retry_after_us = sr.retry_after_us;
 	d->retry_after = window_us_to_s_ceil(d->retry_after_us);
 	/* A deny always means "come back later", never "now". */

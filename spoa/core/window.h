@@ -81,6 +81,7 @@ enum window_reason {
 	WINDOW_REASON_POOL_FULL,       /* deny: the account's pool has no room */
 	WINDOW_REASON_POOL_SHARE,      /* deny: above its share, only headroom left */
 	WINDOW_REASON_IN_FLIGHT,       /* deny: the account's leases are all taken */
+	WINDOW_REASON_QUOTA,           /* deny: a calendar quota (/day, /month...) is spent */
 	WINDOW_REASON_COUNT
 };
 
@@ -97,11 +98,26 @@ enum window_algorithm {
 #define WINDOW_GCRA_MAX_SPAN_US 4503599627370496ULL
 #define WINDOW_BURST_MAX        1000000u
 
+/* A calendar quota's period (<limit>/hour|day|week|month): the same
+ * values as module/rl_args.h's enum rl_cal. */
+enum window_cal {
+	WINDOW_CAL_NONE = 0,
+	WINDOW_CAL_HOUR,
+	WINDOW_CAL_DAY,
+	WINDOW_CAL_WEEK,
+	WINDOW_CAL_MONTH,
+	WINDOW_CAL_COUNT
+};
+
 struct window_limit {
 	uint64_t limit;                /* requests (units) per window, >= 1 */
-	uint64_t window_ms;            /* window length, >= 1 ms */
+	uint64_t window_ms;            /* window length, >= 1 ms; a quota: its
+	                                * period's longest (31 days for a month) */
 	uint64_t burst;                /* gcra: the bucket's capacity (default the
 	                                * limit); 0 for a log window */
+	uint8_t cal;                   /* enum window_cal: NONE, or a quota */
+	int16_t tz_min;                /* a quota: its fixed UTC offset, minutes */
+	uint8_t anchor;                /* a monthly quota: its first day, 1..28 */
 };
 
 /* A pool (pool <name> <limit>/<window> [headroom=<n>]): one exact
@@ -180,6 +196,7 @@ enum window_key_form {
 	WINDOW_KEY_POOL_LOG,           /* <pool>:pool:p1:{<pool>} */
 	WINDOW_KEY_POOL_ACCOUNTS,      /* <pool>:pool:a1:{<pool>} */
 	WINDOW_KEY_LEASES,             /* <policy>:inflight:l1:{<tag>} */
+	WINDOW_KEY_QUOTA,              /* <policy>:limit:c1:{<tag>}:<period> */
 	WINDOW_KEY_FORM_COUNT
 };
 
@@ -245,6 +262,18 @@ int window_format_ms(uint64_t ms, char *dst, size_t cap);
  * window / limit, ms rounded up). A log limit is itself. Into <out>. */
 void window_announced(const struct window_limit *lim, struct window_limit *out);
 
+/* The nominal length (ms) of calendar period <cal>: an hour, a day, a
+ * week, 31 days for a month (the longest); 0 for NONE. */
+uint64_t window_cal_ms(enum window_cal cal);
+
+/* The name of period <cal> ("hour", "day", "week", "month"; "" for NONE).
+ * Static storage. */
+const char *window_cal_name(enum window_cal cal);
+
+/* Does <p> count a calendar quota in any window, its own or an
+ * override's (the module must then speak protocol 4)? */
+bool window_policy_has_quota(const struct window_policy *p);
+
 /* The units <lim> holds at most: a GCRA bucket's burst, a log window's
  * limit (the "limit" a decision announces, the largest cost that fits). */
 static inline uint64_t window_limit_quota(const struct window_limit *lim)
@@ -284,6 +313,10 @@ int window_check_key(const char *key, size_t key_len);
  * account not starting with '{' has a second key: the 1.0.x form
  * "<policy>:limit:v1:<key>" (b1 likewise) with the same limit and window,
  * so that units 1.0.x agents admitted still count and they see ours.
+ * A calendar quota (lim->cal) has a string "<policy>:limit:c1:{<tag>}:<period>"
+ * (period "hour", "day", "week" or "month": never its limit, offset or
+ * anchor, so that a change of those keeps counting) and the window
+ * argument "cal:<h|d|w|m>:<offset minutes>:<anchor>".
  * A pooled policy (p->pooled, never GCRA) adds its pool after the windows:
  * two keys, "<pool>:pool:p1:{<pool>}" (the log) and "<pool>:pool:a1:{<pool>}"
  * (account -> units), and the pair <limit> "pool:<ms>:<headroom>:<key>";

@@ -139,13 +139,15 @@ static int ctl_read_window(struct ctl *x, const struct ctl_key *k, int64_t now_u
 	memset(w, 0, sizeof(*w));
 	switch (k->kind) {
 	case CTL_KEY_GCRA:
+	case CTL_KEY_QUOTA:
 		argv[0] = "GET"; argv[1] = k->name;
 		len[0] = 3; len[1] = k->len;
 		r = ctl_cmd(x, k->name, k->len, 2, argv, len);
 		if (!r)
 			return -1;
-		stored_read_gcra(r->type == REDIS_REPLY_STRING ? r->str : NULL,
-		                 r->type == REDIS_REPLY_STRING ? (size_t)r->len : 0, &k->lim, now_us, w);
+		(k->kind == CTL_KEY_GCRA ? stored_read_gcra : stored_read_quota)(
+			r->type == REDIS_REPLY_STRING ? r->str : NULL,
+			r->type == REDIS_REPLY_STRING ? (size_t)r->len : 0, &k->lim, now_us, w);
 		break;
 	case CTL_KEY_LOG:
 		/* the entries after the cut, oldest first: the reader counts
@@ -219,6 +221,7 @@ static int ctl_show(struct ctl *x)
 	struct live_rule r;
 	struct ctl_key keys[CTL_KEYS_MAX];
 	struct stored_usage w[CTL_KEYS_MAX];
+	int64_t at_us[CTL_KEYS_MAX];   /* each key's node time when read */
 	const struct window_limit *lim;
 	const char *source;
 	char why[256] = "", left[32], ws[32], limits[128];
@@ -275,6 +278,7 @@ static int ctl_show(struct ctl *x)
 		/* a 1.0.x key is shown while it counts (an upgrade's first window) */
 		if (keys[i].legacy && w[kept].used == 0)
 			continue;
+		at_us[kept] = t;
 		keys[kept++] = keys[i];
 	}
 	nkeys = (int)kept;
@@ -297,6 +301,11 @@ static int ctl_show(struct ctl *x)
 			       i ? "," : "", l, keys[i].lim.window_ms, w[i].used,
 			       w[i].remaining, window_us_to_s_ceil(w[i].reset_us));
 			ctl_json_str(stdout, keys[i].name, keys[i].len);
+			/* a quota: its period and the exact instant it resets (ms) */
+			if (keys[i].kind == CTL_KEY_QUOTA)
+				printf(",\"period\":\"%s\",\"reset_at_ms\":%" PRId64,
+				       window_cal_name((enum window_cal)keys[i].lim.cal),
+				       (at_us[i] + w[i].reset_us) / 1000);
 			printf("}");
 		}
 		printf("],\"live\":");
@@ -326,7 +335,14 @@ static int ctl_show(struct ctl *x)
 		uint64_t l = w[i].quota;
 
 		window_format_ms(keys[i].lim.window_ms, ws, sizeof(ws));
-		if (keys[i].kind == CTL_KEY_GCRA)
+		if (keys[i].kind == CTL_KEY_QUOTA)
+			printf("quota %" PRIu64 "/%s used %" PRIu64 " remaining %" PRIu64 " reset %" PRId64
+			       "s at %" PRId64 ".%03d key %s\n", l,
+			       window_cal_name((enum window_cal)keys[i].lim.cal), w[i].used, w[i].remaining,
+			       window_us_to_s_ceil(w[i].reset_us), (at_us[i] + w[i].reset_us) / 1000000,
+			       (int)((at_us[i] + w[i].reset_us) / 1000 % 1000),
+			       log_escape_text(ek, sizeof(ek), keys[i].name, keys[i].len));
+		else if (keys[i].kind == CTL_KEY_GCRA)
 			printf("bucket %" PRIu64 "/%s burst %" PRIu64 " used %" PRIu64 " remaining %"
 			       PRIu64 " full in %" PRId64 "s key %s\n", keys[i].lim.limit, ws, l,
 			       w[i].used, w[i].remaining, window_us_to_s_ceil(w[i].reset_us),

@@ -43,7 +43,8 @@ int ctl_keys_for(const struct window_policy *p, const struct window_limit *win, 
 		memcpy(out[have].name, k, kl);
 		out[have].name[kl] = '\0';
 		out[have].len = kl;
-		out[have].kind = p->algorithm == WINDOW_ALGO_GCRA ? CTL_KEY_GCRA :
+		out[have].kind = win[wi].cal && i < nwin ? CTL_KEY_QUOTA :
+		                 p->algorithm == WINDOW_ALGO_GCRA ? CTL_KEY_GCRA :
 		                 window_is_bucketed(p, win[wi].window_ms) ? CTL_KEY_BUCKETS : CTL_KEY_LOG;
 		out[have].lim = win[wi];
 		out[have].legacy = i >= nwin;

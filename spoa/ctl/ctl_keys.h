@@ -17,6 +17,7 @@ enum ctl_key_kind {
 	CTL_KEY_LOG = 0,               /* sorted set: one entry per admission */
 	CTL_KEY_BUCKETS,               /* hash: units per bucket end (precision=) */
 	CTL_KEY_GCRA,                  /* string: a token bucket's "<tat>:<frac>" */
+	CTL_KEY_QUOTA,                 /* string: a calendar quota's "<end>:<units>" */
 	CTL_KEY_KIND_COUNT
 };
 

@@ -73,6 +73,9 @@ static long long limiter_protocol_needed(const struct window_policy *p, size_t n
 	long long need = 1;
 	size_t i;
 
+	for (i = 0; p && i < n; i++)
+		if (window_policy_has_quota(&p[i]))
+			return LIMITER_MODULE_PROTOCOL_QUOTA;
 	for (i = 0; p && i < n; i++) {
 		if (p[i].inflight)
 			return LIMITER_MODULE_PROTOCOL_LEASES;

@@ -75,7 +75,8 @@ static void limiter_module_on_probe(redisAsyncContext *ac, void *r, void *privda
 /*
  * RATELIMIT.VERSION answered on <ac>, after the probe above: the module is
  * used only on a protocol this agent speaks (1 .. LIMITER_MODULE_PROTOCOL)
- * that decides every policy (l->module_protocol_min: 2 for gcra, 3 for a pool); a
+ * that decides every policy (l->module_protocol_min: 2 for gcra, 3 for a pool, 4 for a
+ * calendar quota); a
  * module without the command (unknown command: before 1.1.0) speaks
  * protocol 1. auto: the module if present and spoken, else the script;
  * module: the module, and a Redis without it is refused (logged at error

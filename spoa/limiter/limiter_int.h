@@ -52,6 +52,7 @@
 #define LIMITER_MODULE_PROTOCOL_GCRA 2  /* the first that decides algorithm=gcra */
 #define LIMITER_MODULE_PROTOCOL_POOL 3  /* the first that decides a pool (pool=) */
 #define LIMITER_MODULE_PROTOCOL_LEASES 4 /* the first with leases (inflight=) */
+#define LIMITER_MODULE_PROTOCOL_QUOTA 4 /* the first that decides a calendar quota */
 #define LIMITER_BATCH_MAX       CONFIG_REDIS_BATCH_MAX
 #define LIMITER_POOL_CHUNK      256u    /* calls allocated together */
 #define LIMITER_POOL_KEEP       1u      /* idle chunks kept after a burst */

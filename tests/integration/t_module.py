@@ -446,6 +446,11 @@ if len(acls) >= 2:
     h.check("ACL user: the module decides a GCRA bucket", isinstance(x, list) and x[0] == 1, x)
     x = c.call(D, 1, "acl:limit:g1:{A}", 1, 1, "gcra:3600000:1")
     h.check("ACL user: and denies it", isinstance(x, list) and x[0] == 0, x)
+    # a calendar quota's counter (~*:limit:c1:*): GET, SET, PEXPIREAT
+    x = c.call(D, 1, "acl:limit:c1:{A}:month", 1, 1, "cal:m:0:1")
+    h.check("ACL user: a quota admits", isinstance(x, list) and x[0] == 1, x)
+    x = c.call(D, 1, "acl:limit:c1:{A}:month", 1, 1, "cal:m:0:1")
+    h.check("ACL user: and refuses once spent", isinstance(x, list) and x[0] == 0, x)
     x = c.call("RATELIMIT.VERSION")
     h.check("ACL user: RATELIMIT.VERSION (the agent's version check) answers",
             isinstance(x, list) and len(x) == 2 and x[0] == 4, x)

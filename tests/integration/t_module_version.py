@@ -15,6 +15,8 @@ A mixed-version fleet, each side on a real redis-server:
   pooled policy (pool=)
   a protocol-3 module, and a     -> protocol 3 has no leases: likewise
   policy with inflight=
+  a protocol-3 module, and a     -> protocol 3 cannot decide a calendar quota
+  quota (100/month)                 (issue 39): likewise
 The last ones are module/ratelimit-test.so loaded with test-no-version,
 test-protocol=5, test-protocol=1, test-protocol=2 and test-protocol=3 (test
 builds only)."""
@@ -165,6 +167,30 @@ h.check("protocol 4, inflight=, redis-engine module: allowed with a lease",
 h.check("protocol 4, inflight=, module: the module decided, the lease taken",
         commandstats(rport, "ratelimit.decide") >= 1 and
         harness.rcli(rport, "ZCARD", "transfer:inflight:l1:{ACC-V-p4-lease-module}").strip() == "1")
+
+# A calendar quota (issue 39) needs protocol 4: a protocol-3 module is for
+# it a protocol it does not speak (auto: the script; module: an error).
+QUOTA = "3/1s 100/month"
+v, log, rport = one_case("p3-quota-auto", [MODULE_TEST_SO, "test-protocol=3"], "auto", QUOTA)
+h.eq("protocol 3, a quota, redis-engine auto: allowed", "allow", v and v.get("status"))
+h.check("protocol 3, a quota, auto: warned, naming the protocol needed",
+        "level=warn event=redis_engine_protocol" in log and "protocol=3 speaks=4 needs=4" in log, log)
+h.eq("protocol 3, a quota, auto: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
+h.check("protocol 3, a quota, auto: the script decided, into the quota's counter",
+        harness.rcli(rport, "GET", "transfer:limit:c1:{ACC-V-p3-quota-auto}:month").strip()
+        .endswith(":1"), harness.rcli(rport, "KEYS", "*"))
+v, log, rport = one_case("p3-quota-module", [MODULE_TEST_SO, "test-protocol=3"], "module", QUOTA)
+h.eq("protocol 3, a quota, redis-engine module: an error, never an allow", "error",
+     v and v.get("status"))
+h.check("protocol 3, a quota, module: logged at error",
+        "level=error event=redis_engine_protocol" in log and "protocol=3 speaks=4 needs=4" in log, log)
+h.eq("protocol 3, a quota, module: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
+v, log, rport = one_case("p4-quota-module", [MODULE_SO], "module", QUOTA)
+h.eq("protocol 4, a quota, redis-engine module: allowed", "allow", v and v.get("status"))
+h.check("protocol 4, a quota, module: the module decided, into the quota's counter",
+        commandstats(rport, "ratelimit.decide") >= 1 and
+        harness.rcli(rport, "GET", "transfer:limit:c1:{ACC-V-p4-quota-module}:month").strip()
+        .endswith(":1"))
 
 # A reload that adds a gcra policy asks the module again: on protocol 1,
 # auto moves that Redis to the script (log and gcra decisions alike).

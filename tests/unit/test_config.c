@@ -28,6 +28,50 @@ static int parse(struct config *c, const char *text, char *err)
 	return config_parse(c, "t.conf", text, strlen(text), err, CONFIG_ERR_LEN);
 }
 
+/* <limit>/hour|day|week|month with tz= and anchor=: a quota beside a
+ * sliding window, 24h and a day apart (another key), an override's own. */
+static void test_quotas(void **state)
+{
+	struct config c;
+	char err[CONFIG_ERR_LEN] = "";
+	const struct window_policy *p;
+
+	(void)state;
+	assert_int_equal(parse(&c, "policy api 100/24h 10000/month tz=-05:30 anchor=15 "
+	                           "500/week 50/day\n"
+	                           "override api jwt:A 20/1s 20000/month anchor=28\n", err), 0);
+	p = &c.policies[0];
+	assert_int_equal(p->nwin, 4);
+	assert_int_equal(p->win[0].cal, WINDOW_CAL_NONE);
+	assert_int_equal(p->win[1].cal, WINDOW_CAL_MONTH);
+	assert_int_equal(p->win[1].limit, 10000);
+	assert_int_equal(p->win[1].tz_min, -330);
+	assert_int_equal(p->win[1].anchor, 15);
+	assert_int_equal(p->win[1].window_ms, 31 * 86400000ULL);
+	assert_int_equal(p->win[2].cal, WINDOW_CAL_WEEK);
+	/* (tz= before it: the week keeps UTC) */
+	assert_int_equal(p->win[2].tz_min, 0);
+	assert_int_equal(p->win[3].cal, WINDOW_CAL_DAY);
+	assert_true(window_policy_has_quota(p));
+	assert_int_equal(p->overrides[0].win[1].anchor, 28);
+	assert_int_equal(p->overrides[0].win[1].tz_min, 0);
+	config_release(&c);
+	/* a bucket with a quota beside it: the rate first, whatever the order */
+	assert_int_equal(parse(&c, "policy pro 1000000/month anchor=15 100/1s burst=200 "
+	                           "algorithm=gcra\n", err), 0);
+	p = &c.policies[0];
+	assert_int_equal(p->nwin, 2);
+	assert_int_equal(p->win[0].cal, WINDOW_CAL_NONE);
+	assert_int_equal(p->win[0].burst, 200);
+	assert_int_equal(p->win[1].cal, WINDOW_CAL_MONTH);
+	assert_int_equal(p->win[1].anchor, 15);
+	config_release(&c);
+	assert_int_equal(parse(&c, "policy api 50/day 10/1s\n", err), 0);
+	assert_int_equal(c.policies[0].nwin, 2);
+	assert_false(window_policy_has_quota(&c.policies[0]) == false);
+	config_release(&c);
+}
+
 static void test_defaults(void **state)
 {
 	struct config c;
@@ -359,13 +403,32 @@ static void test_parse_errors(void **state)
 		{ "policy x /1s\n", "t.conf:1: policy 'x': limit must be a positive integer, got '/1s'" },
 		{ "policy x 1000001/1s\n", "t.conf:1: policy 'x': limit must be at most 1000000" },
 		{ "policy x 3/1d\n",
-		  "t.conf:1: policy 'x': bad window in '3/1d' (use <n>ms, <n>s, <n>m or <n>h)" },
+		  "t.conf:1: policy 'x': bad window in '3/1d' (use <n>ms, <n>s, <n>m or <n>h, or a period: hour, day, week, month)" },
 		{ "policy x 3/\n",
-		  "t.conf:1: policy 'x': bad window in '3/' (use <n>ms, <n>s, <n>m or <n>h)" },
+		  "t.conf:1: policy 'x': bad window in '3/' (use <n>ms, <n>s, <n>m or <n>h, or a period: hour, day, week, month)" },
 		{ "policy x 3/0s\n", "t.conf:1: policy 'x': window must be 1ms..24h" },
 		{ "policy x 3/25h\n", "t.conf:1: policy 'x': window must be 1ms..24h" },
 		{ "policy x 3/1441m\n", "t.conf:1: policy 'x': window must be 1ms..24h" },
 		{ "policy x 3/1s 5/1000ms\n", "t.conf:1: policy 'x': window 1s given twice" },
+		/* calendar quotas */
+		{ "policy x 3/1s 10/month anchor=29\n",
+		  "t.conf:1: policy 'x': anchor must be 1..28 (a day every month has), got 'anchor=29'" },
+		{ "policy x 3/1s 10/month anchor=0\n",
+		  "t.conf:1: policy 'x': anchor must be 1..28 (a day every month has), got 'anchor=0'" },
+		{ "policy x 3/1s\npolicy y 10/day anchor=3\n",
+		  "t.conf:2: policy 'y': 'anchor=3' follows no <limit>/month on its line" },
+		{ "policy x tz=+01:00 10/day\n",
+		  "t.conf:1: policy 'x': 'tz=+01:00' follows no <limit>/hour|day|week|month on its line" },
+		{ "policy x 10/day tz=+14:30\n", "t.conf:1: policy 'x': bad offset 'tz=+14:30' (use "
+		  "tz=+hh:mm or tz=-hh:mm, -14:00 .. +14:00)" },
+		{ "policy x 10/day tz=0100\n", "t.conf:1: policy 'x': bad offset 'tz=0100' (use "
+		  "tz=+hh:mm or tz=-hh:mm, -14:00 .. +14:00)" },
+		{ "policy x 10/day 20/day\n", "t.conf:1: policy 'x': /day given twice" },
+		{ "policy x 10/1s 100/month 5/day algorithm=gcra\n",
+		  "t.conf:1: policy 'x': algorithm=gcra takes exactly one <limit>/<window> (the rate; "
+		  "burst=<n> is the bucket), and at most one calendar quota beside it" },
+		{ "pool p 100/day\n", "t.conf:1: pool 'p': a pool is a sliding window, not a calendar "
+		  "period" },
 		{ "policy x 1/1s 2/2s 3/3s 4/4s 5/5s\n", "t.conf:1: policy 'x': at most 4 windows" },
 		{ "policy x 3/1s on-redis-error=maybe\n",
 		  "t.conf:1: policy 'x': unknown option 'on-redis-error=maybe' "
@@ -422,7 +485,7 @@ static void test_parse_errors(void **state)
 		  "inflight=<n> or lease=<duration>)" },
 		{ "policy x 3/1s 100/1h algorithm=gcra\n",
 		  "t.conf:1: policy 'x': algorithm=gcra takes exactly one <limit>/<window> (the rate; "
-		  "burst=<n> is the bucket)" },
+		  "burst=<n> is the bucket), and at most one calendar quota beside it" },
 		{ "policy x 3/1h algorithm=gcra precision=1m\n",
 		  "t.conf:1: policy 'x': precision= does not apply to algorithm=gcra (a bucket is one "
 		  "value per account)" },
@@ -484,10 +547,10 @@ static void test_parse_errors(void **state)
 		  "1000000/24h)" },
 		{ "policy x 3/1s algorithm=gcra\noverride x K 3/1s 5/1m\n",
 		  "t.conf:2: override 'K' of 'x': algorithm=gcra takes exactly one <limit>/<window> (the "
-		  "rate; burst=<n> is the bucket)" },
+		  "rate; burst=<n> is the bucket), and at most one calendar quota beside it" },
 		{ "policy x 3/1s algorithm=gcra\noverride x K burst=5\n",
 		  "t.conf:2: override 'K' of 'x': algorithm=gcra takes exactly one <limit>/<window> (the "
-		  "rate; burst=<n> is the bucket)" },
+		  "rate; burst=<n> is the bucket), and at most one calendar quota beside it" },
 		{ "policy x 3/1s algorithm=gcra max-cost=3\noverride x K 9/1s burst=2\n",
 		  "t.conf:2: override 'K' of 'x': max-cost=3 is above the burst (2): such a cost could "
 		  "never pass" },
@@ -1465,6 +1528,7 @@ int main(void)
 		cmocka_unit_test(test_shipped_routes),
 		cmocka_unit_test(test_redis_url_tls),
 		cmocka_unit_test(test_tls_directives),
+		cmocka_unit_test(test_quotas),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

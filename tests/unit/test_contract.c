@@ -46,6 +46,8 @@ struct contract_pair {
 	bool gcra;                    /* sendable: a GCRA bucket */
 	bool pooled;                  /* its decision has a pool ("pool:...") */
 	int lease_at;                 /* its leases' pair index ("lease:..."), or -1 */
+	unsigned nwin;                /* its windows (a single decision's) */
+	unsigned calmask;             /* bit i: window i is a quota ("cal:...") */
 };
 
 /* The index of the leases' pair ("lease:...") among the pairs of "args
@@ -61,6 +63,32 @@ static int contract_lease_at(const char *line)
 		spaces += *q == ' ';
 	/* "<cost> <l0> <w0> ... <ln>" before it: 2 words per earlier pair */
 	return (spaces - 1) / 2;
+}
+
+/* The windows of "args ..." in <line> (one decision) and which are
+ * calendar quotas, as the agent's policy would have them (a quota's
+ * denial is reason=quota). */
+static void contract_args_cal(const char *line, unsigned *nwin, unsigned *calmask)
+{
+	char w[64];
+	const char *p = line + 5;
+	int used, i = 0;
+
+	*nwin = 0;
+	*calmask = 0;
+	for (; sscanf(p, "%63s%n", w, &used) == 1; p += used, i++) {
+		/* (a batch's quotas: the file's have one window per decision) */
+		if (i == 0 && strcmp(w, "batch") == 0) {
+			*nwin = 1;
+			*calmask = strstr(line, " cal:") ? 1u : 0u;
+			return;
+		}
+		if (i > 0 && i % 2 == 0 && (unsigned)(i / 2 - 1) < WINDOW_MAX_WINDOWS) {
+			*nwin = (unsigned)(i / 2);
+			if (strncmp(w, "cal:", 4) == 0)
+				*calmask |= 1u << (i / 2 - 1);
+		}
+	}
 }
 
 /* Would the agent send the request of "args ..." in <line>? (cost, then
@@ -142,6 +170,7 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 	size_t cap = 0, nreply = 0;
 	int lineno = 0;
 	bool sendable = false, gcra = false, pooled = false, release = false;
+	unsigned nwin = 0, calmask = 0;
 	uint64_t cost = 0;
 	int lease_at = -1;
 
@@ -162,6 +191,7 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 			/* (a batch's rows with leases decide the leases alone) */
 			if (strstr(line, " lease:") && lease_at < 0)
 				lease_at = 0;
+			contract_args_cal(line, &nwin, &calmask);
 		} else if (release) {
 			continue;
 		} else if (strncmp(line, "reply ", 6) == 0) {
@@ -183,6 +213,8 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 			cur->gcra = gcra;
 			cur->pooled = pooled;
 			cur->lease_at = lease_at;
+			cur->nwin = nwin;
+			cur->calmask = calmask;
 		} else if (strncmp(line, "agent ", 6) == 0) {
 			if (!cur || cur->status[0] || contract_parse_agent(line, cur) == -1)
 				fail_msg("%s:%d: an agent line belongs right after a reply", path, lineno);
@@ -225,6 +257,12 @@ static void test_contract_replies(void **state)
 		plain.pooled = shadow.pooled = pr->pooled;
 		plain.inflight = shadow.inflight = pr->lease_at >= 0 ? 1 : 0;
 		plain.lease_at = shadow.lease_at = pr->lease_at;
+		/* a quota's windows as the call's limits have them */
+		plain.nwin = pr->calmask ? pr->nwin : 1;
+		for (unsigned k = 0; k < WINDOW_MAX_WINDOWS; k++)
+			plain.win[k].cal = (pr->calmask >> k) & 1 ? WINDOW_CAL_MONTH : WINDOW_CAL_NONE;
+		memcpy(shadow.win, plain.win, sizeof(plain.win));
+		shadow.nwin = plain.nwin;
 		rc = window_decide_reply(&plain, &pr->reply, &d);
 
 		if (!pr->status[0])
@@ -458,13 +496,19 @@ static int contract_read_after(const struct contract_case *c, const char *key, u
 	struct stored_entry e[CASE_TOKENS_MAX / 2];
 	struct stored_field f[CASE_TOKENS_MAX / 2];
 	char fields[CASE_TOKENS_MAX / 2][32], value[160];
-	struct window_limit lim = { limit, 0, 0 };
-	unsigned long long ms, prec = 0, burst;
+	struct window_limit lim = { .limit = limit };
+	unsigned long long ms = 0, prec = 0, burst;
 	int64_t now = T0_US + c->clock;
 	size_t n = 0;
-	int i, k, form;   /* 0 log, 1 buckets, 2 gcra */
+	int i, k, form, tz, anchor;   /* 0 log, 1 buckets, 2 gcra, 3 quota */
+	char kind;
 
-	if (sscanf(spec, "gcra:%llu:%llu", &ms, &burst) == 2)
+	if (sscanf(spec, "cal:%c:%d:%d", &kind, &tz, &anchor) == 3 && strchr("hdwm", kind)) {
+		form = 3;
+		lim.cal = (uint8_t)(WINDOW_CAL_HOUR + (strchr("hdwm", kind) - "hdwm"));
+		lim.tz_min = (int16_t)tz;
+		lim.anchor = (uint8_t)anchor;
+	} else if (sscanf(spec, "gcra:%llu:%llu", &ms, &burst) == 2)
 		form = 2, lim.burst = burst;
 	else if (sscanf(spec, "%llu:%llu", &ms, &prec) == 2)
 		form = 1;
@@ -476,6 +520,8 @@ static int contract_read_after(const struct contract_case *c, const char *key, u
 	for (k = 0; k < c->nafter && strcmp(c->after[k].key, key) != 0; k++)
 		;
 	if (k == c->nafter || strcmp(c->after[k].kind, "none") == 0) {
+		if (form == 3)
+			return stored_read_quota(NULL, 0, &lim, now, u);
 		if (form == 2)
 			return stored_read_gcra(NULL, 0, &lim, now, u);
 		return form ? stored_read_buckets(NULL, 0, &lim, now, u)
@@ -506,15 +552,18 @@ static int contract_read_after(const struct contract_case *c, const char *key, u
 		}
 		return stored_read_buckets(f, n, &lim, now, u);
 	}
-	if (form == 2 && strcmp(c->after[k].kind, "gcra") == 0) {
+	if (form >= 2 && strcmp(c->after[k].kind, "gcra") == 0) {
 		int len = snprintf(value, sizeof(value), "%lld",
 		                   (long long)contract_time(c->after[k].items[0], T0_US));
 
 		for (i = 1; i < c->after[k].nitems; i++)
 			len += snprintf(value + len, sizeof(value) - (size_t)len, ":%s",
 			                c->after[k].items[i]);
-		return stored_read_gcra(value, (size_t)len, &lim, now, u);
+		return (form == 3 ? stored_read_quota : stored_read_gcra)(value, (size_t)len, &lim, now, u);
 	}
+	if (form == 3 && strcmp(c->after[k].kind, "string") == 0 && c->after[k].nitems == 1)
+		return stored_read_quota(c->after[k].items[0], strlen(c->after[k].items[0]), &lim, now,
+		                         u);
 	if (form == 2 && strcmp(c->after[k].kind, "string") == 0 && c->after[k].nitems == 1)
 		return stored_read_gcra(c->after[k].items[0], strlen(c->after[k].items[0]), &lim, now,
 		                        u);
@@ -522,7 +571,7 @@ static int contract_read_after(const struct contract_case *c, const char *key, u
 }
 
 struct stored_tally {
-	size_t log, buckets, gcra, allow, deny, refused, stepped_back;
+	size_t log, buckets, gcra, quota, allow, deny, refused, stepped_back;
 };
 
 /* Is window <idx> of <c> bucketed, with the read's oldest bucket the one
@@ -614,6 +663,8 @@ static void contract_check_stored(const struct contract_case *c, void *arg)
 		         (long long)r->v[3]);
 	if (strncmp(c->args[2 + 2 * idx], "gcra:", 5) == 0)
 		t->gcra++;
+	else if (strncmp(c->args[2 + 2 * idx], "cal:", 4) == 0)
+		t->quota++;
 	else if (strchr(c->args[2 + 2 * idx], ':'))
 		t->buckets++;
 	else
@@ -632,11 +683,12 @@ static void test_contract_stored(void **state)
 	(void)state;
 	n = contract_cases(contract_path(), contract_check_stored, &t);
 	printf("# contract: %zu cases; the stored state after read as the engines answered: "
-	       "%zu log, %zu bucketed, %zu GCRA (%zu allow, %zu deny); %zu refused alike; "
-	       "%zu admissions behind a stored bucket (clock stepped back)\n", n, t.log,
-	       t.buckets, t.gcra, t.allow, t.deny, t.refused, t.stepped_back);
+	       "%zu log, %zu bucketed, %zu GCRA, %zu quota (%zu allow, %zu deny); %zu refused "
+	       "alike; %zu admissions behind a stored bucket (clock stepped back)\n", n, t.log,
+	       t.buckets, t.gcra, t.quota, t.allow, t.deny, t.refused, t.stepped_back);
 	/* (every kind must be there: a test that reads nothing passes) */
-	assert_true(t.log > 0 && t.buckets > 0 && t.gcra > 0 && t.allow > 0 && t.deny > 0 &&
+	assert_true(t.log > 0 && t.buckets > 0 && t.gcra > 0 && t.quota > 0 && t.allow > 0 &&
+	            t.deny > 0 &&
 	            t.refused > 0);
 }
 

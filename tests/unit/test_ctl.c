@@ -386,7 +386,7 @@ static void test_keys(void **state)
 	struct config c;
 	struct ctl_key k[CTL_KEYS_MAX];
 	const struct window_policy *p;
-	struct window_limit one = { 2, 1000, 0 }, two[2] = { { 2, 1000, 0 }, { 50, 3600000, 0 } };
+	struct window_limit one = { 2, 1000, 0, 0, 0, 0 }, two[2] = { { 2, 1000, 0, 0, 0, 0 }, { 50, 3600000, 0, 0, 0, 0 } };
 	int n;
 
 	(void)state;
@@ -423,7 +423,7 @@ static void test_keys(void **state)
 	assert_int_equal(k[1].kind, CTL_KEY_BUCKETS);
 	assert_int_equal(k[1].lim.limit, 1000);
 	/* a one-window override of a bucketed window: b1 in both forms */
-	two[0] = (struct window_limit){ 20, 3600000, 0 };
+	two[0] = (struct window_limit){ 20, 3600000, 0, 0, 0, 0 };
 	n = ctl_keys_for(p, two, 1, "jwt:B", 5, k, 0);
 	assert_int_equal(n, 2);
 	assert_string_equal(k[0].name, "exports:limit:b1:{jwt:B}:1h");

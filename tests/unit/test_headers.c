@@ -13,9 +13,9 @@
 
 #include "headers.h"
 
-static const struct window_limit one[] = { { 3, 1000, 0 } };
-static const struct window_limit api[] = { { 10, 1000, 0 }, { 1000, 3600000, 0 } };
-static const struct window_limit odd[] = { { 5, 500, 0 }, { 7, 90000, 0 }, { 9, 1500, 0 } };
+static const struct window_limit one[] = { { 3, 1000, 0, 0, 0, 0 } };
+static const struct window_limit api[] = { { 10, 1000, 0, 0, 0, 0 }, { 1000, 3600000, 0, 0, 0, 0 } };
+static const struct window_limit odd[] = { { 5, 500, 0, 0, 0, 0 }, { 7, 90000, 0, 0, 0, 0 }, { 9, 1500, 0, 0, 0, 0 } };
 
 static void test_window_seconds(void **state)
 {
@@ -48,6 +48,13 @@ static void test_policy_several_windows(void **state)
 	assert_string_equal(buf, "\"api-1s\";q=10;w=1, \"api-1h\";q=1000;w=3600");
 	assert_true(headers_format_policy("x", 1, odd, 3, buf, sizeof(buf)) > 0);
 	assert_string_equal(buf, "\"x-500ms\";q=5;w=1, \"x-90s\";q=7;w=90, \"x-1500ms\";q=9;w=2");
+	/* a quota: named by its period, w its nominal length (a month: 31 days) */
+	const struct window_limit quota[] = {
+		{ .limit = 10, .window_ms = 1000 },
+		{ .limit = 10000, .window_ms = 31 * 86400000ULL, .cal = WINDOW_CAL_MONTH, .anchor = 1 },
+	};
+	assert_true(headers_format_policy("api", 3, quota, 2, buf, sizeof(buf)) > 0);
+	assert_string_equal(buf, "\"api-1s\";q=10;w=1, \"api-month\";q=10000;w=2678400");
 }
 
 static void test_ratelimit(void **state)

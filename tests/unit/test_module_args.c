@@ -320,6 +320,132 @@ static void test_bucket_end(void **state)
 	assert_true(rl_args_bucket_end(-100001, 100) == -100);
 }
 
+/* Days of month <m> of year <y>, the plain rule (the test's own calendar). */
+static int month_days(int64_t y, int64_t m)
+{
+	static const int d[12] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+	int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+
+	return d[m - 1] + (m == 2 && leap);
+}
+
+#define US_DAY 86400000000LL
+
+/* Every day from 1899-01-01 to 2101-12-31 (1900 and 2100 not leap, 2000
+ * leap), counted one by one: both conversions agree with the count; and
+ * at every day boundary under offsets of -14:00 .. +14:00 each period
+ * holds the microsecond before or after it as the calendar says: a day
+ * from 00:00, a week from Monday 00:00, a month from its anchor day. */
+static void test_calendar(void **state)
+{
+	static const int64_t tzs[] = { -840, -330, -60, 0, 60, 330, 840 };
+	static const int64_t anchors[] = { 1, 15, 28 };
+	int64_t y = 1899, m = 1, d = 1, z = rl_cal_days_from_civil(1899, 1, 1), wd, ny, nm, nd;
+	size_t t, a, days = 0;
+
+	(void)state;
+	/* 1899-01-01 was a Sunday: 25567 + 365 days before 1970 */
+	assert_int_equal(z, -25567 - 365);
+	assert_int_equal(rl_cal_days_from_civil(1970, 1, 1), 0);
+	assert_int_equal(rl_cal_days_from_civil(2000, 3, 1), 11017);
+	wd = 6;   /* days since Monday */
+	for (; y <= 2101; z++, days++, wd = (wd + 1) % 7) {
+		assert_int_equal(rl_cal_days_from_civil(y, m, d), z);
+		rl_cal_civil_from_days(z, &ny, &nm, &nd);
+		assert_int_equal(ny, y);
+		assert_int_equal(nm, m);
+		assert_int_equal(nd, d);
+		/* the boundary at 00:00 of this day, in each offset */
+		for (t = 0; t < sizeof(tzs) / sizeof(tzs[0]); t++) {
+			struct rl_window w = { .limit = 1, .tz_min = tzs[t], .anchor = 1 };
+			int64_t b = z * US_DAY - tzs[t] * 60000000LL, st, en;
+
+			w.cal = RL_CAL_DAY;
+			rl_cal_period(&w, b, &st, &en);
+			assert_true(st == b && en == b + US_DAY);
+			rl_cal_period(&w, b - 1, &st, &en);
+			assert_true(st == b - US_DAY && en == b);
+			w.cal = RL_CAL_HOUR;
+			rl_cal_period(&w, b + 3600000000LL - 1, &st, &en);
+			assert_true(st == b && en == b + 3600000000LL);
+			w.cal = RL_CAL_WEEK;
+			rl_cal_period(&w, b, &st, &en);
+			assert_true(st == b - wd * US_DAY && en == st + 7 * US_DAY);
+			rl_cal_period(&w, b - 1, &st, &en);
+			assert_true(wd == 0 ? en == b : en == b + (7 - wd) * US_DAY);
+			w.cal = RL_CAL_MONTH;
+			for (a = 0; a < sizeof(anchors) / sizeof(anchors[0]); a++) {
+				int64_t py = m == 1 ? y - 1 : y, pm = m == 1 ? 12 : m - 1;
+				int64_t start_days, len;
+
+				w.anchor = anchors[a];
+				rl_cal_period(&w, b, &st, &en);
+				/* the period began on the anchor day of this month or the last */
+				start_days = d >= w.anchor ? z - (d - w.anchor)
+				                           : z - d - (month_days(py, pm) - w.anchor);
+				len = d >= w.anchor ? month_days(y, m) : month_days(py, pm);
+				if (st != start_days * US_DAY - tzs[t] * 60000000LL ||
+				    en != st + len * US_DAY)
+					fail_msg("%lld-%02lld-%02lld tz %lld anchor %lld: [%lld, %lld)",
+					         (long long)y, (long long)m, (long long)d, (long long)tzs[t],
+					         (long long)w.anchor, (long long)st, (long long)en);
+				/* the last microsecond before the anchor day is the last period's */
+				if (d == w.anchor) {
+					rl_cal_period(&w, b - 1, &st, &en);
+					assert_true(en == b);
+				}
+			}
+		}
+		if (++d > month_days(y, m)) {
+			d = 1;
+			if (++m > 12) {
+				m = 1;
+				y++;
+			}
+		}
+	}
+	assert_int_equal(days, 203 * 365 + 49);
+}
+
+/* "cal:<kind>:<tz>:<anchor>" and a counter "<end>:<units>". */
+static void test_quota_args(void **state)
+{
+	struct rl_arg a[MAXA];
+	struct rl_decision d;
+	struct rl_quota_value v;
+	char buf[64];
+
+	(void)state;
+	assert_int_equal(rl_args_parse_single(a, args_of("1 10 cal:m:-330:15", a), 1, &d), RL_OK);
+	assert_int_equal(d.w[0].cal, RL_CAL_MONTH);
+	assert_int_equal(d.w[0].tz_min, -330);
+	assert_int_equal(d.w[0].anchor, 15);
+	assert_int_equal(rl_args_parse_single(a, args_of("1 10 cal:h:840:1", a), 1, &d), RL_OK);
+	assert_int_equal(d.w[0].cal, RL_CAL_HOUR);
+	assert_int_equal(rl_args_parse_single(a, args_of("1 10 1000 5 cal:w:0:1", a), 2, &d), RL_OK);
+	assert_int_equal(d.w[1].cal, RL_CAL_WEEK);
+	assert_int_equal(d.w[0].cal, RL_CAL_NONE);
+	static const char *const bad[] = {
+		"1 10 cal:m:841:1", "1 10 cal:m:-841:1", "1 10 cal:m:0:29", "1 10 cal:m:0:0",
+		"1 10 cal:y:0:1", "1 10 cal:m:+1:1", "1 10 cal:m:0", "1 10 cal:m::1", "1 10 cal:m:-:1",
+		"1 10 cal:mm:0:1", "1 10 cal:", "1 10 cal:m:0:-1",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (rl_args_parse_single(a, args_of(bad[i], a), 1, &d) != RL_ERR_WINDOW)
+			fail_msg("'%s' parsed", bad[i]);
+	assert_int_equal(rl_args_parse_quota("4002566400000000:3", 18, &v), 0);
+	assert_int_equal(v.end, 4002566400000000LL);
+	assert_int_equal(v.units, 3);
+	assert_int_equal(rl_args_format_quota(buf, sizeof(buf), &v), 18);
+	assert_string_equal(buf, "4002566400000000:3");
+	assert_int_equal(rl_args_parse_quota("1:2:3", 5, &v), -1);
+	assert_int_equal(rl_args_parse_quota("-1:2", 4, &v), -1);
+	assert_int_equal(rl_args_parse_quota("abc", 3, &v), -1);
+	v = (struct rl_quota_value){ 4002566400000000LL, 3 };
+	/* (one byte short of the text and its NUL; a size the compiler cannot see) */
+	assert_int_equal(rl_args_format_quota(buf, (size_t)atoi("18"), &v), 0);
+}
+
 static void test_err_text(void **state)
 {
 	(void)state;
@@ -336,6 +462,7 @@ int main(void)
 		cmocka_unit_test(test_batch),      cmocka_unit_test(test_member),
 		cmocka_unit_test(test_bucket_end), cmocka_unit_test(test_err_text),
 		cmocka_unit_test(test_gcra),
+		cmocka_unit_test(test_calendar),   cmocka_unit_test(test_quota_args),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

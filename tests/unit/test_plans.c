@@ -79,7 +79,7 @@ static void test_plans_refused(void **state)
 		  "t.conf:3: duplicate directive 'plan-default' (first at line 2)" },
 		{ "policy g 3/1s algorithm=gcra\nplan pro g 5/1s 50/1m\n",
 		  "t.conf:2: plan 'pro' of 'g': algorithm=gcra takes exactly one <limit>/<window> (the "
-		  "rate; burst=<n> is the bucket)" },
+		  "rate; burst=<n> is the bucket), and at most one calendar quota beside it" },
 		{ "policy g 3/1s algorithm=gcra max-cost=3\nplan pro g 5/1s burst=2\n",
 		  "t.conf:2: plan 'pro' of 'g': max-cost=3 is above the burst (2): such a cost could "
 		  "never pass" },

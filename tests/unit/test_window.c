@@ -513,7 +513,7 @@ static void test_args_gcra(void **state)
  * not longer than the precision are not its concern. */
 static void test_check_precision(void **state)
 {
-	struct window_limit w[2] = { { 10, 1000, 0 }, { 1000, 3600000, 0 } };
+	struct window_limit w[2] = { { 10, 1000, 0, 0, 0, 0 }, { 1000, 3600000, 0, 0, 0, 0 } };
 	char why[160];
 
 	(void)state;
@@ -1225,9 +1225,78 @@ static void test_deny_holds(void **state)
 	assert_false(window_deny_holds(&p, 2, &d));
 }
 
+/* A calendar quota: its key names the period only (never the limit, tz or
+ * anchor), its argument "cal:<kind>:<tz>:<anchor>", no 1.0.x key beside a
+ * lone quota; a deny by it is reason=quota and is not kept in the deny
+ * cache (its reason would be lost there). */
+static void test_quota(void **state)
+{
+	struct window_policy p;
+	struct window_args a;
+	enum window_reason why;
+	struct window_reply r = { .kind = WINDOW_REPLY_INTEGERS, .n = 6,
+	                          .v = { 0, 100, 0, 86400000000LL, 86400000000LL, 1 } };
+	struct window_decision d;
+
+	(void)state;
+	memset(&p, 0, sizeof(p));
+	memcpy(p.name, "api", 3);
+	p.name_len = 3;
+	p.nwin = 2;
+	p.win[0] = (struct window_limit){ .limit = 10, .window_ms = 1000 };
+	p.win[1] = (struct window_limit){ .limit = 100, .window_ms = window_cal_ms(WINDOW_CAL_MONTH),
+	                                  .cal = WINDOW_CAL_MONTH, .tz_min = -330, .anchor = 15 };
+	p.legacy_key = true;
+	assert_int_equal(window_build_args(&p, "sha", "jwt:A}", 6, 1, &a, &why), 0);
+	assert_int_equal(a.nkeys, 2);
+	assert_string_equal(a.argv[3], "api:limit:v1:{jwt:A%7D}:1s");
+	assert_string_equal(a.argv[4], "api:limit:c1:{jwt:A%7D}:month");
+	assert_string_equal(a.argv[8], "100");
+	assert_string_equal(a.argv[9], "cal:m:-330:15");
+	/* another limit, offset or anchor: the same key */
+	p.win[1].limit = 5;
+	p.win[1].tz_min = 60;
+	p.win[1].anchor = 1;
+	assert_int_equal(window_build_args(&p, "sha", "jwt:A}", 6, 1, &a, &why), 0);
+	assert_string_equal(a.argv[4], "api:limit:c1:{jwt:A%7D}:month");
+	assert_string_equal(a.argv[9], "cal:m:60:1");
+	/* a lone quota has no 1.0.x key; the other periods */
+	p.nwin = 1;
+	p.win[0] = (struct window_limit){ .limit = 7, .window_ms = window_cal_ms(WINDOW_CAL_WEEK),
+	                                  .cal = WINDOW_CAL_WEEK };
+	assert_int_equal(window_build_args(&p, "sha", "jwt:B", 5, 1, &a, &why), 0);
+	assert_int_equal(a.nkeys, 1);
+	assert_string_equal(a.argv[3], "api:limit:c1:{jwt:B}:week");
+	assert_string_equal(a.argv[6], "cal:w:0:1");
+	assert_true(window_policy_has_quota(&p));
+	/* above the quota: bad-cost, as above any limit */
+	assert_int_equal(window_build_args(&p, "sha", "jwt:B", 5, 8, &a, &why), -1);
+	assert_int_equal(why, WINDOW_REASON_BAD_COST);
+	/* the deny names the quota when it decides */
+	p.nwin = 2;
+	p.win[0] = (struct window_limit){ .limit = 10, .window_ms = 1000 };
+	p.win[1].cal = WINDOW_CAL_DAY;
+	assert_int_equal(window_decide_reply(&p, &r, &d), 0);
+	assert_int_equal(d.status, WINDOW_DENY);
+	assert_int_equal(d.reason, WINDOW_REASON_QUOTA);
+	assert_string_equal(window_reason_str(d.reason), "quota");
+	assert_int_equal(d.retry_after, 86400);
+	assert_false(window_deny_holds(&p, 1, &d));
+	r.v[5] = 0;   /* the 1s window's deny: no reason */
+	assert_int_equal(window_decide_reply(&p, &r, &d), 0);
+	assert_int_equal(d.reason, WINDOW_REASON_NONE);
+	p.shadow = true;   /* shadow: its own reason */
+	r.v[5] = 1;
+	assert_int_equal(window_decide_reply(&p, &r, &d), 0);
+	assert_int_equal(d.reason, WINDOW_REASON_SHADOW_DENY);
+	assert_string_equal(window_cal_name(WINDOW_CAL_HOUR), "hour");
+	assert_int_equal(window_cal_ms(WINDOW_CAL_MONTH), 31 * 86400000ULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_quota),
 		cmocka_unit_test(test_strings),
 		cmocka_unit_test(test_rounding),
 		cmocka_unit_test(test_format_ms),
