@@ -325,6 +325,11 @@ int64_t rl_pool_retry_share(RedisModuleCtx *ctx, const struct rl_pool_state *ps,
 				ix = (void *)(uintptr_t)nu_len++;
 				RedisModule_DictSetC(units, (void *)acc, acc_len, ix);
 			}
+			if (!u) {   /* (never: an index in the dict has its slot in u) */
+				RedisModule_FreeString(ctx, m);
+				m = NULL;
+				break;
+			}
 			v = u[(uintptr_t)ix];
 			if (v > 0 && v - k1 <= 0 && n > 0)
 				n--;
