@@ -129,11 +129,25 @@ enum live_verdict live_apply(struct live *lv, const struct window_policy *p, con
 	if (now >= expires || live_rule_check(p, &r, why, sizeof(why)) == -1)
 		return LIVE_NONE;
 	if (!r.block) {
+		unsigned i;
+
 		*out = *p;
 		out->nwin = r.nwin;
 		memcpy(out->win, r.win, r.nwin * sizeof(r.win[0]));
 		if (p->algorithm == WINDOW_ALGO_GCRA)
 			out->win[0].burst = live_rule_gcra_burst(p, &r);
+		/* A live override names no calendar period: the quotas of the
+		 * limits it stands in for keep counting beside it, or a month's
+		 * quota would be forgotten while it lasts. No room for them: the
+		 * override is not applied (those limits are its ceiling). */
+		lim = window_limits_for(p, key, key_len, &nwin);
+		for (i = 0; i < nwin; i++) {
+			if (!lim[i].cal)
+				continue;
+			if (out->nwin == WINDOW_MAX_WINDOWS)
+				return LIVE_NONE;
+			out->win[out->nwin++] = lim[i];
+		}
 		out->overrides = NULL;
 		out->noverrides = 0;
 		return LIVE_LIMITS;

@@ -167,7 +167,8 @@ h.stop(ps)
 h.stop(pm)
 
 # ---- part 3: a token bucket with a quota beside it, both engines ----
-GQ = "100/1s burst=100 algorithm=gcra 2/month"
+# (an hour's rate: the bucket's key lives long enough to be looked at)
+GQ = "100/1h burst=100 algorithm=gcra 2/month"
 ps, cs, _ = agent("agent-gs", rport, "script", GQ)
 pm, cm, _ = agent("agent-gm", rport, "module", GQ)
 vs = [ask(c, "jwt:Q3") for c in (cs, cm, cs, cm)]
@@ -175,11 +176,35 @@ h.eq("bucket + 2/month: two admitted, then quota on both engines",
      [("allow", ""), ("allow", ""), ("deny", "quota"), ("deny", "quota")],
      [(v.get("status"), v.get("reason", "")) for v in vs])
 h.eq("the quota's item in RateLimit-Policy beside the bucket's",
-     '"api-1s";q=100;w=1, "api-month";q=2;w=2678400', vs[0].get("policy_hdr"))
+     '"api-1h";q=100;w=3600, "api-month";q=2;w=2678400', vs[0].get("policy_hdr"))
 h.check("the bucket and the quota: a g1 and a c1 key",
         harness.rcli(rport, "EXISTS", "api:limit:g1:{jwt:Q3}").strip() == "1" and
         harness.rcli(rport, "GET", "api:limit:c1:{jwt:Q3}:month").strip().endswith(":2"),
         harness.rcli(rport, "KEYS", "*Q3*"))
+for c in (cs, cm):
+    c.close()
+h.stop(ps)
+h.stop(pm)
+
+# ---- part 4: a live override keeps the quota counting ----
+# A live override names no calendar period; the quota of the limits it
+# stands in for keeps counting beside it (live-max lets it raise the rate).
+LQ = "100/1s 3/month\nlive-max api 50/1s"
+ps, cs, logs = agent("agent-ls", rport, "script", LQ)
+pm, cm, logm = agent("agent-lm", rport, "module", LQ)
+got = [ask(c, "jwt:Q4").get("status") for c in (cs, cm)]
+h.eq("3/month: two of three used", ["allow", "allow"], got)
+rc, out, err = subprocess.run([AGENT, "ctl", "-c", os.path.join(h.tmp, "agent-ls.conf"), "override",
+                               "api", "jwt:Q4", "5/1s", "--for", "5m"],
+                              capture_output=True, text=True, timeout=30).returncode, "", ""
+h.eq("ctl override api jwt:Q4 5/1s (within live-max): accepted", 0, rc)
+for lg in (logs, logm):
+    harness.wait_for(lambda: "event=live_override_change" in harness.read_text(lg), timeout=20)
+vs = [ask(c, "jwt:Q4") for c in (cs, cm)]
+h.eq("under the live override: the quota's last unit, then quota (both engines' agents)",
+     [("allow", ""), ("deny", "quota")], [(v.get("status"), v.get("reason", "")) for v in vs])
+h.eq("the live override's window and the quota in RateLimit-Policy",
+     '"api-1s";q=5;w=1, "api-month";q=3;w=2678400', vs[0].get("policy_hdr"))
 for c in (cs, cm):
     c.close()
 h.done()
