@@ -150,6 +150,7 @@ static int main_load_config(struct main_state *m, struct config *c, char *err, s
 		snprintf(c->listen, sizeof(c->listen), "%s", m->opt_listen);
 	if (m->opt_redis)
 		snprintf(c->redis, sizeof(c->redis), "%s", m->opt_redis);
+	config_tag_pool_accounts(c);
 	return config_validate(c, err, errlen);
 }
 

@@ -277,6 +277,27 @@ static void test_args_pool(void **state)
 	                        &d), 0);
 	assert_int_equal(d.status, WINDOW_ALLOW);
 	assert_int_equal(d.reason, WINDOW_REASON_SHADOW_DENY);
+	p.shadow = false;
+
+	/* on a Cluster (pool_tag): the account's keys in the pool's slot,
+	 * "{<pool>}/<tag>", never a 1.0.x key; the pool's own unchanged */
+	p.pool_tag = true;
+	p.legacy_key = true;
+	p.inflight = 2;
+	p.lease_ms = 60000;
+	memset(p.lease_id, 'a', WINDOW_LEASE_ID_LEN);
+	p.lease_id[WINDOW_LEASE_ID_LEN] = '\0';
+	assert_int_equal(window_build_args(&p, "sha", "ACC:1}", 6, 1, &one[0], &why), 0);
+	assert_int_equal(one[0].nkeys, 4);
+	assert_arg(&one[0], 3, "transfer:limit:v1:{transfers}/ACC:1%7D:1s");
+	assert_arg(&one[0], 4, "transfer:inflight:l1:{transfers}/ACC:1%7D");
+	assert_arg(&one[0], 5, "transfers:pool:p1:{transfers}");
+	assert_arg(&one[0], 6, "transfers:pool:a1:{transfers}");
+	assert_arg(&one[0], 13, "pool:1000:2:ACC:1}");
+	p.precision_ms = 1000;
+	p.win[0].window_ms = 60000;
+	assert_int_equal(window_build_args(&p, "sha", "B", 1, 1, &one[0], &why), 0);
+	assert_arg(&one[0], 3, "transfer:limit:b1:{transfers}/B:1m");
 }
 
 /* inflight= (issue 38): the leases' key after the windows' (and the 1.0.x
