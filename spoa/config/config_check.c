@@ -408,11 +408,14 @@ int config_check_pool_reload(const struct config *old, const struct config *next
 			    !pool_tag_moves(op, np))
 				continue;
 			snprintf(err, errlen, "%s:%u: policy '%s': on a Redis Cluster its pool cannot change "
-			         "on reload (pool=%s to pool=%s): its accounts' keys carry the pool's hash "
+			         "on reload (pool=%s to pool=%s%s): its accounts' keys carry the pool's hash "
 			         "tag, so their windows would start empty; keep the pool, or give the "
 			         "policy a new name (a restart starts them empty too)",
 			         path ? path : "(config)", next->policy_line[i], np->name,
-			         op->pooled ? op->pool.name : "(none)", np->pooled ? np->pool.name : "(none)");
+			         op->pooled ? op->pool.name : "(none)", np->pooled ? np->pool.name : "(none)",
+			         op->pool_tag == np->pool_tag || op->pooled != np->pooled ? ""
+			         : op->pool_tag ? ", the redis URL off the Cluster"
+			                        : ", the redis URL onto a Cluster");
 			return -1;
 		}
 	}
