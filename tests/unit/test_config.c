@@ -637,6 +637,19 @@ static void test_pool_reload_cluster(void **state)
 		config_release(&next);
 		config_release(&old);
 	}
+	/* the redis URL onto a Cluster moves a pooled policy's keys too */
+	assert_int_equal(parse(&old, "pool a 10/1s\npolicy p 3/1s pool=a\n", err), 0);
+	assert_int_equal(parse(&next, "pool a 10/1s\npolicy p 3/1s pool=a\n", err), 0);
+	config_tag_pool_accounts(&old);
+	snprintf(next.redis, sizeof(next.redis), "cluster://127.0.0.1:7000");
+	config_tag_pool_accounts(&next);
+	assert_int_equal(config_check_pool_reload(&old, &next, "a.conf", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "a.conf:2: policy 'p': on a Redis Cluster its pool cannot change "
+	                            "on reload (pool=a to pool=a, the redis URL onto a Cluster)"));
+	assert_int_equal(config_check_pool_reload(&next, &old, "a.conf", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "(pool=a to pool=a, the redis URL off the Cluster)"));
+	config_release(&next);
+	config_release(&old);
 }
 
 /* inflight= and lease= (issue 38): the bound and the lease's length (60s
