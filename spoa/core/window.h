@@ -38,8 +38,9 @@
 #define WINDOW_NAME_MAX        48     /* policy name, bytes, without NUL */
 #define WINDOW_KEY_MAX         256    /* account key, bytes */
 #define WINDOW_MAX_WINDOWS     4      /* "10/1s 1000/1h": windows per policy */
-/* a key's '}' and '%' take 3 bytes in a hash tag */
-#define WINDOW_REDIS_KEY_MAX   (WINDOW_NAME_MAX + 3 * WINDOW_KEY_MAX + 32)
+/* a key's '}' and '%' take 3 bytes in a hash tag; a pooled policy's on a
+ * Cluster has its pool's name and "}/" before them */
+#define WINDOW_REDIS_KEY_MAX   (2 * WINDOW_NAME_MAX + 3 * WINDOW_KEY_MAX + 34)
 /* "EVALSHA" sha nkeys, one key per window, cost, limit+window per window;
  * a pool: 2 keys and its limit+window */
 /* "EVALSHA" sha nkeys, one key per window, cost, limit+window per window;

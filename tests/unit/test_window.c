@@ -298,6 +298,37 @@ static void test_args_pool(void **state)
 	p.win[0].window_ms = 60000;
 	assert_int_equal(window_build_args(&p, "sha", "B", 1, 1, &one[0], &why), 0);
 	assert_arg(&one[0], 3, "transfer:limit:b1:{transfers}/B:1m");
+
+	/* the longest: names of 48, an account of 256 '}' (768 in the tag),
+	 * four windows, leases and the pool on a Cluster: every key fits */
+	{
+		struct window_policy big;
+		char acc[WINDOW_KEY_MAX], name[WINDOW_NAME_MAX + 1];
+		static const uint64_t ms[WINDOW_MAX_WINDOWS] = { 1001, 60001, 3600001, 86400001 };
+		unsigned w;
+
+		memset(acc, '}', sizeof(acc));
+		memset(name, 'n', WINDOW_NAME_MAX);
+		name[WINDOW_NAME_MAX] = '\0';
+		policy_make(&big, name, 1, ms[0]);
+		big.nwin = WINDOW_MAX_WINDOWS;
+		for (w = 0; w < WINDOW_MAX_WINDOWS; w++) {
+			big.win[w].limit = 1000000;
+			big.win[w].window_ms = ms[w];
+		}
+		big.pooled = big.pool_tag = true;
+		big.pool = p.pool;
+		memcpy(big.pool.name, name, sizeof(name));
+		big.pool.name_len = WINDOW_NAME_MAX;
+		big.inflight = 2;
+		big.lease_ms = 86400001;
+		memcpy(big.lease_id, p.lease_id, sizeof(p.lease_id));
+		assert_int_equal(window_build_args(&big, "0123456789012345678901234567890123456789",
+		                                   acc, sizeof(acc), 1, &one[0], &why), 0);
+		assert_int_equal(one[0].nkeys, WINDOW_MAX_WINDOWS + 3);
+		for (i = 0; i < one[0].nkeys; i++)
+			assert_true(one[0].argvlen[3 + i] < WINDOW_REDIS_KEY_MAX);
+	}
 }
 
 /* inflight= (issue 38): the leases' key after the windows' (and the 1.0.x
