@@ -123,12 +123,13 @@ static const char main_usage_tail[] =
 "exit 0); SIGHUP reloads the file: policies, overrides, redis, redis-timeout,\n"
 "log-level, metrics, max-*, *-timeout, deny-cache change live, connections\n"
 "stay open; listen and threads need a restart; a bad file (or a pool's\n"
-"window made longer) is logged as 'file:line: reason' and the running\n"
-"configuration stays. A new Redis is set up before the old one is dropped;\n"
-"a reload is all or nothing.\n"
+"window made longer, or on Redis Cluster a policy's pool changed) is logged\n"
+"as 'file:line: reason' and the running configuration stays. A new Redis is\n"
+"set up before the old one is dropped; a reload is all or nothing.\n"
 "Logs: one key=value line per event on stderr. Exit status: 0 ok, 1 error.\n"
 "Durations: 50ms, 1s, 10m, 1h. Redis key of each window of a request:\n"
-"<policy>:limit:v1:{<key>}:<window> (algorithm=gcra: <policy>:limit:g1:{<key>}).\n";
+"<policy>:limit:v1:{<key>}:<window> (algorithm=gcra: <policy>:limit:g1:{<key>};\n"
+"pool= on cluster://: {<pool>}/<key> for {<key>}).\n";
 
 /* The --help text to <f>: options, the directives (from the parser's
  * table), signals. */
@@ -150,6 +151,7 @@ static int main_load_config(struct main_state *m, struct config *c, char *err, s
 		snprintf(c->listen, sizeof(c->listen), "%s", m->opt_listen);
 	if (m->opt_redis)
 		snprintf(c->redis, sizeof(c->redis), "%s", m->opt_redis);
+	config_tag_pool_accounts(c);
 	return config_validate(c, err, errlen);
 }
 

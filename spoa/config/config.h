@@ -86,6 +86,7 @@ struct config {
 	size_t plan_default_len;
 	unsigned plan_default_line;
 	unsigned pool_line[CONFIG_MAX_POOLS];  /* each pool's line, for a reload's refusal */
+	unsigned policy_line[CONFIG_MAX_POLICIES]; /* each policy's line, likewise */
 	/* What parses but cannot do what it says (a window that never decides):
 	 * "<file>:<line>: warning: <reason>" lines, each ending in '\n', cut to
 	 * fit; <nwarnings> counts them all. Never an error. */
@@ -115,9 +116,15 @@ int config_load_file(struct config *c, const char *path, char *err, size_t errle
  * loopback or unix unless allowed, ...). Returns 0 or -1 with <err>. */
 int config_validate(const struct config *c, char *err, size_t errlen);
 
+/* Once the file and flags are merged: a pooled policy's account keys take
+ * its pool's hash tag when the Redis URL is a Cluster (window_policy
+ * pool_tag), so that one atomic call holds the account and its pool. */
+void config_tag_pool_accounts(struct config *c);
+
 /* A reload from <old> to <next> (read from <path>): refused when a pool of
- * both gets a longer window. Returns 0, or -1 with "<path>:<line>: ..." in
- * <err>. */
+ * both gets a longer window, or when a policy of both would keep its
+ * accounts' units under other keys (it joins, leaves or changes its pool
+ * on a Cluster). Returns 0, or -1 with "<path>:<line>: ..." in <err>. */
 int config_check_pool_reload(const struct config *old, const struct config *next,
                              const char *path, char *err, size_t errlen);
 

@@ -339,13 +339,6 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 	if ((unsigned)c->log_level >= CONFIG_LOG_COUNT)
 		return validate_fail(c, err, errlen, "bad log level");
 	for (i = 0; i < c->npolicies; i++) {
-		/* a pool's keys and its accounts' keys are in different slots: one
-		 * atomic call cannot hold them on a Cluster */
-		if (c->policies[i].pooled &&
-		    (strncmp(c->redis, "cluster://", 10) == 0 || strncmp(c->redis, "cluster+tls://", 14) == 0))
-			return validate_fail(c, err, errlen, "policy '%s': pool= needs one Redis (a primary, "
-			                     "or sentinel://), not cluster://: a pool and its accounts "
-			                     "cannot be decided in one slot", c->policies[i].name);
 		/* (inflight= alone: the leases are the policy's one limit) */
 		if ((c->policies[i].nwin < 1 && !c->policies[i].inflight) ||
 		    c->policies[i].nwin > WINDOW_MAX_WINDOWS)
@@ -353,6 +346,26 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 			                     c->policies[i].name, WINDOW_MAX_WINDOWS);
 	}
 	return 0;
+}
+
+/* See config.h. */
+void config_tag_pool_accounts(struct config *c)
+{
+	bool cluster = strncmp(c->redis, "cluster://", 10) == 0 ||
+	               strncmp(c->redis, "cluster+tls://", 14) == 0;
+	size_t i;
+
+	for (i = 0; i < c->npolicies; i++)
+		c->policies[i].pool_tag = cluster && c->policies[i].pooled;
+}
+
+/* The keys of <p>'s accounts and <q>'s differ (the pool's tag on a Cluster). */
+static bool pool_tag_moves(const struct window_policy *p, const struct window_policy *q)
+{
+	if (p->pool_tag != q->pool_tag)
+		return true;
+	return p->pool_tag && (p->pool.name_len != q->pool.name_len ||
+	                       memcmp(p->pool.name, q->pool.name, p->pool.name_len) != 0);
 }
 
 /* A pool's log keeps what its window held: a decision trims what left the
@@ -380,6 +393,29 @@ int config_check_pool_reload(const struct config *old, const struct config *next
 			         "longer window a new pool name", path ? path : "(config)",
 			         next->pool_line[i], np->name, (unsigned long long)op->window_ms,
 			         (unsigned long long)np->window_ms);
+			return -1;
+		}
+	}
+	/* On a Cluster a pooled policy's accounts are keyed under the pool's
+	 * tag: a new tag would start every account's windows empty */
+	for (i = 0; i < next->npolicies; i++) {
+		const struct window_policy *np = &next->policies[i];
+
+		for (j = 0; j < old->npolicies; j++) {
+			const struct window_policy *op = &old->policies[j];
+
+			if (op->name_len != np->name_len || memcmp(op->name, np->name, np->name_len) != 0 ||
+			    !pool_tag_moves(op, np))
+				continue;
+			snprintf(err, errlen, "%s:%u: policy '%s': on a Redis Cluster its pool cannot change "
+			         "on reload (pool=%s to pool=%s%s): its accounts' keys carry the pool's hash "
+			         "tag, so their windows would start empty; keep the pool, or give the "
+			         "policy a new name (a restart starts them empty too)",
+			         path ? path : "(config)", next->policy_line[i], np->name,
+			         op->pooled ? op->pool.name : "(none)", np->pooled ? np->pool.name : "(none)",
+			         op->pool_tag == np->pool_tag || op->pooled != np->pooled ? ""
+			         : op->pool_tag ? ", the redis URL off the Cluster"
+			                        : ", the redis URL onto a Cluster");
 			return -1;
 		}
 	}

@@ -444,6 +444,7 @@ int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 	/* Overrides added later in this parse start at index 0. */
 	x->ov_first[c->npolicies] = 0;
 	x->ov_cap[c->npolicies] = 0;
+	c->policy_line[c->npolicies] = x->lex.line;
 	c->npolicies++;
 	return 0;
 }

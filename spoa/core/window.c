@@ -404,6 +404,8 @@ int window_build_batch(const struct window_args *one, size_t n, const char *cmd,
  * The tag (args_put_tag) ends at the first '}' and the window follows it,
  * so the forms never meet: distinct accounts, policies or windows give
  * distinct keys, and every key of an account shares one Cluster slot.
+ * With p->pool_tag "{<tag>}" is "{<pool>}/<tag>" instead: the pool's slot,
+ * and never an unpooled key, whose tag's '}' is followed by ':' or the end.
  */
 static void args_add_key(struct args_writer *w, const struct window_policy *p,
                          enum window_key_form form, uint64_t window_ms,
@@ -420,12 +422,13 @@ static void args_add_key(struct args_writer *w, const struct window_policy *p,
 	size_t name_len = p->name_len;
 	char *start = args_begin(w);
 	size_t pos = 0;
+	bool pool_form = form == WINDOW_KEY_POOL_LOG || form == WINDOW_KEY_POOL_ACCOUNTS;
 	char ws[32];
 	int n;
 
 	if (!start)
 		return;
-	if (form == WINDOW_KEY_POOL_LOG || form == WINDOW_KEY_POOL_ACCOUNTS) {
+	if (pool_form) {
 		name = p->pool.name;
 		name_len = p->pool.name_len;
 		key = name;
@@ -437,8 +440,14 @@ static void args_add_key(struct args_writer *w, const struct window_policy *p,
 		args_put(w, &pos, key, key_len);
 	} else {
 		args_put(w, &pos, "{", 1);
-		args_put_tag(w, &pos, key, key_len);
-		args_put(w, &pos, "}", 1);
+		if (p->pool_tag && !pool_form) {
+			args_put(w, &pos, p->pool.name, p->pool.name_len);
+			args_put(w, &pos, "}/", 2);
+			args_put_tag(w, &pos, key, key_len);
+		} else {
+			args_put_tag(w, &pos, key, key_len);
+			args_put(w, &pos, "}", 1);
+		}
 		if (form == WINDOW_KEY_LOG || form == WINDOW_KEY_BUCKETS) {
 			n = window_format_ms(window_ms, ws, sizeof(ws));
 			args_put(w, &pos, ":", 1);
@@ -655,7 +664,7 @@ int window_build_args(const struct window_policy *p, const char *sha,
 
 	/* an upgrade from 1.0.x: its one-window key is a second window of the
 	 * same limit, so it counts (and gets) what either form admitted */
-	legacy = p->legacy_key && nwin == 1 && !lim[0].cal && key[0] != '{';
+	legacy = p->legacy_key && !p->pool_tag && nwin == 1 && !lim[0].cal && key[0] != '{';
 	nkeys = nwin + (legacy ? 1 : 0);
 	/* (a lease id is what the caller drew: without one, no decision) */
 	if (p->inflight && strlen(p->lease_id) != WINDOW_LEASE_ID_LEN) {

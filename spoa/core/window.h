@@ -38,8 +38,9 @@
 #define WINDOW_NAME_MAX        48     /* policy name, bytes, without NUL */
 #define WINDOW_KEY_MAX         256    /* account key, bytes */
 #define WINDOW_MAX_WINDOWS     4      /* "10/1s 1000/1h": windows per policy */
-/* a key's '}' and '%' take 3 bytes in a hash tag */
-#define WINDOW_REDIS_KEY_MAX   (WINDOW_NAME_MAX + 3 * WINDOW_KEY_MAX + 32)
+/* a key's '}' and '%' take 3 bytes in a hash tag; a pooled policy's on a
+ * Cluster has its pool's name and "}/" before them */
+#define WINDOW_REDIS_KEY_MAX   (2 * WINDOW_NAME_MAX + 3 * WINDOW_KEY_MAX + 34)
 /* "EVALSHA" sha nkeys, one key per window, cost, limit+window per window;
  * a pool: 2 keys and its limit+window */
 /* "EVALSHA" sha nkeys, one key per window, cost, limit+window per window;
@@ -175,6 +176,10 @@ struct window_policy {
 	/* pool=: the pool's limits, copied at parse (a log policy only) */
 	bool pooled;
 	struct window_pool pool;
+	/* the account's keys carry the pool's hash tag, "{<pool>}/<tag>", so
+	 * that they are in the pool's Cluster slot (config_tag_pool_accounts:
+	 * a pooled policy on cluster://); kept when a caller clears pooled */
+	bool pool_tag;
 	/* inflight=: requests of one account running at once (0: no limit),
 	 * each holding a lease of lease_ms until released or ended */
 	uint64_t inflight;
@@ -320,7 +325,10 @@ int window_check_key(const char *key, size_t key_len);
  * A pooled policy (p->pooled, never GCRA) adds its pool after the windows:
  * two keys, "<pool>:pool:p1:{<pool>}" (the log) and "<pool>:pool:a1:{<pool>}"
  * (account -> units), and the pair <limit> "pool:<ms>:<headroom>:<key>";
- * a cost above the pool's limit is BAD_COST.
+ * a cost above the pool's limit is BAD_COST. With p->pool_tag the
+ * account's own keys take the pool's tag instead of the account's:
+ * "<policy>:limit:v1:{<pool>}/<tag>:<window>" (b1, l1 likewise), all in
+ * the pool's slot; never a 1.0.x key then.
  * Returns 0, or -1 with the reason in <*why> (BAD_KEY, BAD_COST).
  */
 int window_build_args(const struct window_policy *p, const char *sha,

@@ -746,8 +746,10 @@ int ctl_main(int argc, char **argv)
 		rc = 0;
 		goto out;
 	}
-	if (config_load_file(&x->cfg, x->a.config, x->err, sizeof(x->err)) == -1 ||
-	    config_validate(&x->cfg, x->err, sizeof(x->err)) == -1)
+	if (config_load_file(&x->cfg, x->a.config, x->err, sizeof(x->err)) == -1)
+		goto fail;
+	config_tag_pool_accounts(&x->cfg);
+	if (config_validate(&x->cfg, x->err, sizeof(x->err)) == -1)
 		goto fail;
 	if (x->a.policy && !(x->p = config_find_policy(&x->cfg, x->a.policy, strlen(x->a.policy)))) {
 		snprintf(x->err, sizeof(x->err), "%s: no policy '%s'", x->a.config, x->a.policy);

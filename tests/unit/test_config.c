@@ -576,7 +576,8 @@ static void test_parse_errors(void **state)
 /* algorithm=gcra: the rate, the burst (default the limit), overrides
  * keeping the algorithm with their own burst; the log stays the default. */
 /* pool and pool= (issue 37): the pool's limits copied into each policy
- * naming it, the default headroom, and a Cluster URL refused. */
+ * naming it, the default headroom, and on a Cluster URL the pool's tag on
+ * its policies' accounts. */
 /* A reload that lengthens a pool's window is refused with file:line (its
  * log holds only the running window's units); a shorter window, another
  * limit or headroom, a new pool or one dropped are not. */
@@ -638,12 +639,80 @@ static void test_pools(void **state)
 	assert_false(config_find_policy(&c, "alone", 5)->pooled);
 	if (config_validate(&c, err, sizeof(err)) != 0)
 		fail_msg("%s", err);
+	config_tag_pool_accounts(&c);
+	assert_false(config_find_policy(&c, "search", 6)->pool_tag);
+	/* on a Cluster the pooled policies' accounts take their pool's tag */
 	snprintf(c.redis, sizeof(c.redis), "cluster://127.0.0.1:7000");
-	assert_int_equal(config_validate(&c, err, sizeof(err)), -1);
-	assert_non_null(strstr(err, "policy 'search': pool= needs one Redis"));
-	snprintf(c.redis, sizeof(c.redis), "sentinel://127.0.0.1:26379/m");
+	config_tag_pool_accounts(&c);
 	assert_int_equal(config_validate(&c, err, sizeof(err)), 0);
+	assert_true(config_find_policy(&c, "search", 6)->pool_tag);
+	assert_true(config_find_policy(&c, "transfer", 8)->pool_tag);
+	assert_false(config_find_policy(&c, "alone", 5)->pool_tag);
+	snprintf(c.redis, sizeof(c.redis), "cluster+tls://127.0.0.1:7000");
+	config_tag_pool_accounts(&c);
+	assert_true(config_find_policy(&c, "export", 6)->pool_tag);
+	snprintf(c.redis, sizeof(c.redis), "sentinel://127.0.0.1:26379/m");
+	config_tag_pool_accounts(&c);
+	assert_int_equal(config_validate(&c, err, sizeof(err)), 0);
+	assert_false(config_find_policy(&c, "search", 6)->pool_tag);
 	config_release(&c);
+}
+
+/* On a Cluster a reload that moves a policy's accounts to other keys (it
+ * joins, leaves or changes its pool) is refused with file:line; the same
+ * change off a Cluster, or another pool's limits, is not. */
+static void test_pool_reload_cluster(void **state)
+{
+	static const char *const next_text[] = {
+		"pool a 10/1s\npool b 10/1s\npolicy other 3/1s\npolicy p 3/1s pool=b\n",
+		"pool a 10/1s\npool b 10/1s\npolicy other 3/1s\npolicy p 3/1s\n",
+	};
+	struct config old, next;
+	char err[CONFIG_ERR_LEN];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(parse(&old, "pool a 10/1s\npool b 10/1s\npolicy other 3/1s\n"
+		                             "policy p 3/1s pool=a\n", err), 0);
+		assert_int_equal(parse(&next, next_text[i], err), 0);
+		config_tag_pool_accounts(&old);
+		config_tag_pool_accounts(&next);
+		assert_int_equal(config_check_pool_reload(&old, &next, "a.conf", err, sizeof(err)), 0);
+		snprintf(old.redis, sizeof(old.redis), "cluster://127.0.0.1:7000");
+		snprintf(next.redis, sizeof(next.redis), "cluster://127.0.0.1:7000");
+		config_tag_pool_accounts(&old);
+		config_tag_pool_accounts(&next);
+		err[0] = '\0';
+		assert_int_equal(config_check_pool_reload(&old, &next, "a.conf", err, sizeof(err)), -1);
+		assert_non_null(strstr(err, i == 0 ? "a.conf:4: policy 'p': on a Redis Cluster its pool "
+		                                     "cannot change on reload (pool=a to pool=b)"
+		                                   : "a.conf:4: policy 'p': on a Redis Cluster its pool "
+		                                     "cannot change on reload (pool=a to pool=(none))"));
+		/* (and joining one) */
+		assert_int_equal(config_check_pool_reload(&next, &old, "a.conf", err, sizeof(err)), -1);
+		config_release(&next);
+		/* the same pool with other limits keeps the keys */
+		assert_int_equal(parse(&next, "pool a 20/1s headroom=5\npolicy p 5/1s pool=a\n", err), 0);
+		snprintf(next.redis, sizeof(next.redis), "cluster://127.0.0.1:7000");
+		config_tag_pool_accounts(&next);
+		assert_int_equal(config_check_pool_reload(&old, &next, "a.conf", err, sizeof(err)), 0);
+		config_release(&next);
+		config_release(&old);
+	}
+	/* the redis URL onto a Cluster moves a pooled policy's keys too */
+	assert_int_equal(parse(&old, "pool a 10/1s\npolicy p 3/1s pool=a\n", err), 0);
+	assert_int_equal(parse(&next, "pool a 10/1s\npolicy p 3/1s pool=a\n", err), 0);
+	config_tag_pool_accounts(&old);
+	snprintf(next.redis, sizeof(next.redis), "cluster://127.0.0.1:7000");
+	config_tag_pool_accounts(&next);
+	assert_int_equal(config_check_pool_reload(&old, &next, "a.conf", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "a.conf:2: policy 'p': on a Redis Cluster its pool cannot change "
+	                            "on reload (pool=a to pool=a, the redis URL onto a Cluster)"));
+	assert_int_equal(config_check_pool_reload(&next, &old, "a.conf", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "(pool=a to pool=a, the redis URL off the Cluster)"));
+	config_release(&next);
+	config_release(&old);
 }
 
 /* inflight= and lease= (issue 38): the bound and the lease's length (60s
@@ -1509,6 +1578,7 @@ int main(void)
 		cmocka_unit_test(test_pools),
 		cmocka_unit_test(test_leases),
 		cmocka_unit_test(test_pool_reload_window),
+		cmocka_unit_test(test_pool_reload_cluster),
 		cmocka_unit_test(test_nul_byte),
 		cmocka_unit_test(test_error_truncation),
 		cmocka_unit_test(test_windows_and_urls),

@@ -445,6 +445,32 @@ static void test_keys(void **state)
 	config_release(&c);
 }
 
+/* A pooled policy on a Cluster: show and reset name the keys the agent
+ * writes, under the pool's hash tag (no 1.0.x form), never the pool's. */
+static void test_keys_pool_tag(void **state)
+{
+	struct config c;
+	struct ctl_key k[CTL_KEYS_MAX];
+	const struct window_policy *p;
+	int n;
+
+	(void)state;
+	load(&c, "redis cluster://127.0.0.1:7000\npool backend 10/1s\n"
+	         "policy api 3/1s 100/1h pool=backend\npolicy one 3/1s pool=backend\n");
+	config_tag_pool_accounts(&c);
+	p = config_find_policy(&c, "api", 3);
+	n = ctl_keys_for(p, p->win, p->nwin, "jwt:A}", 6, k, 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(k[0].name, "api:limit:v1:{backend}/jwt:A%7D:1s");
+	assert_string_equal(k[1].name, "api:limit:v1:{backend}/jwt:A%7D:1h");
+	p = config_find_policy(&c, "one", 3);
+	n = ctl_keys_for(p, p->win, p->nwin, "jwt:A", 5, k, 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(k[0].name, "one:limit:v1:{backend}/jwt:A:1s");
+	assert_false(k[0].legacy);
+	config_release(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -457,6 +483,7 @@ int main(void)
 		cmocka_unit_test(test_ceiling_gcra),
 		cmocka_unit_test(test_live_max_directive),
 		cmocka_unit_test(test_keys),
+		cmocka_unit_test(test_keys_pool_tag),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -277,6 +277,58 @@ static void test_args_pool(void **state)
 	                        &d), 0);
 	assert_int_equal(d.status, WINDOW_ALLOW);
 	assert_int_equal(d.reason, WINDOW_REASON_SHADOW_DENY);
+	p.shadow = false;
+
+	/* on a Cluster (pool_tag): the account's keys in the pool's slot,
+	 * "{<pool>}/<tag>", never a 1.0.x key; the pool's own unchanged */
+	p.pool_tag = true;
+	p.legacy_key = true;
+	p.inflight = 2;
+	p.lease_ms = 60000;
+	memset(p.lease_id, 'a', WINDOW_LEASE_ID_LEN);
+	p.lease_id[WINDOW_LEASE_ID_LEN] = '\0';
+	assert_int_equal(window_build_args(&p, "sha", "ACC:1}", 6, 1, &one[0], &why), 0);
+	assert_int_equal(one[0].nkeys, 4);
+	assert_arg(&one[0], 3, "transfer:limit:v1:{transfers}/ACC:1%7D:1s");
+	assert_arg(&one[0], 4, "transfer:inflight:l1:{transfers}/ACC:1%7D");
+	assert_arg(&one[0], 5, "transfers:pool:p1:{transfers}");
+	assert_arg(&one[0], 6, "transfers:pool:a1:{transfers}");
+	assert_arg(&one[0], 13, "pool:1000:2:ACC:1}");
+	p.precision_ms = 1000;
+	p.win[0].window_ms = 60000;
+	assert_int_equal(window_build_args(&p, "sha", "B", 1, 1, &one[0], &why), 0);
+	assert_arg(&one[0], 3, "transfer:limit:b1:{transfers}/B:1m");
+
+	/* the longest: names of 48, an account of 256 '}' (768 in the tag),
+	 * four windows, leases and the pool on a Cluster: every key fits */
+	{
+		struct window_policy big;
+		char acc[WINDOW_KEY_MAX], name[WINDOW_NAME_MAX + 1];
+		static const uint64_t ms[WINDOW_MAX_WINDOWS] = { 1001, 60001, 3600001, 86400001 };
+		unsigned w;
+
+		memset(acc, '}', sizeof(acc));
+		memset(name, 'n', WINDOW_NAME_MAX);
+		name[WINDOW_NAME_MAX] = '\0';
+		policy_make(&big, name, 1, ms[0]);
+		big.nwin = WINDOW_MAX_WINDOWS;
+		for (w = 0; w < WINDOW_MAX_WINDOWS; w++) {
+			big.win[w].limit = 1000000;
+			big.win[w].window_ms = ms[w];
+		}
+		big.pooled = big.pool_tag = true;
+		big.pool = p.pool;
+		memcpy(big.pool.name, name, sizeof(name));
+		big.pool.name_len = WINDOW_NAME_MAX;
+		big.inflight = 2;
+		big.lease_ms = 86400001;
+		memcpy(big.lease_id, p.lease_id, sizeof(p.lease_id));
+		assert_int_equal(window_build_args(&big, "0123456789012345678901234567890123456789",
+		                                   acc, sizeof(acc), 1, &one[0], &why), 0);
+		assert_int_equal(one[0].nkeys, WINDOW_MAX_WINDOWS + 3);
+		for (i = 0; i < one[0].nkeys; i++)
+			assert_true(one[0].argvlen[3 + i] < WINDOW_REDIS_KEY_MAX);
+	}
 }
 
 /* inflight= (issue 38): the leases' key after the windows' (and the 1.0.x
