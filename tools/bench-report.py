@@ -318,6 +318,12 @@ r_sirq = None if sirq_tcp is None or sirq_unix is None or not sirq_tcp else sirq
 hir_full, hir_lean = num('hir_full'), num('hir_lean')
 r_lean = None if hir_full is None or hir_lean is None or not hir_full else hir_lean / hir_full
 hap3 = R.get('haproxy', '').split('.')[0] not in ('', '1', '2')
+# what the response-phase ratelimit-done line costs a request of a policy
+# without inflight= (its condition, evaluated on every response)
+hir_nodone = num('hir_nodone')
+done_cost = (None if hir_full is None or hir_nodone is None else
+             f"{hir_full - hir_nodone:+.0f} HAProxy instructions per request ({R['hir_full']} with the "
+             f"ratelimit-done line, {R['hir_nodone']} without; tools/bench-haproxy-ir.sh module module+nodone)")
 targets41 = [
     ('module, self-answering shape, >= 0.65x HAProxy alone (self-answering)',
      '-' if r_self is None else rtxt('wrk_self_mod', 'wrk_self_alone'),
@@ -404,6 +410,8 @@ print()
 print('  issue 41 targets (medians of per-round ratios; HAProxy ' + str(R.get('haproxy')) + '):')
 for t in targets41:
     print(f'  {t[2]:7} {t[0]}: {t[1]}' + (f' ({t[3]})' if t[3] else ''))
+if done_cost:
+    print(f'  the response line (ratelimit-done) to a policy without inflight=: {done_cost}')
 if R.get('errors'):
     print(f"\n  not clean: {R['errors']}")
 print()
@@ -457,6 +465,8 @@ g.append(f"Latest run: `make bench` on {R.get('date')}, commit `{R.get('commit')
 g.append('### Targets\n')
 g.append(md(('target', 'measured', 'verdict', 'margin'), targets, ('---', '---', '---', '---:')))
 g.append(md(('issue 41 target', 'measured', 'verdict', 'margin'), targets41, ('---', '---', '---', '---:')))
+if done_cost:
+    g.append(f"The response line (`ratelimit-done`, issue 38) to a policy without `inflight=`: {done_cost}.\n")
 missed = [t for t in targets if t[2] == 'MISSED']
 unmeasured = sum(1 for t in targets if t[2] == '-')
 g.append(f"Command: `{R.get('command')}`. "

@@ -34,7 +34,9 @@
 #                         redis-batch (default) vs 1, at 16 and 128 in flight
 #   (h) lean answer       HAProxy's instructions per request (callgrind), the
 #                         full answer against RL_IETF_ONLY's lean one
-#                         (tools/bench-haproxy-ir.sh module module+ietf)
+#                         (tools/bench-haproxy-ir.sh module module+ietf module+nodone:
+#                         also what the response-phase ratelimit-done line costs
+#                         a policy without inflight=)
 #   (u) the legs          agent, redis-server, client and softirq CPU per
 #                         decision over a fixed count, TCP against unix
 #                         sockets on each leg (tools/bench-legs.sh)
@@ -847,11 +849,12 @@ fi
 
 if want h; then
 	say "== (h) HAProxy instructions per request, the full answer against the lean one (tools/bench-haproxy-ir.sh)"
-	if HAPROXY=$HAPROXY BENCH_HIR_STRACE=0 BENCH_HIR_TSV="$T/hir.tsv" tools/bench-haproxy-ir.sh module module+ietf >&2; then
+	if HAPROXY=$HAPROXY BENCH_HIR_STRACE=0 BENCH_HIR_TSV="$T/hir.tsv" tools/bench-haproxy-ir.sh module module+ietf module+nodone >&2; then
 		while IFS=$'\t' read -r k v; do
 			case $k in
 			hir_module) R[hir_full]=$v ;;
 			hir_module+ietf) R[hir_lean]=$v ;;
+			hir_module+nodone) R[hir_nodone]=$v ;;
 			esac
 		done <"$T/hir.tsv"
 	else

@@ -48,10 +48,12 @@ if [ -e "$ROOT/module/ratelimit.so" ]; then
 	eq "and the decisions per second one pool takes" 4 \
 		"$(grep -Ec "^pool_dps_(script|module)_b(32|1)"$'\t' "$T/cpu.tsv" 2>/dev/null)"
 	{ printf 'c_p1\t1\nc_p16\t16\nir_b32\t100\nir_pool_b32\t250\nir_mod_b32\t20\n'
-	  printf 'ir_pool_mod_b32\t50\n'; cat "$T/cpu.tsv"; } >"$T/res.tsv"
+	  printf 'ir_pool_mod_b32\t50\nhir_full\t1000\nhir_nodone\t990\n'; cat "$T/cpu.tsv"; } >"$T/res.tsv"
 	python3 "$ROOT/tools/bench-report.py" "$T/res.tsv" "$T/report.md" '' "$T" >"$T/report.out" 2>&1
 	check "the report has the pooled section" grep -q '^### (i) A pooled decision against an unpooled one' \
 		"$T/report.md"
+	check "the report says what the ratelimit-done line costs a policy without inflight=" \
+		grep -q '^The response line (`ratelimit-done`, issue 38) to a policy without `inflight=`: +10 HAProxy' "$T/report.md"
 	check "with the pooled instructions beside the log's" grep -q '^| 32 | 100 | 250 | 2.50x | 20 | 50 | 2.50x |' \
 		"$T/report.md"
 fi
