@@ -8,7 +8,7 @@
  * stores the new TAT with its expiry, propagated as SET and PEXPIREAT.
  * Writes the reply. */
 void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, const struct rl_decision *d,
-                    int64_t now, int oom)
+                    int64_t now, int oom, RedisModuleString *rec)
 {
 	RedisModuleKey *k = RedisModule_OpenKey(ctx, name, REDISMODULE_READ);
 	int type = RedisModule_KeyType(k), has = 0;
@@ -65,6 +65,10 @@ void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, const struct r
 		}
 		RedisModule_CloseKey(k);
 		RedisModule_FreeString(ctx, sv);
+		if (rec && rl_settle_write(ctx, rec, d, NULL, 0, now) == -1) {
+			RedisModule_ReplyWithError(ctx, "ERR ratelimit: the server refused the write");
+			return;
+		}
 	}
 	RedisModule_ReplyWithArray(ctx, 6);
 	RedisModule_ReplyWithLongLong(ctx, g.allowed);
