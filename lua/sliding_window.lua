@@ -53,7 +53,7 @@
 -- (it had ended already) | 0 (not there: released, trimmed, or never
 -- taken), the leases still running }.
 --
--- Reserve, then settle (settle=, protocol 5): a decision's last pair may
+-- Reserve, then settle (settle=): a decision's last pair may
 -- be 1 "settle:<ms>" (never with a pool), its key after the others' a
 -- string, the reservation's record: an admission writes
 -- "c<cost hex>" then "/<score>" per pair before it (its entry's score, a

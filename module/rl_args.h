@@ -54,7 +54,7 @@ struct rl_window {
 	int64_t lease_ms;
 	const char *lease_id;   /* borrowed from the argument */
 	size_t lease_id_len;
-	/* 0; else a reservation's record ("settle:<ms>", protocol 5): the
+	/* 0; else a reservation's record ("settle:<ms>"): the
 	 * decision's last pair, no window (rl_decision.settle_ms) */
 	int64_t settle_ms;
 };

@@ -1,4 +1,4 @@
-/* rl_settle.c - reserve, then settle (settle=, protocol 5) in the module,
+/* rl_settle.c - reserve, then settle (settle=) in the module,
  * as lua/sliding_window.lua's settle_write() and its "settle" mode do it:
  * an admission under settle= writes its reservation's record, a string
  * "c<cost hex>" then "/<score>" per pair before it, expiring after the
