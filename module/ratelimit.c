@@ -57,8 +57,10 @@
  * ("gcra:<ms>:<burst>"), every protocol-1 call answered as before; 3:
  * also pools (a last pair "pool:..."), every protocol-2 call answered as
  * before; 4: also in-flight leases (a pair "lease:<ms>:<id>", and
- * RATELIMIT.RELEASE), every protocol-3 call answered as before. */
-#define RL_MODULE_VERSION 4
+ * RATELIMIT.RELEASE), every protocol-3 call answered as before; 5: also
+ * reserve, then settle (a last pair "settle:<ms>", and RATELIMIT.SETTLE),
+ * every protocol-4 call answered as before. */
+#define RL_MODULE_VERSION 5
 #ifndef RL_PRODUCT_VERSION
 #define RL_PRODUCT_VERSION "unknown"
 #endif
