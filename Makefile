@@ -247,7 +247,7 @@ $(MCOUNT): bench/mcount.c
 MODULE_H      := build/redismodule/redismodule.h
 MODULE_SO     := module/ratelimit.so
 MODULE_TEST_SO := module/ratelimit-test.so
-MODULE_SRCS   := module/ratelimit.c module/rl_log.c module/rl_gcra.c module/rl_pool.c module/rl_lease.c module/rl_quota.c module/rl_args.c
+MODULE_SRCS   := module/ratelimit.c module/rl_log.c module/rl_gcra.c module/rl_pool.c module/rl_lease.c module/rl_quota.c module/rl_settle.c module/rl_args.c
 MODULE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(O) $(WARN) -fPIC -fvisibility=hidden \
                  -isystem build/redismodule -Imodule -DRL_PRODUCT_VERSION='"$(VERSION)"'
 MODULE_TESTS  := tests/integration/t_module.py tests/integration/t_module_diff.py \
@@ -348,7 +348,7 @@ valgrind-module: module $(AGENT) $(BENCH)
 	n=$$(ls $(VALGRIND_MODULE_LOGS)/vg.* | wc -l); \
 	bad=$$(grep -L 'ERROR SUMMARY: 0 errors' $(VALGRIND_MODULE_LOGS)/vg.* || true); \
 	lost=$$(grep -lE 'definitely lost: [1-9]' $(VALGRIND_MODULE_LOGS)/vg.* | \
-		xargs -r grep -lE '(ratelimit|rl_log|rl_gcra|rl_pool|rl_lease|rl_args)\.c:' || true); \
+		xargs -r grep -lE '(ratelimit|rl_log|rl_gcra|rl_pool|rl_lease|rl_settle|rl_args)\.c:' || true); \
 	echo "valgrind-module: $$n redis-server processes, errors in: $${bad:-none}, module leaks in: $${lost:-none}"; \
 	[ -z "$$bad" ] && [ -z "$$lost" ]
 

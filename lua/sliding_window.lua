@@ -53,6 +53,20 @@
 -- (it had ended already) | 0 (not there: released, trimmed, or never
 -- taken), the leases still running }.
 --
+-- Reserve, then settle (settle=): a decision's last pair may
+-- be 1 "settle:<ms>" (never with a pool), its key after the others' a
+-- string, the reservation's record: an admission writes
+-- "c<cost hex>" then "/<score>" per pair before it (its entry's score, a
+-- lease's end; nothing for a token bucket), expiring after <ms>. ARGV[1] =
+-- "settle", ARGV[2] = the real cost (0 or more), then the policy's window
+-- pairs; KEYS = their keys, then the record: the record goes, and real -
+-- reserved is charged (an entry of that cost at now) or refunded (taken
+-- off the reservation's own entry while it is in the window, never below
+-- zero; the entries after it keep the cum order) in each log window; a
+-- token bucket's TAT moves by it (a refund never below now), when its
+-- stored limit and window are the pair's. Reply { 1 settled | 0 no such
+-- record (settled, ended or never made), real - reserved }.
+--
 -- Rules: time is Redis's own (every agent shares one clock); an entry exactly
 -- one window old is out; admission is all-or-nothing over the windows; a
 -- denial writes nothing but the trims (a refused request does not count and
@@ -357,6 +371,24 @@ local BAD_ENTRY = 'ERR sliding_window: bad entry'
 -- ever. A value of the 5-field form with a rate out of bounds, owed > tat,
 -- or written more than 2^52 us after now is a bad entry.
 local GCRA_MAX = 4503599627370496   -- 2^52
+
+-- The settle pair (see the header) of a decision of <n> pairs, its last:
+-- { key, ms }, false (none), or nil (a malformed one).
+local function settle_args(k0, a0, n)
+	local ms = match(ARGV[a0 + 1 + 2 * n] or '', '^settle:(%d+)$')
+	if not ms then return false end
+	ms = num(ms)
+	if not (ms and ms <= 1e12 and num(ARGV[a0 + 2 * n])) then return nil end
+	return { key = KEYS[k0 + n], ms = ms }
+end
+
+-- An admission's reservation record (of <cost>, its <n> pairs' scores).
+local function settle_write(rec, cost, n)
+	local v = format('c%x', cost)
+	for i = 1, n do v = v .. '/' .. int(slot[i].score) end
+	call('SET', rec.key, v)
+	expire(rec.key, int(rec.ms))
+end
 local floor = math.floor
 -- (a calendar quota beside a bucket: defined with the quotas, below)
 local quota_arg, read_quota
@@ -384,7 +416,7 @@ local function muldiv_up(a, b, c)
 	return q
 end
 
-local function gcra(k0, a0, n)
+local function gcra(k0, a0, n, rec)
 	local cost = num(ARGV[a0 + 1])
 	if not cost then return redis.error_reply(BAD_ARGS) end
 	local l = num(ARGV[a0 + 2])
@@ -456,6 +488,7 @@ local function gcra(k0, a0, n)
 			local ttl = int(divmod(reset + 999, 1000) + 1)
 			call('SET', key, format('%d:%d:%d:%d:%d', now + d, f, w / 1000, l, d), 'PX', ttl)
 			local rem = divmod(bw - d * l - f, w)
+			if rec then settle_write(rec, cost, 0) end
 			if q then
 				call('SET', q.key, int(q.score) .. ':' .. int(q.count + cost))
 				expire(q.key, int(1 + math.ceil((q.score - now) / 1000)))
@@ -690,10 +723,16 @@ end
 
 local function decide(k0, a0, n, pooled)
 	local cost = num(ARGV[a0 + 1])
+	local rec = false
+	if not pooled and n > 1 then
+		rec = settle_args(k0, a0, n)
+		if rec == nil then return redis.error_reply(BAD_WINDOW) end
+		if rec then n = n - 1 end
+	end
 	if match(ARGV[a0 + 3] or '', '^gcra:') then
 		-- (a token bucket has no pool)
 		if pooled and cost then return redis.error_reply(BAD_WINDOW) end
-		if not pooled then return gcra(k0, a0, n) end
+		if not pooled then return gcra(k0, a0, n, rec) end
 	end
 	if not cost then return redis.error_reply(BAD_ARGS) end
 	if pooled and not pool_args(k0, a0, n) then return redis.error_reply(BAD_WINDOW) end
@@ -787,6 +826,7 @@ local function decide(k0, a0, n, pooled)
 				call('HSET', P.hkey, P.acc, int(hnum(call('HGET', P.hkey, P.acc)) + cost))
 			end
 		end
+		if rec then settle_write(rec, cost, n) end
 		for i = 1, n do
 			local s = slot[i]
 			if s.cal then
@@ -893,6 +933,113 @@ local function decide(k0, a0, n, pooled)
 		return { allowed and 1 or 0, lim, best_rem, best_reset, best_retry, best - 1, code }
 	end
 	return { allowed and 1 or 0, lim, best_rem, best_reset, best_retry, best - 1 }
+end
+
+-- Settle <delta> units in log window <s> (key, win set) whose reservation
+-- entry has score <sc> (nil: none). False: a bad entry (nothing written).
+local function settle_log(s, delta, sc)
+	s.cut = now - s.win * 1000
+	s.cuts = int(s.cut)
+	if not read_window(s) then return false end
+	if delta > 0 then
+		local at = now
+		if s.top and s.top >= now then at = s.top + 1 end
+		call('ZADD', s.key, int(at), format('%x:%x', s.cum + delta, delta))
+		call('ZREMRANGEBYSCORE', s.key, '-inf', s.cuts)
+		expire(s.key, int(s.win + 1 + math.ceil((at - now) / 1000)))
+		return true
+	end
+	-- a refund: from the reservation's own entry, while in the window; the
+	-- entries after it lose as much of their cum (a uniform shift: unique)
+	if not sc or sc <= s.cut then return true end
+	local e = call('ZRANGEBYSCORE', s.key, int(sc), int(sc))
+	local c, k = parse(e[1] or '')
+	if not c then return true end
+	local later = call('ZRANGEBYSCORE', s.key, '(' .. int(sc), '+inf', 'WITHSCORES')
+	for j = 1, #later, 2 do
+		if not parse(later[j]) then return false end
+	end
+	local r = -delta
+	if r > k then r = k end
+	call('ZREM', s.key, e[1])
+	if r < k then call('ZADD', s.key, int(sc), format('%x:%x', c - r, k - r)) end
+	for j = 1, #later, 2 do
+		local cj, kj = parse(later[j])
+		call('ZREM', s.key, later[j])
+		call('ZADD', s.key, later[j + 1], format('%x:%x', cj - r, kj))
+	end
+	return true
+end
+
+-- Settle <delta> units in the token bucket <key> of limit <l> and window
+-- <w> ms, when it was written for them: the TAT moves by delta * w / l
+-- (a refund: to now at the earliest, the bucket full).
+local function settle_gcra(key, l, w, delta)
+	local v = call('GET', key)
+	local d, f = 0, 0
+	w = w * 1000
+	if v then
+		local ts, fs, ms1, ls1, os1 = match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+		if not ts then return end
+		local t, fr, o = tonumber(ts), tonumber(fs), tonumber(os1)
+		if not (tonumber(ms1) * 1000 == w and tonumber(ls1) == l and o <= t) then return end
+		d, f = t - now, fr
+		if f >= l then d, f = d + 1, 0 end
+		if d < 0 then d, f = 0, 0 end
+	elseif delta < 0 then
+		return
+	end
+	-- (a whole bucket's worth or more: empty or full either way; below
+	-- 2^52, exact in doubles)
+	local m = delta < 0 and -delta or delta
+	if m > floor(GCRA_MAX / w) then m = floor(GCRA_MAX / w) end
+	local q, r = divmod(m * w, l)
+	if delta > 0 then
+		d, f = d + q, f + r
+		if f >= l then d, f = d + 1, f - l end
+	else
+		d, f = d - q, f - r
+		if f < 0 then d, f = d - 1, f + l end
+		if d < 0 then d, f = 0, 0 end
+	end
+	local reset = d
+	if f > 0 then reset = d + 1 end
+	call('SET', key, format('%d:%d:%d:%d:%d', now + d, f, w / 1000, l, d))
+	expire(key, int(divmod(reset + 999, 1000) + 1))
+end
+
+if ARGV[1] == 'settle' then
+	local n, real = #KEYS - 1, tonumber(ARGV[2])
+	if n < 1 or #ARGV ~= 2 + 2 * n or not (real and real >= 0 and real % 1 == 0 and real <= 1e15) then
+		return redis.error_reply(BAD_ARGS)
+	end
+	for i = 1, n do
+		local ws = ARGV[2 + 2 * i]
+		if not (num(ARGV[1 + 2 * i]) and (num(ws) or match(ws, '^gcra:%d+:%d+$'))) then
+			return redis.error_reply(BAD_WINDOW)
+		end
+	end
+	local v = call('GET', KEYS[n + 1])
+	local cs, rest = match(v or '', '^c(%x+)([/%d]*)$')
+	if not cs then return { 0, 0 } end
+	call('DEL', KEYS[n + 1])
+	local delta, sc, i = real - tonumber(cs, 16), {}, 0
+	for x in rest:gmatch('/(%d+)') do
+		i = i + 1
+		sc[i] = x + 0
+	end
+	if delta ~= 0 then
+		for i = 1, n do
+			local l, ws = num(ARGV[1 + 2 * i]), ARGV[2 + 2 * i]
+			local gm = match(ws, '^gcra:(%d+):')
+			if gm then
+				settle_gcra(KEYS[i], l, tonumber(gm), delta)
+			elseif not settle_log({ key = KEYS[i], win = num(ws) }, delta, sc[i]) then
+				return redis.error_reply(BAD_ENTRY)
+			end
+		end
+	end
+	return { 1, delta }
 end
 
 if ARGV[1] == 'release' then

@@ -58,8 +58,10 @@
  * also pools (a last pair "pool:..."), every protocol-2 call answered as
  * before; 4: also in-flight leases (a pair "lease:<ms>:<id>", and
  * RATELIMIT.RELEASE) and calendar quotas ("cal:<kind>:<tz>:<anchor>"), every
- * protocol-3 call answered as before. */
-#define RL_MODULE_VERSION 4
+ * protocol-3 call answered as before; 5: also reserve, then settle (a last
+ * pair "settle:<ms>", and RATELIMIT.SETTLE), every protocol-4 call answered
+ * as before. */
+#define RL_MODULE_VERSION 5
 #ifndef RL_PRODUCT_VERSION
 #define RL_PRODUCT_VERSION "unknown"
 #endif
@@ -143,7 +145,8 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		return;
 	}
 	if (d->w[0].burst) {
-		rl_gcra_decide(ctx, keys[d->key0], d->nwin > 1 ? keys[d->key0 + 1] : NULL, d, now, oom);
+		rl_gcra_decide(ctx, keys[d->key0], d->nwin > 1 ? keys[d->key0 + 1] : NULL, d, now, oom,
+		               d->settle_ms ? keys[d->key0 + d->nwin] : NULL);
 		return;
 	}
 	rl_scratch_begin();
@@ -234,6 +237,16 @@ static void decide(RedisModuleCtx *ctx, RedisModuleString **keys, const struct r
 		if (d->pooled && rl_pool_admit(ctx, &ps, now, d->cost) == -1) {
 			err = "ERR ratelimit: the server refused the write";
 			goto fail;
+		}
+		if (d->settle_ms) {
+			int64_t sc[RL_MAX_WINDOWS];
+
+			for (i = 0; i < d->nwin; i++)
+				sc[i] = st[i].score;
+			if (rl_settle_write(ctx, keys[d->key0 + d->nwin], d, sc, d->nwin, now) == -1) {
+				err = "ERR ratelimit: the server refused the write";
+				goto fail;
+			}
 		}
 		/* reset: when the oldest in-window entry or bucket (perhaps the
 		 * new one) leaves */
@@ -417,6 +430,44 @@ static int cmd_decide(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	return REDISMODULE_OK;
 }
 
+/* RATELIMIT.SETTLE <numkeys> <key>... <real cost> <limit> <window>...:
+ * the script's "settle" mode; replies [<code>, <real - reserved>]. */
+static int cmd_settle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+	struct rl_arg args[1 + 2 * RL_SETTLE_MAX];
+	long long nk, code, delta;
+	const char *err;
+	size_t nargs, i;
+	int64_t now;
+
+	if (RedisModule_IsKeysPositionRequest && RedisModule_IsKeysPositionRequest(ctx)) {
+		report_keys(ctx, argv, argc);
+		return REDISMODULE_OK;
+	}
+	if (argc < 2)
+		return RedisModule_WrongArity(ctx);
+	if (RedisModule_StringToLongLong(argv[1], &nk) != REDISMODULE_OK || nk < 0 || nk > argc - 2)
+		return RedisModule_ReplyWithError(ctx, RL_ERR_ARGS_TEXT);
+	if ((RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_EVICT) && !allow_eviction)
+		return RedisModule_ReplyWithError(ctx, RL_ERR_EVICTS_TEXT);
+	if (rl_now(ctx, &now) == -1)
+		return RedisModule_ReplyWithError(ctx, "ERR ratelimit: no clock");
+	nargs = (size_t)(argc - 2 - nk);
+	if (nargs > 1 + 2 * RL_SETTLE_MAX)
+		return RedisModule_ReplyWithError(ctx, RL_ERR_ARGS_TEXT);
+	for (i = 0; i < nargs; i++)
+		args[i].p = RedisModule_StringPtrLen(argv[2 + nk + (long long)i], &args[i].len);
+	rl_scratch_begin();
+	err = rl_settle(ctx, argv + 2, (size_t)nk, args, nargs, now, &code, &delta);
+	rl_scratch_release_dead();
+	if (err)
+		return RedisModule_ReplyWithError(ctx, err);
+	RedisModule_ReplyWithArray(ctx, 2);
+	RedisModule_ReplyWithLongLong(ctx, code);
+	RedisModule_ReplyWithLongLong(ctx, delta);
+	return REDISMODULE_OK;
+}
+
 /* RATELIMIT.RELEASE <key> <lease id>: the script's "release" mode (its
  * KEYS[1], ARGV[2]); replies [<code>, <leases left>]. */
 static int cmd_release(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
@@ -557,6 +608,9 @@ RL_EXPORT int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, 
 	                              0) == REDISMODULE_ERR)
 		return REDISMODULE_ERR;
 	if (RedisModule_CreateCommand(ctx, "ratelimit.release", cmd_release, "write getkeys-api", 0,
+	                              0, 0) == REDISMODULE_ERR)
+		return REDISMODULE_ERR;
+	if (RedisModule_CreateCommand(ctx, "ratelimit.settle", cmd_settle, "write getkeys-api", 0,
 	                              0, 0) == REDISMODULE_ERR)
 		return REDISMODULE_ERR;
 	if (with_version && RedisModule_CreateCommand(ctx, "ratelimit.version", cmd_version,

@@ -161,6 +161,13 @@ static int parse_window(const struct rl_arg *a, struct rl_window *w)
 	w->cal = RL_CAL_NONE;
 	w->tz_min = 0;
 	w->anchor = 0;
+	w->settle_ms = 0;
+	if (a->len > 7 && memcmp(a->p, "settle:", 7) == 0) {
+		struct rl_arg rest = { a->p + 7, a->len - 7 };
+
+		w->win_ms = w->prec_ms = 0;
+		return parse_bounded(&rest, 1, RL_MAX_MS, &w->settle_ms);
+	}
 	if (a->len > 6 && memcmp(a->p, "lease:", 6) == 0) {
 		struct rl_arg rest = { a->p + 6, a->len - 6 };
 
@@ -239,7 +246,14 @@ static enum rl_err parse_decision(const struct rl_arg *args, size_t nwin, int po
 		/* (at most one lease pair: the script's takes the first only) */
 		if (w->lease_ms && ++leases > 1)
 			return RL_ERR_WINDOW;
+		/* (a reservation's record: the last pair of a decision of
+		 * windows, without a pool) */
+		if (w->settle_ms && (i + 1 < nwin || nwin < 2 || pooled))
+			return RL_ERR_WINDOW;
 	}
+	d->settle_ms = d->w[nwin - 1].settle_ms;
+	if (d->settle_ms)
+		d->nwin = --nwin;
 	/* a GCRA decision has one window, and no pool; or a calendar quota
 	 * second */
 	for (i = 0; (nwin > 1 || pooled) && i < nwin; i++)
@@ -249,6 +263,14 @@ static enum rl_err parse_decision(const struct rl_arg *args, size_t nwin, int po
 	if (pooled && parse_pool(&args[1 + 2 * nwin], &args[2 + 2 * nwin], &d->pool) == -1)
 		return RL_ERR_WINDOW;
 	return RL_OK;
+}
+
+int rl_args_parse_window_pair(const struct rl_arg *limit, const struct rl_arg *win,
+                              struct rl_window *w)
+{
+	if (parse_bounded(limit, 1, RL_MAX_UNITS, &w->limit) == -1)
+		return -1;
+	return parse_window(win, w);
 }
 
 /* The arguments (its key count included) of the batch decision whose key

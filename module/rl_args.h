@@ -66,6 +66,9 @@ struct rl_window {
 	int64_t lease_ms;
 	const char *lease_id;   /* borrowed from the argument */
 	size_t lease_id_len;
+	/* 0; else a reservation's record ("settle:<ms>"): the
+	 * decision's last pair, no window (rl_decision.settle_ms) */
+	int64_t settle_ms;
 	int cal;           /* enum rl_cal; not NONE: a quota's counter "<end>:<units>"
 	                    * (win_ms, prec_ms, burst 0) */
 	int64_t tz_min;    /* cal: the offset, minutes */
@@ -128,6 +131,9 @@ struct rl_decision {
 	struct rl_window w[RL_MAX_WINDOWS];
 	int pooled;
 	struct rl_pool pool;
+	/* 0; else the record of this reservation (settle=) is written, for
+	 * settle_ms, to the key after the windows' (its pair not in w[]) */
+	int64_t settle_ms;
 };
 
 /* Walks a batch's decisions after rl_args_batch_check() accepted it. */
@@ -208,6 +214,9 @@ int rl_args_gcra(const struct rl_window *w, int64_t cost, int64_t now,
 /* Is <p>/<len> a lease id (1..RL_LEASE_ID_MAX hex digits, the script's
  * '^%x+$')? */
 int rl_args_is_lease_id(const char *p, size_t len);
+/* A limit/window pair (<limit>, <win>) as a decision's into <w>. 0 or -1. */
+int rl_args_parse_window_pair(const struct rl_arg *limit, const struct rl_arg *win,
+                              struct rl_window *w);
 
 /* The end (ms) of the <prec_ms> bucket that holds <now_us>
  * (epoch-aligned: the script's (floor(floor(now / 1000) / p) + 1) * p). */

@@ -8,7 +8,7 @@
  * stores the new TAT with its expiry, propagated as SET and PEXPIREAT.
  * Writes the reply. */
 void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, RedisModuleString *qname,
-                    const struct rl_decision *d, int64_t now, int oom)
+                    const struct rl_decision *d, int64_t now, int oom, RedisModuleString *rec)
 {
 	RedisModuleKey *k = RedisModule_OpenKey(ctx, name, REDISMODULE_READ);
 	int type = RedisModule_KeyType(k), has = 0, qdeny = 0;
@@ -83,6 +83,10 @@ void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, RedisModuleStr
 		}
 		RedisModule_CloseKey(k);
 		RedisModule_FreeString(ctx, sv);
+		if (rec && rl_settle_write(ctx, rec, d, NULL, 0, now) == -1) {
+			RedisModule_ReplyWithError(ctx, "ERR ratelimit: the server refused the write");
+			return;
+		}
 		if (qname && rl_quota_add(ctx, &qs, now, d->cost) == -1) {
 			RedisModule_ReplyWithError(ctx, "ERR ratelimit: the server refused the write");
 			return;

@@ -147,8 +147,24 @@ int rl_quota_add(RedisModuleCtx *ctx, struct rl_state *s, int64_t now, int64_t c
 
 /* A GCRA decision over the string key <name> (borrowed from argv), with
  * the quota of key <qname> beside it when the decision has a second window
- * (NULL otherwise); writes the reply. <oom>: Redis is over maxmemory. */
+ * (NULL otherwise); writes the reply. <oom>: Redis is over maxmemory. <rec>
+ * (borrowed; NULL: none) gets the reservation's record of a settle=
+ * admission. */
 void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, RedisModuleString *qname,
-                    const struct rl_decision *d, int64_t now, int oom);
+                    const struct rl_decision *d, int64_t now, int oom, RedisModuleString *rec);
+
+/* Reserve, then settle (rl_settle.c): at most this many windows settled */
+#define RL_SETTLE_MAX RL_MAX_WINDOWS
+/* Writes admission <d>'s reservation record to <name> (borrowed): its cost
+ * and the <n> <scores> of its pairs, expiring after d->settle_ms. 0 or -1. */
+int rl_settle_write(RedisModuleCtx *ctx, RedisModuleString *name, const struct rl_decision *d,
+                    const int64_t *scores, size_t n, int64_t now);
+/* RATELIMIT.SETTLE's work: <keys>/<nk> (borrowed: the windows', then the
+ * record), <args>/<nargs> (the real cost, then the windows' pairs). Sets
+ * *<code> (1 settled, 0 no record) and *<delta> (real - reserved). NULL or
+ * the error text. */
+const char *rl_settle(RedisModuleCtx *ctx, RedisModuleString **keys, size_t nk,
+                      const struct rl_arg *args, size_t nargs, int64_t now, long long *code,
+                      long long *delta);
 
 #endif

@@ -67,6 +67,14 @@ static int worker_ops_release(void *ctx, const struct window_policy *p, const ch
 	return limiter_release(w->limiter, p, key, key_len, lease);
 }
 
+static int worker_ops_settle(void *ctx, const struct window_policy *p, const char *key,
+                             size_t key_len, const char *lease, uint64_t real)
+{
+	struct worker *w = ctx;
+
+	return limiter_settle(w->limiter, p, key, key_len, lease, real);
+}
+
 static int worker_ops_check(void *ctx, const struct window_policy *p, const char *key,
                             size_t key_len, uint64_t cost, limiter_cb cb, void *arg)
 {
@@ -247,6 +255,7 @@ struct worker *worker_new(unsigned id, struct cfg_gen *g, const char *script,
 	w->notify.cfg = &wc->ref;
 	w->notify.ops.check = worker_ops_check;
 	w->notify.ops.release = worker_ops_release;
+	w->notify.ops.settle = worker_ops_settle;
 	w->notify.ops.ctx = w;
 	w->notify.metrics = &w->metrics;
 	w->env.loop = w->loop;

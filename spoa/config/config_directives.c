@@ -371,7 +371,7 @@ const struct config_directive config_directives[] = {
 	{ "policy", CONFIG_ARG_LINE, false, config_dir_policy, NULL,
 	  "NAME LIMIT/WINDOW [LIMIT/WINDOW...] [on-redis-error=deny|allow] [shadow]\n"
 	  "         [max-cost=N] [precision=DURATION] [algorithm=log|gcra] [burst=N] [pool=POOL]\n"
-	  "         [inflight=N] [lease=DURATION]",
+	  "         [inflight=N] [lease=DURATION] [settle=HEADER]",
 	  "shadow: decide and count, but answer allow with\n"
 	  "reason=shadow-deny where it would deny;\n"
 	  "max-cost: a larger cost is bad-cost;\n"
@@ -389,7 +389,11 @@ const struct config_directive config_directives[] = {
 	  "inflight: at most N requests of an account\n"
 	  "running at once, each holding a lease until\n"
 	  "its response or lease=DURATION (default 60s,\n"
-	  "1s..24h; longer than your longest request)" },
+	  "1s..24h; longer than your longest request);\n"
+	  "settle: the cost is reserved at the request and\n"
+	  "the response's HEADER (its real cost) charges\n"
+	  "or refunds the difference (not with pool= or\n"
+	  "precision=)" },
 	{ "override", CONFIG_ARG_LINE, false, config_dir_override, NULL,
 	  "POLICY KEY LIMIT/WINDOW [LIMIT/WINDOW...] [burst=N]",
 	  "limits of one account (e.g. a partner) in POLICY" },

@@ -5,6 +5,7 @@
  * windows that never decide, and the overrides sorted once a parse is over
  * (config_overrides_finish, called by config.c).
  */
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,9 +311,9 @@ static int parse_pool_word(struct parse_ctx *x, const char *what, struct word w,
 	                         config_word_plen(w) - 5, w.p + 5);
 }
 
-/* "inflight=<n>" or "lease=<duration>" word <w> of policy <p> (see
- * config_dir_policy for what needs what). Returns 0, 1 when <w> is
- * neither, or -1. */
+/* "inflight=<n>", "lease=<duration>" or "settle=<header>" word <w> of
+ * policy <p> (see config_dir_policy for what needs what). Returns 0, 1
+ * when <w> is none of them, or -1. */
 static int parse_lease_word(struct parse_ctx *x, const char *what, struct word w,
                             struct window_policy *p)
 {
@@ -330,12 +331,29 @@ static int parse_lease_word(struct parse_ctx *x, const char *what, struct word w
 			                         config_word_plen(w), w.p);
 		return 0;
 	}
+	if (w.len > 7 && memcmp(w.p, "settle=", 7) == 0) {
+		size_t i, len = w.len - 7;
+
+		/* (an HTTP field name: a token, kept in lower case as HAProxy
+		 * compares it) */
+		for (i = 0; i < len && len <= WINDOW_SETTLE_HDR_MAX; i++)
+			if (!isalnum((unsigned char)w.p[7 + i]) && !strchr("!#$%&'*+-.^_`|~", w.p[7 + i]))
+				break;
+		if (len > WINDOW_SETTLE_HDR_MAX || i < len)
+			return config_parse_fail(&x->lex, "%s: settle= must name a response header "
+			                         "(1..%d characters of a field name), got '%.*s'", what,
+			                         WINDOW_SETTLE_HDR_MAX, config_word_plen(w), w.p);
+		for (i = 0; i < len; i++)
+			p->settle_hdr[i] = (char)tolower((unsigned char)w.p[7 + i]);
+		p->settle_hdr[len] = '\0';
+		return 0;
+	}
 	return 1;
 }
 
 /* policy <name> <limit>/<window>... [on-redis-error=deny|allow] [shadow]
  * [max-cost=<n>] [precision=<duration>] [algorithm=log|gcra] [burst=<n>]
- * [pool=<pool>] [inflight=<n>] [lease=<duration>] */
+ * [pool=<pool>] [inflight=<n>] [lease=<duration>] [settle=<header>] */
 int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 {
 	struct config *c = x->c;
@@ -401,16 +419,26 @@ int config_dir_policy(struct parse_ctx *x, const struct word *w, size_t n)
 			return config_parse_fail(&x->lex, "%s: unknown option '%.*s' (expected <limit>/<window>, "
 			                  "on-redis-error=deny|allow, shadow, max-cost=<n>, "
 			                  "precision=<duration>, algorithm=log|gcra, burst=<n>, pool=<pool>, "
-			                  "inflight=<n> or lease=<duration>)",
+			                  "inflight=<n>, lease=<duration> or settle=<header>)",
 			                  what, config_word_plen(w[i]), w[i].p);
 	}
 	if (p->nwin == 0 && !p->inflight)
 		return config_parse_fail(&x->lex, "%s: expected at least one <limit>/<window> "
 		                         "(or inflight=<n>)", what);
-	if (p->lease_ms && !p->inflight)
-		return config_parse_fail(&x->lex, "%s: lease= needs inflight=<n>", what);
-	if (p->inflight && !p->lease_ms)
+	if (p->lease_ms && !p->inflight && !p->settle_hdr[0])
+		return config_parse_fail(&x->lex, "%s: lease= needs inflight=<n> or settle=<header>",
+		                         what);
+	if ((p->inflight || p->settle_hdr[0]) && !p->lease_ms)
 		p->lease_ms = CONFIG_LEASE_DEFAULT_MS;
+	/* (a reservation is settled in the account's own windows: exact logs
+	 * or its bucket, none of a pool's or of buckets of precision=) */
+	if (p->settle_hdr[0] && (p->nwin == 0 || p->pooled || p->precision_ms))
+		return config_parse_fail(&x->lex, "%s: settle= needs <limit>/<window> and does not "
+		                         "apply with pool= or precision=", what);
+	/* (a quota's counter has no entry of the request to refund from) */
+	if (p->settle_hdr[0] && window_policy_has_quota(p))
+		return config_parse_fail(&x->lex, "%s: settle= does not apply with a calendar quota "
+		                         "(/hour, /day, /week, /month)", what);
 	if (p->algorithm == WINDOW_ALGO_GCRA) {
 		/* (a bucket's decision is its one value: no other key beside it) */
 		if (p->inflight)

@@ -506,12 +506,31 @@ static void conn_decide_message(struct conn_notify_env *ne, struct conn_req *r,
 	}
 }
 
+/* A cost sent as text <s> (a response header as HAProxy read it): its
+ * value when it is 1..16 decimal digits, else -1 (malformed). */
+static int64_t conn_done_cost(struct spop_str s)
+{
+	int64_t v = 0;
+	size_t i;
+
+	if (s.len < 1 || s.len > 16)
+		return -1;
+	for (i = 0; i < s.len; i++) {
+		if (s.ptr[i] < '0' || s.ptr[i] > '9')
+			return -1;
+		v = v * 10 + (s.ptr[i] - '0');
+	}
+	return v;
+}
+
 /*
  * A "ratelimit-done" message <m> (HAProxy's response phase): the lease it
- * names goes back. Its args are policy, key and lease (cost, for settle=,
- * is read by nobody yet); anything missing or malformed, or a policy
- * without inflight=, is ignored (logged at debug): the lease then ends at
- * lease=. The ACK does not wait for Redis.
+ * names goes back (inflight=), and under settle= its cost (the real cost,
+ * from the response's header; absent or not a whole number >= 0: the
+ * reservation stands) is settled. Its args are policy, key, lease and
+ * cost; anything missing or malformed, or a policy without inflight= or
+ * settle=, is ignored (logged at debug): the lease then ends at lease=.
+ * The ACK does not wait for Redis.
  */
 static void conn_done_message(struct conn_notify_env *ne, const struct config *cfg,
                               const struct spop_message *m)
@@ -521,6 +540,7 @@ static void conn_done_message(struct conn_notify_env *ne, const struct config *c
 	struct spop_arg a;
 	struct spop_str key = { NULL, 0 }, lease = { NULL, 0 };
 	char id[WINDOW_LEASE_ID_LEN + 1];
+	int64_t cost = -1;
 
 	spop_iter_args(m, &it);
 	while (spop_next_arg(&it, &a)) {
@@ -532,15 +552,25 @@ static void conn_done_message(struct conn_notify_env *ne, const struct config *c
 			key = a.value.v.s;
 		else if (s && spop_str_eq(a.name, "lease"))
 			lease = a.value.v.s;
+		else if (s && spop_str_eq(a.name, "cost"))
+			cost = conn_done_cost(a.value.v.s);
+		else if (spop_str_eq(a.name, "cost") && spop_data_to_int64(&a.value, &cost) == -1)
+			cost = -1;
 	}
-	if (!p || !p->inflight || !ne->ops.release || window_check_key(key.ptr, key.len) == -1 ||
+	if (cost > WINDOW_SETTLE_COST_MAX)
+		cost = -1;
+	if (!p || (!p->inflight && !p->settle_hdr[0]) || window_check_key(key.ptr, key.len) == -1 ||
 	    lease.len != WINDOW_LEASE_ID_LEN) {
 		log_debug("done_ignored", "policy=%s lease_len=%zu", p ? p->name : "-", lease.len);
 		return;
 	}
 	memcpy(id, lease.ptr, lease.len);
 	id[lease.len] = '\0';
-	if (ne->ops.release(ne->ops.ctx, p, key.ptr, key.len, id) == -1)
+	if (p->settle_hdr[0] && cost >= 0 && ne->ops.settle &&
+	    ne->ops.settle(ne->ops.ctx, p, key.ptr, key.len, id, (uint64_t)cost) == -1)
+		log_debug("done_ignored", "policy=%s reason=\"settle refused\"", p->name);
+	if (p->inflight && ne->ops.release &&
+	    ne->ops.release(ne->ops.ctx, p, key.ptr, key.len, id) == -1)
 		log_debug("done_ignored", "policy=%s reason=\"release refused\"", p->name);
 }
 

@@ -33,6 +33,10 @@ struct limiter_ops {
 	 * limiter_release(); may be NULL (releases ignored) */
 	int (*release)(void *ctx, const struct window_policy *p, const char *key,
 	               size_t key_len, const char *lease);
+	/* a "ratelimit-done" message's settle (its cost); same contract as
+	 * limiter_settle(); may be NULL (settles ignored) */
+	int (*settle)(void *ctx, const struct window_policy *p, const char *key,
+	              size_t key_len, const char *lease, uint64_t real);
 	void *ctx;
 };
 

@@ -417,6 +417,7 @@ static void args_add_key(struct args_writer *w, const struct window_policy *p,
 		[WINDOW_KEY_LEGACY_BUCKETS] = ":limit:b1:", [WINDOW_KEY_POOL_LOG] = ":pool:p1:",
 		[WINDOW_KEY_POOL_ACCOUNTS] = ":pool:a1:", [WINDOW_KEY_LEASES] = ":inflight:l1:",
 		[WINDOW_KEY_QUOTA] = ":limit:c1:",
+		[WINDOW_KEY_SETTLE] = ":settle:s1:",
 	};
 	const char *name = p->name;
 	size_t name_len = p->name_len;
@@ -457,6 +458,10 @@ static void args_add_key(struct args_writer *w, const struct window_policy *p,
 			args_put(w, &pos, ":", 1);
 			args_put(w, &pos, window_cal_name((enum window_cal)window_ms),
 			         strlen(window_cal_name((enum window_cal)window_ms)));
+		}
+		if (form == WINDOW_KEY_SETTLE) {
+			args_put(w, &pos, ":", 1);
+			args_put(w, &pos, p->lease_id, strlen(p->lease_id));
 		}
 	}
 	if (!w->failed)
@@ -503,6 +508,84 @@ static void args_add_lease(struct args_writer *w, const struct window_policy *p)
 	args_put(w, &pos, p->lease_id, strlen(p->lease_id));
 	if (!w->failed)
 		args_end(w, start, pos);
+}
+
+/* The settle pair of settle= policy <p>: 1 "settle:<lease ms>" (its key,
+ * the reservation's record, after every other). */
+static void args_add_settle(struct args_writer *w, const struct window_policy *p)
+{
+	char *start;
+	size_t pos = 0;
+
+	args_add_u64(w, 1, 0);
+	start = args_begin(w);
+	if (!start)
+		return;
+	args_put(w, &pos, "settle:", 7);
+	args_put_u64(w, &pos, p->lease_ms);
+	if (!w->failed)
+		args_end(w, start, pos);
+}
+
+/* A token bucket's window argument "gcra:<ms>:<burst>" of <lim>. */
+static void args_add_gcra(struct args_writer *w, const struct window_limit *lim)
+{
+	char *start = args_begin(w);
+	size_t pos = 0;
+
+	if (!start)
+		return;
+	args_put(w, &pos, "gcra:", 5);
+	args_put_u64(w, &pos, lim->window_ms);
+	args_put(w, &pos, ":", 1);
+	args_put_u64(w, &pos, lim->burst);
+	if (!w->failed)
+		args_end(w, start, pos);
+}
+
+/* See window.h. */
+int window_build_settle(const struct window_policy *p, const char *key, size_t key_len,
+                        const char *lease, uint64_t real, struct window_args *a)
+{
+	struct args_writer w = { .a = a, .used = 0, .failed = 0 };
+	const struct window_limit *lim;
+	struct window_policy q;
+	unsigned nwin, i;
+	bool gcra = p->algorithm == WINDOW_ALGO_GCRA;
+
+	a->argc = 0;
+	a->nkeys = 0;
+	a->lease_at = -1;
+	if (!p->settle_hdr[0] || window_check_key(key, key_len) == -1 ||
+	    strlen(lease) != WINDOW_LEASE_ID_LEN)
+		return -1;
+	lim = window_limits_for(p, key, key_len, &nwin);
+	if (nwin == 0 || nwin > WINDOW_MAX_WINDOWS || (gcra && nwin != 1))
+		return -1;
+	q = *p;
+	memcpy(q.lease_id, lease, WINDOW_LEASE_ID_LEN + 1);
+	args_add(&w, "EVALSHA", 7);
+	args_add(&w, "", 0);
+	args_add_u64(&w, nwin + 1, 0);
+	for (i = 0; i < nwin; i++)
+		args_add_key(&w, p, gcra ? WINDOW_KEY_GCRA : WINDOW_KEY_LOG, lim[i].window_ms, key,
+		             key_len);
+	args_add_key(&w, &q, WINDOW_KEY_SETTLE, 0, key, key_len);
+	args_add(&w, "settle", 6);
+	args_add_u64(&w, real, 0);
+	for (i = 0; i < nwin; i++) {
+		args_add_u64(&w, lim[i].limit, 0);
+		if (gcra)
+			args_add_gcra(&w, &lim[i]);
+		else
+			args_add_u64(&w, lim[i].window_ms, 0);
+	}
+	if (w.failed) {
+		a->argc = 0;
+		return -1;
+	}
+	a->nkeys = nwin + 1;
+	return 0;
 }
 
 /* See window.h. */
@@ -558,42 +641,38 @@ static int build_gcra_args(const struct window_policy *p, const char *sha, const
                            unsigned nwin, struct window_args *a, enum window_reason *why)
 {
 	struct args_writer w = { .a = a, .used = 0, .failed = 0 };
-	char *start;
-	size_t pos = 0;
+	bool settle = p->settle_hdr[0] != '\0';
 
-	/* the bucket, and a calendar quota beside it */
-	if (!lim[0].burst || !(nwin == 1 || (nwin == 2 && lim[1].cal))) {
+	/* the bucket, and a calendar quota beside it; a reservation's record
+	 * only beside the bucket alone */
+	if (!lim[0].burst || !(nwin == 1 || (nwin == 2 && lim[1].cal)) ||
+	    (settle && (nwin != 1 || strlen(p->lease_id) != WINDOW_LEASE_ID_LEN))) {
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
 	args_add(&w, "EVALSHA", 7);
 	args_add(&w, sha, strlen(sha));
-	args_add_u64(&w, nwin, 0);
+	args_add_u64(&w, nwin + (settle ? 1 : 0), 0);
 	args_add_key(&w, p, WINDOW_KEY_GCRA, 0, key, key_len);
 	if (nwin == 2)
 		args_add_key(&w, p, WINDOW_KEY_QUOTA, lim[1].cal, key, key_len);
+	if (settle)
+		args_add_key(&w, p, WINDOW_KEY_SETTLE, 0, key, key_len);
 	args_add_u64(&w, cost, 0);
 	args_add_u64(&w, lim[0].limit, 0);
-	start = args_begin(&w);
-	if (start) {
-		pos = 0;
-		args_put(&w, &pos, "gcra:", 5);
-		args_put_u64(&w, &pos, lim[0].window_ms);
-		args_put(&w, &pos, ":", 1);
-		args_put_u64(&w, &pos, lim[0].burst);
-		if (!w.failed)
-			args_end(&w, start, pos);
-	}
+	args_add_gcra(&w, &lim[0]);
 	if (nwin == 2) {
 		args_add_u64(&w, lim[1].limit, 0);
 		args_add_cal(&w, &lim[1]);
 	}
+	if (settle)
+		args_add_settle(&w, p);
 	if (w.failed) {
 		a->argc = 0;
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
-	a->nkeys = nwin;
+	a->nkeys = nwin + (settle ? 1 : 0);
 	*why = WINDOW_REASON_NONE;
 	return 0;
 }
@@ -628,7 +707,7 @@ int window_build_args(const struct window_policy *p, const char *sha,
 	struct args_writer w = { .a = a, .used = 0, .failed = 0 };
 	const struct window_limit *lim;
 	unsigned nwin, i, nkeys;
-	bool legacy;
+	bool legacy, settle = p->settle_hdr[0] && !p->pooled;
 
 	a->argc = 0;
 	a->nkeys = 0;
@@ -667,13 +746,13 @@ int window_build_args(const struct window_policy *p, const char *sha,
 	legacy = p->legacy_key && !p->pool_tag && nwin == 1 && !lim[0].cal && key[0] != '{';
 	nkeys = nwin + (legacy ? 1 : 0);
 	/* (a lease id is what the caller drew: without one, no decision) */
-	if (p->inflight && strlen(p->lease_id) != WINDOW_LEASE_ID_LEN) {
+	if ((p->inflight || settle) && strlen(p->lease_id) != WINDOW_LEASE_ID_LEN) {
 		*why = WINDOW_REASON_REDIS_ERROR;
 		return -1;
 	}
 	args_add(&w, "EVALSHA", 7);
 	args_add(&w, sha, strlen(sha));
-	args_add_u64(&w, nkeys + (p->inflight ? 1 : 0) + (p->pooled ? 2 : 0), 0);
+	args_add_u64(&w, nkeys + (p->inflight ? 1 : 0) + (settle ? 1 : 0) + (p->pooled ? 2 : 0), 0);
 	for (i = 0; i < nwin; i++)
 		args_add_key(&w, p, key_form(p, &lim[i]), lim[i].cal ? lim[i].cal : lim[i].window_ms,
 		             key, key_len);
@@ -682,6 +761,8 @@ int window_build_args(const struct window_policy *p, const char *sha,
 		             WINDOW_KEY_LEGACY_BUCKETS : WINDOW_KEY_LEGACY_LOG, 0, key, key_len);
 	if (p->inflight)
 		args_add_key(&w, p, WINDOW_KEY_LEASES, 0, key, key_len);
+	if (settle)
+		args_add_key(&w, p, WINDOW_KEY_SETTLE, 0, key, key_len);
 	if (p->pooled) {
 		args_add_key(&w, p, WINDOW_KEY_POOL_LOG, 0, key, key_len);
 		args_add_key(&w, p, WINDOW_KEY_POOL_ACCOUNTS, 0, key, key_len);
@@ -699,6 +780,8 @@ int window_build_args(const struct window_policy *p, const char *sha,
 	}
 	if (p->inflight)
 		args_add_lease(&w, p);
+	if (settle)
+		args_add_settle(&w, p);
 	if (p->pooled)
 		args_add_pool(&w, p, key, key_len);
 	if (w.failed) {
@@ -707,7 +790,7 @@ int window_build_args(const struct window_policy *p, const char *sha,
 		return -1;
 	}
 	a->lease_at = p->inflight ? (int)nkeys : -1;
-	a->nkeys = nkeys + (p->inflight ? 1 : 0) + (p->pooled ? 2 : 0);
+	a->nkeys = nkeys + (p->inflight ? 1 : 0) + (settle ? 1 : 0) + (p->pooled ? 2 : 0);
 	*why = WINDOW_REASON_NONE;
 	return 0;
 }
@@ -806,7 +889,8 @@ int window_decide_reply(const struct window_policy *p, const struct window_reply
 		d->reason = sr.pool == STORED_POOL_FULL ? WINDOW_REASON_POOL_FULL : WINDOW_REASON_POOL_SHARE;
 	if (sr.allowed) {
 		d->status = WINDOW_ALLOW;
-		if (leased)
+		/* (settle=: the id of the reservation's record) */
+		if (leased || (p && p->settle_hdr[0] && p->lease_id[0]))
 			memcpy(d->lease, p->lease_id, sizeof(d->lease));
 		return 0;
 	}

@@ -45,9 +45,13 @@
  * a pool: 2 keys and its limit+window */
 /* "EVALSHA" sha nkeys, one key per window, cost, limit+window per window;
  * leases: a key and a pair */
-#define WINDOW_SCRIPT_ARGC_MAX (4 + WINDOW_MAX_WINDOWS * 3 + 4 + 3)
+#define WINDOW_SCRIPT_ARGC_MAX (4 + WINDOW_MAX_WINDOWS * 3 + 4 + 3 + 3)
 /* a lease id: 128 random bits in lower-case hex */
 #define WINDOW_LEASE_ID_LEN    32
+/* settle=<header>: the response header's name, bytes */
+#define WINDOW_SETTLE_HDR_MAX  63
+/* the largest real cost a settle sends (the engines' bound) */
+#define WINDOW_SETTLE_COST_MAX 1000000000000000LL
 /* precision=<d>: bucket length bounds (a bucket per precision of window) */
 #define WINDOW_PRECISION_MIN_MS      1000
 #define WINDOW_PRECISION_MAX_BUCKETS 600
@@ -189,6 +193,10 @@ struct window_policy {
 	 * pair in its arguments (window_args.lease_at) */
 	char lease_id[WINDOW_LEASE_ID_LEN + 1];
 	int lease_at;
+	/* settle=: the response header with the real cost ("": none); an
+	 * admission reserves its cost and answers a lease id (lease_id, drawn
+	 * as for inflight=) that "ratelimit-done" settles */
+	char settle_hdr[WINDOW_SETTLE_HDR_MAX + 1];
 };
 
 /* The forms of an account's Redis keys (window_build_args owns them). */
@@ -202,6 +210,7 @@ enum window_key_form {
 	WINDOW_KEY_POOL_ACCOUNTS,      /* <pool>:pool:a1:{<pool>} */
 	WINDOW_KEY_LEASES,             /* <policy>:inflight:l1:{<tag>} */
 	WINDOW_KEY_QUOTA,              /* <policy>:limit:c1:{<tag>}:<period> */
+	WINDOW_KEY_SETTLE,             /* <policy>:settle:s1:{<tag>}:<lease id> */
 	WINDOW_KEY_FORM_COUNT
 };
 
@@ -229,7 +238,7 @@ struct window_args {
 	size_t argvlen[WINDOW_SCRIPT_ARGC_MAX];
 	unsigned nkeys;
 	int lease_at;                  /* the leases' pair index, or -1 */
-	char buf[(WINDOW_MAX_WINDOWS + 1) * (WINDOW_REDIS_KEY_MAX + 64) + 128 +
+	char buf[(WINDOW_MAX_WINDOWS + 2) * (WINDOW_REDIS_KEY_MAX + 64) + 128 +
 	         2 * (2 * WINDOW_NAME_MAX + 32) + WINDOW_KEY_MAX + 64];
 };
 
@@ -253,6 +262,15 @@ const struct window_plan *window_plan_find(const struct window_policy *p,
  * Returns 0, or -1 (not an inflight= policy, a bad key or lease). */
 int window_build_release(const struct window_policy *p, const char *key, size_t key_len,
                          const char *lease, struct window_args *a);
+
+/* The settle of reservation <lease> (WINDOW_LEASE_ID_LEN hex digits) of
+ * account <key> under settle= policy <p>, <real> units: "EVALSHA" <"">
+ * <n + 1> <the windows' keys> <policy>:settle:s1:{<tag>}:<lease>
+ * "settle" <real> <limit> <window>... (the module's command is
+ * RATELIMIT.SETTLE <n + 1> <keys>... <real> <pairs>...). Returns 0, or -1
+ * (not a settle= policy, no window, a bad key or lease). */
+int window_build_settle(const struct window_policy *p, const char *key, size_t key_len,
+                        const char *lease, uint64_t real, struct window_args *a);
 
 /* Order of a policy's override table (qsort/bsearch on struct
  * window_override): bytewise on the key, a shorter prefix first. */

@@ -77,9 +77,11 @@ static long long limiter_protocol_needed(const struct window_policy *p, size_t n
 		if (window_policy_has_quota(&p[i]))
 			return LIMITER_MODULE_PROTOCOL_QUOTA;
 	for (i = 0; p && i < n; i++) {
+		if (p[i].settle_hdr[0])
+			return LIMITER_MODULE_PROTOCOL_SETTLE;
 		if (p[i].inflight)
-			return LIMITER_MODULE_PROTOCOL_LEASES;
-		if (p[i].pooled)
+			need = LIMITER_MODULE_PROTOCOL_LEASES;
+		if (p[i].pooled && need < LIMITER_MODULE_PROTOCOL_POOL)
 			need = LIMITER_MODULE_PROTOCOL_POOL;
 		if (p[i].algorithm == WINDOW_ALGO_GCRA && need < LIMITER_MODULE_PROTOCOL_GCRA)
 			need = LIMITER_MODULE_PROTOCOL_GCRA;
@@ -160,7 +162,7 @@ static int limiter_check_now(struct limiter *l, const struct window_policy *p,
 	q.lease_id[0] = '\0';
 	q.lease_at = -1;
 	/* (no lease id, no decision: window_build_args refuses it) */
-	if (p->inflight && limiter_draw_lease(q.lease_id) == -1)
+	if ((p->inflight || p->settle_hdr[0]) && limiter_draw_lease(q.lease_id) == -1)
 		log_warn("lease_id", "reason=\"getrandom failed\"");
 	p = &q;
 

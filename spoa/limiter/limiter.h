@@ -133,4 +133,13 @@ void limiter_free(struct limiter *l);
 int limiter_release(struct limiter *l, const struct window_policy *p, const char *key,
                     size_t key_len, const char *lease);
 
+/* Settle reservation <lease> (window_decision.lease of an admission) of
+ * account <key> under settle= policy <p> at <real> units (limiter_lease.c):
+ * sent and tried again as a release is, until the reservation's record
+ * would have ended (lease=); logged when it cannot be. Borrows its
+ * arguments. Returns 0, or -1 (not a settle= policy, a bad key or lease,
+ * out of memory, shutting down). */
+int limiter_settle(struct limiter *l, const struct window_policy *p, const char *key,
+                   size_t key_len, const char *lease, uint64_t real);
+
 #endif /* SPOA_LIMITER_H */

@@ -34,8 +34,22 @@ struct limiter_release {
 	int64_t until_us;               /* no try after this */
 	bool full;                      /* the script's source (after NOSCRIPT) */
 	bool sent;                      /* hiredis holds it */
-	struct window_args a;           /* "EVALSHA" "" 1 <leases key> "release" <id> */
+	bool settle;                    /* a settle (limiter_settle), not a release */
+	struct window_args a;           /* "EVALSHA" "" 1 <leases key> "release" <id>, or
+	                                 * window_build_settle()'s */
 };
+
+/* The key and id <r>'s log lines name (a settle: its record's key). */
+static void lease_names(const struct limiter_release *r, int *klen, const char **k, int *ilen,
+                        const char **id)
+{
+	size_t at = r->settle ? 2 + r->a.nkeys : 3;
+
+	*k = r->a.argv[at];
+	*klen = (int)r->a.argvlen[at];
+	*id = r->settle ? "-" : r->a.argv[5];
+	*ilen = r->settle ? 1 : (int)r->a.argvlen[5];
+}
 
 /* Count one lease event <what> in <l>'s metrics, if any. */
 static void lease_count(struct limiter *l, enum metrics_lease what)
@@ -67,9 +81,14 @@ static void lease_later(struct limiter_release *r, const char *why)
 	struct limiter *l = r->l;
 
 	if (l->closing || limiter_now_us() + (int64_t)(r->backoff * 1e6) >= r->until_us) {
-		lease_count(l, METRICS_LEASE_RELEASE_FAILED);
-		log_warn("lease_release_failed", "key=%.*s lease=%.*s reason=\"%s\"",
-		         (int)r->a.argvlen[3], r->a.argv[3], (int)r->a.argvlen[5], r->a.argv[5], why);
+		int kl, il;
+		const char *k, *id;
+
+		lease_names(r, &kl, &k, &il, &id);
+		if (!r->settle)
+			lease_count(l, METRICS_LEASE_RELEASE_FAILED);
+		log_warn(r->settle ? "settle_failed" : "lease_release_failed",
+		         "key=%.*s lease=%.*s reason=\"%s\"", kl, k, il, id, why);
 		lease_free(r);
 		return;
 	}
@@ -95,6 +114,13 @@ static void lease_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 
 	(void)ac;
 	r->sent = false;
+	if (r->settle && rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+	    rep->element[0]->type == REDIS_REPLY_INTEGER && rep->element[1]->type == REDIS_REPLY_INTEGER) {
+		log_debug("settled", "key=%.*s code=%lld delta=%lld", (int)r->a.argvlen[2 + r->a.nkeys],
+		          r->a.argv[2 + r->a.nkeys], rep->element[0]->integer, rep->element[1]->integer);
+		lease_free(r);
+		return;
+	}
 	if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
 	    rep->element[0]->type == REDIS_REPLY_INTEGER) {
 		long long code = rep->element[0]->integer;
@@ -111,6 +137,13 @@ static void lease_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 	    !r->full) {
 		r->full = true;
 		lease_try(r);
+		return;
+	}
+	/* (a settle's error is its arguments' or its data's: the same again) */
+	if (r->settle && rep && rep->type == REDIS_REPLY_ERROR &&
+	    strncmp(rep->str, "NOSCRIPT", 8) != 0) {
+		r->until_us = 0;
+		lease_later(r, rep->str);
 		return;
 	}
 	lease_later(r, !rep ? "connection lost" : rep->type == REDIS_REPLY_ERROR ? rep->str
@@ -133,7 +166,20 @@ static void lease_try(struct limiter_release *r)
 	}
 	memcpy(argv, r->a.argv, (size_t)argc * sizeof(argv[0]));
 	memcpy(argvlen, r->a.argvlen, (size_t)argc * sizeof(argvlen[0]));
-	if (k->engine->id == LIMITER_ENGINE_MODULE) {
+	if (k->engine->id == LIMITER_ENGINE_MODULE && r->settle) {
+		/* RATELIMIT.SETTLE <numkeys> <keys>... <real> <pairs>...: the
+		 * script's arguments without their mode word */
+		size_t nk = r->a.nkeys, i;
+
+		argv[1] = "RATELIMIT.SETTLE";
+		argvlen[1] = 16;
+		for (i = 3 + nk; i + 1 < (size_t)argc; i++) {
+			argv[i] = argv[i + 1];
+			argvlen[i] = argvlen[i + 1];
+		}
+		first = 1;
+		argc--;
+	} else if (k->engine->id == LIMITER_ENGINE_MODULE) {
 		/* RATELIMIT.RELEASE <key> <lease>: no key count, no mode word */
 		argv[1] = "RATELIMIT.RELEASE";
 		argvlen[1] = 17;
@@ -183,6 +229,36 @@ int limiter_release(struct limiter *l, const struct window_policy *p, const char
 	return 0;
 }
 
+/* See limiter.h. Borrows <p>, <key> and <lease>: the settle keeps its
+ * own copy of its arguments. */
+int limiter_settle(struct limiter *l, const struct window_policy *p, const char *key,
+                   size_t key_len, const char *lease, uint64_t real)
+{
+	struct limiter_release *r;
+
+	if (!l || l->closing || !p || !p->settle_hdr[0])
+		return -1;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -1;
+	if (window_build_settle(p, key, key_len, lease, real, &r->a) == -1) {
+		free(r);
+		return -1;
+	}
+	r->l = l;
+	r->settle = true;
+	r->backoff = LEASE_RETRY_MIN_S;
+	r->until_us = limiter_now_us() + (int64_t)p->lease_ms * 1000;
+	ev_timer_init(&r->retry, lease_on_retry, 0., 0.);
+	r->retry.data = r;
+	r->next = l->releases;
+	if (l->releases)
+		l->releases->prev = r;
+	l->releases = r;
+	lease_try(r);
+	return 0;
+}
+
 /* See limiter_int.h: at limiter_free(), after hiredis answered what it
  * held (each such release freed itself as failed). */
 void limiter_releases_free(struct limiter *l)
@@ -191,7 +267,8 @@ void limiter_releases_free(struct limiter *l)
 
 	for (r = l->releases; r; r = next) {
 		next = r->next;
-		lease_count(l, METRICS_LEASE_RELEASE_FAILED);
+		if (!r->settle)
+			lease_count(l, METRICS_LEASE_RELEASE_FAILED);
 		ev_timer_stop(l->loop, &r->retry);
 		free(r);
 	}

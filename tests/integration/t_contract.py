@@ -36,7 +36,8 @@ h.check("instrumented copy loads (%d branch markers)" % len(MARKS),
         isinstance(cov_sha, str) and len(MARKS) > 40, cov_sha)
 ENGINES = (("script", "s|", lambda keys, args: ["EVALSHA", sha, len(keys)] + keys + args),
            ("module", "m|", lambda keys, args: ["RATELIMIT.RELEASE"] + keys + args[1:]
-            if args[:1] == ["release"] else ["RATELIMIT.DECIDE", len(keys)] + keys + args),
+            if args[:1] == ["release"] else ["RATELIMIT.SETTLE", len(keys)] + keys + args[1:]
+            if args[:1] == ["settle"] else ["RATELIMIT.DECIDE", len(keys)] + keys + args),
            ("script-cov", "c|", lambda keys, args: ["EVALSHA", cov_sha, len(keys)] + keys + args))
 # Lines whose branches are alternatives by server, not by case: at least
 # one of their markers must run. (How pcall sees a redis.call error inside

@@ -453,9 +453,11 @@ if len(acls) >= 2:
     h.check("ACL user: and refuses once spent", isinstance(x, list) and x[0] == 0, x)
     x = c.call("RATELIMIT.VERSION")
     h.check("ACL user: RATELIMIT.VERSION (the agent's version check) answers",
-            isinstance(x, list) and len(x) == 2 and x[0] == 4, x)
+            isinstance(x, list) and len(x) == 2 and x[0] == 5, x)
     x = c.call("RATELIMIT.RELEASE", "acl:inflight:l1:{A}", "aa01")
     h.check("ACL user: RATELIMIT.RELEASE (a lease's release) answers", x == [0, 0], x)
+    x = c.call("RATELIMIT.SETTLE", 2, "acl:limit:v1:{A}:1s", "acl:settle:s1:{A}:aa01", 5, 10, 1000)
+    h.check("ACL user: RATELIMIT.SETTLE (a reservation's settle) answers", x == [0, 0], x)
     c.close()
 h.eq("redis still answers at the end", "PONG", r.call("PING"))
 h.done()

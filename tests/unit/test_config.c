@@ -434,7 +434,7 @@ static void test_parse_errors(void **state)
 		  "t.conf:1: policy 'x': unknown option 'on-redis-error=maybe' "
 		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
 		  "precision=<duration>, algorithm=log|gcra, burst=<n>, pool=<pool>, "
-		  "inflight=<n> or lease=<duration>)" },
+		  "inflight=<n>, lease=<duration> or settle=<header>)" },
 		{ "policy x 3/1s max-cost=0\n", "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=0'" },
 		{ "policy x 3/1s max-cost=1000001\n",
 		  "t.conf:1: policy 'x': max-cost must be 1..1000000, got 'max-cost=1000001'" },
@@ -443,7 +443,7 @@ static void test_parse_errors(void **state)
 		  "t.conf:1: policy 'x': unknown option 'max-cost=' "
 		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
 		  "precision=<duration>, algorithm=log|gcra, burst=<n>, pool=<pool>, "
-		  "inflight=<n> or lease=<duration>)" },
+		  "inflight=<n>, lease=<duration> or settle=<header>)" },
 		{ "policy x shadow\n",
 		  "t.conf:1: policy 'x': expected at least one <limit>/<window> (or inflight=<n>)" },
 		{ "policy x 3/1h precision=7m\n",
@@ -458,7 +458,7 @@ static void test_parse_errors(void **state)
 		{ "policy x 3/1h precision=\n", "t.conf:1: policy 'x': unknown option 'precision=' "
 		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
 		  "precision=<duration>, algorithm=log|gcra, burst=<n>, pool=<pool>, "
-		  "inflight=<n> or lease=<duration>)" },
+		  "inflight=<n>, lease=<duration> or settle=<header>)" },
 		{ "policy x 3/1h precision=0s\n",
 		  "t.conf:1: policy 'x': bad precision in 'precision=0s' (use <n>s, <n>m or <n>h)" },
 		{ "policy x 3/1h precision=m\n",
@@ -482,7 +482,7 @@ static void test_parse_errors(void **state)
 		  "t.conf:1: policy 'x': unknown option 'algorithm=bucket' "
 		  "(expected <limit>/<window>, on-redis-error=deny|allow, shadow, max-cost=<n>, "
 		  "precision=<duration>, algorithm=log|gcra, burst=<n>, pool=<pool>, "
-		  "inflight=<n> or lease=<duration>)" },
+		  "inflight=<n>, lease=<duration> or settle=<header>)" },
 		{ "policy x 3/1s 100/1h algorithm=gcra\n",
 		  "t.conf:1: policy 'x': algorithm=gcra takes exactly one <limit>/<window> (the rate; "
 		  "burst=<n> is the bucket), and at most one calendar quota beside it" },
@@ -503,7 +503,24 @@ static void test_parse_errors(void **state)
 		  "t.conf:1: policy 'x': lease must be 1s..24h, got 'lease=25h'" },
 		{ "policy x 3/1s inflight=5 lease=1d\n",
 		  "t.conf:1: policy 'x': lease must be 1s..24h, got 'lease=1d'" },
-		{ "policy x 3/1s lease=30s\n", "t.conf:1: policy 'x': lease= needs inflight=<n>" },
+		{ "policy x 3/1s lease=30s\n",
+		  "t.conf:1: policy 'x': lease= needs inflight=<n> or settle=<header>" },
+		/* reserve, then settle (issue 38) */
+		{ "policy x 3/1s settle=x-units:\n",
+		  "t.conf:1: policy 'x': settle= must name a response header (1..63 characters of a "
+		  "field name), got 'settle=x-units:'" },
+		{ "policy x 3/1s settle=" "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+		  "t.conf:1: policy 'x': settle= must name a response header (1..63 characters of a "
+		  "field name), got 'settle=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'" },
+		{ "policy x inflight=2 settle=x-units\n",
+		  "t.conf:1: policy 'x': settle= needs <limit>/<window> and does not apply with pool= "
+		  "or precision=" },
+		{ "policy x 3/1s 100/1h precision=1m settle=x-units\n",
+		  "t.conf:1: policy 'x': settle= needs <limit>/<window> and does not apply with pool= "
+		  "or precision=" },
+		{ "policy x 3/1s 100/month settle=x-units\n",
+		  "t.conf:1: policy 'x': settle= does not apply with a calendar quota (/hour, /day, "
+		  "/week, /month)" },
 		{ "policy x 3/1s algorithm=gcra inflight=2\n",
 		  "t.conf:1: policy 'x': inflight= does not apply to algorithm=gcra (in-flight leases "
 		  "count log and precision= policies)" },
@@ -726,7 +743,9 @@ static void test_leases(void **state)
 		"policy edge 3/1s inflight=1 lease=24h\n"
 		"policy short 3/1s lease=1s inflight=1000000\n"
 		"policy conc inflight=3 lease=10m\n"
-		"policy plain 3/1s\n";
+		"policy plain 3/1s\n"
+		"policy tok 100/1h settle=X-Usage-Units\n"
+		"policy tokg 10/1s algorithm=gcra settle=x-units lease=5m\n";
 	struct config c;
 	char err[CONFIG_ERR_LEN];
 	const struct window_policy *p;
@@ -753,6 +772,12 @@ static void test_leases(void **state)
 	p = config_find_policy(&c, "plain", 5);
 	assert_int_equal(p->inflight, 0);
 	assert_int_equal(p->lease_ms, 0);
+	assert_string_equal(p->settle_hdr, "");
+	/* settle=: the header in lower case, a lease= by default */
+	p = config_find_policy(&c, "tok", 3);
+	assert_string_equal(p->settle_hdr, "x-usage-units");
+	assert_int_equal(p->lease_ms, 60000);
+	assert_int_equal(p->inflight, 0);
 	if (config_validate(&c, err, sizeof(err)) != 0)
 		fail_msg("%s", err);
 	config_release(&c);

@@ -185,8 +185,10 @@ static struct contract_pair *contract_load(const char *path, size_t *n)
 			sendable = false;
 		} else if (strncmp(line, "args ", 5) == 0) {
 			sendable = contract_args_sendable(line, &cost, &gcra, &pooled);
-			/* (a release is no decision: the agent reads its reply apart) */
-			release = strncmp(line, "args release ", 13) == 0;
+			/* (a release or a settle is no decision: the agent reads
+			 * its reply apart) */
+			release = strncmp(line, "args release ", 13) == 0 ||
+			          strncmp(line, "args settle ", 12) == 0;
 			lease_at = contract_lease_at(line);
 			/* (a batch's rows with leases decide the leases alone) */
 			if (strstr(line, " lease:") && lease_at < 0)
@@ -453,8 +455,10 @@ static size_t contract_cases(const char *path, void (*fn)(const struct contract_
 				snprintf(c->after[k].items[c->after[k].nitems], 64, "%s",
 				         w[c->after[k].nitems + 3]);
 		} else if (strcmp(w[0], "reply") == 0) {
-			/* (a release's reply is two integers, no decision's) */
-			if (c->nreply++ == 0 && strcmp(c->args[0], "release") != 0) {
+			/* (a release's or a settle's reply is two integers, no
+			 * decision's) */
+			if (c->nreply++ == 0 && strcmp(c->args[0], "release") != 0 &&
+			    strcmp(c->args[0], "settle") != 0) {
 				snprintf(copy, sizeof(copy), "%s", line);
 				if (contract_parse_reply(copy, &c->reply) == -1)
 					fail_msg("%s:%d: bad reply line", path, lineno);

@@ -164,7 +164,7 @@ static void test_help_layout(void **state)
 		"                              limits of one account (e.g. a partner) in POLICY\n"));
 	assert_non_null(strstr(help,
 		"         [max-cost=N] [precision=DURATION] [algorithm=log|gcra] [burst=N] [pool=POOL]\n"
-		"         [inflight=N] [lease=DURATION]\n"
+		"         [inflight=N] [lease=DURATION] [settle=HEADER]\n"
 		"                              shadow: decide and count, but answer allow with\n"));
 	assert_non_null(strstr(help,
 		"  allow-remote-listen         permit a non-loopback listen/metrics address\n"));

@@ -456,6 +456,79 @@ static void test_args_leases(void **state)
 	assert_int_equal(window_build_release(&p, "B", 1, "", &rel), -1);
 }
 
+/* settle=: the decision's last pair 1 "settle:<lease ms>" and its record
+ * key; the settle's own arguments (the windows, the record, the real cost) */
+static void test_args_settle(void **state)
+{
+	static const char id[] = "0123456789abcdef0123456789abcdef";
+	struct window_policy p, g;
+	struct window_args a;
+	struct window_decision d;
+	struct window_reply r = { .kind = WINDOW_REPLY_INTEGERS, .n = 6,
+	                          .v = { 1, 10, 9, 1000000, 0, 0 } };
+	enum window_reason why;
+
+	(void)state;
+	policy_make(&p, "tok", 10, 1000);
+	policy_add(&p, 100, 3600000);
+	snprintf(p.settle_hdr, sizeof(p.settle_hdr), "x-usage-units");
+	p.lease_ms = 60000;
+	/* (no id drawn, no decision) */
+	assert_int_equal(window_build_args(&p, "sha", "A}", 2, 2, &a, &why), -1);
+	memcpy(p.lease_id, id, sizeof(id));
+	assert_int_equal(window_build_args(&p, "sha", "A}", 2, 2, &a, &why), 0);
+	assert_int_equal(a.nkeys, 3);
+	assert_arg(&a, 2, "3");
+	assert_arg(&a, 5, "tok:settle:s1:{A%7D}:0123456789abcdef0123456789abcdef");
+	assert_arg(&a, 6, "2");
+	assert_arg(&a, 11, "1");
+	assert_arg(&a, 12, "settle:60000");
+	assert_int_equal(a.argc, 13);
+	/* an admission answers the id */
+	assert_int_equal(window_decide_reply(&p, &r, &d), 0);
+	assert_string_equal(d.lease, id);
+
+	assert_int_equal(window_build_settle(&p, "A}", 2, id, 5, &a), 0);
+	assert_int_equal(a.nkeys, 3);
+	assert_int_equal(a.argc, 3 + 3 + 2 + 4);
+	assert_arg(&a, 1, "");
+	assert_arg(&a, 2, "3");
+	assert_arg(&a, 3, "tok:limit:v1:{A%7D}:1s");
+	assert_arg(&a, 4, "tok:limit:v1:{A%7D}:1h");
+	assert_arg(&a, 5, "tok:settle:s1:{A%7D}:0123456789abcdef0123456789abcdef");
+	assert_arg(&a, 6, "settle");
+	assert_arg(&a, 7, "5");
+	assert_arg(&a, 8, "10");
+	assert_arg(&a, 9, "1000");
+	assert_arg(&a, 10, "100");
+	assert_arg(&a, 11, "3600000");
+	assert_int_equal(window_build_settle(&p, "A}", 2, "abc", 5, &a), -1);
+	assert_int_equal(window_build_settle(&p, "", 0, id, 5, &a), -1);
+
+	/* a token bucket: its key, then the record; "gcra:<ms>:<burst>" */
+	policy_make(&g, "tg", 10, 1000);
+	g.algorithm = WINDOW_ALGO_GCRA;
+	g.win[0].burst = 20;
+	snprintf(g.settle_hdr, sizeof(g.settle_hdr), "x-u");
+	g.lease_ms = 5000;
+	memcpy(g.lease_id, id, sizeof(id));
+	assert_int_equal(window_build_args(&g, "sha", "B", 1, 1, &a, &why), 0);
+	assert_int_equal(a.nkeys, 2);
+	assert_arg(&a, 3, "tg:limit:g1:{B}");
+	assert_arg(&a, 4, "tg:settle:s1:{B}:0123456789abcdef0123456789abcdef");
+	assert_arg(&a, 7, "gcra:1000:20");
+	assert_arg(&a, 8, "1");
+	assert_arg(&a, 9, "settle:5000");
+	assert_int_equal(window_build_settle(&g, "B", 1, id, 0, &a), 0);
+	assert_arg(&a, 5, "settle");
+	assert_arg(&a, 6, "0");
+	assert_arg(&a, 8, "gcra:1000:20");
+
+	/* a policy without settle= has none */
+	g.settle_hdr[0] = '\0';
+	assert_int_equal(window_build_settle(&g, "B", 1, id, 0, &a), -1);
+}
+
 static void test_args_multi(void **state)
 {
 	struct window_policy p;
@@ -1355,6 +1428,7 @@ int main(void)
 		cmocka_unit_test(test_args_batch),
 		cmocka_unit_test(test_args_pool),
 		cmocka_unit_test(test_args_leases),
+		cmocka_unit_test(test_args_settle),
 		cmocka_unit_test(test_args_single),
 		cmocka_unit_test(test_args_multi),
 		cmocka_unit_test(test_args_precision),

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Reserve, then settle through two HAProxy edges (issue 38): the shipped
+# edge, unchanged, and one agent with
+#   policy transfer 1000/1m settle=x-usage-units
+# in front of a backend that answers "x-usage-units: <n>" when asked
+# (tests/e2e/hold_backend.py, "X-Usage: <n>"):
+#   a transfer of ACC-1001 reserves 1 and its response says it cost 5: the
+#   next transfer (on the other edge) sees 4 fewer remaining than it would
+#   have; a response without the header leaves the reservation (1); one
+#   that says 0 gives the unit back.
+# Redis's own record: the account's window holds what the responses said.
+# Run on HAProxy 2.6 and 3.2 (HAPROXY=).
+. "$(dirname "$0")/../lib.sh"
+t_setup
+jwt_setup
+TRANSFERS_PORT=$(free_port)
+ACCOUNTS_PORT=$(free_port)
+python3 "$(dirname "$0")/hold_backend.py" "$TRANSFERS_PORT" "$T" >>"$T/backend.log" 2>&1 &
+t_track $!
+wait_port "$TRANSFERS_PORT" || fail "the backend started"
+start_redis
+policies=$(edge_policies | sed -E 's|^policy[[:space:]]+transfer[[:space:]].*$|policy transfer 1000/1m settle=x-usage-units|')
+start_agent "$E2E_REDIS_TIMEOUT
+$policies"
+start_haproxy A
+start_haproxy B
+t1=$(mint_token ACC-1001)
+WIN='transfer:limit:v1:{jwt:ACC-1001}:1m'
+# units: what the account's window holds, by Redis's record
+units() { local s=0 m; for m in $(rcli ZRANGE "$WIN" 0 -1); do s=$((s + 16#${m#*:})); done; echo "$s"; }
+# rem: the remaining of the response's RateLimit field
+rem() { rsp_hdr RateLimit | sed -E 's/.*;r=([0-9]+).*/\1/'; }
+# until_units N: until the window holds N (20 s at most; counted, not timed)
+until_units() { for _ in $(seq 400); do [ "$(units)" = "$1" ] && return 0; sleep 0.05; done; return 1; }
+
+req A POST /transfers "$t1" -H "X-Usage: 5"
+eq "a transfer that cost 5: 201" 201 "$RSP_STATUS"
+eq "it reserved 1: 999 remaining" 999 "$(rem)"
+check "its response settled 5 (ratelimit-done's cost): the window holds 5" until_units 5
+req B POST /transfers "$t1"
+eq "the next transfer: 201" 201 "$RSP_STATUS"
+eq "it sees 4 fewer remaining: 994" 994 "$(rem)"
+check "a response without the header: its reservation stands (6)" until_units 6
+req A POST /transfers "$t1" -H "X-Usage: 0"
+eq "a transfer that cost nothing: 201" 201 "$RSP_STATUS"
+check "its unit comes back: the window holds 6" until_units 6
+eq "no reservation record left but the headerless one's" 1 \
+	"$(rcli KEYS 'transfer:settle:s1:*' | grep -c .)"
+t_done
