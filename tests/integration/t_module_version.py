@@ -174,7 +174,7 @@ QUOTA = "3/1s 100/month"
 v, log, rport = one_case("p3-quota-auto", [MODULE_TEST_SO, "test-protocol=3"], "auto", QUOTA)
 h.eq("protocol 3, a quota, redis-engine auto: allowed", "allow", v and v.get("status"))
 h.check("protocol 3, a quota, auto: warned, naming the protocol needed",
-        "level=warn event=redis_engine_protocol" in log and "protocol=3 speaks=4 needs=4" in log, log)
+        "level=warn event=redis_engine_protocol" in log and "protocol=3 speaks=5 needs=4" in log, log)
 h.eq("protocol 3, a quota, auto: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
 h.check("protocol 3, a quota, auto: the script decided, into the quota's counter",
         harness.rcli(rport, "GET", "transfer:limit:c1:{ACC-V-p3-quota-auto}:month").strip()
@@ -183,7 +183,7 @@ v, log, rport = one_case("p3-quota-module", [MODULE_TEST_SO, "test-protocol=3"],
 h.eq("protocol 3, a quota, redis-engine module: an error, never an allow", "error",
      v and v.get("status"))
 h.check("protocol 3, a quota, module: logged at error",
-        "level=error event=redis_engine_protocol" in log and "protocol=3 speaks=4 needs=4" in log, log)
+        "level=error event=redis_engine_protocol" in log and "protocol=3 speaks=5 needs=4" in log, log)
 h.eq("protocol 3, a quota, module: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
 v, log, rport = one_case("p4-quota-module", [MODULE_SO], "module", QUOTA)
 h.eq("protocol 4, a quota, redis-engine module: allowed", "allow", v and v.get("status"))
