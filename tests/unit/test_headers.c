@@ -145,6 +145,7 @@ static void test_largest_fits(void **state)
 
 	(void)state;
 	memset(name, 'n', sizeof(name));
+	memset(big, 0, sizeof(big));   /* (no calendar quota: the other fields 0) */
 	for (i = 0; i < WINDOW_MAX_WINDOWS; i++) {
 		big[i].limit = INT64_MAX;
 		big[i].window_ms = UINT64_MAX - i;  /* printed in ms: the longest unit */
