@@ -400,8 +400,9 @@ const struct config_directive config_directives[] = {
 	{ "plan", CONFIG_ARG_LINE, false, config_dir_plan, NULL,
 	  "NAME POLICY LIMIT/WINDOW [LIMIT/WINDOW...] [burst=N]",
 	  "limits of every account on plan NAME in POLICY\n"
-	  "(HAProxy's SPOE arg plan names it); an account's\n"
-	  "override wins over its plan" },
+	  "(HAProxy's SPOE arg plan names it), with the\n"
+	  "policy's window lengths; an account's override\n"
+	  "wins over its plan" },
 	{ "plan-default", CONFIG_ARG_ONE, false, dir_plan_default, NULL, "NAME",
 	  "the plan of a request that names none (default:\n"
 	  "none, the policy's own limits)" },

@@ -568,6 +568,29 @@ int config_dir_override(struct parse_ctx *x, const struct word *w, size_t n)
 /* plan <name> <policy> <limit>/<window>... [burst=<n>] (gcra): the limits of
  * every account on plan <name> in <policy>. Grows the policy's plan table
  * (owned by the config) by one. */
+/* Whether plan windows <win>/<nwin> have the keys of policy <p>'s: the same
+ * window lengths and quota periods (a bucket's rate is one key whatever its
+ * window). Then every plan of a policy counts in the same keys, and a change
+ * of plan keeps what the account was admitted in each window. */
+static bool plan_same_keys(const struct window_policy *p, const struct window_limit *win,
+                           unsigned nwin)
+{
+	unsigned i, j;
+
+	if (nwin != p->nwin)
+		return false;
+	for (i = 0; i < nwin; i++) {
+		for (j = 0; j < p->nwin; j++)
+			if (win[i].cal == p->win[j].cal &&
+			    (win[i].cal || p->algorithm == WINDOW_ALGO_GCRA ||
+			     win[i].window_ms == p->win[j].window_ms))
+				break;
+		if (j == p->nwin)
+			return false;
+	}
+	return true;
+}
+
 int config_dir_plan(struct parse_ctx *x, const struct word *w, size_t n)
 {
 	struct window_policy *p;
@@ -600,6 +623,10 @@ int config_dir_plan(struct parse_ctx *x, const struct word *w, size_t n)
 	pl->name_len = w[1].len;
 	if (parse_account_limits(x, what, p, w + 3, n - 3, pl->win, &pl->nwin) == -1)
 		return -1;
+	if (!plan_same_keys(p, pl->win, pl->nwin))
+		return config_parse_fail(&x->lex, "%s: its windows must have the policy's lengths and "
+		                         "quota periods, its limits may differ (an account's units "
+		                         "are counted in the same keys whatever its plan)", what);
 	warn_dead_windows(x, what, pl->win, pl->nwin);
 	p->nplans++;
 	return 0;

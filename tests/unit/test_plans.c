@@ -28,7 +28,7 @@ static void test_plans_parse(void **state)
 		"policy api 10/1s 1000/1h\n"
 		"policy bucket 10/1s algorithm=gcra\n"
 		"plan-default free\n"
-		"plan free api 5/1s\n"
+		"plan free api 5/1s 500/1h\n"
 		"plan pro api 100/1s 100000/1h\n"
 		"plan pro bucket 100/1s burst=200\n"
 		"plan free bucket 2/1s\n";
@@ -89,6 +89,18 @@ static void test_plans_refused(void **state)
 		  "t.conf:2: plan 'pro' of 'api': precision=1m does not divide the 150s window" },
 		{ "policy api 3/1s\nplan pro api 5/1s 6/1s\n",
 		  "t.conf:2: plan 'pro' of 'api': window 1s given twice" },
+		{ "policy api 3/1s 100/1h\nplan pro api 5/1s\n",
+		  "t.conf:2: plan 'pro' of 'api': its windows must have the policy's lengths and quota "
+		  "periods, its limits may differ (an account's units are counted in the same keys "
+		  "whatever its plan)" },
+		{ "policy api 3/1m\nplan short api 10/1s\n",
+		  "t.conf:2: plan 'short' of 'api': its windows must have the policy's lengths and quota "
+		  "periods, its limits may differ (an account's units are counted in the same keys "
+		  "whatever its plan)" },
+		{ "policy api 3/1s 10/day\nplan pro api 5/1s 10/month\n",
+		  "t.conf:2: plan 'pro' of 'api': its windows must have the policy's lengths and quota "
+		  "periods, its limits may differ (an account's units are counted in the same keys "
+		  "whatever its plan)" },
 		{ "policy api 3/1s\nplan pro api 0/1s\n",
 		  "t.conf:2: plan 'pro' of 'api': limit must be a positive integer, got '0/1s'" },
 		{ "policy api 3/1s\nplan pro api\n",
