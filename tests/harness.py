@@ -737,6 +737,26 @@ def wait_for(fn, timeout=10.0, step=0.05):
         v = fn()
     return v
 
+def engine_agents(h, body):
+    """One agent per engine ("script", "module") on h's Redis with config
+    <body> (which has "policy warm ..."), each answering: {engine: (process,
+    port, metrics port)}. The warm-up's key is deleted."""
+    import spop
+    agents = {}
+    for engine in ("script", "module"):
+        p, port, mport, _ = h.spawn_side_agent(
+            "agent-" + engine, "redis redis://127.0.0.1:%d/0\nredis-timeout 5s\nredis-engine %s\n%s"
+            % (h.redis_port, engine, body))
+        c = spop.Conn().connect("127.0.0.1", port)
+        c.hello()
+        wait_for(lambda: c.ratelimit("warmup", policy="warm", timeout=15)["actions"].get("status")
+                 in ("allow", "deny"), 30)
+        c.close()
+        agents[engine] = (p, port, mport)
+    h.rcli("DEL", "warm:limit:v1:{warmup}:1s")
+    return agents
+
+
 
 def replicas_caught_up(info, target):
     """True when <info> (INFO replication of a primary) lists a replica and

@@ -37,18 +37,7 @@ h.start_redis(extra=["--loadmodule", MODULE_SO, "--appendonly", "yes", "--append
 
 body = "policy warm 10/1s\npolicy export 1000/1h inflight=5 lease=3s\n" \
        "policy upload 1000/1h inflight=1 lease=1m\npolicy conc inflight=1 lease=1m\n"
-agents = {}
-for engine in ("script", "module"):
-    p, port, mport, log = h.spawn_side_agent(
-        "agent-" + engine, "redis redis://127.0.0.1:%d/0\nredis-timeout 5s\nredis-engine %s\n%s"
-        % (h.redis_port, engine, body))
-    c = spop.Conn().connect("127.0.0.1", port)
-    c.hello()
-    wait_for(lambda: c.ratelimit("warmup", policy="warm", timeout=15)["actions"].get("status")
-             in ("allow", "deny"), 30)
-    c.close()
-    agents[engine] = (p, port, mport)
-h.rcli("DEL", "warm:limit:v1:{warmup}:1s")
+agents = harness.engine_agents(h, body)
 
 
 def done(c, key, lease, policy="export"):

@@ -34,18 +34,7 @@ body = "policy warm 10/1s\n" \
        "policy tok 100/1h settle=X-Usage-Units lease=1m\n" \
        "policy tokg 10/1s algorithm=gcra burst=100 settle=x-usage-units\n" \
        "policy burst 20/1h settle=x-usage-units\n"
-agents = {}
-for engine in ("script", "module"):
-    p, port, mport, log = h.spawn_side_agent(
-        "agent-" + engine, "redis redis://127.0.0.1:%d/0\nredis-timeout 5s\nredis-engine %s\n%s"
-        % (h.redis_port, engine, body))
-    c = spop.Conn().connect("127.0.0.1", port)
-    c.hello()
-    wait_for(lambda: c.ratelimit("warmup", policy="warm", timeout=15)["actions"].get("status")
-             in ("allow", "deny"), 30)
-    c.close()
-    agents[engine] = (p, port, mport)
-h.rcli("DEL", "warm:limit:v1:{warmup}:1s")
+agents = harness.engine_agents(h, body)
 
 
 def conn(engine):
