@@ -65,7 +65,11 @@
 -- zero; the entries after it keep the cum order) in each log window; a
 -- token bucket's TAT moves by it (a refund never below now), when its
 -- stored limit and window are the pair's. Reply { 1 settled | 0 no such
--- record (settled, ended or never made), real - reserved }.
+-- record (settled, ended or never made), real - reserved, limit,
+-- remaining, reset, index }: the last four what the window with the least
+-- left (a tie: the first) holds after it, as a decision would answer them
+-- (reset 0 for an empty window); only the first two when a window cannot
+-- be read so (a bucket written under another rate, a member not ours).
 --
 -- Rules: time is Redis's own (every agent shares one clock); an entry exactly
 -- one window old is out; admission is all-or-nothing over the windows; a
@@ -935,11 +939,25 @@ local function decide(k0, a0, n, pooled)
 	return { allowed and 1 or 0, lim, best_rem, best_reset, best_retry, best - 1 }
 end
 
--- Settle <delta> units in log window <s> (key, win set) whose reservation
--- entry has score <sc> (nil: none). False: a bad entry (nothing written).
+-- What log window <s> (key, win, limit set) leaves after a settle:
+-- remaining (at least 0) and reset (until its oldest unit leaves; 0 when
+-- empty), or nil when it holds a member that is not ours.
+local function state_log(s)
+	s.cut = now - s.win * 1000
+	s.cuts = int(s.cut)
+	if not read_window(s) then return nil end
+	local reset = 0
+	if s.oldest then reset = s.oldest + s.win * 1000 - now end
+	return math.max(0, s.limit - s.count), reset
+end
+
+-- Settle <delta> units in log window <s> (key, win, limit set) whose
+-- reservation entry has score <sc> (nil: none). False: a bad entry
+-- (nothing written).
 local function settle_log(s, delta, sc)
 	s.cut = now - s.win * 1000
 	s.cuts = int(s.cut)
+	if delta == 0 then return true end
 	if not read_window(s) then return false end
 	if delta > 0 then
 		local at = now
@@ -971,24 +989,34 @@ local function settle_log(s, delta, sc)
 	return true
 end
 
--- Settle <delta> units in the token bucket <key> of limit <l> and window
--- <w> ms, when it was written for them: the TAT moves by delta * w / l
--- (a refund: to now at the earliest, the bucket full).
-local function settle_gcra(key, l, w, delta)
+-- What a token bucket of burst <b>, window <w> us and limit <l> leaves
+-- owing <d> us and <f> / l: remaining (0 past a full bucket's time), reset.
+local function state_gcra(b, w, l, d, f)
+	local qb, rb = divmod(b * w, l)
+	local rem, reset = 0, d
+	if d < qb or (d == qb and f <= rb) then rem = divmod(b * w - d * l - f, w) end
+	if f > 0 then reset = d + 1 end
+	return rem, reset
+end
+
+-- Settle <delta> units in the token bucket <key> of limit <l>, burst <b>
+-- and window <w> ms, when it was written for them: the TAT moves by
+-- delta * w / l (a refund: to now at the earliest, the bucket full).
+-- Returns what it leaves (state_gcra), or nil when it was not.
+local function settle_gcra(key, l, b, w, delta)
 	local v = call('GET', key)
 	local d, f = 0, 0
 	w = w * 1000
 	if v then
 		local ts, fs, ms1, ls1, os1 = match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
-		if not ts then return end
+		if not ts then return nil end
 		local t, fr, o = tonumber(ts), tonumber(fs), tonumber(os1)
-		if not (tonumber(ms1) * 1000 == w and tonumber(ls1) == l and o <= t) then return end
+		if not (tonumber(ms1) * 1000 == w and tonumber(ls1) == l and o <= t) then return nil end
 		d, f = t - now, fr
 		if f >= l then d, f = d + 1, 0 end
 		if d < 0 then d, f = 0, 0 end
-	elseif delta < 0 then
-		return
 	end
+	if delta == 0 or (not v and delta < 0) then return state_gcra(b, w, l, d, f) end
 	-- (a whole bucket's worth or more: empty or full either way; below
 	-- 2^52, exact in doubles)
 	local m = delta < 0 and -delta or delta
@@ -1006,6 +1034,7 @@ local function settle_gcra(key, l, w, delta)
 	if f > 0 then reset = d + 1 end
 	call('SET', key, format('%d:%d:%d:%d:%d', now + d, f, w / 1000, l, d))
 	expire(key, int(divmod(reset + 999, 1000) + 1))
+	return state_gcra(b, w, l, d, f)
 end
 
 if ARGV[1] == 'settle' then
@@ -1019,27 +1048,42 @@ if ARGV[1] == 'settle' then
 			return redis.error_reply(BAD_WINDOW)
 		end
 	end
+	-- no record (settled, ended, never made): nothing moves, the state is
+	-- still read
 	local v = call('GET', KEYS[n + 1])
 	local cs, rest = match(v or '', '^c(%x+)([/%d]*)$')
-	if not cs then return { 0, 0 } end
-	call('DEL', KEYS[n + 1])
-	local delta, sc, i = real - tonumber(cs, 16), {}, 0
-	for x in rest:gmatch('/(%d+)') do
-		i = i + 1
-		sc[i] = x + 0
-	end
-	if delta ~= 0 then
-		for i = 1, n do
-			local l, ws = num(ARGV[1 + 2 * i]), ARGV[2 + 2 * i]
-			local gm = match(ws, '^gcra:(%d+):')
-			if gm then
-				settle_gcra(KEYS[i], l, tonumber(gm), delta)
-			elseif not settle_log({ key = KEYS[i], win = num(ws) }, delta, sc[i]) then
-				return redis.error_reply(BAD_ENTRY)
-			end
+	local code, delta, sc = 0, 0, {}
+	if cs then
+		call('DEL', KEYS[n + 1])
+		code, delta = 1, real - tonumber(cs, 16)
+		local i = 0
+		for x in rest:gmatch('/(%d+)') do
+			i = i + 1
+			sc[i] = x + 0
 		end
 	end
-	return { 1, delta }
+	local known, best, lim, rem, reset = true, 0, 0, 0, 0
+	for i = 1, n do
+		local l, ws = num(ARGV[1 + 2 * i]), ARGV[2 + 2 * i]
+		local gm, gb = match(ws, '^gcra:(%d+):(%d+)$')
+		local r1, t1, l1
+		if gm then
+			r1, t1 = settle_gcra(KEYS[i], l, tonumber(gb), tonumber(gm), delta)
+			l1 = tonumber(gb)
+		else
+			local s = { key = KEYS[i], win = num(ws), limit = l }
+			if not settle_log(s, delta, sc[i]) then return redis.error_reply(BAD_ENTRY) end
+			r1, t1 = state_log(s)
+			l1 = l
+		end
+		if not r1 then
+			known = false
+		elseif best == 0 or r1 < rem then
+			best, lim, rem, reset = i, l1, r1, t1
+		end
+	end
+	if not known then return { code, delta } end
+	return { code, delta, lim, rem, reset, best - 1 }
 end
 
 if ARGV[1] == 'release' then

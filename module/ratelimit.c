@@ -31,8 +31,9 @@
  * of RATELIMIT.DECIDE (its arguments and replies) and only changes when
  * that does; agents read it at connect and use the module only on a
  * protocol they speak. A module without the command (before 1.1.0) speaks
- * protocol 1; this one speaks 4 (in-flight leases and calendar quotas; 3: pools;
- * 2: GCRA), a superset of 3, 2 and 1.
+ * protocol 1; this one speaks 6 (5: reserve, then settle; 4: in-flight
+ * leases and calendar quotas; 3: pools; 2: GCRA), a superset of the ones
+ * before it.
  *
  * Load arguments: allow-eviction. A build with -DRATELIMIT_TEST_CLOCK
  * (module/ratelimit-test.so, for the tests only) also takes test-clock:
@@ -60,8 +61,9 @@
  * RATELIMIT.RELEASE) and calendar quotas ("cal:<kind>:<tz>:<anchor>"), every
  * protocol-3 call answered as before; 5: also reserve, then settle (a last
  * pair "settle:<ms>", and RATELIMIT.SETTLE), every protocol-4 call answered
- * as before. */
-#define RL_MODULE_VERSION 5
+ * as before; 6: RATELIMIT.SETTLE also answers what the windows have left
+ * (6 integers instead of 2), every other call answered as before. */
+#define RL_MODULE_VERSION 6
 #ifndef RL_PRODUCT_VERSION
 #define RL_PRODUCT_VERSION "unknown"
 #endif
@@ -431,11 +433,14 @@ static int cmd_decide(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 }
 
 /* RATELIMIT.SETTLE <numkeys> <key>... <real cost> <limit> <window>...:
- * the script's "settle" mode; replies [<code>, <real - reserved>]. */
+ * the script's "settle" mode; replies [<code>, <real - reserved>] and,
+ * when every window was read, <limit> <remaining> <reset> <index> of the
+ * one with the least left (protocol 6). */
 static int cmd_settle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
 	struct rl_arg args[1 + 2 * RL_SETTLE_MAX];
-	long long nk, code, delta;
+	struct rl_settled st;
+	long long nk;
 	const char *err;
 	size_t nargs, i;
 	int64_t now;
@@ -458,13 +463,19 @@ static int cmd_settle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	for (i = 0; i < nargs; i++)
 		args[i].p = RedisModule_StringPtrLen(argv[2 + nk + (long long)i], &args[i].len);
 	rl_scratch_begin();
-	err = rl_settle(ctx, argv + 2, (size_t)nk, args, nargs, now, &code, &delta);
+	err = rl_settle(ctx, argv + 2, (size_t)nk, args, nargs, now, &st);
 	rl_scratch_release_dead();
 	if (err)
 		return RedisModule_ReplyWithError(ctx, err);
-	RedisModule_ReplyWithArray(ctx, 2);
-	RedisModule_ReplyWithLongLong(ctx, code);
-	RedisModule_ReplyWithLongLong(ctx, delta);
+	RedisModule_ReplyWithArray(ctx, st.known ? 6 : 2);
+	RedisModule_ReplyWithLongLong(ctx, st.code);
+	RedisModule_ReplyWithLongLong(ctx, st.delta);
+	if (st.known) {
+		RedisModule_ReplyWithLongLong(ctx, st.state.limit);
+		RedisModule_ReplyWithLongLong(ctx, st.state.remaining);
+		RedisModule_ReplyWithLongLong(ctx, st.state.reset);
+		RedisModule_ReplyWithLongLong(ctx, (long long)st.index);
+	}
 	return REDISMODULE_OK;
 }
 

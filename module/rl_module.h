@@ -159,12 +159,28 @@ void rl_gcra_decide(RedisModuleCtx *ctx, RedisModuleString *name, RedisModuleStr
  * and the <n> <scores> of its pairs, expiring after d->settle_ms. 0 or -1. */
 int rl_settle_write(RedisModuleCtx *ctx, RedisModuleString *name, const struct rl_decision *d,
                     const int64_t *scores, size_t n, int64_t now);
+/* One window after a settle: what a decision would answer of it. */
+struct rl_settle_state {
+	int known;                     /* 0: written under other limits, or unreadable */
+	int64_t limit;                 /* its limit (a bucket's burst) */
+	int64_t remaining;             /* >= 0 */
+	int64_t reset;                 /* us until its oldest unit leaves (full again); 0 empty */
+};
+
+/* RATELIMIT.SETTLE's answer. */
+struct rl_settled {
+	long long code;                /* 1 settled, 0 no record */
+	long long delta;               /* real - reserved */
+	int known;                     /* every window's state read: <state> and <index> set */
+	struct rl_settle_state state;  /* the window with the least left */
+	size_t index;
+};
+
 /* RATELIMIT.SETTLE's work: <keys>/<nk> (borrowed: the windows', then the
- * record), <args>/<nargs> (the real cost, then the windows' pairs). Sets
- * *<code> (1 settled, 0 no record) and *<delta> (real - reserved). NULL or
- * the error text. */
+ * record), <args>/<nargs> (the real cost, then the windows' pairs), into
+ * <out>. NULL or the error text. */
 const char *rl_settle(RedisModuleCtx *ctx, RedisModuleString **keys, size_t nk,
-                      const struct rl_arg *args, size_t nargs, int64_t now, long long *code,
-                      long long *delta);
+                      const struct rl_arg *args, size_t nargs, int64_t now,
+                      struct rl_settled *out);
 
 #endif

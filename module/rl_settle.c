@@ -139,28 +139,47 @@ out:
 	return err;
 }
 
-/* Settles <delta> units in log window <name> (borrowed) of <win_ms>,
- * whose reservation entry has score <sc> (-1: none). NULL or the error. */
-static const char *settle_log(RedisModuleCtx *ctx, RedisModuleString *name, int64_t win_ms,
-                              int64_t delta, int64_t sc, int64_t now)
+/* What log window <name> (borrowed) of <w> leaves after a settle into
+ * <st>: remaining (never below 0) and reset (until its oldest unit
+ * leaves; 0 when empty). st->known 0 when it holds a member the engines
+ * refuse (the script's state_log()). */
+static void settle_state_log(RedisModuleCtx *ctx, RedisModuleString *name,
+                             const struct rl_window *w, int64_t now, struct rl_settle_state *st)
 {
-	struct rl_window w;
+	struct rl_state s;
+
+	memset(&s, 0, sizeof(s));
+	s.name = name;
+	s.w = w;
+	s.cut = now - w->win_ms * 1000;
+	st->known = rl_log_read(ctx, &s) == NULL;
+	st->limit = w->limit;
+	st->remaining = w->limit - s.count > 0 ? w->limit - s.count : 0;
+	st->reset = s.has_oldest ? s.oldest + w->win_ms * 1000 - now : 0;
+}
+
+/* Settles <delta> units in log window <name> (borrowed) of <w>, whose
+ * reservation entry has score <sc> (-1: none), and reads what it leaves
+ * into <st>. NULL or the error. */
+static const char *settle_log(RedisModuleCtx *ctx, RedisModuleString *name,
+                              const struct rl_window *w, int64_t delta, int64_t sc, int64_t now,
+                              struct rl_settle_state *st)
+{
 	struct rl_state s;
 	RedisModuleKey *k;
 	const char *err;
 
-	memset(&w, 0, sizeof(w));
 	memset(&s, 0, sizeof(s));
-	w.win_ms = win_ms;
-	w.limit = 1;
 	s.name = name;
-	s.w = &w;
-	s.cut = now - win_ms * 1000;
+	s.w = w;
+	s.cut = now - w->win_ms * 1000;
+	if (delta == 0 || (delta < 0 && (sc < 0 || sc <= s.cut))) {
+		settle_state_log(ctx, name, w, now, st);
+		return NULL;
+	}
 	err = rl_log_read(ctx, &s);
 	if (err)
 		return err;
-	if (delta < 0 && (sc < 0 || sc <= s.cut))
-		return NULL;
 	k = RedisModule_OpenKey(ctx, name, REDISMODULE_READ | REDISMODULE_WRITE);
 	if (delta > 0) {
 		if (rl_log_add(ctx, k, &s, now, delta) == -1)
@@ -171,13 +190,31 @@ static const char *settle_log(RedisModuleCtx *ctx, RedisModuleString *name, int6
 		err = settle_refund(ctx, k, name, sc, -delta);
 	}
 	RedisModule_CloseKey(k);
+	if (!err)
+		settle_state_log(ctx, name, w, now, st);
 	return err;
 }
 
+/* What token bucket <w> leaves, owing <d> us and <f> / limit, into <st>:
+ * the decisions' remaining (0 past a full bucket's time) and reset. */
+static void settle_state_gcra(const struct rl_window *w, int64_t d, int64_t f,
+                              struct rl_settle_state *st)
+{
+	int64_t us = w->win_ms * 1000, bw = w->burst * us, qb = bw / w->limit, rb = bw % w->limit;
+
+	st->known = 1;
+	st->limit = w->burst;
+	/* (compared as rl_args_gcra() does: d * limit may not fit past qb) */
+	st->remaining = d < qb || (d == qb && f <= rb) ? (bw - d * w->limit - f) / us : 0;
+	st->reset = f > 0 ? d + 1 : d;
+}
+
 /* Settles <delta> units in token bucket <name> (borrowed) of <w>, when
- * it was written for its limit and window (the script's settle_gcra()). */
+ * it was written for its limit and window (the script's settle_gcra()),
+ * and reads what it leaves into <st> (unknown when it was not). */
 static const char *settle_gcra(RedisModuleCtx *ctx, RedisModuleString *name,
-                               const struct rl_window *w, int64_t delta, int64_t now)
+                               const struct rl_window *w, int64_t delta, int64_t now,
+                               struct rl_settle_state *st)
 {
 	RedisModuleKey *k = RedisModule_OpenKey(ctx, name, REDISMODULE_READ);
 	int type = RedisModule_KeyType(k);
@@ -186,6 +223,7 @@ static const char *settle_gcra(RedisModuleCtx *ctx, RedisModuleString *name,
 	char buf[96];
 	size_t len;
 
+	st->known = 0;
 	if (type == REDISMODULE_KEYTYPE_STRING) {
 		const char *p = RedisModule_StringDMA(k, &len, REDISMODULE_READ);
 
@@ -206,8 +244,10 @@ static const char *settle_gcra(RedisModuleCtx *ctx, RedisModuleString *name,
 		return RL_ERR_WRONGTYPE;
 	}
 	RedisModule_CloseKey(k);
-	if (type == REDISMODULE_KEYTYPE_EMPTY && delta < 0)
+	if (delta == 0 || (type == REDISMODULE_KEYTYPE_EMPTY && delta < 0)) {
+		settle_state_gcra(w, d, f, st);
 		return NULL;
+	}
 	/* (a whole bucket's worth or more: the bucket empty or full either
 	 * way; kept below 2^52 so that the script's doubles are exact) */
 	m = delta < 0 ? -delta : delta;
@@ -242,6 +282,7 @@ static const char *settle_gcra(RedisModuleCtx *ctx, RedisModuleString *name,
 	at = floor_div(now, 1000) + (reset + 999) / 1000 + 1;
 	if (settle_set(ctx, name, buf, len, (long long)at) == -1)
 		return RL_SETTLE_REFUSED;
+	settle_state_gcra(w, d, f, st);
 	return NULL;
 }
 
@@ -281,17 +322,18 @@ static int settle_parse_record(const char *p, size_t len, int64_t *cost, int64_t
 }
 
 const char *rl_settle(RedisModuleCtx *ctx, RedisModuleString **keys, size_t nk,
-                      const struct rl_arg *args, size_t nargs, int64_t now, long long *code,
-                      long long *delta)
+                      const struct rl_arg *args, size_t nargs, int64_t now,
+                      struct rl_settled *out)
 {
 	struct rl_window w[RL_SETTLE_MAX];
-	int64_t sc[RL_SETTLE_MAX], real, reserved;
+	struct rl_settle_state st;
+	int64_t sc[RL_SETTLE_MAX], real, reserved, delta = 0;
 	RedisModuleKey *k;
 	const char *err = NULL, *p;
 	size_t n = nk - 1, i, len;
 	int deleted = 0;
 
-	*code = *delta = 0;
+	memset(out, 0, sizeof(*out));
 	if (nk < 2 || n > RL_SETTLE_MAX || nargs != 1 + 2 * n ||
 	    rl_args_parse_int(args[0].p, args[0].len, &real) == -1 || real < 0 || real > RL_MAX_UNITS)
 		return RL_ERR_ARGS_TEXT;
@@ -300,31 +342,41 @@ const char *rl_settle(RedisModuleCtx *ctx, RedisModuleString **keys, size_t nk,
 		    w[i].prec_ms || w[i].lease_ms || w[i].settle_ms)
 			return RL_ERR_WINDOW_TEXT;
 	k = RedisModule_OpenKey(ctx, keys[n], REDISMODULE_READ | REDISMODULE_WRITE);
-	if (RedisModule_KeyType(k) == REDISMODULE_KEYTYPE_EMPTY)
-		goto out;
-	if (RedisModule_KeyType(k) != REDISMODULE_KEYTYPE_STRING) {
-		err = RL_ERR_WRONGTYPE;
-		goto out;
+	if (RedisModule_KeyType(k) != REDISMODULE_KEYTYPE_EMPTY &&
+	    RedisModule_KeyType(k) != REDISMODULE_KEYTYPE_STRING) {
+		RedisModule_CloseKey(k);
+		return RL_ERR_WRONGTYPE;
 	}
-	p = RedisModule_StringDMA(k, &len, REDISMODULE_READ);
-	if (!p || settle_parse_record(p, len, &reserved, sc, n) == -1)
-		goto out;
-	if (RedisModule_DeleteKey(k) == REDISMODULE_OK) {
+	p = RedisModule_KeyType(k) == REDISMODULE_KEYTYPE_STRING
+	        ? RedisModule_StringDMA(k, &len, REDISMODULE_READ) : NULL;
+	/* no record (settled, ended, never made): nothing moves, the state
+	 * is still read */
+	if (p && settle_parse_record(p, len, &reserved, sc, n) == 0) {
+		if (RedisModule_DeleteKey(k) != REDISMODULE_OK) {
+			RedisModule_CloseKey(k);
+			return RL_SETTLE_REFUSED;
+		}
 		RedisModule_Replicate(ctx, "DEL", "s", keys[n]);
 		RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "del", keys[n]);
 		deleted = 1;
 	}
 	RedisModule_CloseKey(k);
-	k = NULL;
-	if (!deleted)
-		return RL_SETTLE_REFUSED;
-	*code = 1;
-	*delta = real - reserved;
-	for (i = 0; i < n && *delta != 0 && !err; i++)
-		err = w[i].burst ? settle_gcra(ctx, keys[i], &w[i], *delta, now)
-		                 : settle_log(ctx, keys[i], w[i].win_ms, *delta, sc[i], now);
-out:
-	if (k)
-		RedisModule_CloseKey(k);
+	if (deleted) {
+		out->code = 1;
+		out->delta = delta = real - reserved;
+	}
+	/* the answer: the window with the least left (a tie: the first), when
+	 * every window could be read as the decisions read it */
+	out->known = 1;
+	for (i = 0; i < n && !err; i++) {
+		err = w[i].burst ? settle_gcra(ctx, keys[i], &w[i], delta, now, &st)
+		                 : settle_log(ctx, keys[i], &w[i], delta, deleted ? sc[i] : -1, now, &st);
+		if (!st.known)
+			out->known = 0;
+		else if (i == 0 || st.remaining < out->state.remaining) {
+			out->state = st;
+			out->index = i;
+		}
+	}
 	return err;
 }

@@ -47,13 +47,14 @@
 #define LIMITER_MAX_HELD        65536u  /* calls hiredis may hold at once */
 #define LIMITER_WAIT_MAX        4096u   /* calls waiting for a link to be ready
                                          * (592 bytes each on x86-64: 2.4 MiB per worker) */
-#define LIMITER_MODULE_PROTOCOL 5       /* the RATELIMIT.DECIDE protocols this agent speaks:
+#define LIMITER_MODULE_PROTOCOL 6       /* the RATELIMIT.DECIDE protocols this agent speaks:
                                          * 1 .. this */
 #define LIMITER_MODULE_PROTOCOL_GCRA 2  /* the first that decides algorithm=gcra */
 #define LIMITER_MODULE_PROTOCOL_POOL 3  /* the first that decides a pool (pool=) */
 #define LIMITER_MODULE_PROTOCOL_LEASES 4 /* the first with leases (inflight=) */
 #define LIMITER_MODULE_PROTOCOL_QUOTA 4 /* the first that decides a calendar quota */
-#define LIMITER_MODULE_PROTOCOL_SETTLE 5 /* the first that settles (settle=) */
+#define LIMITER_MODULE_PROTOCOL_SETTLE 5 /* the first that settles (settle=); from 6 its
+                                          * reply also says what the windows have left */
 #define LIMITER_BATCH_MAX       CONFIG_REDIS_BATCH_MAX
 #define LIMITER_POOL_CHUNK      256u    /* calls allocated together */
 #define LIMITER_POOL_KEEP       1u      /* idle chunks kept after a burst */

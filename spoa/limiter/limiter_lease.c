@@ -114,7 +114,9 @@ static void lease_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 
 	(void)ac;
 	r->sent = false;
-	if (r->settle && rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+	/* (2 integers, or 6 from protocol 6 on: what the windows have left) */
+	if (r->settle && rep && rep->type == REDIS_REPLY_ARRAY &&
+	    (rep->elements == 2 || rep->elements == 6) &&
 	    rep->element[0]->type == REDIS_REPLY_INTEGER && rep->element[1]->type == REDIS_REPLY_INTEGER) {
 		log_debug("settled", "key=%.*s code=%lld delta=%lld", (int)r->a.argvlen[2 + r->a.nkeys],
 		          r->a.argv[2 + r->a.nkeys], rep->element[0]->integer, rep->element[1]->integer);

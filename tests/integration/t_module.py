@@ -388,10 +388,13 @@ sha = r.call("SCRIPT", "LOAD", open(os.path.join(ROOT, "lua", "sliding_window.lu
 r.call("FLUSHALL")
 
 
-def racer(engine, keys, n, cost_max, seed, out):
+def racer(engine, keys, n, cost_max, seed, out, start):
     rnd = random.Random(seed)
     c = resp.Redis(h.redis_port)
     got = 0
+    # (all four connected before any asks: a thread started first on a
+    # busy machine could otherwise fill every key alone)
+    start.wait(30)
     for _ in range(n // 10):
         cmds = []
         for _ in range(10):
@@ -408,8 +411,9 @@ def racer(engine, keys, n, cost_max, seed, out):
 for what, keys, cost_max in (("one key, cost 1", ["mix:limit:v1:one"], 1),
                              ("one key, costs 1..5", ["mix:limit:v1:costs"], 5),
                              ("20 keys, costs 1..3", ["mix:limit:v1:k%d" % i for i in range(20)], 3)):
-    out = []
-    ths = [threading.Thread(target=racer, args=(e, keys, 400 if len(keys) == 1 else 1600, cost_max, i, out))
+    out, start = [], threading.Barrier(4)
+    ths = [threading.Thread(target=racer, args=(e, keys, 400 if len(keys) == 1 else 1600, cost_max, i, out,
+                                                start))
            for i, e in enumerate(["script", "module", "script", "module"])]
     for t in ths:
         t.start()
@@ -453,11 +457,11 @@ if len(acls) >= 2:
     h.check("ACL user: and refuses once spent", isinstance(x, list) and x[0] == 0, x)
     x = c.call("RATELIMIT.VERSION")
     h.check("ACL user: RATELIMIT.VERSION (the agent's version check) answers",
-            isinstance(x, list) and len(x) == 2 and x[0] == 5, x)
+            isinstance(x, list) and len(x) == 2 and x[0] == 6, x)
     x = c.call("RATELIMIT.RELEASE", "acl:inflight:l1:{A}", "aa01")
     h.check("ACL user: RATELIMIT.RELEASE (a lease's release) answers", x == [0, 0], x)
     x = c.call("RATELIMIT.SETTLE", 2, "acl:limit:v1:{A}:1s", "acl:settle:s1:{A}:aa01", 5, 10, 1000)
-    h.check("ACL user: RATELIMIT.SETTLE (a reservation's settle) answers", x == [0, 0], x)
+    h.check("ACL user: RATELIMIT.SETTLE (a reservation's settle) answers", isinstance(x, list) and x[:2] == [0, 0] and len(x) == 6, x)
     c.close()
 h.eq("redis still answers at the end", "PONG", r.call("PING"))
 h.done()

@@ -4,7 +4,7 @@ product version (RATELIMIT.VERSION, MODULE LIST's ver); the agent reads them
 at connect, logs both, and uses the module only on a protocol it speaks.
 
 A mixed-version fleet, each side on a real redis-server:
-  this module                    -> module_version protocol=5, the module decides
+  this module                    -> module_version protocol=6, the module decides
   a module before 1.1.0          -> (no RATELIMIT.VERSION) protocol 1, the module
   a module of another protocol,  -> redis-engine auto: the script decides;
                                     redis-engine module: every decision an
@@ -18,7 +18,7 @@ A mixed-version fleet, each side on a real redis-server:
   a protocol-3 module, and a     -> protocol 3 cannot decide a calendar quota
   quota (100/month)                 (issue 39): likewise
 The last ones are module/ratelimit-test.so loaded with test-no-version,
-test-protocol=6, test-protocol=1, test-protocol=2 and test-protocol=3 (test
+test-protocol=7, test-protocol=1, test-protocol=2 and test-protocol=3 (test
 builds only)."""
 import os
 import signal
@@ -65,15 +65,15 @@ def one_case(name, module_args, engine, policy="3/1s", before=""):
 
 # The module reports itself.
 port = h.spawn_redis("plain", ["--loadmodule", MODULE_SO], module=False)
-h.eq("RATELIMIT.VERSION: protocol and product version", "5\n" + version,
+h.eq("RATELIMIT.VERSION: protocol and product version", "6\n" + version,
      harness.rcli(port, "RATELIMIT.VERSION"))
-h.check("MODULE LIST: ver is the protocol", "ratelimit\nver\n5\n" in harness.rcli(port, "MODULE", "LIST"),
+h.check("MODULE LIST: ver is the protocol", "ratelimit\nver\n6\n" in harness.rcli(port, "MODULE", "LIST"),
         harness.rcli(port, "MODULE", "LIST"))
 
 v, log, rport = one_case("current", [MODULE_SO], "auto")
 h.eq("current module: allowed", "allow", v and v.get("status"))
 h.check("current module: the agent logs both versions",
-        "event=module_version addr=127.0.0.1:%d/0 protocol=5 version=%s" % (rport, version) in log, log)
+        "event=module_version addr=127.0.0.1:%d/0 protocol=6 version=%s" % (rport, version) in log, log)
 h.check("current module: the module decided", commandstats(rport, "ratelimit.decide") >= 1)
 h.eq("current module: the script never ran", 0, commandstats(rport, "evalsha") + commandstats(rport, "eval"))
 
@@ -83,19 +83,19 @@ h.eq("module before 1.1.0 (no RATELIMIT.VERSION): allowed on redis-engine module
 h.check("module before 1.1.0: logged as protocol 1", "protocol=1 version=- (no RATELIMIT.VERSION" in log, log)
 h.check("module before 1.1.0: the module decided", commandstats(rport, "ratelimit.decide") >= 1)
 
-v, log, rport = one_case("newer-auto", [MODULE_TEST_SO, "test-protocol=6"], "auto")
+v, log, rport = one_case("newer-auto", [MODULE_TEST_SO, "test-protocol=7"], "auto")
 h.eq("another protocol, redis-engine auto: allowed", "allow", v and v.get("status"))
 h.check("another protocol, auto: warned, with the upgrade order",
-        "level=warn event=redis_engine_protocol" in log and "protocol=6 speaks=5" in log, log)
+        "level=warn event=redis_engine_protocol" in log and "protocol=7 speaks=6" in log, log)
 h.eq("another protocol, auto: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
 h.check("another protocol, auto: the script decided", commandstats(rport, "evalsha") +
         commandstats(rport, "eval") >= 1)
 
-v, log, rport = one_case("newer-module", [MODULE_TEST_SO, "test-protocol=6"], "module")
+v, log, rport = one_case("newer-module", [MODULE_TEST_SO, "test-protocol=7"], "module")
 h.eq("another protocol, redis-engine module: an error, never an allow", "error", v and v.get("status"))
 h.eq("another protocol, module: the reason", "redis-unavailable", v and v.get("reason"))
 h.check("another protocol, module: logged at error",
-        "level=error event=redis_engine_protocol" in log and "protocol=6 speaks=5" in log, log)
+        "level=error event=redis_engine_protocol" in log and "protocol=7 speaks=6" in log, log)
 h.eq("another protocol, module: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
 
 # GCRA needs protocol 2: a protocol-1 module is, for a gcra policy, a
@@ -110,7 +110,7 @@ h.check("protocol 1, a log policy: the module decided", commandstats(rport, "rat
 v, log, rport = one_case("p1-gcra-auto", [MODULE_TEST_SO, "test-protocol=1"], "auto", GCRA)
 h.eq("protocol 1, gcra, redis-engine auto: allowed", "allow", v and v.get("status"))
 h.check("protocol 1, gcra, auto: warned, naming the protocol needed",
-        "level=warn event=redis_engine_protocol" in log and "protocol=1 speaks=5 needs=2" in log, log)
+        "level=warn event=redis_engine_protocol" in log and "protocol=1 speaks=6 needs=2" in log, log)
 h.eq("protocol 1, gcra, auto: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
 h.check("protocol 1, gcra, auto: the script decided", commandstats(rport, "evalsha") +
         commandstats(rport, "eval") >= 1)
@@ -121,7 +121,7 @@ h.check("protocol 1, gcra, auto: the bucket is a GCRA key",
 v, log, rport = one_case("p1-gcra-module", [MODULE_TEST_SO, "test-protocol=1"], "module", GCRA)
 h.eq("protocol 1, gcra, redis-engine module: an error, never an allow", "error", v and v.get("status"))
 h.check("protocol 1, gcra, module: logged at error",
-        "level=error event=redis_engine_protocol" in log and "protocol=1 speaks=5 needs=2" in log, log)
+        "level=error event=redis_engine_protocol" in log and "protocol=1 speaks=6 needs=2" in log, log)
 h.eq("protocol 1, gcra, module: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
 
 # A pooled policy (issue 37) needs protocol 3: a protocol-2 module is for it
@@ -130,7 +130,7 @@ POOL = ("3/1s pool=tp", "pool tp 5/1s\n")
 v, log, rport = one_case("p2-pool-auto", [MODULE_TEST_SO, "test-protocol=2"], "auto", *POOL)
 h.eq("protocol 2, a pool, redis-engine auto: allowed", "allow", v and v.get("status"))
 h.check("protocol 2, a pool, auto: warned, naming the protocol needed",
-        "level=warn event=redis_engine_protocol" in log and "protocol=2 speaks=5 needs=3" in log, log)
+        "level=warn event=redis_engine_protocol" in log and "protocol=2 speaks=6 needs=3" in log, log)
 h.eq("protocol 2, a pool, auto: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
 h.check("protocol 2, a pool, auto: the script decided, into the pool",
         harness.rcli(rport, "HGET", "tp:pool:a1:{tp}", "ACC-V-p2-pool-auto").strip() == "1",
@@ -139,7 +139,7 @@ v, log, rport = one_case("p2-pool-module", [MODULE_TEST_SO, "test-protocol=2"], 
 h.eq("protocol 2, a pool, redis-engine module: an error, never an allow", "error",
      v and v.get("status"))
 h.check("protocol 2, a pool, module: logged at error",
-        "level=error event=redis_engine_protocol" in log and "protocol=2 speaks=5 needs=3" in log, log)
+        "level=error event=redis_engine_protocol" in log and "protocol=2 speaks=6 needs=3" in log, log)
 v, log, rport = one_case("p3-pool-module", [MODULE_TEST_SO], "module", *POOL)
 h.eq("protocol 3, a pool, redis-engine module: allowed", "allow", v and v.get("status"))
 h.check("protocol 3, a pool, module: the module decided, into the pool",
@@ -152,7 +152,7 @@ LEASED = "3/1s inflight=2"
 v, log, rport = one_case("p3-lease-auto", [MODULE_TEST_SO, "test-protocol=3"], "auto", LEASED)
 h.eq("protocol 3, inflight=, redis-engine auto: allowed", "allow", v and v.get("status"))
 h.check("protocol 3, inflight=, auto: warned, naming the protocol needed",
-        "level=warn event=redis_engine_protocol" in log and "protocol=3 speaks=5 needs=4" in log, log)
+        "level=warn event=redis_engine_protocol" in log and "protocol=3 speaks=6 needs=4" in log, log)
 h.eq("protocol 3, inflight=, auto: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
 h.eq("protocol 3, inflight=, auto: the script took the lease", "1",
      harness.rcli(rport, "ZCARD", "transfer:inflight:l1:{ACC-V-p3-lease-auto}").strip())
@@ -160,7 +160,7 @@ v, log, rport = one_case("p3-lease-module", [MODULE_TEST_SO, "test-protocol=3"],
 h.eq("protocol 3, inflight=, redis-engine module: an error, never an allow", "error",
      v and v.get("status"))
 h.check("protocol 3, inflight=, module: logged at error",
-        "level=error event=redis_engine_protocol" in log and "protocol=3 speaks=5 needs=4" in log, log)
+        "level=error event=redis_engine_protocol" in log and "protocol=3 speaks=6 needs=4" in log, log)
 v, log, rport = one_case("p4-lease-module", [MODULE_TEST_SO], "module", LEASED)
 h.check("protocol 4, inflight=, redis-engine module: allowed with a lease",
         v and v.get("status") == "allow" and len(v.get("lease", "")) == 32, v)
@@ -174,7 +174,7 @@ QUOTA = "3/1s 100/month"
 v, log, rport = one_case("p3-quota-auto", [MODULE_TEST_SO, "test-protocol=3"], "auto", QUOTA)
 h.eq("protocol 3, a quota, redis-engine auto: allowed", "allow", v and v.get("status"))
 h.check("protocol 3, a quota, auto: warned, naming the protocol needed",
-        "level=warn event=redis_engine_protocol" in log and "protocol=3 speaks=5 needs=4" in log, log)
+        "level=warn event=redis_engine_protocol" in log and "protocol=3 speaks=6 needs=4" in log, log)
 h.eq("protocol 3, a quota, auto: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
 h.check("protocol 3, a quota, auto: the script decided, into the quota's counter",
         harness.rcli(rport, "GET", "transfer:limit:c1:{ACC-V-p3-quota-auto}:month").strip()
@@ -183,7 +183,7 @@ v, log, rport = one_case("p3-quota-module", [MODULE_TEST_SO, "test-protocol=3"],
 h.eq("protocol 3, a quota, redis-engine module: an error, never an allow", "error",
      v and v.get("status"))
 h.check("protocol 3, a quota, module: logged at error",
-        "level=error event=redis_engine_protocol" in log and "protocol=3 speaks=5 needs=4" in log, log)
+        "level=error event=redis_engine_protocol" in log and "protocol=3 speaks=6 needs=4" in log, log)
 h.eq("protocol 3, a quota, module: the module never decided", 0, commandstats(rport, "ratelimit.decide"))
 v, log, rport = one_case("p4-quota-module", [MODULE_SO], "module", QUOTA)
 h.eq("protocol 4, a quota, redis-engine module: allowed", "allow", v and v.get("status"))
@@ -208,7 +208,7 @@ with open(path, "a") as f:
 p.send_signal(signal.SIGHUP)
 h.check("reload: applied, and the protocol-1 module is no longer spoken (warned, needs=2)",
         wait_for(lambda: "event=config_applied" in harness.read_text(log) and
-                 "protocol=1 speaks=5 needs=2" in harness.read_text(log), 15), harness.read_text(log))
+                 "protocol=1 speaks=6 needs=2" in harness.read_text(log), 15), harness.read_text(log))
 calls = commandstats(rport, "ratelimit.decide")
 v = c.ratelimit("ACC-R2", policy="bucket", timeout=15)["actions"]
 h.eq("reload, after: the gcra policy decides (allowed)", "allow", v.get("status"))

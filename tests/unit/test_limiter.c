@@ -485,7 +485,7 @@ static void test_engine_protocol(void **state)
 
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
-	fake_rule(&f, "RATELIMIT.VERSION", FAKE_VERSION(6));
+	fake_rule(&f, "RATELIMIT.VERSION", FAKE_VERSION(7));
 	fake_rule(&f, "RATELIMIT.DECIDE", REPLY_ALLOW);
 	fake_step(&f, FAKE_EXPECT, "EVALSHA " FAKE_SHA " 1 api:limit:v1:{pia}:1m");
 	fake_step(&f, FAKE_SEND, REPLY_DENY);
@@ -499,7 +499,7 @@ static void test_engine_protocol(void **state)
 
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_rule(&f, "COMMAND INFO ratelimit.decide", FAKE_MODULE);
-	fake_rule(&f, "RATELIMIT.VERSION", FAKE_VERSION(6));
+	fake_rule(&f, "RATELIMIT.VERSION", FAKE_VERSION(7));
 	fake_rule(&f, "RATELIMIT.DECIDE", REPLY_ALLOW);
 	engine = LIMITER_ENGINE_ONLY_MODULE;
 	one_connect(1000, false);
