@@ -990,13 +990,14 @@ local function settle_log(s, delta, sc)
 end
 
 -- What a token bucket of burst <b>, window <w> us and limit <l> leaves
--- owing <d> us and <f> / l: remaining (0 past a full bucket's time), reset.
+-- owing <d> us and <f> / l: remaining and reset as its next decision reads
+-- them (at most a full bucket owed).
 local function state_gcra(b, w, l, d, f)
 	local qb, rb = divmod(b * w, l)
-	local rem, reset = 0, d
-	if d < qb or (d == qb and f <= rb) then rem = divmod(b * w - d * l - f, w) end
+	if d > qb or (d == qb and f > rb) then d, f = qb, rb end
+	local reset = d
 	if f > 0 then reset = d + 1 end
-	return rem, reset
+	return divmod(b * w - d * l - f, w), reset
 end
 
 -- Settle <delta> units in the token bucket <key> of limit <l>, burst <b>

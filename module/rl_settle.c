@@ -196,16 +196,21 @@ static const char *settle_log(RedisModuleCtx *ctx, RedisModuleString *name,
 }
 
 /* What token bucket <w> leaves, owing <d> us and <f> / limit, into <st>:
- * the decisions' remaining (0 past a full bucket's time) and reset. */
+ * remaining and reset as its next decision reads them. */
 static void settle_state_gcra(const struct rl_window *w, int64_t d, int64_t f,
                               struct rl_settle_state *st)
 {
 	int64_t us = w->win_ms * 1000, bw = w->burst * us, qb = bw / w->limit, rb = bw % w->limit;
 
+	/* read as the next decision reads it: at most a full bucket owed
+	 * (compared so, as d * limit may not fit past qb) */
+	if (d > qb || (d == qb && f > rb)) {
+		d = qb;
+		f = rb;
+	}
 	st->known = 1;
 	st->limit = w->burst;
-	/* (compared as rl_args_gcra() does: d * limit may not fit past qb) */
-	st->remaining = d < qb || (d == qb && f <= rb) ? (bw - d * w->limit - f) / us : 0;
+	st->remaining = (bw - d * w->limit - f) / us;
 	st->reset = f > 0 ? d + 1 : d;
 }
 

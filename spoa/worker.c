@@ -68,11 +68,12 @@ static int worker_ops_release(void *ctx, const struct window_policy *p, const ch
 }
 
 static int worker_ops_settle(void *ctx, const struct window_policy *p, const char *key,
-                             size_t key_len, const char *lease, uint64_t real)
+                             size_t key_len, const char *lease, uint64_t real,
+                             limiter_settle_cb cb, void *arg)
 {
 	struct worker *w = ctx;
 
-	return limiter_settle(w->limiter, p, key, key_len, lease, real);
+	return limiter_settle(w->limiter, p, key, key_len, lease, real, cb, arg);
 }
 
 static int worker_ops_check(void *ctx, const struct window_policy *p, const char *key,

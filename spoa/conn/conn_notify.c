@@ -19,6 +19,7 @@
 #include "conn.h"
 #include "conn_int.h"
 #include "conn_notify.h"
+#include "conn_notify_int.h"
 #include "denied.h"
 #include "headers.h"
 #include "live.h"
@@ -26,44 +27,8 @@
 #include "metrics.h"
 #include "spop.h"
 
-/* an ACK with every variable fits */
-#define CONN_ACK_ROOM     (512u + HEADERS_POLICY_MAX + HEADERS_RATELIMIT_MAX)
 #define CONN_REQ_POOL_MAX 4096u            /* recycled requests kept per worker */
 #define CONN_REQ_POOL_LOW 64u              /* ... and kept after a burst */
-
-/* One connection's NOTIFY side: owned here, from conn_notify_open() until
- * the connection closed and its last request finished. */
-struct conn_notify {
-	struct conn_notify_env *ne;
-	struct conn *conn;              /* NULL once the connection closed */
-	struct conn_req *reqs;          /* in flight, doubly linked; owned */
-	unsigned inflight;              /* NOTIFYs waiting for decisions */
-	unsigned decisions;             /* their "ratelimit" messages (max-inflight) */
-	struct conn_notify *prev, *next; /* ne->detached, once closed */
-};
-
-/* One NOTIFY in flight: its ids, the decisions still pending, and the
- * merged outcome. Owned by its struct conn_notify. */
-struct conn_req {
-	struct conn_notify *ns;         /* its connection's NOTIFY side */
-	struct conn_cfg_ref *cfg;       /* the generation it was decided under */
-	uint64_t stream_id;
-	uint64_t frame_id;
-	unsigned pending;               /* decisions outstanding (+1 while issuing) */
-	unsigned nmsgs;                 /* counted in ns->decisions */
-	const struct window_policy *policy; /* first message's, for metrics */
-	uint64_t read_us;               /* monotonic, when the NOTIFY was read */
-	const struct window_limit *lim; /* its limits for the key (borrowed from cfg, or <live>) */
-	unsigned nwin;
-	struct window_limit live_win[WINDOW_MAX_WINDOWS]; /* a live override's, when <lim> */
-	size_t key_len;                 /* of <key>, 0 until it is set */
-	unsigned nasked;                /* messages handed to the limiter */
-	unsigned skip_vars;             /* HEADERS_VAR_BIT()s its "vars" left out (0: all) */
-	struct window_decision acc;
-	struct conn_req *prev, *next;
-	/* last, not cleared by conn_req_get(): valid for <key_len> bytes */
-	char key[WINDOW_KEY_MAX];       /* first message's key, for the denial counts */
-};
 
 /* Borrow a request from the worker's pool (or the heap). Caller returns it
  * with conn_req_put(). */
@@ -123,12 +88,6 @@ static void conn_req_unlink(struct conn_notify *ns, struct conn_req *r)
 	r->prev = r->next = NULL;
 }
 
-/* Whether <r>'s ACK sets variable <v> (its message's "vars" argument). */
-static bool conn_wants(const struct conn_req *r, enum headers_var v)
-{
-	return !(r->skip_vars & HEADERS_VAR_BIT(v));
-}
-
 /* The decision histogram: <r> from its NOTIFY read to its ACK written (the
  * ACK leaves in this loop iteration's flush), under the policy and status
  * decisions_total counts it under. */
@@ -139,130 +98,6 @@ static void conn_observe_decision(struct conn_notify_env *ne, const struct conn_
 	if (ne->metrics && r->policy && r->acc.status != WINDOW_STATUS_COUNT)
 		metrics_observe_decision(ne->metrics, (size_t)(r->policy - cfg->policies), &r->acc,
 		                         metrics_now_us() - r->read_us);
-}
-
-/*
- * The draft's header values and the deciding window, for a request that asked
- * one policy (what spoe-ratelimit.conf sends): with several messages the
- * merged decision may come from any of them, so none is named. Never on an
- * error; ratelimit_hdr only with a real count (not on a fail-open allow).
- * All of them or none: they are left out when the ACK would outgrow the
- * frame size HAProxy negotiated (<max>; 16380 by default, 256 at least).
- */
-static void conn_ack_headers(struct spop_writer *a, const struct conn_req *r, size_t max)
-{
-	/* action head (3) + name (1 + 13) + type (1) + length varint (<= 3) */
-	enum { VAR_ROOM = 21 };
-	const struct window_decision *d = &r->acc;
-	const struct window_policy *p = r->policy;
-	/* a pool's four: name + limit, remaining, reset (names <= 14) */
-	enum { POOL_ROOM = 4 * (VAR_ROOM + 1) + WINDOW_NAME_MAX };
-	char pol[HEADERS_POLICY_MAX], cur[HEADERS_RATELIMIT_MAX];
-	struct window_limit bucket[WINDOW_MAX_WINDOWS];
-	const struct window_limit *lim = r->lim;
-	int np, nc = 0, by_pool;
-
-	/* the pool decided (its numbers): its item answers */
-	by_pool = p && p->pooled && d->window == WINDOW_MAX_WINDOWS;
-	if (r->nasked != 1 || !p || !lim || d->status == WINDOW_ERROR ||
-	    (d->window >= r->nwin && !by_pool) || !(d->has_quota || d->limit > 0))
-		return;
-	if (!conn_wants(r, HEADERS_VAR_WINDOW) && !conn_wants(r, HEADERS_VAR_POLICY_HDR) &&
-	    !conn_wants(r, HEADERS_VAR_RATELIMIT_HDR))
-		return;
-	/* a GCRA bucket is announced as the draft's quota over the time it
-	 * takes to refill from empty (q = burst, w = burst * T) */
-	if (p->algorithm == WINDOW_ALGO_GCRA) {
-		/* (a quota beside it is announced as itself) */
-		memcpy(bucket, lim, r->nwin * sizeof(*lim));
-		window_announced(&lim[0], &bucket[0]);
-		lim = bucket;
-	}
-	np = headers_format_policy(p->name, p->name_len, lim, r->nwin, pol, sizeof(pol));
-	if (np > 0 && p->pooled)
-		np = headers_append_pool_policy(&p->pool, pol, sizeof(pol), (size_t)np);
-	if (d->has_quota && by_pool)
-		nc = headers_format_pool_ratelimit(&p->pool, d->remaining, d->reset, cur, sizeof(cur));
-	else if (d->has_quota)
-		nc = headers_format_ratelimit(p->name, p->name_len, lim, r->nwin, d->window,
-		                              d->remaining, d->reset, cur, sizeof(cur));
-	if (np <= 0 || nc < 0 ||
-	    a->len + 3 * VAR_ROOM + (p->pooled ? POOL_ROOM : 0) + (size_t)np + (size_t)nc > max)
-		return;
-	if (conn_wants(r, HEADERS_VAR_WINDOW))
-		spop_ack_set_int(a, SPOP_SCOPE_TXN, "window",
-		                 headers_window_seconds(by_pool ? p->pool.window_ms
-		                                                : lim[d->window].window_ms));
-	if (conn_wants(r, HEADERS_VAR_POLICY_HDR))
-		spop_ack_set_str(a, SPOP_SCOPE_TXN, "policy_hdr", pol, (size_t)np);
-	if (nc > 0 && conn_wants(r, HEADERS_VAR_RATELIMIT_HDR))
-		spop_ack_set_str(a, SPOP_SCOPE_TXN, "ratelimit_hdr", cur, (size_t)nc);
-	if (!p->pooled)
-		return;
-	/* the pool by itself, for logs and rules: its name and limit on every
-	 * answer; its remaining and reset when it decided (an admission's
-	 * reply carries the tightest window's numbers only) */
-	spop_ack_set_str(a, SPOP_SCOPE_TXN, "pool", p->pool.name, p->pool.name_len);
-	spop_ack_set_int(a, SPOP_SCOPE_TXN, "pool_limit", (int64_t)p->pool.limit);
-	if (by_pool && d->has_quota) {
-		spop_ack_set_int(a, SPOP_SCOPE_TXN, "pool_remaining", d->remaining);
-		spop_ack_set_int(a, SPOP_SCOPE_TXN, "pool_reset", d->reset);
-	}
-}
-
-/* Append the ACK for <r> (its merged decision as txn variables) to <c>'s
- * output, between conn_out_begin() and conn_out_commit(). */
-static void conn_send_ack(struct conn *c, struct conn_notify_env *ne, const struct conn_req *r)
-{
-	const struct window_decision *d = &r->acc;
-	struct spop_writer a;
-	unsigned char *buf;
-	size_t cap;
-	int n;
-
-	buf = conn_out_begin(c, CONN_ACK_ROOM, &cap);
-	if (!buf) {
-		conn_send_disconnect(c, SPOP_ST_RES, "out of memory");
-		return;
-	}
-	spop_ack_begin(&a, buf, cap, r->stream_id, r->frame_id);
-	if (d->status == WINDOW_STATUS_COUNT) {
-		/* no ratelimit message: HAProxy still needs an action (3.1 hangs on
-		 * an empty ACK), and one that cannot disturb a real decision */
-		spop_ack_unset(&a, SPOP_SCOPE_TXN, "none");
-	} else {
-		const char *st = window_status_str(d->status);
-		const char *why = window_reason_str(d->reason);
-
-		spop_ack_set_str(&a, SPOP_SCOPE_TXN, "status", st, strlen(st));
-		if ((d->has_quota || d->limit > 0) && conn_wants(r, HEADERS_VAR_LIMIT))
-			spop_ack_set_int(&a, SPOP_SCOPE_TXN, "limit", d->limit);
-		if (d->has_quota) {
-			if (conn_wants(r, HEADERS_VAR_REMAINING))
-				spop_ack_set_int(&a, SPOP_SCOPE_TXN, "remaining", d->remaining);
-			if (conn_wants(r, HEADERS_VAR_RESET))
-				spop_ack_set_int(&a, SPOP_SCOPE_TXN, "reset", d->reset);
-			if (d->status == WINDOW_DENY && conn_wants(r, HEADERS_VAR_RETRY_AFTER))
-				spop_ack_set_int(&a, SPOP_SCOPE_TXN, "retry_after", d->retry_after);
-		}
-		if (d->reason != WINDOW_REASON_NONE && conn_wants(r, HEADERS_VAR_REASON))
-			spop_ack_set_str(&a, SPOP_SCOPE_TXN, "reason", why, strlen(why));
-		/* an admission under inflight=: the lease "ratelimit-done" names */
-		if (d->lease[0]) {
-			spop_ack_set_str(&a, SPOP_SCOPE_TXN, "lease", d->lease, strlen(d->lease));
-			if (ne->metrics)
-				metrics_add(&ne->metrics->leases[METRICS_LEASE_TAKEN], 1);
-		}
-		/* the frame after its 4-byte length counts against max_frame */
-		conn_ack_headers(&a, r, (size_t)conn_max_frame(c) + 4);
-	}
-	n = spop_ack_end(&a);
-	if (n < 0) {
-		conn_send_disconnect(c, SPOP_ST_RES, "ack does not fit");
-		return;
-	}
-	conn_out_commit(c, (size_t)n, METRICS_OUT_ACK);
-	conn_observe_decision(ne, r);
 }
 
 /* Count <d> under policy <p> of generation <cfg> (per NOTIFY: a NOTIFY with
@@ -336,8 +171,8 @@ static void conn_req_finish(struct conn_req *r)
 	ns->inflight--;
 	ns->decisions -= r->nmsgs;
 	if (c) {
-		if (conn_is_ready(c))
-			conn_send_ack(c, ne, r);
+		if (conn_is_ready(c) && conn_send_ack(c, ne, r) == 0)
+			conn_observe_decision(ne, r);
 		if (ns->inflight == 0 && conn_is_draining(c) && conn_is_ready(c))
 			conn_send_disconnect(c, SPOP_ST_NORMAL, "agent is shutting down");
 	} else if (!ns->reqs) {
@@ -523,17 +358,31 @@ static int64_t conn_done_cost(struct spop_str s)
 	return v;
 }
 
+/* Limiter callback: the settle of request <arg>'s "ratelimit-done"
+ * answered (<st> borrowed; NULL: no answer, the fields stay as they were). */
+static void conn_on_settled(void *arg, const struct stored_settle *st)
+{
+	struct conn_req *r = arg;
+
+	if (st)
+		r->settled = *st;
+	if (--r->pending == 0)
+		conn_req_finish(r);
+}
+
 /*
- * A "ratelimit-done" message <m> (HAProxy's response phase): the lease it
- * names goes back (inflight=), and under settle= its cost (the real cost,
- * from the response's header; absent or not a whole number >= 0: the
- * reservation stands) is settled. Its args are policy, key, lease and
- * cost; anything missing or malformed, or a policy without inflight= or
- * settle=, is ignored (logged at debug): the lease then ends at lease=.
- * The ACK does not wait for Redis.
+ * A "ratelimit-done" message <m> of request <r> (HAProxy's response
+ * phase): the lease it names goes back (inflight=), and under settle= its
+ * cost (the real cost, from the response's header; absent or not a whole
+ * number >= 0: the reservation stands) is settled. Its args are policy,
+ * key, lease, cost and, as for "ratelimit", vars; anything missing or
+ * malformed, or a policy without inflight= or settle=, is ignored (logged
+ * at debug): the lease then ends at lease=. A release's ACK does not wait
+ * for Redis; a settle's waits for its first answer, which sets the
+ * response's RateLimit fields to what the windows have left after it.
  */
-static void conn_done_message(struct conn_notify_env *ne, const struct config *cfg,
-                              const struct spop_message *m)
+static void conn_done_message(struct conn_notify_env *ne, struct conn_req *r,
+                              const struct config *cfg, const struct spop_message *m)
 {
 	const struct window_policy *p = NULL;
 	struct spop_iter it;
@@ -556,6 +405,8 @@ static void conn_done_message(struct conn_notify_env *ne, const struct config *c
 			cost = conn_done_cost(a.value.v.s);
 		else if (spop_str_eq(a.name, "cost") && spop_data_to_int64(&a.value, &cost) == -1)
 			cost = -1;
+		else if (s && spop_str_eq(a.name, "vars"))
+			r->skip_vars = HEADERS_VARS_ALL & ~headers_parse_vars(a.value.v.s.ptr, a.value.v.s.len);
 	}
 	if (cost > WINDOW_SETTLE_COST_MAX)
 		cost = -1;
@@ -566,9 +417,24 @@ static void conn_done_message(struct conn_notify_env *ne, const struct config *c
 	}
 	memcpy(id, lease.ptr, lease.len);
 	id[lease.len] = '\0';
-	if (p->settle_hdr[0] && cost >= 0 && ne->ops.settle &&
-	    ne->ops.settle(ne->ops.ctx, p, key.ptr, key.len, id, (uint64_t)cost) == -1)
-		log_debug("done_ignored", "policy=%s reason=\"settle refused\"", p->name);
+	/* (beside a "ratelimit" message, which only a foreign client sends,
+	 * the ACK is that message's: the settle is not waited for) */
+	if (p->settle_hdr[0] && cost >= 0 && ne->ops.settle && r->nmsgs > 0) {
+		if (ne->ops.settle(ne->ops.ctx, p, key.ptr, key.len, id, (uint64_t)cost, NULL,
+		                   NULL) == -1)
+			log_debug("done_ignored", "policy=%s reason=\"settle refused\"", p->name);
+	} else if (p->settle_hdr[0] && cost >= 0 && ne->ops.settle) {
+		/* (held until the settle answers; the key names its windows) */
+		r->done_policy = p;
+		memcpy(r->key, key.ptr, key.len);
+		r->key_len = key.len;
+		r->pending++;
+		if (ne->ops.settle(ne->ops.ctx, p, key.ptr, key.len, id, (uint64_t)cost,
+		                   conn_on_settled, r) == -1) {
+			r->pending--;
+			log_debug("done_ignored", "policy=%s reason=\"settle refused\"", p->name);
+		}
+	}
 	if (p->inflight && ne->ops.release &&
 	    ne->ops.release(ne->ops.ctx, p, key.ptr, key.len, id) == -1)
 		log_debug("done_ignored", "policy=%s reason=\"release refused\"", p->name);
@@ -657,7 +523,7 @@ static void conn_notify_frame(void *st, const struct spop_frame *f)
 			if (spop_str_eq(m.name, "ratelimit"))
 				conn_decide_message(ne, r, &m);
 			else if (spop_str_eq(m.name, "ratelimit-done"))
-				conn_done_message(ne, cfg, &m);
+				conn_done_message(ne, r, cfg, &m);
 		}
 	}
 	if (--r->pending == 0)

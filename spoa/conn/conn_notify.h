@@ -36,7 +36,8 @@ struct limiter_ops {
 	/* a "ratelimit-done" message's settle (its cost); same contract as
 	 * limiter_settle(); may be NULL (settles ignored) */
 	int (*settle)(void *ctx, const struct window_policy *p, const char *key,
-	              size_t key_len, const char *lease, uint64_t real);
+	              size_t key_len, const char *lease, uint64_t real, limiter_settle_cb cb,
+	              void *arg);
 	void *ctx;
 };
 

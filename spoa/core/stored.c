@@ -42,6 +42,25 @@ int stored_read_reply(const int64_t *v, size_t n, unsigned nwin_max, bool pooled
 	return 0;
 }
 
+/* See stored.h. */
+int stored_read_settle(const int64_t *v, size_t n, unsigned nwin, struct stored_settle *out)
+{
+	if (!v || (n != 2 && n != 6) || (v[0] != 0 && v[0] != 1) ||
+	    (n == 6 && (v[2] < 1 || v[3] < 0 || v[4] < 0 || v[5] < 0 || v[5] >= (int64_t)nwin)))
+		return -1;
+	memset(out, 0, sizeof(*out));
+	out->settled = v[0] == 1;
+	out->delta = v[1];
+	if (n == 2)
+		return 0;
+	out->known = true;
+	out->limit = v[2];
+	out->remaining = v[3];
+	out->reset_us = v[4];
+	out->window = (unsigned)v[5];
+	return 0;
+}
+
 /* <u> for quota <quota> with <used> units counted (negative: none) and
  * <reset_us>. */
 static void usage_set(struct stored_usage *u, uint64_t quota, int64_t used, int64_t reset_us)

@@ -14,7 +14,10 @@
  *       remaining / reset as the engines' next decision would count it
  *       (`ctl show`);
  *   (c) a pool's log: its count as (b), and the units each account holds
- *       in its window (`ctl show-pool`, the pool metrics).
+ *       in its window (`ctl show-pool`, the pool metrics);
+ *   (d) a settle's reply, { settled, delta[, limit, remaining, reset_us,
+ *       window index] }, into a struct stored_settle (the settled
+ *       response's RateLimit fields).
  */
 #ifndef SPOA_STORED_H
 #define SPOA_STORED_H
@@ -55,6 +58,22 @@ struct stored_reply {
  * Returns 0, or -1 for any other shape (<out> then unset). Borrows <v>. */
 int stored_read_reply(const int64_t *v, size_t n, unsigned nwin_max, bool pooled,
                       struct stored_reply *out);
+
+/* A settle's answer (RATELIMIT.SETTLE, the script's settle mode). */
+struct stored_settle {
+	bool settled;               /* the reservation's record was there */
+	int64_t delta;              /* real - reserved */
+	bool known;                 /* the four below are set (protocol 6) */
+	int64_t limit;              /* the window with the least left: its limit (a burst) */
+	int64_t remaining;          /* >= 0 */
+	int64_t reset_us;           /* until its oldest unit leaves (full again); 0 empty */
+	unsigned window;            /* its index, below the settle's windows */
+};
+
+/* Read a settle's <n> integers <v> into <out>: 2 (code 0 or 1, delta), or
+ * 6 (then limit >= 1, remaining and reset >= 0, an index below <nwin>).
+ * Returns 0, or -1 for any other shape (<out> then unset). Borrows <v>. */
+int stored_read_settle(const int64_t *v, size_t n, unsigned nwin, struct stored_settle *out);
 
 /* One entry of a log window (a sorted set): its member and score. */
 struct stored_entry {

@@ -32,6 +32,10 @@ struct limiter;
 struct metrics;
 
 typedef void (*limiter_cb)(void *arg, const struct window_decision *d);
+struct stored_settle;
+/* A settle's first answer: what the windows have left (<s> borrowed for
+ * the call), or NULL when Redis gave none (it is still tried again). */
+typedef void (*limiter_settle_cb)(void *arg, const struct stored_settle *s);
 
 /* redis-engine: how Redis decides. Checked at every (re)connect of a link
  * (COMMAND INFO ratelimit.decide). Same order as config.h's
@@ -136,10 +140,14 @@ int limiter_release(struct limiter *l, const struct window_policy *p, const char
 /* Settle reservation <lease> (window_decision.lease of an admission) of
  * account <key> under settle= policy <p> at <real> units (limiter_lease.c):
  * sent and tried again as a release is, until the reservation's record
- * would have ended (lease=); logged when it cannot be. Borrows its
- * arguments. Returns 0, or -1 (not a settle= policy, a bad key or lease,
- * out of memory, shutting down). */
+ * would have ended (lease=); logged when it cannot be. <cb> (may be NULL)
+ * is called once, with <arg>, at the first answer or failure (a stored_settle
+ * whose "known" says whether Redis said what the windows have left; NULL on
+ * a failure, perhaps before this returns), never after limiter_free().
+ * Borrows its arguments. Returns 0, or -1 (not a settle= policy, a bad key
+ * or lease, out of memory, shutting down; <cb> then never called). */
 int limiter_settle(struct limiter *l, const struct window_policy *p, const char *key,
-                   size_t key_len, const char *lease, uint64_t real);
+                   size_t key_len, const char *lease, uint64_t real, limiter_settle_cb cb,
+                   void *arg);
 
 #endif /* SPOA_LIMITER_H */

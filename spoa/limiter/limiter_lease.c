@@ -8,7 +8,10 @@
  * ended anyway (lease= after the release was asked: the take was earlier,
  * so that is an upper bound); then it is counted as release-failed and
  * logged. Releases are idempotent in Redis, so a retry after a lost reply
- * changes nothing. Nothing answers HAProxy: the response goes on.
+ * changes nothing. Nothing answers HAProxy for a release: the response goes
+ * on. A settle is sent and tried again the same way; its first answer (what
+ * the windows have left, or a failure) goes to its caller's callback, so
+ * that HAProxy's response carries the state after it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +23,7 @@
 #include "limiter_cluster.h"
 #include "limiter_int.h"
 #include "log.h"
+#include "stored.h"
 
 #define LEASE_RETRY_MIN_S 0.1
 #define LEASE_RETRY_MAX_S 2.0
@@ -35,6 +39,9 @@ struct limiter_release {
 	bool full;                      /* the script's source (after NOSCRIPT) */
 	bool sent;                      /* hiredis holds it */
 	bool settle;                    /* a settle (limiter_settle), not a release */
+	unsigned nwin;                  /* a settle's windows */
+	limiter_settle_cb cb;           /* a settle's caller, until its first answer */
+	void *cb_arg;
 	struct window_args a;           /* "EVALSHA" "" 1 <leases key> "release" <id>, or
 	                                 * window_build_settle()'s */
 };
@@ -56,6 +63,16 @@ static void lease_count(struct limiter *l, enum metrics_lease what)
 {
 	if (l->metrics)
 		metrics_add(&l->metrics->leases[what], 1);
+}
+
+/* Tells <r>'s caller, once, what its settle answered (<st>; NULL: none). */
+static void lease_answer(struct limiter_release *r, const struct stored_settle *st)
+{
+	limiter_settle_cb cb = r->cb;
+
+	r->cb = NULL;
+	if (cb)
+		cb(r->cb_arg, st);
 }
 
 /* Unlinks and frees <r> (owned by its limiter's list), its timer stopped. */
@@ -80,6 +97,8 @@ static void lease_later(struct limiter_release *r, const char *why)
 {
 	struct limiter *l = r->l;
 
+	/* (HAProxy's response waits for a settle's first answer only) */
+	lease_answer(r, NULL);
 	if (l->closing || limiter_now_us() + (int64_t)(r->backoff * 1e6) >= r->until_us) {
 		int kl, il;
 		const char *k, *id;
@@ -105,6 +124,31 @@ static void lease_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 	lease_try(w->data);
 }
 
+/* A settle's reply <rep> (borrowed): 2 integers, or 6 from protocol 6 on
+ * (what the windows have left), read by stored_read_settle() and handed to
+ * <r>'s caller. 0, or -1 when it is no settle's answer. */
+static int lease_settled(struct limiter_release *r, const redisReply *rep)
+{
+	int64_t v[6];
+	struct stored_settle st;
+	size_t i;
+
+	if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements > 6)
+		return -1;
+	for (i = 0; i < rep->elements; i++) {
+		if (rep->element[i]->type != REDIS_REPLY_INTEGER)
+			return -1;
+		v[i] = rep->element[i]->integer;
+	}
+	if (stored_read_settle(v, rep->elements, r->nwin, &st) == -1)
+		return -1;
+	log_debug("settled", "key=%.*s code=%lld delta=%lld known=%d",
+	          (int)r->a.argvlen[2 + r->a.nkeys], r->a.argv[2 + r->a.nkeys], (long long)v[0],
+	          (long long)v[1], st.known);
+	lease_answer(r, &st);
+	return 0;
+}
+
 /* hiredis's answer <reply> (borrowed; NULL: the connection went first) to
  * release <privdata>, which it frees or tries again. */
 static void lease_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
@@ -114,12 +158,7 @@ static void lease_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 
 	(void)ac;
 	r->sent = false;
-	/* (2 integers, or 6 from protocol 6 on: what the windows have left) */
-	if (r->settle && rep && rep->type == REDIS_REPLY_ARRAY &&
-	    (rep->elements == 2 || rep->elements == 6) &&
-	    rep->element[0]->type == REDIS_REPLY_INTEGER && rep->element[1]->type == REDIS_REPLY_INTEGER) {
-		log_debug("settled", "key=%.*s code=%lld delta=%lld", (int)r->a.argvlen[2 + r->a.nkeys],
-		          r->a.argv[2 + r->a.nkeys], rep->element[0]->integer, rep->element[1]->integer);
+	if (r->settle && lease_settled(r, rep) == 0) {
 		lease_free(r);
 		return;
 	}
@@ -234,7 +273,8 @@ int limiter_release(struct limiter *l, const struct window_policy *p, const char
 /* See limiter.h. Borrows <p>, <key> and <lease>: the settle keeps its
  * own copy of its arguments. */
 int limiter_settle(struct limiter *l, const struct window_policy *p, const char *key,
-                   size_t key_len, const char *lease, uint64_t real)
+                   size_t key_len, const char *lease, uint64_t real, limiter_settle_cb cb,
+                   void *arg)
 {
 	struct limiter_release *r;
 
@@ -249,6 +289,9 @@ int limiter_settle(struct limiter *l, const struct window_policy *p, const char 
 	}
 	r->l = l;
 	r->settle = true;
+	r->nwin = r->a.nkeys - 1;
+	r->cb = cb;
+	r->cb_arg = arg;
 	r->backoff = LEASE_RETRY_MIN_S;
 	r->until_us = limiter_now_us() + (int64_t)p->lease_ms * 1000;
 	ev_timer_init(&r->retry, lease_on_retry, 0., 0.);
@@ -269,6 +312,7 @@ void limiter_releases_free(struct limiter *l)
 
 	for (r = l->releases; r; r = next) {
 		next = r->next;
+		lease_answer(r, NULL);
 		if (!r->settle)
 			lease_count(l, METRICS_LEASE_RELEASE_FAILED);
 		ev_timer_stop(l->loop, &r->retry);

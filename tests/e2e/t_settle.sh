@@ -4,10 +4,11 @@
 #   policy transfer 1000/1m settle=x-usage-units
 # in front of a backend that answers "x-usage-units: <n>" when asked
 # (tests/e2e/hold_backend.py, "X-Usage: <n>"):
-#   a transfer of ACC-1001 reserves 1 and its response says it cost 5: the
-#   next transfer (on the other edge) sees 4 fewer remaining than it would
-#   have; a response without the header leaves the reservation (1); one
-#   that says 0 gives the unit back.
+#   a transfer of ACC-1001 reserves 1 and its response says it cost 5: that
+#   response's RateLimit fields already say what is left after the settle
+#   (995), and the next transfer (on the other edge) sees 4 fewer remaining
+#   than it would have; a response without the header leaves the
+#   reservation (1); one that says 0 gives the unit back, and says so.
 # Redis's own record: the account's window holds what the responses said.
 # Run on HAProxy 2.6 and 3.2 (HAPROXY=).
 . "$(dirname "$0")/../lib.sh"
@@ -35,15 +36,18 @@ until_units() { for _ in $(seq 400); do [ "$(units)" = "$1" ] && return 0; sleep
 
 req A POST /transfers "$t1" -H "X-Usage: 5"
 eq "a transfer that cost 5: 201" 201 "$RSP_STATUS"
-eq "it reserved 1: 999 remaining" 999 "$(rem)"
-check "its response settled 5 (ratelimit-done's cost): the window holds 5" until_units 5
+eq "it reserved 1, its response settled 5: the response says 995 remaining (after the settle)" \
+	995 "$(rem)"
+eq "and so does the legacy field" 995 "$(rsp_hdr RateLimit-Remaining)"
+eq "the settle was answered before the response left: the window holds 5" 5 "$(units)"
 req B POST /transfers "$t1"
 eq "the next transfer: 201" 201 "$RSP_STATUS"
 eq "it sees 4 fewer remaining: 994" 994 "$(rem)"
 check "a response without the header: its reservation stands (6)" until_units 6
 req A POST /transfers "$t1" -H "X-Usage: 0"
 eq "a transfer that cost nothing: 201" 201 "$RSP_STATUS"
-check "its unit comes back: the window holds 6" until_units 6
+eq "its unit comes back before the response leaves: the window holds 6" 6 "$(units)"
+eq "and its response says so: 994 remaining" 994 "$(rem)"
 eq "no reservation record left but the headerless one's" 1 \
 	"$(rcli KEYS 'transfer:settle:s1:*' | grep -c .)"
 t_done

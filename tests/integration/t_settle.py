@@ -7,7 +7,9 @@ has the module.
   reservation's record; the response's "ratelimit-done" with the real cost
   charges (5 for a reservation of 1: the next request sees 4 fewer) or
   refunds (2 for 10: 8 back) in the account's window, on either engine,
-  and a token bucket's TAT moves the same way.
+  and a token bucket's TAT moves the same way. The answer to that message
+  waits for the settle and carries what the window has left after it
+  (limit, remaining, reset, ratelimit_hdr; only what "vars" names).
 - A second settle of the same reservation, or one under another account,
   changes nothing; a response without the cost, or with a malformed one,
   leaves the reservation as it stands (its record until lease=).
@@ -43,11 +45,13 @@ def conn(engine):
     return c
 
 
-def done(c, policy, key, lease, cost=None):
-    """The response phase's message: ratelimit-done(policy, key, lease[, cost])."""
+def done(c, policy, key, lease, cost=None, vars=None):
+    """The response phase's message: ratelimit-done(policy, key, lease[, cost][, vars])."""
     args = [("policy", policy), ("key", key), ("lease", lease)]
     if cost is not None:
         args.append(("cost", cost))
+    if vars is not None:
+        args.append(("vars", vars))
     return c.notify([("ratelimit-done", args)])
 
 
@@ -69,16 +73,24 @@ for engine in ("script", "module"):
             h.rcli("GET", record("tok", acc, lease)).startswith("c1/"),
             h.rcli("GET", record("tok", acc, lease)))
     h.eq("%s: the window holds the reservation" % engine, 1, h.units(win))
-    done(c, "tok", acc, lease, 5)
-    h.eq("%s: the settle takes the record" % engine, "",
-         wait_for(lambda: h.rcli("EXISTS", record("tok", acc, lease)) == "0" and "", 15))
+    d = done(c, "tok", acc, lease, 5)["actions"]
+    # (the answer waits for the settle: the record is gone by now)
+    h.eq("%s: the settle takes the record" % engine, "0", h.rcli("EXISTS", record("tok", acc, lease)))
+    h.eq("%s: the settled response's fields: what the window has left after it" % engine,
+         (100, 95, 3600), (d.get("limit"), d.get("remaining"), d.get("reset")))
+    h.eq("%s: and its RateLimit value" % engine, '"tok";r=95;t=3600', d.get("ratelimit_hdr"))
+    h.check("%s: no status, no lease, no policy_hdr in a settle's answer" % engine,
+            not any(k in d for k in ("status", "lease", "policy_hdr")), d)
     h.eq("%s: reserved 1, cost 5: the window holds 5" % engine, 5, h.units(win))
     b = c.ratelimit(acc, policy="tok", cost=1)["actions"]
     h.eq("%s: the next request sees 4 fewer remaining (99 - 4 - 1)" % engine, 94,
          b.get("remaining"))
 
-    # twice, or under another account: nothing
-    done(c, "tok", acc, lease, 50)
+    # twice, or under another account: nothing (the second still answers
+    # what the window holds)
+    d = done(c, "tok", acc, lease, 50)["actions"]
+    h.eq("%s: a second settle changes nothing and answers the window as it is" % engine,
+         94, d.get("remaining"))
     done(c, "tok", "jwt:ACC-other", b.get("lease", ""), 50)
     # (the next message on the same connection is handled after them)
     c.ratelimit("warmup", policy="warm")
@@ -87,8 +99,11 @@ for engine in ("script", "module"):
     h.check("%s: the other account's settle left the record" % engine,
             h.rcli("EXISTS", record("tok", acc, b.get("lease", ""))) == "1")
 
-    # absent or malformed cost: the reservation stands
-    done(c, "tok", acc, b.get("lease", ""))
+    # absent or malformed cost: the reservation stands (nothing answered:
+    # the request's own fields stay)
+    d = done(c, "tok", acc, b.get("lease", ""))["actions"]
+    h.check("%s: no cost: the answer sets no field" % engine,
+            not any(k in d for k in ("limit", "remaining", "reset", "ratelimit_hdr")), d)
     done(c, "tok", acc, b.get("lease", ""), "12x")
     c.ratelimit("warmup", policy="warm")
     h.eq("%s: no cost, or a malformed one: the reservation stands" % engine,
@@ -97,16 +112,19 @@ for engine in ("script", "module"):
     # a refund: reserved 10, cost 2 (the header's text, as HAProxy reads it)
     r = c.ratelimit(acc, policy="tok", cost=10)["actions"]
     h.eq("%s: a reservation of 10" % engine, 16, h.units(win))
-    done(c, "tok", acc, r.get("lease", ""), "2")
-    h.eq("%s: reserved 10, cost 2: 8 back" % engine, 8,
-         wait_for(lambda: h.units(win) == 8 and 8, 15))
+    d = done(c, "tok", acc, r.get("lease", ""), "2", vars="ietf")["actions"]
+    h.eq("%s: reserved 10, cost 2: 8 back" % engine, 8, h.units(win))
+    h.eq("%s: the refund's answer, lean (vars=ietf): the RateLimit value only" % engine,
+         ({"ratelimit_hdr": '"tok";r=92;t=3600'}), d)
 
     # a token bucket: reserved 1, cost 21 (2 s of TAT at 10/s)
     acc_g = "jwt:ACC-g-%s" % engine
     g = c.ratelimit(acc_g, policy="tokg", cost=1)["actions"]
     h.eq("%s: gcra: the first admission leaves 99" % engine, 99, g.get("remaining"))
-    done(c, "tokg", acc_g, g.get("lease", ""), 21)
-    wait_for(lambda: h.rcli("EXISTS", record("tokg", acc_g, g.get("lease", ""))) == "0", 15)
+    d = done(c, "tokg", acc_g, g.get("lease", ""), 21)["actions"]
+    h.check("%s: gcra: the settle's answer: the burst, 20 fewer (79, or 80 if a unit came back)"
+            % engine, d.get("limit") == 100 and d.get("remaining") in (79, 80) and
+            d.get("ratelimit_hdr", "").startswith('"tokg";r='), d)
     g2 = c.ratelimit(acc_g, policy="tokg", cost=1)["actions"]
     h.check("%s: gcra: the next request sees 20 fewer (78, or 79 if a unit came back meanwhile)"
             % engine, g2.get("remaining") in (78, 79), g2)

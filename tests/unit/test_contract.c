@@ -393,6 +393,8 @@ struct contract_case {
 	} after[8];
 	int nreply;
 	struct contract_pair reply;   /* the first reply */
+	int nsettle;                  /* a settle's reply: its integers */
+	int64_t settle[8];
 };
 
 #define T0_US 4000000000000000LL
@@ -457,6 +459,9 @@ static size_t contract_cases(const char *path, void (*fn)(const struct contract_
 		} else if (strcmp(w[0], "reply") == 0) {
 			/* (a release's or a settle's reply is two integers, no
 			 * decision's) */
+			if (strcmp(c->args[0], "settle") == 0 && strcmp(w[1], "error") != 0)
+				for (c->nsettle = 0; c->nsettle + 1 < n && c->nsettle < 8; c->nsettle++)
+					c->settle[c->nsettle] = strtoll(w[c->nsettle + 1], NULL, 10);
 			if (c->nreply++ == 0 && strcmp(c->args[0], "release") != 0 &&
 			    strcmp(c->args[0], "settle") != 0) {
 				snprintf(copy, sizeof(copy), "%s", line);
@@ -696,6 +701,79 @@ static void test_contract_stored(void **state)
 	            t.refused > 0);
 }
 
+struct settle_tally {
+	size_t known, unknown;
+};
+
+/*
+ * One settle case the engines answered: stored_read_settle() reads the
+ * reply, and when it says what the windows have left (6 integers), each
+ * window's key after the settle, read at its clock as `ctl show` reads
+ * it, must give the same: the reply names the window with the least left
+ * (a tie: the first) with its limit, remaining and reset, the fields the
+ * settled response's RateLimit carries.
+ */
+static void contract_check_settle(const struct contract_case *c, void *arg)
+{
+	struct settle_tally *t = arg;
+	struct stored_settle st;
+	struct stored_usage u, best = { 0 };
+	int i, nwin, idx = -1;
+
+	if (strcmp(c->args[0], "settle") != 0 || c->nsettle == 0)
+		return;
+	nwin = (c->nargs - 2) / 2;
+	if (stored_read_settle(c->settle, (size_t)c->nsettle, (unsigned)nwin, &st) == -1)
+		fail_msg("%s (line %d): a settle's reply the agent does not read", c->name, c->line);
+	if (!st.known) {
+		t->unknown++;
+		return;
+	}
+	for (i = 0; i < nwin; i++) {
+		if (contract_read_after(c, c->keys[i], strtoull(c->args[2 + 2 * i], NULL, 10),
+		                        c->args[3 + 2 * i], &u) != 0)
+			fail_msg("%s (line %d): window %d unreadable, the engines read it", c->name,
+			         c->line, i);
+		if (idx < 0 || u.remaining < best.remaining) {
+			best = u;
+			idx = i;
+		}
+	}
+	if (idx != (int)st.window || (int64_t)best.quota != st.limit ||
+	    (int64_t)best.remaining != st.remaining || best.reset_us != st.reset_us)
+		fail_msg("%s (line %d): the reader gives window %d limit %llu remaining %llu reset %lld, "
+		         "the engines answered %u %lld %lld %lld", c->name, c->line, idx,
+		         (unsigned long long)best.quota, (unsigned long long)best.remaining,
+		         (long long)best.reset_us, st.window, (long long)st.limit,
+		         (long long)st.remaining, (long long)st.reset_us);
+	t->known++;
+}
+
+/* A settle's answer is what `ctl show` reads of its windows after it. */
+static void test_contract_settle(void **state)
+{
+	struct settle_tally t = { 0 };
+	const int64_t bad[][6] = {
+		{ 2, 0, 0, 0, 0, 0 },   /* code */
+		{ 1, 0, 0, 5, 0, 0 },   /* limit */
+		{ 1, 0, 10, -1, 0, 0 }, /* remaining */
+		{ 1, 0, 10, 5, -1, 0 }, /* reset */
+		{ 1, 0, 10, 5, 0, 4 },  /* index past the windows */
+	};
+	struct stored_settle st;
+	size_t i;
+
+	(void)state;
+	contract_cases(contract_path(), contract_check_settle, &t);
+	printf("# contract: %zu settles answered what their windows have left, as read after; "
+	       "%zu without it\n", t.known, t.unknown);
+	assert_true(t.known >= 10 && t.unknown >= 2);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(stored_read_settle(bad[i], 6, 4, &st), -1);
+	assert_int_equal(stored_read_settle(bad[0], 3, 4, &st), -1);
+	assert_int_equal(stored_read_settle(bad[0], 2, 4, &st), -1);
+}
+
 struct pool_tally {
 	size_t cases, refusals;
 };
@@ -797,6 +875,7 @@ int main(void)
 		cmocka_unit_test(test_contract_replies),
 		cmocka_unit_test(test_contract_deny_cache),
 		cmocka_unit_test(test_contract_stored),
+		cmocka_unit_test(test_contract_settle),
 		cmocka_unit_test(test_contract_stored_pool),
 	};
 
