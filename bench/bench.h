@@ -101,6 +101,7 @@ struct bench_opts {
 	unsigned threads;
 	unsigned idle;
 	uint32_t max_frame_size;
+	bool split;                     /* one write per NOTIFY (HAProxy 3.x) */
 	uint64_t seed;
 	double drain_s;
 	enum bench_output output;

@@ -52,6 +52,8 @@ static void bench_usage(FILE *out)
 "\n"
 "Protocol:\n"
 "      --max-frame-size N max-frame-size offered in HELLO (default 16380, as HAProxy)\n"
+"      --split            one write per NOTIFY, as HAProxy 3.x sends them (default:\n"
+"                         the NOTIFYs of freed slots in one write, as 2.6 batches)\n"
 "      --drain-timeout T  after the run, wait at most T for the last ACKs (default 5s)\n"
 "      --seed N           PRNG seed for the keys (default: time-based)\n"
 "\n"
@@ -180,6 +182,7 @@ enum bench_longopt {
 	BENCH_OPT_KEY_PREFIX,
 	BENCH_OPT_COST,
 	BENCH_OPT_MAX_FRAME,
+	BENCH_OPT_SPLIT,
 	BENCH_OPT_DRAIN,
 	BENCH_OPT_SEED,
 	BENCH_OPT_CSV,
@@ -212,6 +215,7 @@ int bench_parse_args(int argc, char **argv, struct bench_opts *o,
 		{ "key-prefix", required_argument, NULL, BENCH_OPT_KEY_PREFIX },
 		{ "cost", required_argument, NULL, BENCH_OPT_COST },
 		{ "max-frame-size", required_argument, NULL, BENCH_OPT_MAX_FRAME },
+		{ "split", no_argument, NULL, BENCH_OPT_SPLIT },
 		{ "drain-timeout", required_argument, NULL, BENCH_OPT_DRAIN },
 		{ "seed", required_argument, NULL, BENCH_OPT_SEED },
 		{ "csv", no_argument, NULL, BENCH_OPT_CSV },
@@ -319,6 +323,9 @@ int bench_parse_args(int argc, char **argv, struct bench_opts *o,
 			if (bench_parse_u64(arg, SPOP_MIN_FRAME_SIZE, SPOP_MAX_FRAME_SIZE, &v) == -1)
 				goto bad;
 			o->max_frame_size = (uint32_t)v;
+			break;
+		case BENCH_OPT_SPLIT:
+			o->split = true;
 			break;
 		case BENCH_OPT_DRAIN:
 			if (bench_parse_seconds(arg, &o->drain_s) == -1)

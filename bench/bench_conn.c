@@ -158,6 +158,9 @@ void bench_conn_fill(struct bench_conn *c)
 		t->sent++;
 		if (o->requests > 0)
 			t->quota--;
+		/* HAProxy 3.x sends each NOTIFY as soon as it is queued */
+		if (o->split && bench_conn_flush(c) == -1)
+			return;
 	}
 	bench_conn_flush(c);
 }

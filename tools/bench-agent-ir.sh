@@ -19,10 +19,16 @@
 # BENCH_AIR_TSV=FILE also writes name<TAB>value lines (air_<engine>_c<C>d<D>
 # = instructions per decision, air_sys_<engine>_c<C>d<D> = syscalls per
 # decision). Knobs: BENCH_AIR_N=20000, BENCH_AIR_WARM=5000,
-# BENCH_AIR_SHAPES="4x16 16x1" (connections x depth), BENCH_AIR_ENGINES=
+# BENCH_AIR_SHAPES="4x16 16x1 16x4s" (connections x depth; a trailing "s":
+# spoa-bench --split, one write per NOTIFY: 16x4s is the shape HAProxy 3.x
+# gives the agent, a NOTIFY per sendto, at most 20 in flight per connection,
+# frames spread over more connections; 4x16 is 2.6's, NOTIFYs batched per
+# write; 16x1 one frame per read), BENCH_AIR_ENGINES=
 # "floor module script" (module only when module/ratelimit.so is built),
 # BENCH_AIR_TOP=25 (functions listed), T_KEEP=1 keeps every dump.
 # About a minute per engine and shape.
+# The shapes' syscall counts depend on timing (how many frames one read
+# finds); the instruction counts on it much less.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=../tests/lib.sh
@@ -33,7 +39,7 @@ for t in valgrind callgrind_control callgrind_annotate redis-server redis-cli; d
 done
 N=${BENCH_AIR_N:-20000}
 WARM=${BENCH_AIR_WARM:-5000}
-SHAPES=${BENCH_AIR_SHAPES:-4x16 16x1}
+SHAPES=${BENCH_AIR_SHAPES:-4x16 16x1 16x4s}
 ENGINES=${BENCH_AIR_ENGINES:-floor module script}
 TOP=${BENCH_AIR_TOP:-25}
 TSV=${BENCH_AIR_TSV:-}
@@ -82,9 +88,11 @@ start() {
 	wait_port "$PORT" 60 || { echo "bench-agent-ir: $e did not start ($T/$e.$2.log)" >&2; return 1; }
 }
 
-# load C D COUNT: spoa-bench, every NOTIFY answered (allow, deny or error).
+# load C D COUNT: spoa-bench, every NOTIFY answered (allow, deny or error);
+# $SPLIT is --split for an "s" shape.
 load() {
-	"$BENCH" -a "127.0.0.1:$PORT" -c "$1" -d "$2" -n "$3" -k 10000 -p transfer --strict -q
+	# shellcheck disable=SC2086
+	"$BENCH" -a "127.0.0.1:$PORT" -c "$1" -d "$2" -n "$3" -k 10000 -p transfer --strict -q $SPLIT
 }
 
 stop() {
@@ -93,11 +101,12 @@ stop() {
 	wait "$PID" 2>/dev/null
 }
 
-printf '%-8s %-10s %24s %20s\n' engine "conn x depth" "instructions/decision" "syscalls/decision"
+printf '%-8s %-12s %24s %20s\n' engine "conn x depth" "instructions/decision" "syscalls/decision"
 for shape in $SHAPES; do
-	c=${shape%x*} d=${shape#*x}
+	c=${shape%x*} d=${shape#*x} SPLIT= sfx=
+	[ "${d%s}" = "$d" ] || { d=${d%s} SPLIT=--split sfx=s; }
 	for e in $ENGINES; do
-		name=${e}_c${c}d$d
+		name=${e}_c${c}d$d$sfx
 		# callgrind: instructions
 		WRAP="valgrind --tool=callgrind --dump-instr=no --callgrind-out-file=$T/cg.$name.%p"
 		start "$e" "$name" || { FAILED=1; continue; }
@@ -130,7 +139,7 @@ for shape in $SHAPES; do
 			stop
 			sys=$(awk -v n="$N" '$NF == "total" { printf "%.2f", $4 / n }' "$T/strace.$name" 2>/dev/null)
 		fi
-		printf '%-8s %-10s %24s %20s\n' "$e" "$c x $d" "$((ir / N))" "${sys:--}"
+		printf '%-8s %-12s %24s %20s\n' "$e" "$c x $d${SPLIT:+ split}" "$((ir / N))" "${sys:--}"
 		if [ -n "$TSV" ]; then
 			printf 'air_%s\t%s\n' "$name" "$((ir / N))" >>"$TSV"
 			[ "${sys:--}" = - ] || printf 'air_sys_%s\t%s\n' "$name" "$sys" >>"$TSV"

@@ -54,6 +54,10 @@
 # BENCH_HIR_DETAIL=1), BENCH_HIR_TSV=FILE (name<TAB>value lines:
 # hir_<case> instructions, hir_sys_<case> syscalls per request),
 # BENCH_HIR_STRACE=0 (no syscall column), T_KEEP=1 keeps the dumps.
+# In the strace run the agent (or the floor) is traced too: its syscalls per
+# request in the last column (hir_asys_<case> in the TSV), the calls by name
+# with BENCH_HIR_DETAIL=1: what the agent pays per decision behind this
+# HAProxy (3.x sends a NOTIFY per sendto, 2.6 batches them).
 # About 20 s per case (the two valgrind-free parts included).
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -132,9 +136,10 @@ start_backend >/dev/null || die "backend did not start"
 # that needs it (not in a subshell: the processes must stay tracked).
 # shellcheck disable=SC2034  # read through ${!v}
 FLOOR_PORT='' FLOOR_S_PORT='' MODULE_PORT=''
+FLOOR_PID='' FLOOR_S_PID='' MODULE_PID='' APID=''
 agent_port() {
 	case $1 in
-	alone) APORT=1 ;;
+	alone) APORT=1 APID= ;;
 	floor|floor-s)
 		local v=FLOOR_PORT opt=
 		[ "$1" = floor-s ] && v=FLOOR_S_PORT opt=-s
@@ -143,9 +148,10 @@ agent_port() {
 			# shellcheck disable=SC2086
 			"$FLOOR" -a "127.0.0.1:${!v}" $opt >"$T/$1.log" 2>&1 &
 			t_track $!
+			printf -v "${v%PORT}PID" '%s' $!
 			wait_port "${!v}" 10 || die "$1 did not start"
 		fi
-		APORT=${!v} ;;
+		APORT=${!v} v=${v%PORT}PID APID=${!v} ;;
 	module)
 		if [ -z "$MODULE_PORT" ]; then
 			[ -e "$MODULE_SO" ] || die "no $MODULE_SO (make module)"
@@ -160,9 +166,9 @@ threads 1
 log-level warn
 policy transfer 1000000/1s
 redis-engine module" >&2 || die "the agent did not start"
-			MODULE_PORT=$AGENT_PORT
+			MODULE_PORT=$AGENT_PORT MODULE_PID=$AGENT_PID
 		fi
-		APORT=$MODULE_PORT ;;
+		APORT=$MODULE_PORT APID=$MODULE_PID ;;
 	*) return 1 ;;
 	esac
 }
@@ -250,7 +256,7 @@ stop_edge() {
 
 ver=$("$HAPROXY" -v | awk 'NR == 1 { print $3 }')
 echo "HAProxy $ver, nbthread 1, $N requests counted after $WARM, $CONNS connections"
-printf '%-34s %14s %14s %12s\n' case "instr/request" "vs alone" "sys/request"
+printf '%-34s %14s %14s %12s %12s\n' case "instr/request" "vs alone" "sys/request" "agent sys"
 declare -A IR
 for c in "${CASES[@]}"; do
 	prepare "$c" || { FAILED=1; continue; }
@@ -270,23 +276,31 @@ for c in "${CASES[@]}"; do
 		FAILED=1; continue
 	fi
 	IR[$c]=$((ir / N))
-	sys=-
+	sys=- asys=-
 	if [ -n "$STRACE" ] && run_edge "$c"; then
 		client "$EPORT" "$WARM" >/dev/null || echo "bench-haproxy-ir: $c: strace warm-up failed" >&2
 		"$STRACE" -f -c -o "$DIR/strace" -p "$EPID" 2>/dev/null &
 		sp=$!
+		asp=
+		if [ -n "$APID" ]; then
+			"$STRACE" -f -c -o "$DIR/strace.agent" -p "$APID" 2>/dev/null &
+			asp=$!
+		fi
 		sleep 1
 		client "$EPORT" "$N" || echo "bench-haproxy-ir: $c: strace run failed" >&2
 		kill -INT "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+		[ -z "$asp" ] || { kill -INT "$asp" 2>/dev/null; wait "$asp" 2>/dev/null; }
 		stop_edge
 		sys=$(awk -v n="$N" '$NF == "total" { printf "%.2f", $4 / n }' "$DIR/strace" 2>/dev/null)
+		[ -z "$asp" ] || asys=$(awk -v n="$N" '$NF == "total" { printf "%.3f", $4 / n }' "$DIR/strace.agent" 2>/dev/null)
 	fi
 	vs=-
 	[ -n "${IR[alone]:-}" ] && vs=$(printf '%+d' $((IR[$c] - IR[alone])))
-	printf '%-34s %14s %14s %12s\n' "$c" "${IR[$c]}" "$vs" "${sys:--}"
+	printf '%-34s %14s %14s %12s %12s\n' "$c" "${IR[$c]}" "$vs" "${sys:--}" "${asys:--}"
 	if [ -n "$TSV" ]; then
 		printf 'hir_%s\t%s\n' "$c" "${IR[$c]}" >>"$TSV"
 		[ "${sys:--}" = - ] || printf 'hir_sys_%s\t%s\n' "$c" "$sys" >>"$TSV"
+		[ "${asys:--}" = - ] || printf 'hir_asys_%s\t%s\n' "$c" "$asys" >>"$TSV"
 	fi
 	if [ "$DETAIL" = 1 ]; then
 		{
@@ -305,6 +319,7 @@ for c in "${CASES[@]}"; do
 					"$DIR/annotate" "$T/alone/annotate" | sort -rn | head -n "$TOP"
 			fi
 			[ "${sys:--}" = - ] || { echo "  syscalls (strace -c):"; sed -n '3,14p' "$DIR/strace" | sed 's/^/    /'; }
+			[ "${asys:--}" = - ] || { echo "  the agent's syscalls (strace -c):"; sed -n '3,14p' "$DIR/strace.agent" | sed 's/^/    /'; }
 		} >>"$T/detail"
 	fi
 done

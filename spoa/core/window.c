@@ -213,22 +213,34 @@ int window_check_key(const char *key, size_t key_len)
 	return 0;
 }
 
-/* Compact text of <ms> into <dst>/<cap>: the largest unit that divides it. */
+/* Compact text of <ms> into <dst>/<cap>: the largest unit that divides it.
+ * Written by hand, not snprintf: every decision formats its window into
+ * the Redis arguments, and snprintf was 7 % of the agent's instructions per
+ * decision. Cut short and -1 when it does not fit, as snprintf would. */
 int window_format_ms(uint64_t ms, char *dst, size_t cap)
 {
-	static const struct { uint64_t ms; const char *unit; } units[] = {
-		{ 3600000, "h" }, { 60000, "m" }, { 1000, "s" }, { 1, "ms" },
+	static const struct { uint64_t ms; const char *unit; size_t len; } units[] = {
+		{ 3600000, "h", 1 }, { 60000, "m", 1 }, { 1000, "s", 1 }, { 1, "ms", 2 },
 	};
-	size_t i;
-	int n;
+	char tmp[DECIMAL_U64_LEN + 2];
+	size_t i, n;
 
 	for (i = 0; i < sizeof(units) / sizeof(units[0]) - 1; i++)
 		if (ms && ms % units[i].ms == 0)
 			break;
-	n = snprintf(dst, cap, "%" PRIu64 "%s", ms / units[i].ms, units[i].unit);
-	if (n < 0 || (size_t)n >= cap)
+	n = decimal_format(ms / units[i].ms, tmp);
+	memcpy(tmp + n, units[i].unit, units[i].len);
+	n += units[i].len;
+	if (n >= cap) {
+		if (cap) {
+			memcpy(dst, tmp, cap - 1);
+			dst[cap - 1] = '\0';
+		}
 		return -1;
-	return n;
+	}
+	memcpy(dst, tmp, n);
+	dst[n] = '\0';
+	return (int)n;
 }
 
 /* See window.h. */

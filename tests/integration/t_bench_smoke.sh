@@ -23,6 +23,14 @@ eq "exactly 50 x 5 admitted" 250 "$allow"
 members=0
 for i in $(seq 0 49); do members=$((members + $(rcli ZCARD "transfer:limit:v1:BENCH-$i"))); done
 eq "Redis holds one member per admitted request" 250 "$members"
+# --split (one write per NOTIFY, as HAProxy 3.x sends them): the same
+# load, on other accounts, answered in full with the same counts
+out=$("$BENCH" -a "127.0.0.1:$AGENT_PORT" -c 4 -T 2 -d 16 -n 2000 -k 50 --key-prefix SPLIT- \
+	--split --strict --json 2>"$T/bench-split.err"); rc=$?
+eq "spoa-bench --split exits 0" 0 "$rc"
+allow=$(field allow); deny=$(field deny); err=$(field error)
+eq "--split: 2000 NOTIFYs, 2000 answers" 2000 "$((allow + deny + err))"
+eq "--split: exactly 50 x 5 admitted" 250 "$allow"
 
 BENCH_IR_DECISIONS=64 BENCH_IR_WARM=64 BENCH_IR_BATCHES="32 1" BENCH_IR_TSV="$T/ir.tsv" \
 	"$ROOT/tools/bench-redis-ir.sh" >"$T/ir.out" 2>&1; rc=$?
@@ -76,12 +84,14 @@ if ldd "$AGENT" 2>/dev/null | grep -Eq 'lib(a|t)san'; then
 	t_done
 	exit
 fi
-BENCH_AIR_N=300 BENCH_AIR_WARM=100 BENCH_AIR_SHAPES=4x4 BENCH_AIR_ENGINES="floor script" \
+BENCH_AIR_N=300 BENCH_AIR_WARM=100 BENCH_AIR_SHAPES="4x4 4x4s" BENCH_AIR_ENGINES="floor script" \
 	BENCH_AIR_TSV="$T/air.tsv" "$ROOT/tools/bench-agent-ir.sh" >"$T/air.out" 2>&1; rc=$?
 eq "bench-agent-ir.sh exits 0" 0 "$rc"
 [ "$rc" = 0 ] || cat "$T/air.out"
 eq "it counts the floor's and the agent's instructions per decision" 2 \
 	"$(grep -Ec "^air_(floor|script)_c4d4"$'\t'"[1-9][0-9]*\$" "$T/air.tsv" 2>/dev/null)"
+eq "and in the split shape (spoa-bench --split, 3.x's one write per NOTIFY)" 2 \
+	"$(grep -Ec "^air_(floor|script)_c4d4s"$'\t'"[1-9][0-9]*\$" "$T/air.tsv" 2>/dev/null)"
 # tools/bench-haproxy-ir.sh on a few requests: HAProxy's instructions per
 # request on make bench's no-JWT edge (tools/edge-nojwt.sh), alone
 # (tools/edge-alone.sh) and asking the SPOE floor, with the full edge and

@@ -5,6 +5,7 @@
  * limiter hands window.c (an error's text, or an array's integers): no
  * hiredis here.
  */
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -139,6 +140,41 @@ static void test_format_ms(void **state)
 	assert_string_equal(b, "1500ms");
 	assert_int_equal(window_format_ms(500, b, 5), -1);
 	assert_int_equal(window_format_ms(500, b, 6), 5);
+}
+
+/* The hand-written formatter gives snprintf's text, length and cut, for
+ * every unit, the largest values and every buffer size. */
+static void test_format_ms_as_snprintf(void **state)
+{
+	static const uint64_t v[] = {
+		0, 1, 9, 10, 999, 1000, 1001, 59999, 60000, 61000, 3599999, 3600000,
+		7200000, 86400000, 604800000, 2592000000ULL, UINT64_MAX, UINT64_MAX - 1,
+		(UINT64_MAX / 3600000) * 3600000, 18446744073709000ULL,
+	};
+	char want[48], got[48];
+	size_t i, cap;
+
+	(void)state;
+	for (i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		const char *unit = "ms";
+		uint64_t div = 1;
+		int n;
+
+		if (v[i] && v[i] % 3600000 == 0)
+			unit = "h", div = 3600000;
+		else if (v[i] && v[i] % 60000 == 0)
+			unit = "m", div = 60000;
+		else if (v[i] && v[i] % 1000 == 0)
+			unit = "s", div = 1000;
+		for (cap = 0; cap <= sizeof(want); cap++) {
+			memset(want, 'x', sizeof(want));
+			memset(got, 'x', sizeof(got));
+			n = snprintf(want, cap, "%" PRIu64 "%s", v[i] / div, unit);
+			assert_int_equal(window_format_ms(v[i], got, cap),
+			                 (size_t)n >= cap ? -1 : n);
+			assert_memory_equal(got, want, sizeof(want));
+		}
+	}
 }
 
 /* ---- keys and argv ---- */
@@ -1425,6 +1461,7 @@ int main(void)
 		cmocka_unit_test(test_strings),
 		cmocka_unit_test(test_rounding),
 		cmocka_unit_test(test_format_ms),
+		cmocka_unit_test(test_format_ms_as_snprintf),
 		cmocka_unit_test(test_args_batch),
 		cmocka_unit_test(test_args_pool),
 		cmocka_unit_test(test_args_leases),
