@@ -142,10 +142,11 @@ SPOA_MODULES += reload worker_reload
 # named by its file's stem; obj_of maps stems to objects wherever they live.
 SPOA_DIRS    := spoa spoa/conn spoa/ctl spoa/live spoa/limiter spoa/config spoa/redis spoa/obs spoa/spop spoa/core
 # module/rl_args.[ch], the module's pure half, is linked into the agent too
-# (a unit test's .deps names it rl_args)
+# (a unit test's .deps names it rl_args; test_bench_frame's names the load
+# generator's bench_frame)
 SPOA_INC     := $(addprefix -I,$(SPOA_DIRS)) -Imodule
 SPOA_SRCS    := $(foreach d,$(SPOA_DIRS),$(wildcard $(d)/*.c))
-obj_of        = $(foreach m,$(1),$(BUILD)/$(patsubst %.c,%.o,$(filter %/$(m).c,$(SPOA_SRCS) module/rl_args.c)))
+obj_of        = $(foreach m,$(1),$(BUILD)/$(patsubst %.c,%.o,$(filter %/$(m).c,$(SPOA_SRCS) module/rl_args.c bench/bench_frame.c)))
 AGENT_OBJS   := $(call obj_of,$(SPOA_MODULES))
 # stored.c reads what the engines store with the module's own parsers
 AGENT_OBJS   += $(BUILD)/module/rl_args.o

@@ -43,6 +43,7 @@
 #define BENCH_MAX_OPENING       64          /* connects in progress per thread */
 #define BENCH_TICK_S            0.05
 #define BENCH_SETUP_TIMEOUT_S   30.0
+#define BENCH_LEASE_LEN         32          /* txn.rl.lease: 32 hex digits */
 
 enum bench_exit {
 	BENCH_EXIT_OK = 0,
@@ -107,6 +108,8 @@ struct bench_opts {
 	enum bench_output output;
 	bool quiet;
 	bool strict;
+	bool done;                      /* --done: ratelimit-done per lease */
+	int64_t done_cost;              /* --done-cost; -1: no cost arg */
 };
 
 /* Log-linear histogram of nanoseconds: exact below 64, then 64 buckets for
@@ -123,11 +126,15 @@ struct bench_reason {
 	uint64_t n;
 };
 
-/* One NOTIFY in flight; its index in the conn's table is the slot number. */
+/* One NOTIFY in flight; its index in the conn's table is the slot number.
+ * With --done a slot holds its request until the ratelimit-done that ends
+ * it is acknowledged too, as HAProxy's stream lives until its response. */
 struct bench_slot {
 	uint64_t stream_id;
 	uint64_t t0_ns;
+	uint16_t key_len;               /* --done: its key, in the conn's keys */
 	bool busy;
+	bool done;                      /* the NOTIFY in flight is its ratelimit-done */
 };
 
 struct bench_thread;
@@ -148,6 +155,7 @@ struct bench_conn {
 	size_t wlen;
 	size_t wcap;
 	struct bench_slot *slots;
+	char *keys;                     /* --done: each slot's key, BENCH_KEY_MAX apart */
 	unsigned *free_slots;           /* stack of free slot indexes */
 	unsigned nfree;
 	uint64_t seq;                   /* NOTIFYs sent on this conn */
@@ -177,6 +185,8 @@ struct bench_thread {
 	/* results */
 	uint64_t sent;
 	uint64_t acked;
+	uint64_t done_sent;
+	uint64_t done_acked;
 	uint64_t status[BENCH_STATUS_COUNT];
 	uint64_t proto_errors;
 	uint64_t conn_errors;
@@ -192,6 +202,8 @@ struct bench_thread {
 struct bench_total {
 	uint64_t sent;
 	uint64_t acked;
+	uint64_t done_sent;
+	uint64_t done_acked;
 	uint64_t status[BENCH_STATUS_COUNT];
 	uint64_t proto_errors;
 	uint64_t conn_errors;
@@ -243,11 +255,14 @@ int bench_enc_hello(unsigned char *dst, size_t cap, uint32_t max_frame, uint64_t
 size_t bench_pick_key(struct bench_thread *t, char *key);
 int bench_enc_notify(unsigned char *dst, size_t cap, const struct bench_opts *o,
                      uint64_t sid, const char *key, size_t key_len);
+int bench_enc_done(unsigned char *dst, size_t cap, const struct bench_opts *o,
+                   uint64_t sid, const char *key, size_t key_len, const char *lease);
 size_t bench_notify_max(const struct bench_opts *o);
 int bench_check_agent_hello(const struct spop_hello *h, uint32_t ours,
                             bool want_pipelining, uint32_t *frame_max,
                             char *err, size_t errlen);
-enum bench_status bench_ack_status(struct bench_thread *t, const struct spop_actions *acts);
+enum bench_status bench_ack_status(struct bench_thread *t, const struct spop_actions *acts,
+                                   struct spop_str *lease);
 
 /* bench_conn.c */
 void bench_thread_error(struct bench_thread *t, const char *msg);

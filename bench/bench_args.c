@@ -49,6 +49,14 @@ static void bench_usage(FILE *out)
 "      --hot-pct P        ... receive P%% of the requests (0..100, default 0)\n"
 "      --key-prefix S     key prefix (default \"ACC-\")\n"
 "      --cost N           cost arg, INT64 (default 1)\n"
+"      --done             the response phase too: for each ACK that allows with a\n"
+"                         \"lease\" variable (a policy with inflight= or settle=),\n"
+"                         a NOTIFY of its own with the message \"ratelimit-done\"\n"
+"                         and the args policy, key, lease (STR), as HAProxy sends\n"
+"                         it at the response; the request holds its slot of\n"
+"                         --depth until that is acknowledged too\n"
+"      --done-cost N      with --done (implied), also the arg cost (INT64): the\n"
+"                         real cost a settle= policy settles to\n"
 "\n"
 "Protocol:\n"
 "      --max-frame-size N max-frame-size offered in HELLO (default 16380, as HAProxy)\n"
@@ -69,6 +77,8 @@ static void bench_usage(FILE *out)
 "Latency is measured from the write of a NOTIFY to the read of its ACK, in a\n"
 "log-linear histogram (<1.6%% error); percentiles are bucket upper bounds.\n"
 "ACKs are matched by stream-id and frame-id and may arrive in any order.\n"
+"With --done, sent/acked, throughput and latency are the ratelimit messages';\n"
+"the ratelimit-done ones are counted apart, in the text and JSON reports.\n"
 "\n"
 "Exit status: 0 done; 1 protocol or connection error, or ACKs missing after the\n"
 "drain; 2 usage; 3 --strict and some ACK said \"error\" or had no status.\n"
@@ -189,6 +199,8 @@ enum bench_longopt {
 	BENCH_OPT_CSV_HEADER,
 	BENCH_OPT_JSON,
 	BENCH_OPT_STRICT,
+	BENCH_OPT_DONE,
+	BENCH_OPT_DONE_COST,
 	BENCH_OPT_COUNT
 };
 
@@ -222,6 +234,8 @@ int bench_parse_args(int argc, char **argv, struct bench_opts *o,
 		{ "csv-header", no_argument, NULL, BENCH_OPT_CSV_HEADER },
 		{ "json", no_argument, NULL, BENCH_OPT_JSON },
 		{ "strict", no_argument, NULL, BENCH_OPT_STRICT },
+		{ "done", no_argument, NULL, BENCH_OPT_DONE },
+		{ "done-cost", required_argument, NULL, BENCH_OPT_DONE_COST },
 		{ NULL, 0, NULL, 0 }
 	};
 	uint64_t v;
@@ -236,6 +250,7 @@ int bench_parse_args(int argc, char **argv, struct bench_opts *o,
 	o->depth = 16;
 	o->keys = 10000;
 	o->cost = 1;
+	o->done_cost = -1;
 	o->duration_s = 5.0;
 	o->threads = 1;
 	o->max_frame_size = BENCH_DEFAULT_FRAME;
@@ -347,6 +362,15 @@ int bench_parse_args(int argc, char **argv, struct bench_opts *o,
 			break;
 		case BENCH_OPT_STRICT:
 			o->strict = true;
+			break;
+		case BENCH_OPT_DONE:
+			o->done = true;
+			break;
+		case BENCH_OPT_DONE_COST:
+			if (bench_parse_u64(arg, 0, INT64_MAX, &v) == -1)
+				goto bad;
+			o->done_cost = (int64_t)v;
+			o->done = true;
 			break;
 		case ':':
 			snprintf(err, errlen, "option %s needs a value", argv[optind - 1]);

@@ -107,6 +107,17 @@ static int bench_conn_flush(struct bench_conn *c)
 	return 0;
 }
 
+/* Move what <c> has not written yet to the front of its write buffer, so
+ * that its room is the whole rest of it. */
+static void bench_conn_compact(struct bench_conn *c)
+{
+	if (c->woff > 0) {
+		memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
+		c->wlen -= c->woff;
+		c->woff = 0;
+	}
+}
+
 /* May thread <t> send one more NOTIFY? */
 static bool bench_may_send(const struct bench_thread *t)
 {
@@ -127,11 +138,7 @@ void bench_conn_fill(struct bench_conn *c)
 
 	if (c->state != BENCH_CONN_ST_READY || c->idle || c->nfree == 0 || !bench_may_send(t))
 		return;
-	if (c->woff > 0) {
-		memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
-		c->wlen -= c->woff;
-		c->woff = 0;
-	}
+	bench_conn_compact(c);
 	now = bench_now_ns();
 	while (c->nfree > 0 && bench_may_send(t)) {
 		unsigned slot = c->free_slots[c->nfree - 1];
@@ -154,6 +161,11 @@ void bench_conn_fill(struct bench_conn *c)
 		c->slots[slot].busy = true;
 		c->slots[slot].stream_id = sid;
 		c->slots[slot].t0_ns = now;
+		if (o->done) {
+			memcpy(c->keys + (size_t)slot * BENCH_KEY_MAX, key, klen);
+			c->slots[slot].key_len = (uint16_t)klen;
+			c->slots[slot].done = false;
+		}
 		t->inflight++;
 		t->sent++;
 		if (o->requests > 0)
@@ -163,6 +175,36 @@ void bench_conn_fill(struct bench_conn *c)
 			return;
 	}
 	bench_conn_flush(c);
+}
+
+/* The ACK of slot <slot> of <c> allowed a request that holds <lease>:
+ * send its ratelimit-done in a NOTIFY of its own (a new stream-id, that
+ * names the same slot), as HAProxy does at the response; the slot stays
+ * busy until that is acknowledged. Written with the next flush. Returns 0
+ * or -1 (connection closed). */
+static int bench_conn_send_done(struct bench_conn *c, unsigned slot, struct spop_str lease)
+{
+	struct bench_thread *t = c->t;
+	const struct bench_opts *o = t->o;
+	struct bench_slot *s = &c->slots[slot];
+	uint64_t sid = c->seq * o->depth + slot + 1;
+	int n;
+
+	bench_conn_compact(c);
+	n = bench_enc_done(c->wbuf + c->wlen, c->wcap - c->wlen, o, sid,
+	                   c->keys + (size_t)slot * BENCH_KEY_MAX, s->key_len, lease.ptr);
+	if (n == -1) {
+		/* cannot happen: a slot has one unwritten frame at most, and
+		 * wcap holds depth of the largest */
+		bench_conn_protocol_error(c, "internal: write buffer overflow");
+		return -1;
+	}
+	c->wlen += (size_t)n;
+	c->seq++;
+	s->stream_id = sid;
+	s->done = true;
+	t->done_sent++;
+	return 0;
 }
 
 /* Handle decoded frame <f> on <c>, received at <now>. Returns 0, or -1
@@ -192,6 +234,7 @@ static int bench_conn_frame(struct bench_conn *c, const struct spop_frame *f, ui
 	case SPOP_FRAME_ACK: {
 		unsigned slot;
 		enum bench_status st;
+		struct spop_str lease = { NULL, 0 };
 
 		if (c->state != BENCH_CONN_ST_READY) {
 			snprintf(err, sizeof(err), "ACK before AGENT-HELLO");
@@ -204,15 +247,26 @@ static int bench_conn_frame(struct bench_conn *c, const struct spop_frame *f, ui
 			         " frame-id %" PRIu64, sid, fid);
 			goto proto;
 		}
-		st = bench_ack_status(t, &f->u.ack);
+		if (now > t->end_ns)
+			t->end_ns = now;
+		if (c->slots[slot].done) {
+			/* the end of a request under --done: its slot is free */
+			c->slots[slot].busy = false;
+			c->slots[slot].done = false;
+			c->free_slots[c->nfree++] = slot;
+			t->inflight--;
+			t->done_acked++;
+			return 0;
+		}
+		st = bench_ack_status(t, &f->u.ack, o->done ? &lease : NULL);
 		bench_hist_record(&t->hist, now - c->slots[slot].t0_ns);
+		t->acked++;
+		t->status[st]++;
+		if (o->done && st == BENCH_STATUS_ALLOW && lease.len == BENCH_LEASE_LEN)
+			return bench_conn_send_done(c, slot, lease);
 		c->slots[slot].busy = false;
 		c->free_slots[c->nfree++] = slot;
 		t->inflight--;
-		t->acked++;
-		t->status[st]++;
-		if (now > t->end_ns)
-			t->end_ns = now;
 		return 0;
 	}
 	case SPOP_FRAME_AGENT_DISCONNECT: {
@@ -303,6 +357,10 @@ static void bench_conn_on_read(struct ev_loop *loop, ev_io *w, int revents)
 	if (bench_conn_process(c) == -1)
 		return;
 	bench_conn_fill(c);
+	/* the ratelimit-done frames queued by the ACKs, when no new NOTIFY
+	 * was written with them (drain, -n reached, every slot still busy) */
+	if (c->t->o->done && c->state == BENCH_CONN_ST_READY && c->wlen > c->woff)
+		bench_conn_flush(c);
 }
 
 /* Send the HAPROXY-HELLO on <c> now that it is connected. */
@@ -375,7 +433,8 @@ static int bench_conn_open(struct bench_conn *c)
 	return 0;
 }
 
-/* Allocates <c>'s buffers and slot table; bench_conn_release() frees them.
+/* Allocates <c>'s buffers and slot table (and with --done its slots' keys);
+ * bench_conn_release() frees them.
  * Idle connections get small buffers: they only ever see AGENT-HELLO. */
 int bench_conn_alloc(struct bench_conn *c, struct bench_thread *t, bool idle)
 {
@@ -394,9 +453,11 @@ int bench_conn_alloc(struct bench_conn *c, struct bench_thread *t, bool idle)
 	if (!idle) {
 		c->slots = calloc(o->depth, sizeof(*c->slots));
 		c->free_slots = calloc(o->depth, sizeof(*c->free_slots));
+		if (o->done)
+			c->keys = malloc((size_t)o->depth * BENCH_KEY_MAX);
 	}
 	if (c->rbuf == NULL || c->wbuf == NULL ||
-	    (!idle && (c->slots == NULL || c->free_slots == NULL)))
+	    (!idle && (c->slots == NULL || c->free_slots == NULL || (o->done && c->keys == NULL))))
 		return -1;
 	if (!idle) {
 		/* pop order 0, 1, 2...: the stack holds them reversed */
@@ -416,6 +477,8 @@ void bench_conn_release(struct bench_conn *c)
 	c->wbuf = NULL;
 	free(c->slots);
 	c->slots = NULL;
+	free(c->keys);
+	c->keys = NULL;
 	free(c->free_slots);
 	c->free_slots = NULL;
 }

@@ -1,8 +1,8 @@
 /*
- * spoa-bench: the frames. What HAProxy sends (HELLO, NOTIFY), written by
- * the agent's codec (spop.h) straight into a connection's write buffer, and
- * what the bench expects of what the agent sends back (AGENT-HELLO, ACK).
- * No I/O.
+ * spoa-bench: the frames. What HAProxy sends (HELLO, NOTIFY, and with
+ * --done the response's ratelimit-done), written by the agent's codec
+ * (spop.h) straight into a connection's write buffer, and what the bench
+ * expects of what the agent sends back (AGENT-HELLO, ACK). No I/O.
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -79,13 +79,42 @@ int bench_enc_notify(unsigned char *dst, size_t cap, const struct bench_opts *o,
 	return spop_notify_end(&w);
 }
 
-/* Upper bound of one NOTIFY's size for options <o>. */
+/* The response phase's NOTIFY, as HAProxy sends it for a request that
+ * holds a lease: message "ratelimit-done" {policy STR, key STR, lease STR
+ * (<lease>, BENCH_LEASE_LEN hex digits), cost INT64 with --done-cost},
+ * written into the caller's <dst>. Returns bytes or -1. */
+int bench_enc_done(unsigned char *dst, size_t cap, const struct bench_opts *o,
+                   uint64_t sid, const char *key, size_t key_len, const char *lease)
+{
+	struct spop_data policy = { .type = SPOP_T_STR, .v.s = { o->policy, strlen(o->policy) } };
+	struct spop_data k = { .type = SPOP_T_STR, .v.s = { key, key_len } };
+	struct spop_data l = { .type = SPOP_T_STR, .v.s = { lease, BENCH_LEASE_LEN } };
+	struct spop_data cost = { .type = SPOP_T_INT64, .v.i = o->done_cost };
+	struct spop_writer w;
+
+	spop_notify_begin(&w, dst, cap, sid, 1);
+	spop_notify_message(&w, "ratelimit-done", o->done_cost >= 0 ? 4 : 3);
+	spop_notify_arg(&w, "policy", &policy);
+	spop_notify_arg(&w, "key", &k);
+	spop_notify_arg(&w, "lease", &l);
+	if (o->done_cost >= 0)
+		spop_notify_arg(&w, "cost", &cost);
+	return spop_notify_end(&w);
+}
+
+/* Upper bound of one NOTIFY's size for options <o>: the ratelimit message,
+ * or with --done the larger ratelimit-done. */
 size_t bench_notify_max(const struct bench_opts *o)
 {
-	return 4 + 1 + 4 + 2 * SPOP_VARINT_MAX_LEN + 10 + 1 +
-	       (7 + 1 + SPOP_VARINT_MAX_LEN + strlen(o->policy)) +
-	       (4 + 1 + SPOP_VARINT_MAX_LEN + BENCH_KEY_MAX) +
-	       (5 + 1 + SPOP_VARINT_MAX_LEN);
+	size_t check = 4 + 1 + 4 + 2 * SPOP_VARINT_MAX_LEN + 10 + 1 +
+	               (7 + 1 + SPOP_VARINT_MAX_LEN + strlen(o->policy)) +
+	               (4 + 1 + SPOP_VARINT_MAX_LEN + BENCH_KEY_MAX) +
+	               (5 + 1 + SPOP_VARINT_MAX_LEN);
+
+	if (!o->done)
+		return check;
+	/* the done message: a longer name (15 against 10) and the lease */
+	return check + 5 + (6 + 1 + SPOP_VARINT_MAX_LEN + BENCH_LEASE_LEN);
 }
 
 /* ------------------------------------------------------------------------
@@ -148,15 +177,19 @@ static void bench_count_reason(struct bench_thread *t, struct spop_str reason)
 }
 
 /* The status of decoded ACK <acts> (its "status" set-var), counting an
- * error's reason in thread <t>. */
+ * error's reason in thread <t>. With <lease> (--done), also its "lease"
+ * set-var, borrowed from <acts>, or { NULL, 0 }. */
 enum bench_status bench_ack_status(struct bench_thread *t,
-                                   const struct spop_actions *acts)
+                                   const struct spop_actions *acts,
+                                   struct spop_str *lease)
 {
 	struct spop_str reason = { "-", 1 };
 	enum bench_status st = BENCH_STATUS_NONE;
 	struct spop_action a;
 	struct spop_iter it;
 
+	if (lease != NULL)
+		*lease = (struct spop_str){ NULL, 0 };
 	spop_iter_actions(acts, &it);
 	while (spop_next_action(&it, &a)) {
 		if (a.type != SPOP_ACT_SET_VAR || a.value.type != SPOP_T_STR)
@@ -170,6 +203,8 @@ enum bench_status bench_ack_status(struct bench_thread *t,
 				st = BENCH_STATUS_ERROR;
 		} else if (spop_str_eq(a.name, "reason")) {
 			reason = a.value.v.s;
+		} else if (lease != NULL && spop_str_eq(a.name, "lease")) {
+			*lease = a.value.v.s;
 		}
 	}
 	if (st == BENCH_STATUS_ERROR)

@@ -99,6 +99,8 @@ void bench_total_sum(struct bench_total *tot, const struct bench_thread *ts, uns
 
 		tot->sent += t->sent;
 		tot->acked += t->acked;
+		tot->done_sent += t->done_sent;
+		tot->done_acked += t->done_acked;
 		for (j = 0; j < BENCH_STATUS_COUNT; j++)
 			tot->status[j] += t->status[j];
 		tot->proto_errors += t->proto_errors;
@@ -189,7 +191,11 @@ void bench_report(const struct bench_opts *o, const struct bench_total *tot)
 			bench_json_str(tot->reasons[i].name);
 			printf("\":%" PRIu64, tot->reasons[i].n);
 		}
-		printf("}}\n");
+		printf("}");
+		if (o->done)
+			printf(",\"done_sent\":%" PRIu64 ",\"done_acked\":%" PRIu64,
+			       tot->done_sent, tot->done_acked);
+		printf("}\n");
 		return;
 	}
 	if (o->quiet)
@@ -204,6 +210,9 @@ void bench_report(const struct bench_opts *o, const struct bench_total *tot)
 	printf(", policy \"%s\", cost %" PRId64 "\n", o->policy, o->cost);
 	printf("  requests   %" PRIu64 " sent, %" PRIu64 " acked in %.3f s\n",
 	       tot->sent, tot->acked, tot->elapsed_s);
+	if (o->done)
+		printf("  done       %" PRIu64 " ratelimit-done sent, %" PRIu64 " acked\n",
+		       tot->done_sent, tot->done_acked);
 	printf("  throughput %.1f msgs/s\n", rate);
 	printf("  latency    p50 %.1f us  p99 %.1f us  p99.9 %.1f us  max %.1f us  (mean %.1f us)\n",
 	       p50, p99, p999, max, mean);

@@ -10,7 +10,10 @@
 #
 #   HAPROXY=build/haproxy-3.2/haproxy tools/bench-haproxy-ir.sh [CASE...]
 #
-# CASE is AGENT[+KNOB...], AGENT one of alone, floor, floor-s, module, KNOB an
+# CASE is AGENT[+KNOB...], AGENT one of alone, floor, floor-s, module, lease
+# (the module's agent with an inflight= policy: every admission holds a
+# lease, so every response sends ratelimit-done; lease against module is
+# what that message costs HAProxy per request), KNOB an
 # edit of the SPOE file (spoe-ratelimit.conf) or of the agent's backend, in a
 # copy of haproxy/ (the tree is never changed):
 #   noproctime   no "option set-process-time"
@@ -135,8 +138,8 @@ start_backend >/dev/null || die "backend did not start"
 # agent_port AGENT: sets APORT, the agent's port, started on the first case
 # that needs it (not in a subshell: the processes must stay tracked).
 # shellcheck disable=SC2034  # read through ${!v}
-FLOOR_PORT='' FLOOR_S_PORT='' MODULE_PORT=''
-FLOOR_PID='' FLOOR_S_PID='' MODULE_PID='' APID=''
+FLOOR_PORT='' FLOOR_S_PORT='' MODULE_PORT='' LEASE_PORT=''
+FLOOR_PID='' FLOOR_S_PID='' MODULE_PID='' LEASE_PID='' APID=''
 agent_port() {
 	case $1 in
 	alone) APORT=1 APID= ;;
@@ -152,23 +155,31 @@ agent_port() {
 			wait_port "${!v}" 10 || die "$1 did not start"
 		fi
 		APORT=${!v} v=${v%PORT}PID APID=${!v} ;;
-	module)
-		if [ -z "$MODULE_PORT" ]; then
+	module|lease)
+		local v=MODULE_PORT pol="policy transfer 1000000/1s"
+		# lease: bounds no run reaches either, the leases given back by
+		# each response's ratelimit-done
+		[ "$1" = lease ] && v=LEASE_PORT pol="$pol inflight=1000000 lease=10m"
+		if [ -z "${!v}" ]; then
 			[ -e "$MODULE_SO" ] || die "no $MODULE_SO (make module)"
-			REDIS_PORT=$(free_port)
-			redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-				--dir "$T" --logfile "$T/redis.log" --loadmodule "$MODULE_SO" >/dev/null 2>&1 &
-			t_track $!
-			wait_port "$REDIS_PORT" || die "redis did not start"
+			if [ -z "${REDIS_PORT:-}" ]; then
+				REDIS_PORT=$(free_port)
+				redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+					--dir "$T" --logfile "$T/redis.log" --loadmodule "$MODULE_SO" >/dev/null 2>&1 &
+				t_track $!
+				wait_port "$REDIS_PORT" || die "redis did not start"
+			fi
 			# every decision allowed: a limit no run reaches
+			AGENT_PORT=
 			start_agent "redis-timeout 10s
 threads 1
 log-level warn
-policy transfer 1000000/1s
+$pol
 redis-engine module" >&2 || die "the agent did not start"
-			MODULE_PORT=$AGENT_PORT MODULE_PID=$AGENT_PID
+			printf -v "$v" '%s' "$AGENT_PORT"
+			printf -v "${v%PORT}PID" '%s' "$AGENT_PID"
 		fi
-		APORT=$MODULE_PORT APID=$MODULE_PID ;;
+		APORT=${!v} v=${v%PORT}PID APID=${!v} ;;
 	*) return 1 ;;
 	esac
 }

@@ -324,6 +324,26 @@ hir_nodone = num('hir_nodone')
 done_cost = (None if hir_full is None or hir_nodone is None else
              f"{hir_full - hir_nodone:+.0f} HAProxy instructions per request ({R['hir_full']} with the "
              f"ratelimit-done line, {R['hir_nodone']} without; tools/bench-haproxy-ir.sh module module+nodone)")
+# what ratelimit-done costs the agent per request (tools/bench-agent-ir.sh
+# module module+inflight module+done): an inflight= policy with the message
+# against the same policy without it; a policy without inflight= sends none
+air_shape = (R.get('air_shape', '').split() or ['4x16'])[0]
+air_sfx = '_c%sd%s' % tuple(air_shape.split('x', 1)) if 'x' in air_shape else ''
+air_done = num('air_done_module' + air_sfx)
+agent_done_cost = (None if air_done is None else
+                   f"{air_done:+.0f} agent instructions and {R.get('air_sys_done_module' + air_sfx, '-')} "
+                   f"syscalls per request ({R.get('air_module+done' + air_sfx)} instructions with it, "
+                   f"{R.get('air_module+inflight' + air_sfx)} without, the same inflight= policy; "
+                   f"{R.get('air_module' + air_sfx)} for a policy without inflight=, which is sent none: "
+                   f"the edge's rule is conditional on txn.rl.lease; module engine, spoa-bench {air_shape}, "
+                   f"tools/bench-agent-ir.sh module module+inflight module+done)")
+# and what sending it costs HAProxy under an inflight= policy (lease: every
+# response sends it) against the same edge and agent without
+hir_lease = num('hir_lease')
+hap_done_cost = (None if hir_full is None or hir_lease is None else
+                 f"{hir_lease - hir_full:+.0f} HAProxy instructions per request ({R['hir_lease']} under "
+                 f"an inflight= policy, every response sending it, {R['hir_full']} under one without; "
+                 f"tools/bench-haproxy-ir.sh module lease)")
 targets41 = [
     ('module, self-answering shape, >= 0.65x HAProxy alone (self-answering)',
      '-' if r_self is None else rtxt('wrk_self_mod', 'wrk_self_alone'),
@@ -412,6 +432,10 @@ for t in targets41:
     print(f'  {t[2]:7} {t[0]}: {t[1]}' + (f' ({t[3]})' if t[3] else ''))
 if done_cost:
     print(f'  the response line (ratelimit-done) to a policy without inflight=: {done_cost}')
+if hap_done_cost:
+    print(f'  the ratelimit-done message, HAProxy side, per request: {hap_done_cost}')
+if agent_done_cost:
+    print(f'  the ratelimit-done message, agent side, per request: {agent_done_cost}')
 if R.get('errors'):
     print(f"\n  not clean: {R['errors']}")
 print()
@@ -467,6 +491,10 @@ g.append(md(('target', 'measured', 'verdict', 'margin'), targets, ('---', '---',
 g.append(md(('issue 41 target', 'measured', 'verdict', 'margin'), targets41, ('---', '---', '---', '---:')))
 if done_cost:
     g.append(f"The response line (`ratelimit-done`, issue 38) to a policy without `inflight=`: {done_cost}.\n")
+if hap_done_cost:
+    g.append(f"The `ratelimit-done` message, what sending it costs HAProxy per request: {hap_done_cost}.\n")
+if agent_done_cost:
+    g.append(f"The `ratelimit-done` message, what it costs the agent per request: {agent_done_cost}.\n")
 missed = [t for t in targets if t[2] == 'MISSED']
 unmeasured = sum(1 for t in targets if t[2] == '-')
 g.append(f"Command: `{R.get('command')}`. "

@@ -34,9 +34,14 @@
 #                         redis-batch (default) vs 1, at 16 and 128 in flight
 #   (h) lean answer       HAProxy's instructions per request (callgrind), the
 #                         full answer against RL_IETF_ONLY's lean one
-#                         (tools/bench-haproxy-ir.sh module module+ietf module+nodone:
-#                         also what the response-phase ratelimit-done line costs
-#                         a policy without inflight=)
+#                         (tools/bench-haproxy-ir.sh module module+ietf module+nodone
+#                         lease: also what the response-phase ratelimit-done line
+#                         costs a policy without inflight=, and what sending the
+#                         message costs HAProxy under one with), and the agent's side of
+#                         ratelimit-done: instructions and syscalls per request
+#                         of an inflight= policy with and without the message
+#                         (tools/bench-agent-ir.sh module module+inflight
+#                         module+done; BENCH_AIR_SHAPES=4x16)
 #   (u) the legs          agent, redis-server, client and softirq CPU per
 #                         decision over a fixed count, TCP against unix
 #                         sockets on each leg (tools/bench-legs.sh)
@@ -68,6 +73,8 @@
 #   BENCH_PERF=1              profile the agent with perf (0 = skip)
 #   BENCH_CACHE=build/bench-cache  JWT key pair and tokens, reused while valid
 #   BENCH_BATCH=32            (f): the batched side's redis-batch
+#   BENCH_AIR_SHAPES=4x16     (h): spoa-bench's connections x depth for the
+#                             agent's count of ratelimit-done
 #   BENCH_SECTIONS="a b c d e m f i u h" the parts to run (the report shows '-' for
 #                                  the others)
 #   BENCH_RENDER=FILE         only redo the report from a results file (each run
@@ -849,16 +856,30 @@ fi
 
 if want h; then
 	say "== (h) HAProxy instructions per request, the full answer against the lean one (tools/bench-haproxy-ir.sh)"
-	if HAPROXY=$HAPROXY BENCH_HIR_STRACE=0 BENCH_HIR_TSV="$T/hir.tsv" tools/bench-haproxy-ir.sh module module+ietf module+nodone >&2; then
+	if HAPROXY=$HAPROXY BENCH_HIR_STRACE=0 BENCH_HIR_TSV="$T/hir.tsv" tools/bench-haproxy-ir.sh module module+ietf module+nodone lease >&2; then
 		while IFS=$'\t' read -r k v; do
 			case $k in
 			hir_module) R[hir_full]=$v ;;
 			hir_module+ietf) R[hir_lean]=$v ;;
 			hir_module+nodone) R[hir_nodone]=$v ;;
+			hir_lease) R[hir_lease]=$v ;;
 			esac
 		done <"$T/hir.tsv"
 	else
 		note_error "bench-haproxy-ir.sh failed"
+	fi
+	# the agent's side of the same message: an inflight= policy with and
+	# without ratelimit-done (a policy without inflight= is sent none: the
+	# edge's rule is conditional on txn.rl.lease), counted the same way
+	if [ -e module/ratelimit.so ]; then
+		say "== (h) the agent's instructions per request, ratelimit-done (tools/bench-agent-ir.sh)"
+		R[air_shape]=${BENCH_AIR_SHAPES:-4x16}
+		if BENCH_AIR_ENGINES="module module+inflight module+done" BENCH_AIR_SHAPES="${R[air_shape]}" \
+			BENCH_AIR_TOP=0 BENCH_AIR_TSV="$T/air.tsv" tools/bench-agent-ir.sh >&2; then
+			while IFS=$'\t' read -r k v; do R[$k]=$v; done <"$T/air.tsv"
+		else
+			note_error "bench-agent-ir.sh failed"
+		fi
 	fi
 fi
 
