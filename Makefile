@@ -119,7 +119,7 @@ LDLIBS_AGENT := -lev $(HIREDIS_LIBS) -lm -pthread
 LDLIBS_TEST  := -lcmocka -lm
 # A unit test links hiredis only with a module that uses it (the pure ones
 # read plain values: struct window_reply, struct cluster_view).
-HIREDIS_MODULES := redis_sync ctl ctl_pool ctl_io live_control denied_flush live_pools limiter limiter_lease limiter_call limiter_reply limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster redis_reply
+HIREDIS_MODULES := redis_sync ctl ctl_pool ctl_leases ctl_io live_control denied_flush live_pools limiter limiter_lease limiter_call limiter_reply limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster redis_reply
 
 ifeq ($(V),1)
 Q :=
@@ -134,7 +134,7 @@ SPOA_MODULES += redis_tls
 SPOA_MODULES += redis_open
 SPOA_MODULES += resp_cmd
 SPOA_MODULES += redis_reply
-SPOA_MODULES += live_rule ctl_args ctl_keys redis_sync ctl ctl_pool ctl_io live denied live_control denied_flush live_pools
+SPOA_MODULES += live_rule ctl_args ctl_keys redis_sync ctl ctl_pool ctl_leases ctl_io live denied live_control denied_flush live_pools
 SPOA_MODULES += config_directives config_policy
 SPOA_MODULES += reload worker_reload
 # The agent's folders (spoa/<folder>/README.md says what each owns and may

@@ -220,6 +220,7 @@ static int ctl_show(struct ctl *x)
 	size_t acc_len = strlen(acc);
 	struct live_rule r;
 	struct ctl_key keys[CTL_KEYS_MAX];
+	struct ctl_leases ls;
 	struct stored_usage w[CTL_KEYS_MAX];
 	int64_t at_us[CTL_KEYS_MAX];   /* each key's node time when read */
 	const struct window_limit *lim;
@@ -282,6 +283,8 @@ static int ctl_show(struct ctl *x)
 		keys[kept++] = keys[i];
 	}
 	nkeys = (int)kept;
+	if (x->p->inflight && ctl_leases_read(x, &ls) == -1)
+		return 1;
 	if (found)
 		live_rule_format_limits(&r, limits, sizeof(limits));
 	if (x->a.json) {
@@ -324,6 +327,8 @@ static int ctl_show(struct ctl *x)
 			}
 			printf("}");
 		}
+		if (x->p->inflight)
+			ctl_leases_print(&ls, true);
 		printf("}\n");
 		return 0;
 	}
@@ -353,6 +358,8 @@ static int ctl_show(struct ctl *x)
 			       window_us_to_s_ceil(w[i].reset_us),
 			       log_escape_text(ek, sizeof(ek), keys[i].name, keys[i].len));
 	}
+	if (x->p->inflight)
+		ctl_leases_print(&ls, false);
 	if (found && r.expires_ms > now_ms)
 		printf("live %s for %s more, by %s, reason \"%s\"%s%s\n", limits,
 		       ctl_left(r.expires_ms - now_ms, left, sizeof(left)),
@@ -417,6 +424,7 @@ static int ctl_reset(struct ctl *x)
 	struct ctl_key keys[CTL_KEYS_MAX];
 	const struct window_limit *lim;
 	struct live_rule r;
+	struct ctl_leases ls;
 	char ev[2048], detail[64], ea[LOG_ESCAPED_MAX(WINDOW_KEY_MAX)];
 	char ew[LOG_ESCAPED_MAX(LIVE_WHO_MAX)];
 	long long version, hit, deleted = 0;
@@ -464,6 +472,10 @@ static int ctl_reset(struct ctl *x)
 		        "its window (not removed: the pool's log would have to be rewritten)\n",
 		        x->p->pool.name, units);
 	}
+	/* (leases are requests still running: see ctl_leases.c) */
+	if (x->p->inflight && ctl_leases_read(x, &ls) == 0 && ls.running > 0)
+		fprintf(stderr, "ctl: the account's %lld in-flight leases stay (requests still "
+		        "running): each ends at its response or at lease=\n", ls.running);
 	snprintf(detail, sizeof(detail), "keys=%lld", deleted);
 	if (ctl_event(x, "reset", detail, ev, sizeof(ev)) == -1 ||
 	    ctl_change(x, "", 0, "", ev, &version, &hit) == -1)

@@ -45,4 +45,22 @@ int ctl_show_pool(struct ctl *x);
  * hash), for reset's note (ctl_pool.c). -1 with x->err. */
 int64_t ctl_pool_units(struct ctl *x);
 
+/* An account's in-flight leases (ctl_leases.c): the policy's bound, those
+ * running at the node's time, and when the first of them ends. */
+struct ctl_leases {
+	uint64_t limit;                 /* inflight= */
+	long long running;
+	int64_t now_us;                 /* the leases key's node's time */
+	int64_t next_end_us;            /* from now; 0 when none runs */
+	char key[WINDOW_REDIS_KEY_MAX + 1];
+	size_t len;
+};
+
+/* Read the leases of x->a.account under inflight= policy x->p into <l>.
+ * 0, or -1 with x->err. */
+int ctl_leases_read(struct ctl *x, struct ctl_leases *l);
+
+/* Print <l> as `ctl show` does: a JSON member (",\"inflight\":{...}"), or a line. */
+void ctl_leases_print(const struct ctl_leases *l, bool json);
+
 #endif /* SPOA_CTL_INT_H */

@@ -129,7 +129,7 @@ static void lease_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
  * <r>'s caller. 0, or -1 when it is no settle's answer. */
 static int lease_settled(struct limiter_release *r, const redisReply *rep)
 {
-	int64_t v[6];
+	int64_t v[6] = { 0 };
 	struct stored_settle st;
 	size_t i;
 
