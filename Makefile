@@ -127,7 +127,7 @@ else
 Q := @
 endif
 
-SPOA_MODULES := spop spop_write window window_args stored headers config config_check config_lex config_routes log metrics proc conn conn_notify conn_ack worker http net \
+SPOA_MODULES := spop spop_write spop_hdrs window window_args stored headers config config_check config_lex config_routes log metrics proc conn conn_notify conn_ack worker http net \
                 limiter limiter_lease limiter_call limiter_reply limiter_verdict limiter_batch limiter_engine_script limiter_engine_module limiter_health limiter_link limiter_sentinel limiter_cluster deny_cache cluster redis_url
 SPOA_MODULES += resolve
 SPOA_MODULES += redis_tls

@@ -39,8 +39,8 @@ mkdir -p "$out/corpus" "$out/artifacts"
 # path: module/rl_args).
 modules() {
 	case $1 in
-	fuzz_spop)   echo "spop spop_write" ;;
-	fuzz_conn)   echo "conn conn_notify spop spop_write window stored module/rl_args headers config config_directives config_policy config_check config_lex config_routes redis_url log metrics live live_rule denied" ;;
+	fuzz_spop)   echo "spop spop_write spop_hdrs" ;;
+	fuzz_conn)   echo "conn conn_notify conn_ack spop spop_write spop_hdrs window window_args stored module/rl_args headers config config_directives config_policy config_check config_lex config_routes redis_url log metrics live live_rule denied" ;;
 	fuzz_config) echo "config config_directives config_policy config_check config_lex config_routes redis_url window stored module/rl_args" ;;
 	fuzz_module_args) echo "module/rl_args" ;;
 	*) echo "unknown harness: $1" >&2; return 1 ;;

@@ -375,7 +375,9 @@ static void conn_on_settled(void *arg, const struct stored_settle *st)
  * phase): the lease it names goes back (inflight=), and under settle= its
  * cost (the real cost, from the response's header; absent or not a whole
  * number >= 0: the reservation stands) is settled. Its args are policy,
- * key, lease, cost and, as for "ratelimit", vars; anything missing or
+ * key, lease, cost, hdrs (the response's headers, res.hdrs_bin: the
+ * policy's settle= header in them is the cost, before "cost") and, as for
+ * "ratelimit", vars; anything missing or
  * malformed, or a policy without inflight= or settle=, is ignored (logged
  * at debug): the lease then ends at lease=. A release's ACK does not wait
  * for Redis; a settle's waits for its first answer, which sets the
@@ -387,9 +389,10 @@ static void conn_done_message(struct conn_notify_env *ne, struct conn_req *r,
 	const struct window_policy *p = NULL;
 	struct spop_iter it;
 	struct spop_arg a;
-	struct spop_str key = { NULL, 0 }, lease = { NULL, 0 };
+	struct spop_str key = { NULL, 0 }, lease = { NULL, 0 }, hdrs = { NULL, 0 }, v;
 	char id[WINDOW_LEASE_ID_LEN + 1];
 	int64_t cost = -1;
+	bool have_hdrs = false;
 
 	spop_iter_args(m, &it);
 	while (spop_next_arg(&it, &a)) {
@@ -407,7 +410,18 @@ static void conn_done_message(struct conn_notify_env *ne, struct conn_req *r,
 			cost = -1;
 		else if (s && spop_str_eq(a.name, "vars"))
 			r->skip_vars = HEADERS_VARS_ALL & ~headers_parse_vars(a.value.v.s.ptr, a.value.v.s.len);
+		else if (s && spop_str_eq(a.name, "hdrs")) {
+			hdrs = a.value.v.s;
+			have_hdrs = true;
+		}
 	}
+	/* the response's headers (res.hdrs_bin) name the real cost by the
+	 * policy's own settle= header, whatever header the edge reads into
+	 * "cost": with them, that header decides (absent: the reservation
+	 * stands) */
+	if (have_hdrs && p && p->settle_hdr[0])
+		cost = spop_hdrs_find((const unsigned char *)hdrs.ptr, hdrs.len, p->settle_hdr,
+		                      strlen(p->settle_hdr), &v) == 1 ? conn_done_cost(v) : -1;
 	if (cost > WINDOW_SETTLE_COST_MAX)
 		cost = -1;
 	if (!p || (!p->inflight && !p->settle_hdr[0]) || window_check_key(key.ptr, key.len) == -1 ||

@@ -248,6 +248,14 @@ int spop_data_to_int64(const struct spop_data *d, int64_t *out);
 /* Compare a slice with a C string. */
 bool spop_str_eq(struct spop_str s, const char *cstr);
 
+/* Header <name>/<name_len> (compared without case) in HAProxy's binary
+ * header list <hdrs>/<len> (req.hdrs_bin / res.hdrs_bin: <str:name>
+ * <str:value> per header, then two empty strings; spop_hdrs.c): 1 and its
+ * first value in <value> (pointing into <hdrs>), 0 when absent, -1 when
+ * the list is malformed, truncated or has bytes after its end. */
+int spop_hdrs_find(const unsigned char *hdrs, size_t len, const char *name, size_t name_len,
+                   struct spop_str *value);
+
 /* Encode one TYPED-DATA <d> (any type; strings borrowed for the call).
  * Returns bytes written, -1 when <cap> is too small or the type unknown. */
 int spop_encode_data(unsigned char *dst, size_t cap, const struct spop_data *d);

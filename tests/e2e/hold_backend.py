@@ -2,7 +2,7 @@
 """A backend that holds a request open: POST with "X-Hold: <name>" is
 answered 201 only once the file <dir>/go-<name> exists (30 s at most);
 any other request at once; with "X-Usage: <n>" its response carries
-"x-usage-units: <n>". For tests/e2e/t_leases.sh (requests in flight) and
+"x-usage-units: <n>" (or "<h>: <n>" with "X-Usage-Header: <h>"). For tests/e2e/t_leases.sh (requests in flight) and
 t_settle.sh (the real cost of a request).
 Usage: hold_backend.py <port> <dir>"""
 import http.server
@@ -28,7 +28,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(201)
         # (settle=: what the request really cost, as an API would say it)
         if self.headers.get("x-usage"):
-            self.send_header("x-usage-units", self.headers.get("x-usage"))
+            self.send_header(self.headers.get("x-usage-header", "x-usage-units"),
+                             self.headers.get("x-usage"))
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
         self.end_headers()

@@ -8,7 +8,10 @@
 #   response's RateLimit fields already say what is left after the settle
 #   (995), and the next transfer (on the other edge) sees 4 fewer remaining
 #   than it would have; a response without the header leaves the
-#   reservation (1); one that says 0 gives the unit back, and says so.
+#   reservation (1); one that says 0 gives the unit back, and says so; a
+#   cost in another header than the policy's counts nothing, and after a
+#   reload to settle=x-tokens an X-Tokens header settles (the agent reads
+#   the policy's header in the response's headers, res.hdrs_bin).
 # Redis's own record: the account's window holds what the responses said.
 # Run on HAProxy 2.6 and 3.2 (HAPROXY=).
 . "$(dirname "$0")/../lib.sh"
@@ -44,10 +47,25 @@ req B POST /transfers "$t1"
 eq "the next transfer: 201" 201 "$RSP_STATUS"
 eq "it sees 4 fewer remaining: 994" 994 "$(rem)"
 check "a response without the header: its reservation stands (6)" until_units 6
+req A POST /transfers "$t1" -H "X-Usage: 50" -H "X-Usage-Header: x-other-units"
+eq "a response that names its cost in another header than the policy's: 201" 201 "$RSP_STATUS"
+eq "the agent reads the policy's header (x-usage-units) in the response's headers: the reservation stands (7)" \
+	7 "$(units)"
 req A POST /transfers "$t1" -H "X-Usage: 0"
 eq "a transfer that cost nothing: 201" 201 "$RSP_STATUS"
-eq "its unit comes back before the response leaves: the window holds 6" 6 "$(units)"
-eq "and its response says so: 994 remaining" 994 "$(rem)"
-eq "no reservation record left but the headerless one's" 1 \
+eq "its unit comes back before the response leaves: the window holds 7" 7 "$(units)"
+eq "and its response says so: 993 remaining" 993 "$(rem)"
+eq "no reservation record left but the two that named no cost" 2 \
 	"$(rcli KEYS 'transfer:settle:s1:*' | grep -c .)"
+# A policy whose settle= names another header than the edge's x-usage-units
+# (a reload): the agent finds it in the response's headers (hdrs,
+# res.hdrs_bin), the edge unchanged.
+sed -i -E 's|^(policy[[:space:]]+transfer[[:space:]].*settle=)x-usage-units|\1x-tokens|' "$T/agent.conf"
+kill -HUP "$AGENT_PID"
+for _ in $(seq 100); do grep -q 'event=reloaded' "$T/agent.log" && break; sleep 0.1; done
+check "the agent reloaded with settle=x-tokens" grep -q 'event=reloaded' "$T/agent.log"
+req B POST /transfers "$t1" -H "X-Usage: 5" -H "X-Usage-Header: X-Tokens"
+eq "a transfer that cost 5 by X-Tokens: 201" 201 "$RSP_STATUS"
+eq "settled by the policy's own header: the window holds 7 + 5" 12 "$(units)"
+eq "and its response says so: 988 remaining" 988 "$(rem)"
 t_done

@@ -42,8 +42,22 @@ static void check_decision(const struct rl_decision *d, size_t nkeys)
 	for (i = 0; i < d->nwin; i++) {
 		const struct rl_window *w = &d->w[i];
 
-		if (w->limit < 1 || w->limit > RL_MAX_UNITS || w->win_ms < 1 || w->win_ms > RL_MAX_MS ||
-		    w->prec_ms < 0 || w->prec_ms > RL_MAX_MS)
+		if (w->limit < 1 || w->limit > RL_MAX_UNITS)
+			abort();
+		/* leases ("lease:<ms>:<id>") and quotas ("cal:...") have no
+		 * window length: their own bounds */
+		if (w->lease_ms) {
+			if (w->win_ms || w->prec_ms || w->burst || w->cal || w->lease_ms > RL_MAX_MS ||
+			    !w->lease_id || w->lease_id_len < 1)
+				abort();
+			continue;
+		}
+		if (w->cal) {
+			if (w->win_ms || w->prec_ms || w->burst)
+				abort();
+			continue;
+		}
+		if (w->win_ms < 1 || w->win_ms > RL_MAX_MS || w->prec_ms < 0 || w->prec_ms > RL_MAX_MS)
 			abort();
 		if (w->burst && (d->nwin != 1 || w->prec_ms || w->burst < 1 ||
 		                 w->burst * w->win_ms * 1000 > RL_GCRA_MAX_SPAN))

@@ -143,6 +143,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 1)
 		return 0;
+	/* the input as a binary header list too (a "ratelimit-done"'s hdrs):
+	 * a value found lies inside the input */
+	{
+		struct spop_str v = { NULL, 0 };
+
+		if (spop_hdrs_find(data, size, "x-usage-units", 13, &v) == 1) {
+			if ((const uint8_t *)v.ptr < data || (const uint8_t *)v.ptr + v.len > data + size)
+				abort();
+			fuzz_touch(v);
+		}
+	}
 	max = limits[data[0] & 3];
 	data++;
 	size--;

@@ -35,7 +35,8 @@ h.start_redis(extra=["--loadmodule", MODULE_SO])
 body = "policy warm 10/1s\n" \
        "policy tok 100/1h settle=X-Usage-Units lease=1m\n" \
        "policy tokg 10/1s algorithm=gcra burst=100 settle=x-usage-units\n" \
-       "policy burst 20/1h settle=x-usage-units\n"
+       "policy burst 20/1h settle=x-usage-units\n" \
+       "policy tokx 100/1h settle=X-Tokens\n"
 agents = harness.engine_agents(h, body)
 
 
@@ -45,13 +46,24 @@ def conn(engine):
     return c
 
 
-def done(c, policy, key, lease, cost=None, vars=None):
-    """The response phase's message: ratelimit-done(policy, key, lease[, cost][, vars])."""
+def hdrs_bin(headers):
+    """HAProxy's res.hdrs_bin: <str:name><str:value> per header, then two empty strings."""
+    out = b""
+    for v in [x for h in headers for x in h] + ["", ""]:
+        b = v.encode()
+        out += spop.encode_varint(len(b)) + b
+    return out
+
+
+def done(c, policy, key, lease, cost=None, vars=None, hdrs=None):
+    """The response phase's message: ratelimit-done(policy, key, lease[, cost][, vars][, hdrs])."""
     args = [("policy", policy), ("key", key), ("lease", lease)]
     if cost is not None:
         args.append(("cost", cost))
     if vars is not None:
         args.append(("vars", vars))
+    if hdrs is not None:
+        args.append(("hdrs", hdrs_bin(hdrs)))
     return c.notify([("ratelimit-done", args)])
 
 
@@ -128,6 +140,19 @@ for engine in ("script", "module"):
     g2 = c.ratelimit(acc_g, policy="tokg", cost=1)["actions"]
     h.check("%s: gcra: the next request sees 20 fewer (78, or 79 if a unit came back meanwhile)"
             % engine, g2.get("remaining") in (78, 79), g2)
+    # the policy's own header, read by the agent in the response's headers
+    # (hdrs, res.hdrs_bin), whatever header the edge read into "cost"
+    acc_x = "jwt:ACC-x-%s" % engine
+    win_x = "tokx:limit:v1:{%s}:1h" % acc_x
+    x = c.ratelimit(acc_x, policy="tokx", cost=1)["actions"]
+    d = done(c, "tokx", acc_x, x.get("lease", ""), "3",
+             hdrs=[("content-type", "application/json"), ("X-TOKENS", "7")])["actions"]
+    h.eq("%s: settle=X-Tokens: the header in hdrs decides (7, not the edge's cost 3)" % engine,
+         (7, 93), (h.units(win_x), d.get("remaining")))
+    x = c.ratelimit(acc_x, policy="tokx", cost=1)["actions"]
+    d = done(c, "tokx", acc_x, x.get("lease", ""), "50", hdrs=[("x-usage-units", "50")])["actions"]
+    h.eq("%s: hdrs without the policy's header: the reservation stands (cost ignored)" % engine,
+         (8, "1"), (h.units(win_x), h.rcli("EXISTS", record("tokx", acc_x, x.get("lease", "")))))
     c.close()
 
 # --- the overshoot bound, by Redis's own record -------------------------------------------

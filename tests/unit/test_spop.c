@@ -1980,6 +1980,69 @@ static void test_decode_agent_frames(void **state)
 }
 
 /* Status texts and spop_str_eq. */
+/* HAProxy's binary header list (res.hdrs_bin), as "ratelimit-done"'s
+ * hdrs carries it: found without case, the first of two, absent, and
+ * every truncation, a missing end, bytes after it and a length past the
+ * end refused; a 300-byte value (a two-byte varint length). */
+static void test_hdrs_find(void **state)
+{
+	unsigned char buf[512];
+	struct spop_str v;
+	size_t n = 0, i, cut;
+	char big[300];
+
+	(void)state;
+#define PUT(str, len) do { n += (size_t)spop_encode_varint((len), buf + n, sizeof(buf) - n); \
+	                       memcpy(buf + n, (str), (len)); n += (len); } while (0)
+	PUT("content-type", 12);
+	PUT("application/json", 16);
+	PUT("X-Usage-Units", 13);
+	PUT("5", 1);
+	PUT("x-usage-units", 13);
+	PUT("9", 1);
+	PUT("", 0);
+	PUT("", 0);
+	assert_int_equal(spop_hdrs_find(buf, n, "x-usage-units", 13, &v), 1);
+	assert_true(v.len == 1 && v.ptr[0] == '5');           /* the first, any case */
+	assert_int_equal(spop_hdrs_find(buf, n, "X-TOKENS", 8, &v), 0);
+	assert_int_equal(spop_hdrs_find(buf, n, "content-type", 12, &v), 1);
+	assert_true(v.len == 16 && memcmp(v.ptr, "application/json", 16) == 0);
+	/* a prefix of a name is another name */
+	assert_int_equal(spop_hdrs_find(buf, n, "x-usage", 7, &v), 0);
+	for (cut = 0; cut < n; cut++)
+		assert_int_equal(spop_hdrs_find(buf, cut, "x-usage-units", 13, &v), -1);
+	buf[n] = 'x';                                          /* a byte after the end */
+	assert_int_equal(spop_hdrs_find(buf, n + 1, "x-usage-units", 13, &v), -1);
+	assert_int_equal(spop_hdrs_find(buf, n, "", 0, &v), -1);
+	assert_int_equal(spop_hdrs_find(NULL, 0, "a", 1, &v), -1);
+	/* an empty name with a value: not the end */
+	n = 0;
+	PUT("", 0);
+	PUT("x", 1);
+	PUT("", 0);
+	PUT("", 0);
+	assert_int_equal(spop_hdrs_find(buf, n, "a", 1, &v), -1);
+	/* a length past the end */
+	n = 0;
+	PUT("a", 1);
+	buf[n++] = 0x20;                                       /* says 32, holds 1 */
+	buf[n++] = '1';
+	assert_int_equal(spop_hdrs_find(buf, n, "a", 1, &v), -1);
+	/* a long value: a two-byte length */
+	memset(big, '7', sizeof(big));
+	n = 0;
+	PUT("a", 1);
+	PUT(big, sizeof(big));
+	PUT("", 0);
+	PUT("", 0);
+	assert_int_equal(spop_hdrs_find(buf, n, "A", 1, &v), 1);
+	assert_true(v.len == sizeof(big) && v.ptr[299] == '7');
+	for (i = 0; i < 4; i++)   /* empty list: nothing */
+		buf[i] = 0;
+	assert_int_equal(spop_hdrs_find(buf, 2, "a", 1, &v), 0);
+#undef PUT
+}
+
 static void test_misc(void **state)
 {
 	struct spop_str s = { "abc", 3 }, e = { NULL, 0 };
@@ -2028,6 +2091,7 @@ int main(void)
 		cmocka_unit_test(test_encode_notify),
 		cmocka_unit_test(test_decode_agent_frames),
 		cmocka_unit_test(test_misc),
+		cmocka_unit_test(test_hdrs_find),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
