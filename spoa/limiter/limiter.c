@@ -90,11 +90,12 @@ static long long limiter_protocol_needed(const struct window_policy *p, size_t n
 }
 
 /* Give memory back after a burst: each part its own (the call pool, the
- * answer queue and the deny cache; the idle batches). Contract in
+ * answer queue and the deny cache; the idle batches; spare release
+ * records). Contract in
  * limiter.h. */
 unsigned limiter_trim(struct limiter *l)
 {
-	return limiter_calls_trim(l) + limiter_batch_trim(l);
+	return limiter_calls_trim(l) + limiter_batch_trim(l) + limiter_releases_trim(l);
 }
 
 /* How long after the process's first limiter the 1.0.x one-window keys
