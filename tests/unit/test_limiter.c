@@ -270,6 +270,25 @@ static void one_stop(void)
 	fake_stop(&f);
 }
 
+/* limiter_draw_lease(): 32 lower-case hex digits, never the same twice,
+ * across more ids than one block of random bytes holds (the refill). */
+static void test_lease_ids(void **state)
+{
+	enum { N = 3 * LIMITER_LEASE_BLOCK / (WINDOW_LEASE_ID_LEN / 2) + 7 };
+	static char ids[N][WINDOW_LEASE_ID_LEN + 1];
+	size_t i, j;
+
+	(void)state;
+	for (i = 0; i < N; i++) {
+		assert_int_equal(limiter_draw_lease(ids[i]), 0);
+		assert_int_equal(strlen(ids[i]), WINDOW_LEASE_ID_LEN);
+		assert_int_equal(strspn(ids[i], "0123456789abcdef"), WINDOW_LEASE_ID_LEN);
+	}
+	qsort(ids, N, sizeof(ids[0]), (int (*)(const void *, const void *))strcmp);
+	for (j = 1; j < N; j++)
+		assert_string_not_equal(ids[j - 1], ids[j]);
+}
+
 static unsigned settles_answered;
 
 static void on_settled(void *arg, const struct stored_settle *st)
@@ -1377,6 +1396,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_half_reply_then_close, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_half_reply_then_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
+		cmocka_unit_test(test_lease_ids),
 		cmocka_unit_test_setup_teardown(test_release_records_reused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_answers_pending, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_args, setup, teardown),
