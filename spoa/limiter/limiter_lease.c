@@ -75,6 +75,13 @@ static void lease_count(struct limiter *l, enum metrics_lease what)
 static void lease_try(struct limiter_release *r);
 static void lease_on_retry(struct ev_loop *loop, ev_timer *w, int revents);
 
+/* Count one settle event <what> in <l>'s metrics, if any. */
+static void lease_count_settle(struct limiter *l, enum metrics_settle what)
+{
+	if (l->metrics)
+		metrics_add(&l->metrics->settles[what], 1);
+}
+
 /* Tells <r>'s caller, once, what its settle answered (<st>; NULL: none). */
 static void lease_answer(struct limiter_release *r, const struct stored_settle *st)
 {
@@ -168,6 +175,8 @@ static void lease_later(struct limiter_release *r, const char *why)
 		lease_names(r, &kl, &k, &il, &id);
 		if (!r->settle)
 			lease_count(l, METRICS_LEASE_RELEASE_FAILED);
+		else
+			lease_count_settle(l, METRICS_SETTLE_FAILED);
 		log_warn(r->settle ? "settle_failed" : "lease_release_failed",
 		         "key=%.*s lease=%.*s reason=\"%s\"", kl, k, il, id, why);
 		lease_free(r);
@@ -207,6 +216,9 @@ static int lease_settled(struct limiter_release *r, const redisReply *rep)
 	log_debug("settled", "key=%.*s code=%lld delta=%lld known=%d",
 	          (int)r->a.argvlen[2 + r->a.nkeys], r->a.argv[2 + r->a.nkeys], (long long)v[0],
 	          (long long)v[1], st.known);
+	lease_count_settle(r->l, !st.settled ? METRICS_SETTLE_GONE :
+	                         st.delta > 0 ? METRICS_SETTLE_CHARGED :
+	                         st.delta < 0 ? METRICS_SETTLE_REFUNDED : METRICS_SETTLE_EVEN);
 	lease_answer(r, &st);
 	return 0;
 }
@@ -374,6 +386,8 @@ void limiter_releases_free(struct limiter *l)
 		lease_answer(r, NULL);
 		if (!r->settle)
 			lease_count(l, METRICS_LEASE_RELEASE_FAILED);
+		else
+			lease_count_settle(l, METRICS_SETTLE_FAILED);
 		ev_timer_stop(l->loop, &r->retry);
 		free(r);
 	}
