@@ -83,7 +83,7 @@ void worker_fill_settings(struct worker *w, const struct config *c,
 	s->metrics = &w->metrics;
 	s->policies = c->policies;
 	s->npolicies = c->npolicies;
-	s->legacy_keys = true;
+	s->legacy_keys = c->legacy_keys;
 }
 
 /* Per-policy counters follow their policy's name from <prev> to <next>;

@@ -128,6 +128,15 @@ start_agent() {
 	wait_port "$AGENT_PORT" || { echo "agent did not start"; cat "$T/agent.log"; return 1; }
 }
 
+# "legacy-keys off" when $AGENT takes it (1.1.0 on; an older binary being
+# compared: nothing): the bench tools measure the steady state, without the
+# hour after a start in which a one-window decision also counts 1.0.0's key.
+legacy_keys_off() {
+	printf 'policy transfer 3/1s\nlegacy-keys off\n' >"$T/legacy-probe.conf"
+	"$AGENT" -c -f "$T/legacy-probe.conf" >/dev/null 2>&1 && echo 'legacy-keys off'
+	return 0
+}
+
 stop_agent() {
 	kill -TERM "$AGENT_PID" 2>/dev/null
 	wait_gone "$AGENT_PID"

@@ -175,7 +175,8 @@ agent_port() {
 threads 1
 log-level warn
 $pol
-redis-engine module" >&2 || die "the agent did not start"
+redis-engine module
+$(legacy_keys_off)" >&2 || die "the agent did not start"
 			printf -v "$v" '%s' "$AGENT_PORT"
 			printf -v "${v%PORT}PID" '%s' "$AGENT_PID"
 		fi

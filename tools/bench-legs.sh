@@ -69,6 +69,7 @@ run() {
 	log-level warn
 	policy transfer 1000000/1s
 	redis-engine $ENGINE
+	$(legacy_keys_off)
 	CONF
 	"$AGENT" -f "$T/agent.$layout.conf" >>"$T/agent.$layout.log" 2>&1 &
 	local apid=$!

@@ -194,6 +194,7 @@ start_bench_agent() {
 	policy transfer $POLICY_LIMIT/${POLICY_WINDOW_MS}ms
 	policy reads    100/1m on-redis-error=allow
 	redis-engine    ${ENGINE:-script}
+	$LEGACY_OFF
 	$extra
 	CONF
 	"$AGENT" -c -f "$T/agent-$name.conf" >"$T/agent-$name.check" 2>&1 \
@@ -385,6 +386,8 @@ say "bench: redis on $REDIS_PORT, script $SHA${MODULE_SO:+, module $MODULE_SO}"
 DENY_CACHE_OFF=
 printf 'policy transfer 3/1s\ndeny-cache off\n' >"$T/probe.conf"
 "$AGENT" -c -f "$T/probe.conf" >/dev/null 2>&1 && DENY_CACHE_OFF='deny-cache off'
+# the steady state: not the hour after a start that counts 1.0.0's keys
+LEGACY_OFF=$(legacy_keys_off)
 
 start_bench_agent main ""
 MAIN_AGENT_PID=$AGENT_PID

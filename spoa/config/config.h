@@ -75,6 +75,7 @@ struct config {
 	unsigned deny_cache_size;              /* its entries per worker, default 4096 */
 	bool redis_allow_eviction;             /* decide on an evicting Redis, default no */
 	enum config_redis_engine redis_engine; /* default auto */
+	bool legacy_keys;                      /* count 1.0.0's one-window keys, default on */
 	struct config_tls tls;                 /* redis-tls-*; used with a TLS URL */
 	size_t npolicies;
 	struct window_policy policies[CONFIG_MAX_POLICIES];

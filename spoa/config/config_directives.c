@@ -250,6 +250,12 @@ static int dir_redis_allow_eviction(struct parse_ctx *x, const struct word *w, s
 	return parse_switch(x, w[0], w[1], "yes", "no", &x->c->redis_allow_eviction);
 }
 
+static int dir_legacy_keys(struct parse_ctx *x, const struct word *w, size_t n)
+{
+	(void)n;
+	return parse_switch(x, w[0], w[1], "on", "off", &x->c->legacy_keys);
+}
+
 static int dir_redis_engine(struct parse_ctx *x, const struct word *w, size_t n)
 {
 	size_t i;
@@ -443,6 +449,11 @@ const struct config_directive config_directives[] = {
 	  "RATELIMIT.DECIDE, or the script; auto (default):\n"
 	  "the module where Redis has it; module: a Redis\n"
 	  "without it answers every decision with error" },
+	{ "legacy-keys", CONFIG_ARG_ONE, false, dir_legacy_keys, "on", "on|off",
+	  "on (default): for a window + 1h after the start,\n"
+	  "a one-window decision also counts 1.0.0's key\n"
+	  "(an upgrade from 1.0.0); off: a new install, or\n"
+	  "every agent on 1.1.0 for an hour" },
 	{ "redis-tls-ca", CONFIG_ARG_ONE, true, dir_tls_ca, NULL, "FILE",
 	  "CA certificates for the Redis server (TLS builds;\n"
 	  "default: the system's)" },

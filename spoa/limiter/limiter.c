@@ -11,6 +11,7 @@
  * Never call limiter_free() from inside a limiter_cb: the callback may be
  * running inside hiredis, which still holds the limiter's calls.
  */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdatomic.h>
@@ -90,11 +91,12 @@ static long long limiter_protocol_needed(const struct window_policy *p, size_t n
 }
 
 /* Give memory back after a burst: each part its own (the call pool, the
- * answer queue and the deny cache; the idle batches). Contract in
+ * answer queue and the deny cache; the idle batches; spare release
+ * records). Contract in
  * limiter.h. */
 unsigned limiter_trim(struct limiter *l)
 {
-	return limiter_calls_trim(l) + limiter_batch_trim(l);
+	return limiter_calls_trim(l) + limiter_batch_trim(l) + limiter_releases_trim(l);
 }
 
 /* How long after the process's first limiter the 1.0.x one-window keys
@@ -122,23 +124,53 @@ static bool limiter_legacy_on(struct limiter *l, const struct window_policy *p,
 	       now - atomic_load(&first_us) < (int64_t)lim[0].window_ms * 1000 + LIMITER_LEGACY_ROLL_US;
 }
 
-/* A lease id into <out> (WINDOW_LEASE_ID_LEN + 1 bytes): 128 bits of
- * getrandom() in lower-case hex, so that nobody can guess another
- * request's. 0 or -1 (<out> then ""). */
-static int limiter_draw_lease(char *out)
+/* Random bytes for lease ids, drawn from getrandom() a block at a time:
+ * one syscall per LIMITER_LEASE_BLOCK / 16 ids instead of one per id.
+ * Per thread (each worker draws its own; no lock), used front to back,
+ * each byte handed out once and then wiped. */
+static _Thread_local struct {
+	unsigned char b[LIMITER_LEASE_BLOCK];
+	size_t used;                    /* bytes handed out; LIMITER_LEASE_BLOCK: refill */
+} limiter_lease_rand = { .used = LIMITER_LEASE_BLOCK };
+
+/* Refills this thread's block whole from getrandom(). 0, or -1 (the block
+ * then stays empty). */
+static int limiter_lease_refill(void)
+{
+	size_t got = 0;
+
+	while (got < sizeof(limiter_lease_rand.b)) {
+		ssize_t n = getrandom(limiter_lease_rand.b + got, sizeof(limiter_lease_rand.b) - got, 0);
+
+		if (n <= 0) {
+			if (n == -1 && errno == EINTR)
+				continue;
+			return -1;
+		}
+		got += (size_t)n;
+	}
+	limiter_lease_rand.used = 0;
+	return 0;
+}
+
+/* See limiter_int.h. */
+int limiter_draw_lease(char *out)
 {
 	static const char hex[] = "0123456789abcdef";
-	unsigned char b[WINDOW_LEASE_ID_LEN / 2];
-	size_t i;
+	unsigned char *b;
+	size_t i, n = WINDOW_LEASE_ID_LEN / 2;
 
 	out[0] = '\0';
-	if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
+	if (limiter_lease_rand.used + n > sizeof(limiter_lease_rand.b) && limiter_lease_refill() == -1)
 		return -1;
-	for (i = 0; i < sizeof(b); i++) {
+	b = limiter_lease_rand.b + limiter_lease_rand.used;
+	limiter_lease_rand.used += n;
+	for (i = 0; i < n; i++) {
 		out[2 * i] = hex[b[i] >> 4];
 		out[2 * i + 1] = hex[b[i] & 15];
 	}
 	out[2 * i] = '\0';
+	memset(b, 0, n);
 	return 0;
 }
 

@@ -423,6 +423,8 @@ struct limiter {
 	struct limiter_cluster *cluster;
 	struct limiter_sentinel *sentinel;
 	struct limiter_release *releases; /* limiter_lease.c: releases not yet answered */
+	struct limiter_release *release_spare;  /* limiter_lease.c: answered, kept for reuse */
+	unsigned nrelease_spare;
 };
 
 /* The link's own note that <k> heard from Redis at <now> (a reply of any
@@ -454,6 +456,18 @@ static inline int64_t limiter_stall_us(const struct limiter *l)
 /* Frees the releases still waiting (limiter_lease.c), each counted as
  * release-failed: at limiter_free(). */
 void limiter_releases_free(struct limiter *l);
+
+/* Bytes of getrandom() one thread draws at once for lease ids (16 an id). */
+#define LIMITER_LEASE_BLOCK 4096
+
+/* A lease id into <out> (WINDOW_LEASE_ID_LEN + 1 bytes): 128 random bits
+ * (getrandom(), drawn a block at a time per thread) in lower-case hex, so
+ * that nobody can guess another request's. 0 or -1 (<out> then ""). */
+int limiter_draw_lease(char *out);
+
+/* Frees <l>'s spare release records beyond a few (limiter_lease.c), for
+ * limiter_trim(). Returns how many were freed. */
+unsigned limiter_releases_trim(struct limiter *l);
 
 /* Count one failed Redis call of <kind> in <l>'s metrics, if any. */
 static inline void limiter_count_error(struct limiter *l, enum metrics_redis_error kind)

@@ -27,6 +27,12 @@
 
 #define LEASE_RETRY_MIN_S 0.1
 #define LEASE_RETRY_MAX_S 2.0
+/* Answered records kept for the next release or settle (l->release_spare),
+ * so that one ratelimit-done neither zeroes nor frees 7 KB (its argument
+ * buffer); limiter_trim() keeps LEASE_SPARE_KEEP of them once a burst is
+ * over. */
+#define LEASE_SPARE_MAX 64
+#define LEASE_SPARE_KEEP 8
 
 /* One release until Redis answers it or its lease has ended: owned by
  * its limiter's list (l->releases). */
@@ -42,6 +48,7 @@ struct limiter_release {
 	unsigned nwin;                  /* a settle's windows */
 	limiter_settle_cb cb;           /* a settle's caller, until its first answer */
 	void *cb_arg;
+	/* (last: a record is never zeroed whole, only what is above) */
 	struct window_args a;           /* "EVALSHA" "" 1 <leases key> "release" <id>, or
 	                                 * window_build_settle()'s */
 };
@@ -65,6 +72,16 @@ static void lease_count(struct limiter *l, enum metrics_lease what)
 		metrics_add(&l->metrics->leases[what], 1);
 }
 
+static void lease_try(struct limiter_release *r);
+static void lease_on_retry(struct ev_loop *loop, ev_timer *w, int revents);
+
+/* Count one settle event <what> in <l>'s metrics, if any. */
+static void lease_count_settle(struct limiter *l, enum metrics_settle what)
+{
+	if (l->metrics)
+		metrics_add(&l->metrics->settles[what], 1);
+}
+
 /* Tells <r>'s caller, once, what its settle answered (<st>; NULL: none). */
 static void lease_answer(struct limiter_release *r, const struct stored_settle *st)
 {
@@ -75,7 +92,61 @@ static void lease_answer(struct limiter_release *r, const struct stored_settle *
 		cb(r->cb_arg, st);
 }
 
-/* Unlinks and frees <r> (owned by its limiter's list), its timer stopped. */
+/* A record for <l>'s next release or settle, owned by the caller until
+ * lease_link() gives it to <l>'s list: a spare one or a new one, its
+ * fields above <a> set (<a> is window_build_*()'s to fill), or NULL. */
+static struct limiter_release *lease_new(struct limiter *l, const struct window_policy *p)
+{
+	struct limiter_release *r = l->release_spare;
+
+	if (r) {
+		l->release_spare = r->next;
+		l->nrelease_spare--;
+	} else if (!(r = malloc(sizeof(*r)))) {
+		return NULL;
+	}
+	r->l = l;
+	r->prev = r->next = NULL;
+	r->backoff = LEASE_RETRY_MIN_S;
+	r->until_us = limiter_now_us() + (int64_t)p->lease_ms * 1000;
+	r->full = r->sent = r->settle = false;
+	r->nwin = 0;
+	r->cb = NULL;
+	r->cb_arg = NULL;
+	ev_timer_init(&r->retry, lease_on_retry, 0., 0.);
+	r->retry.data = r;
+	return r;
+}
+
+/* Keeps <r> (owned by the caller, unlinked) as a spare of its limiter, or
+ * frees it when there are enough. */
+static void lease_drop(struct limiter_release *r)
+{
+	struct limiter *l = r->l;
+
+	if (l->closing || l->nrelease_spare >= LEASE_SPARE_MAX) {
+		free(r);
+		return;
+	}
+	r->next = l->release_spare;
+	l->release_spare = r;
+	l->nrelease_spare++;
+}
+
+/* Gives <r> (owned by the caller) to its limiter's list and sends it. */
+static void lease_link(struct limiter_release *r)
+{
+	struct limiter *l = r->l;
+
+	r->next = l->releases;
+	if (l->releases)
+		l->releases->prev = r;
+	l->releases = r;
+	lease_try(r);
+}
+
+/* Unlinks <r> (owned by its limiter's list), its timer stopped, and drops
+ * it (a spare, or freed). */
 static void lease_free(struct limiter_release *r)
 {
 	struct limiter *l = r->l;
@@ -87,10 +158,8 @@ static void lease_free(struct limiter_release *r)
 		l->releases = r->next;
 	if (r->next)
 		r->next->prev = r->prev;
-	free(r);
+	lease_drop(r);
 }
-
-static void lease_try(struct limiter_release *r);
 
 /* Try <r> again later, or give it up when its lease has ended by then. */
 static void lease_later(struct limiter_release *r, const char *why)
@@ -106,6 +175,8 @@ static void lease_later(struct limiter_release *r, const char *why)
 		lease_names(r, &kl, &k, &il, &id);
 		if (!r->settle)
 			lease_count(l, METRICS_LEASE_RELEASE_FAILED);
+		else
+			lease_count_settle(l, METRICS_SETTLE_FAILED);
 		log_warn(r->settle ? "settle_failed" : "lease_release_failed",
 		         "key=%.*s lease=%.*s reason=\"%s\"", kl, k, il, id, why);
 		lease_free(r);
@@ -145,6 +216,9 @@ static int lease_settled(struct limiter_release *r, const redisReply *rep)
 	log_debug("settled", "key=%.*s code=%lld delta=%lld known=%d",
 	          (int)r->a.argvlen[2 + r->a.nkeys], r->a.argv[2 + r->a.nkeys], (long long)v[0],
 	          (long long)v[1], st.known);
+	lease_count_settle(r->l, !st.settled ? METRICS_SETTLE_GONE :
+	                         st.delta > 0 ? METRICS_SETTLE_CHARGED :
+	                         st.delta < 0 ? METRICS_SETTLE_REFUNDED : METRICS_SETTLE_EVEN);
 	lease_answer(r, &st);
 	return 0;
 }
@@ -250,23 +324,14 @@ int limiter_release(struct limiter *l, const struct window_policy *p, const char
 
 	if (!l || l->closing || !p || !p->inflight)
 		return -1;
-	r = calloc(1, sizeof(*r));
+	r = lease_new(l, p);
 	if (!r)
 		return -1;
 	if (window_build_release(p, key, key_len, lease, &r->a) == -1) {
-		free(r);
+		lease_drop(r);
 		return -1;
 	}
-	r->l = l;
-	r->backoff = LEASE_RETRY_MIN_S;
-	r->until_us = limiter_now_us() + (int64_t)p->lease_ms * 1000;
-	ev_timer_init(&r->retry, lease_on_retry, 0., 0.);
-	r->retry.data = r;
-	r->next = l->releases;
-	if (l->releases)
-		l->releases->prev = r;
-	l->releases = r;
-	lease_try(r);
+	lease_link(r);
 	return 0;
 }
 
@@ -280,28 +345,34 @@ int limiter_settle(struct limiter *l, const struct window_policy *p, const char 
 
 	if (!l || l->closing || !p || !p->settle_hdr[0])
 		return -1;
-	r = calloc(1, sizeof(*r));
+	r = lease_new(l, p);
 	if (!r)
 		return -1;
 	if (window_build_settle(p, key, key_len, lease, real, &r->a) == -1) {
-		free(r);
+		lease_drop(r);
 		return -1;
 	}
-	r->l = l;
 	r->settle = true;
 	r->nwin = r->a.nkeys - 1;
 	r->cb = cb;
 	r->cb_arg = arg;
-	r->backoff = LEASE_RETRY_MIN_S;
-	r->until_us = limiter_now_us() + (int64_t)p->lease_ms * 1000;
-	ev_timer_init(&r->retry, lease_on_retry, 0., 0.);
-	r->retry.data = r;
-	r->next = l->releases;
-	if (l->releases)
-		l->releases->prev = r;
-	l->releases = r;
-	lease_try(r);
+	lease_link(r);
 	return 0;
+}
+
+/* Frees <l>'s spare records beyond <keep>. Returns how many. */
+static unsigned lease_spares_free(struct limiter *l, unsigned keep)
+{
+	struct limiter_release *r;
+	unsigned n = 0;
+
+	while (l->nrelease_spare > keep && (r = l->release_spare)) {
+		l->release_spare = r->next;
+		l->nrelease_spare--;
+		free(r);
+		n++;
+	}
+	return n;
 }
 
 /* See limiter_int.h: at limiter_free(), after hiredis answered what it
@@ -315,8 +386,17 @@ void limiter_releases_free(struct limiter *l)
 		lease_answer(r, NULL);
 		if (!r->settle)
 			lease_count(l, METRICS_LEASE_RELEASE_FAILED);
+		else
+			lease_count_settle(l, METRICS_SETTLE_FAILED);
 		ev_timer_stop(l->loop, &r->retry);
 		free(r);
 	}
 	l->releases = NULL;
+	lease_spares_free(l, 0);
+}
+
+/* See limiter_int.h. */
+unsigned limiter_releases_trim(struct limiter *l)
+{
+	return lease_spares_free(l, LEASE_SPARE_KEEP);
 }

@@ -289,12 +289,20 @@ static void metrics_sum_into(struct metrics *t, const struct metrics *m)
 	}
 	for (s = 0; s < METRICS_LEASE_COUNT; s++)
 		acc(&t->leases[s], &m->leases[s]);
+	for (s = 0; s < METRICS_SETTLE_COUNT; s++)
+		acc(&t->settles[s], &m->settles[s]);
 }
 
 static const char *const lease_names[METRICS_LEASE_COUNT] = {
 	[METRICS_LEASE_TAKEN] = "taken", [METRICS_LEASE_RELEASED] = "released",
 	[METRICS_LEASE_ENDED_EARLY] = "ended-early", [METRICS_LEASE_GONE] = "gone",
 	[METRICS_LEASE_RELEASE_FAILED] = "release-failed",
+};
+
+static const char *const settle_names[METRICS_SETTLE_COUNT] = {
+	[METRICS_SETTLE_CHARGED] = "charged", [METRICS_SETTLE_REFUNDED] = "refunded",
+	[METRICS_SETTLE_EVEN] = "even", [METRICS_SETTLE_GONE] = "gone",
+	[METRICS_SETTLE_FAILED] = "failed",
 };
 
 /* The value of counter or gauge <v> (a sum in the render's totals). */
@@ -534,6 +542,12 @@ int metrics_render(const struct metrics *const *ms, size_t n, const struct confi
 	for (s = 0; s < METRICS_LEASE_COUNT; s++)
 		out(&r, METRICS_PREFIX "leases_total{event=\"%s\"} %" PRIu64 "\n", lease_names[s],
 		    val(&t.leases[s]));
+	family(&r, "settles_total", "counter",
+	       "Settles (settle=, ratelimit-done): charged (real above reserved), refunded (below), "
+	       "even, gone (Redis had no reservation), failed (not reached in time, or refused).");
+	for (s = 0; s < METRICS_SETTLE_COUNT; s++)
+		out(&r, METRICS_PREFIX "settles_total{event=\"%s\"} %" PRIu64 "\n", settle_names[s],
+		    val(&t.settles[s]));
 
 	render_pools(&r, &t, c, np);
 

@@ -98,6 +98,16 @@ enum metrics_lease {
 	METRICS_LEASE_COUNT
 };
 
+/* settles[] index: what a settle (settle=, ratelimit-done) did */
+enum metrics_settle {
+	METRICS_SETTLE_CHARGED = 0,    /* the real cost above the reservation: charged more */
+	METRICS_SETTLE_REFUNDED,       /* below it: the difference given back */
+	METRICS_SETTLE_EVEN,           /* equal: nothing changed */
+	METRICS_SETTLE_GONE,           /* Redis had no such reservation (settled twice, ended) */
+	METRICS_SETTLE_FAILED,         /* not settled: Redis not reached in time, or refused it */
+	METRICS_SETTLE_COUNT
+};
+
 struct metrics {
 	/* decisions[policy index][status]; shadow-deny counted apart */
 	_Atomic uint64_t decisions[CONFIG_MAX_POLICIES][WINDOW_STATUS_COUNT];
@@ -139,6 +149,7 @@ struct metrics {
 	_Atomic uint64_t pool_used[CONFIG_MAX_POOLS];
 	_Atomic uint64_t pool_accounts[CONFIG_MAX_POOLS];
 	_Atomic uint64_t leases[METRICS_LEASE_COUNT];
+	_Atomic uint64_t settles[METRICS_SETTLE_COUNT];
 };
 
 static inline void metrics_add(_Atomic uint64_t *c, uint64_t n)

@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -267,6 +268,64 @@ static void one_stop(void)
 	assert_int_equal(f.unexpected, 0);
 	limiter_free(l);
 	fake_stop(&f);
+}
+
+/* limiter_draw_lease(): 32 lower-case hex digits, never the same twice,
+ * across more ids than one block of random bytes holds (the refill). */
+static void test_lease_ids(void **state)
+{
+	enum { N = 3 * LIMITER_LEASE_BLOCK / (WINDOW_LEASE_ID_LEN / 2) + 7 };
+	static char ids[N][WINDOW_LEASE_ID_LEN + 1];
+	size_t i, j;
+
+	(void)state;
+	for (i = 0; i < N; i++) {
+		assert_int_equal(limiter_draw_lease(ids[i]), 0);
+		assert_int_equal(strlen(ids[i]), WINDOW_LEASE_ID_LEN);
+		assert_int_equal(strspn(ids[i], "0123456789abcdef"), WINDOW_LEASE_ID_LEN);
+	}
+	qsort(ids, N, sizeof(ids[0]), (int (*)(const void *, const void *))strcmp);
+	for (j = 1; j < N; j++)
+		assert_string_not_equal(ids[j - 1], ids[j]);
+}
+
+static unsigned settles_answered;
+
+static void on_settled(void *arg, const struct stored_settle *st)
+{
+	(void)arg;
+	assert_non_null(st);
+	settles_answered++;
+}
+
+/* A release's or settle's record is kept once answered and serves the
+ * next one whole: a release after a settle is a release again (counted as
+ * released, not read as a settle's answer). */
+static void test_release_records_reused(void **state)
+{
+	struct window_policy p = pol;
+	const char *id = "0123456789abcdef0123456789abcdef";
+
+	(void)state;
+	p.inflight = 5;
+	p.lease_ms = 60000;
+	snprintf(p.settle_hdr, sizeof(p.settle_hdr), "x-cost");
+	settles_answered = 0;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_rule(&f, "EVALSHA", "*2\r\n:1\r\n:0\r\n");
+	one_connect(1000, true);
+	assert_int_equal(limiter_settle(l, &p, "alice", 5, id, 3, on_settled, NULL), 0);
+	WAIT(settles_answered == 1);
+	assert_int_equal(l->nrelease_spare, 1);
+	assert_int_equal(limiter_release(l, &p, "alice", 5, id), 0);
+	assert_int_equal(l->nrelease_spare, 0);
+	WAIT(metrics.leases[METRICS_LEASE_RELEASED] == 1);
+	assert_int_equal(l->nrelease_spare, 1);
+	assert_int_equal(limiter_release(l, &p, "alice", 5, id), 0);
+	WAIT(metrics.leases[METRICS_LEASE_RELEASED] == 2);
+	assert_int_equal(settles_answered, 1);
+	assert_int_equal(l->nrelease_spare, 1);
+	one_stop();
 }
 
 /* The setup sequence, then a decision from the script's reply. */
@@ -1337,6 +1396,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_half_reply_then_close, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_half_reply_then_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
+		cmocka_unit_test(test_lease_ids),
+		cmocka_unit_test_setup_teardown(test_release_records_reused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_answers_pending, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_args, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_trim, setup, teardown),

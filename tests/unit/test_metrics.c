@@ -313,12 +313,14 @@ static void test_render_sums(void **state)
 	 * + every redis error kind + 8 scalars + 2 engines + 2 engines x 2 results of
 	 * the replies + 8 frames + 14 statuses + inflight + 2 reload results + build_info
 	 * + the live overrides gauge, its 2 decision kinds, denied_dropped
-	 * + unknown_plan_total + the lease events */
+	 * + unknown_plan_total + the lease events + the settle events */
 	assert_int_equal(samples, 2 * 6 + (WINDOW_REASON_COUNT - 1) + 2 * 4 * 18 + 17 +
 	                 METRICS_REDIS_ERR_COUNT + 8 + METRICS_ENGINE_COUNT +
 	                 METRICS_ENGINE_COUNT * METRICS_REPLY_COUNT + 8 + 14 + 1 + 2 + 1 +
-	                 1 + METRICS_LIVE_COUNT + 1 + 1 + METRICS_LEASE_COUNT);
+	                 1 + METRICS_LIVE_COUNT + 1 + 1 + METRICS_LEASE_COUNT +
+	                 METRICS_SETTLE_COUNT);
 	assert_line(out, "ratelimit_spoa_leases_total{event=\"release-failed\"} 0");
+	assert_line(out, "ratelimit_spoa_settles_total{event=\"refunded\"} 0");
 	assert_line(out, "ratelimit_spoa_live_override_decisions_total{kind=\"block\"} 5");
 	assert_line(out, "ratelimit_spoa_live_override_decisions_total{kind=\"limits\"} 0");
 	assert_line(out, "ratelimit_spoa_live_overrides 4");
