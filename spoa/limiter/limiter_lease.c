@@ -48,6 +48,7 @@ struct limiter_release {
 	unsigned nwin;                  /* a settle's windows */
 	limiter_settle_cb cb;           /* a settle's caller, until its first answer */
 	void *cb_arg;
+	ev_timer answer_by;             /* the caller's answer at redis-timeout at the latest */
 	/* (last: a record is never zeroed whole, only what is above) */
 	struct window_args a;           /* "EVALSHA" "" 1 <leases key> "release" <id>, or
 	                                 * window_build_settle()'s */
@@ -87,9 +88,20 @@ static void lease_answer(struct limiter_release *r, const struct stored_settle *
 {
 	limiter_settle_cb cb = r->cb;
 
+	ev_timer_stop(r->l->loop, &r->answer_by);
 	r->cb = NULL;
 	if (cb)
 		cb(r->cb_arg, st);
+}
+
+/* <w>'s settle (w->data, borrowed) has waited redis-timeout for Redis: its
+ * caller (HAProxy's response) is answered without the state; the settle
+ * itself still waits for its reply, or is tried again. */
+static void lease_on_answer_by(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	lease_answer(w->data, NULL);
 }
 
 /* A record for <l>'s next release or settle, owned by the caller until
@@ -115,6 +127,8 @@ static struct limiter_release *lease_new(struct limiter *l, const struct window_
 	r->cb_arg = NULL;
 	ev_timer_init(&r->retry, lease_on_retry, 0., 0.);
 	r->retry.data = r;
+	ev_timer_init(&r->answer_by, lease_on_answer_by, 0., 0.);
+	r->answer_by.data = r;
 	return r;
 }
 
@@ -152,6 +166,7 @@ static void lease_free(struct limiter_release *r)
 	struct limiter *l = r->l;
 
 	ev_timer_stop(l->loop, &r->retry);
+	ev_timer_stop(l->loop, &r->answer_by);
 	if (r->prev)
 		r->prev->next = r->next;
 	else
@@ -356,6 +371,11 @@ int limiter_settle(struct limiter *l, const struct window_policy *p, const char 
 	r->nwin = r->a.nkeys - 1;
 	r->cb = cb;
 	r->cb_arg = arg;
+	/* (a slow Redis holds HAProxy's response no longer than a decision) */
+	if (cb) {
+		ev_timer_set(&r->answer_by, (double)l->timeout_ms / 1000., 0.);
+		ev_timer_start(l->loop, &r->answer_by);
+	}
 	lease_link(r);
 	return 0;
 }
@@ -389,6 +409,7 @@ void limiter_releases_free(struct limiter *l)
 		else
 			lease_count_settle(l, METRICS_SETTLE_FAILED);
 		ev_timer_stop(l->loop, &r->retry);
+		ev_timer_stop(l->loop, &r->answer_by);
 		free(r);
 	}
 	l->releases = NULL;

@@ -328,6 +328,44 @@ static void test_release_records_reused(void **state)
 	one_stop();
 }
 
+static unsigned settles_unanswered;
+
+static void on_settled_any(void *arg, const struct stored_settle *st)
+{
+	(void)arg;
+	if (st)
+		settles_answered++;
+	else
+		settles_unanswered++;
+}
+
+/* A settle Redis does not answer: its caller (HAProxy's response) is told
+ * "no state" at redis-timeout, once, while the settle itself stays with
+ * hiredis; freeing the limiter answers nobody twice. */
+static void test_settle_answer_by_timeout(void **state)
+{
+	struct window_policy p = pol;
+	const char *id = "0123456789abcdef0123456789abcdef";
+
+	(void)state;
+	p.lease_ms = 60000;
+	snprintf(p.settle_hdr, sizeof(p.settle_hdr), "x-cost");
+	settles_answered = settles_unanswered = 0;
+	assert_int_equal(fake_start(&f, loop), 0);
+	fake_step(&f, FAKE_EXPECT, "EVALSHA");
+	fake_step(&f, FAKE_STALL, NULL);
+	/* (redis-timeout 2 s: the link's stall limit, 20 s, lies past WAIT's
+	 * 10 s, so only the settle's own deadline answers within it) */
+	one_connect(2000, true);
+	assert_int_equal(limiter_settle(l, &p, "alice", 5, id, 3, on_settled_any, NULL), 0);
+	WAIT(settles_unanswered == 1);
+	assert_int_equal(settles_answered, 0);
+	assert_non_null(l->releases);          /* still held, still tried */
+	one_stop();
+	assert_int_equal(settles_unanswered, 1);
+	assert_int_equal(settles_answered, 0);
+}
+
 /* The setup sequence, then a decision from the script's reply. */
 static void test_allow(void **state)
 {
@@ -1398,6 +1436,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
 		cmocka_unit_test(test_lease_ids),
 		cmocka_unit_test_setup_teardown(test_release_records_reused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_settle_answer_by_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_answers_pending, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_args, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_trim, setup, teardown),
