@@ -48,7 +48,7 @@ h.check("the 503 body's reason is txn.rl.reason, defaulting to HAProxy's own", m
 haproxy_reasons = {m.group(1)} if m else set()
 h.eq("the table lists exactly the agent's reasons and HAProxy's default",
      sorted(agent_reasons | haproxy_reasons), sorted(rows))
-conn_c = read("spoa", "conn", "conn_notify.c")   # where the ACK is built
+conn_c = read("spoa", "conn", "conn_ack.c")   # where the ACK is built
 h.check("the ACK's reason variable is window_reason_str() (same strings as the table)",
         re.search(r'why = window_reason_str\(d->reason\).*?"reason", why', conn_c, re.S))
 h.check("errors_total's reason label is window_reason_str() (same strings)",

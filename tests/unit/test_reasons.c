@@ -3,7 +3,7 @@
  *
  * The code's reasons are one table: enum window_reason and its names
  * (window_reason_str(), spoa/core/window.c), the only text the agent ever puts
- * in txn.rl.reason (conn_notify.c). The docs list them in four places:
+ * in txn.rl.reason (conn_ack.c). The docs list them in four places:
  * docs/protocol.md's `reason` row and its reason table, docs/configuration.md's
  * txn.rl.reason row (which adds the HAProxy block's own `no-decision`), and
  * docs/operations.md's errors_total row (which names other things too: only
