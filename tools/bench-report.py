@@ -295,6 +295,7 @@ def self_cpu(k, alone='wrk_self_alone'):
             R.get(k + '_sirq_us', '-'))
 SELF_ROWS = (('wrk_self_floor', 'SPOE floor (bench/spoa-floor)'), ('wrk_self_script', 'script (EVALSHA)'),
              ('wrk_self_mod', 'module (RATELIMIT.DECIDE), TCP'),
+             ('wrk_self_mod_lean', 'module, lean answer (RL_IETF_ONLY), TCP'),
              ('wrk_self_mod_unix', 'module, unix sockets on both legs'))
 ss = [(eng, R.get(k + '_rounds', '-'), rtxt(k, 'wrk_self_alone'),
        rtxt(k, 'wrk_self_floor') if k != 'wrk_self_floor' else '-') + self_cpu(k)
@@ -313,6 +314,7 @@ SS_HEAD = ('self-answering, no JWT', 'req/s rounds', 'vs HAProxy alone', 'vs SPO
            'HAProxy alone µs', 'HAProxy µs', 'agent µs', 'redis-server µs', 'softirq µs')
 r_self = ratio('wrk_self_mod', 'wrk_self_alone') if 'wrk_self_mod_rps' in R else None
 r_self_floor = ratio('wrk_self_mod', 'wrk_self_floor') if 'wrk_self_mod_rps' in R else None
+r_lean_floor = ratio('wrk_self_mod_lean', 'wrk_self_floor') if 'wrk_self_mod_lean_rps' in R else None
 sirq_tcp, sirq_unix = num('wrk_self_mod_sirq_us'), num('wrk_self_mod_unix_sirq_us')
 r_sirq = None if sirq_tcp is None or sirq_unix is None or not sirq_tcp else sirq_unix / sirq_tcp
 hir_full, hir_lean = num('hir_full'), num('hir_lean')
@@ -351,6 +353,9 @@ targets41 = [
     ('module, self-answering shape, >= 1.15x the SPOE floor',
      '-' if r_self_floor is None else rtxt('wrk_self_mod', 'wrk_self_floor'),
      verdict(None if r_self_floor is None else r_self_floor >= 1.15), margin(r_self_floor, 1.15)),
+    ('  the same, the lean answer (RL_IETF_ONLY: 3 variables against the floor\'s 7)',
+     '-' if r_lean_floor is None else rtxt('wrk_self_mod_lean', 'wrk_self_floor'),
+     verdict(None if r_lean_floor is None else r_lean_floor >= 1.15), margin(r_lean_floor, 1.15)),
     ('softirq per request with unix sockets on both legs <= 0.5x TCP (module, self-answering)',
      ('-' if r_sirq is None else f"{r_sirq:.2f}x ({sirq_unix} vs {sirq_tcp} µs, whole machine, during wrk)")
      + ('' if 'legs_unix_total_us' not in R else

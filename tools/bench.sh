@@ -527,7 +527,7 @@ tools/edge-alone.sh haproxy/haproxy.cfg >"$T/haproxy-alone.cfg" || die "tools/ed
 # (not tests/lib.sh's start_edge: one instance, its log to /dev/null).
 declare -A EDGE_PIDS
 start_bench_edge() {
-	local name=$1 cfg=$2 agent_port=${3:-$MAIN_AGENT_PORT} agent_addr
+	local name=$1 cfg=$2 agent_port=${3:-$MAIN_AGENT_PORT} agent_addr extra=${4:-}
 	# a port on loopback, or an address as is (unix@/path)
 	agent_addr=127.0.0.1:$agent_port
 	[[ $agent_port == *@* ]] && agent_addr=$agent_port
@@ -537,6 +537,8 @@ start_bench_edge() {
 	            "RL_TRANSFERS_ADDR=127.0.0.1:$BE_T" "RL_ACCOUNTS_ADDR=127.0.0.1:$BE_A"
 	            "RL_JWT_PUBKEY=$CACHE/jwt/jwt-public.pem" "RL_HAPROXY_DIR=$ROOT/haproxy"
 	            "RL_ADMIN_SOCK=$T/admin-$name.sock" RL_LOG=stdout)
+	# (an edge variable more, e.g. RL_IETF_ONLY=1: the lean answer)
+	[ -z "$extra" ] || envs+=("$extra")
 	env "${envs[@]}" "$HAPROXY" -c -q -f "$cfg" >"$T/edge-$name.check" 2>&1 \
 		|| { cat "$T/edge-$name.check" >&2; die "haproxy refused $cfg"; }
 	# the per-request log line is formatted as in production, written to /dev/null
@@ -661,6 +663,11 @@ if [ "$SELF" = 1 ]; then
 		start_bench_edge self_mod "$T/self-full.cfg" "$FULL_NOJWT_MOD_AGENT_PORT"
 		SELF_MOD_PORT=$EDGE_PORT
 		nojwt_ready "$SELF_MOD_PORT"
+		# the module again, the lean answer (RL_IETF_ONLY: the IETF pair
+		# only, three variables on an admission against the floor's seven)
+		start_bench_edge self_mod_lean "$T/self-full.cfg" "$FULL_NOJWT_MOD_AGENT_PORT" RL_IETF_ONLY=1
+		SELF_MOD_LEAN_PORT=$EDGE_PORT
+		nojwt_ready "$SELF_MOD_LEAN_PORT"
 		# the module again, unix sockets on both legs: HAProxy -> agent
 		# (listen unix:, server unix@) and agent -> Redis (unix://)
 		LISTEN=unix:$T/agent-unix.sock REDIS_URL=unix://$T/redis.sock ENGINE=module \
@@ -724,9 +731,10 @@ for shape in "" $SHAPE2; do
 			full_nojwt "self_floor_r$i" "$SELF_FLOOR_PORT" "$FLOOR_PID"
 			full_nojwt "self_script_r$i" "$SELF_SCRIPT_PORT" "$MAIN_AGENT_PID"
 			[ -z "$MOD_AGENT_PID" ] || full_nojwt "self_mod_r$i" "$SELF_MOD_PORT" "$MOD_AGENT_PID"
+			[ -z "$MOD_AGENT_PID" ] || full_nojwt "self_mod_lean_r$i" "$SELF_MOD_LEAN_PORT" "$MOD_AGENT_PID"
 			[ -z "$MOD_AGENT_PID" ] || full_nojwt "self_mod_unix_r$i" "$SELF_MOD_UNIX_PORT" "$UNIX_AGENT_PID"
 		done
-		for n in self_alone self_floor self_script self_mod self_mod_unix; do pick_median wrk "$n"; done
+		for n in self_alone self_floor self_script self_mod self_mod_lean self_mod_unix; do pick_median wrk "$n"; done
 	fi
 	WRK_THREADS=$REPORT_THREADS WRK_CONNS=$REPORT_CONNS
 	pick_median wrk "alone_nojwt$sfx"; pick_median wrk "full_nojwt_floor$sfx"; pick_median wrk "full_nojwt$sfx"
