@@ -1,7 +1,8 @@
 /*
  * conn_notify - the NOTIFY side of a connection, above the transport: a
- * NOTIFY's message checked and handed to the limiter, its decision, the
- * ACK built (variables and RateLimit headers) and counted. It owns each
+ * NOTIFY's message checked and handed to the limiter, a "ratelimit-done"
+ * message's release and settle, the decision counted and the ACK sent
+ * (built in conn_ack.c: variables and RateLimit headers). It owns each
  * connection's requests, in-flight count and decisions (struct
  * conn_notify); when the connection closes first, that state stays, with
  * its requests, on ne->detached until their decisions came. What it needs
