@@ -374,9 +374,11 @@ const char *rl_settle(RedisModuleCtx *ctx, RedisModuleString **keys, size_t nk,
 	 * every window could be read as the decisions read it */
 	out->known = 1;
 	for (i = 0; i < n && !err; i++) {
+		/* (an error leaves <st> as it was: unknown) */
+		memset(&st, 0, sizeof(st));
 		err = w[i].burst ? settle_gcra(ctx, keys[i], &w[i], delta, now, &st)
 		                 : settle_log(ctx, keys[i], &w[i], delta, deleted ? sc[i] : -1, now, &st);
-		if (!st.known)
+		if (err || !st.known)
 			out->known = 0;
 		else if (i == 0 || st.remaining < out->state.remaining) {
 			out->state = st;

@@ -27,12 +27,14 @@ static int hdrs_get_str(const unsigned char **p, const unsigned char *end, struc
 int spop_hdrs_find(const unsigned char *hdrs, size_t len, const char *name, size_t name_len,
                    struct spop_str *value)
 {
-	const unsigned char *p = hdrs, *end = hdrs + len;
+	const unsigned char *p, *end;
 	struct spop_str n, v;
 	int found = 0;
 
 	if (!hdrs || name_len == 0)
 		return -1;
+	p = hdrs;
+	end = hdrs + len;
 	/* the whole list is read, so that a truncated one is refused even
 	 * when the header came first (a list cut short may have lost more) */
 	for (;;) {
