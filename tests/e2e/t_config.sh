@@ -43,8 +43,8 @@ check "haproxy.cfg: no mode spop" test -z "$(grep 'mode spop' <<<"$cfg")"
 check "haproxy.cfg: send-spoe-group" grep -q 'http-request send-spoe-group ratelimit rl-check' <<<"$cfg"
 check "haproxy.cfg: ratelimit-done at the response, only with a lease" \
 	grep -q 'http-response send-spoe-group ratelimit rl-done if { var(txn.rl.lease) -m found }$' <<<"$cfg"
-check "spoe-ratelimit.conf: ratelimit-done names policy, key, lease and the real cost (settle=)" \
-	grep -Pzq 'spoe-message ratelimit-done\n +args policy=var\(txn.rl_policy\) key=var\(txn.rl_key\) lease=var\(txn.rl.lease\) cost=var\(txn.rl_real\)\n' <<<"$spoe"
+check "spoe-ratelimit.conf: ratelimit-done names policy, key, lease, the real cost and the response's headers (settle=), lean or not" \
+	grep -Pzq 'spoe-message ratelimit-done\n\.if defined\(RL_IETF_ONLY\)\n +args policy=var\(txn.rl_policy\) key=var\(txn.rl_key\) lease=var\(txn.rl.lease\) cost=var\(txn.rl_real\) hdrs=res.hdrs_bin vars=str\(ietf\)\n\.else\n +args policy=var\(txn.rl_policy\) key=var\(txn.rl_key\) lease=var\(txn.rl.lease\) cost=var\(txn.rl_real\) hdrs=res.hdrs_bin\n\.endif\n' <<<"$spoe"
 check "spoe-ratelimit.conf: the agent sends both groups" grep -Eq '^ *groups rl-check rl-done$' <<<"$spoe"
 check "haproxy.cfg: 503 unless allow or deny" grep -Eq 'acl rl_decided +var\(txn.rl.status\) -m str allow deny' <<<"$cfg"
 # The client's address is an account only on a route whose identity is ip
