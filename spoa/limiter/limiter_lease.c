@@ -22,6 +22,7 @@
 #include "limiter_call.h"
 #include "limiter_cluster.h"
 #include "limiter_int.h"
+#include "limiter_verdict.h"
 #include "log.h"
 #include "stored.h"
 
@@ -215,22 +216,18 @@ static void lease_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
  * <r>'s caller. 0, or -1 when it is no settle's answer. */
 static int lease_settled(struct limiter_release *r, const redisReply *rep)
 {
-	int64_t v[6] = { 0 };
+	struct window_reply v;
 	struct stored_settle st;
-	size_t i;
 
-	if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements > 6)
+	/* (the decisions' reading of a reply's integers; a longer one than a
+	 * decision's is no settle's either) */
+	limiter_verdict_view(rep, &v);
+	if (v.kind != WINDOW_REPLY_INTEGERS || v.n > WINDOW_REPLY_INTS ||
+	    stored_read_settle(v.v, v.n, r->nwin, &st) == -1)
 		return -1;
-	for (i = 0; i < rep->elements; i++) {
-		if (rep->element[i]->type != REDIS_REPLY_INTEGER)
-			return -1;
-		v[i] = rep->element[i]->integer;
-	}
-	if (stored_read_settle(v, rep->elements, r->nwin, &st) == -1)
-		return -1;
-	log_debug("settled", "key=%.*s code=%lld delta=%lld known=%d",
-	          (int)r->a.argvlen[2 + r->a.nkeys], r->a.argv[2 + r->a.nkeys], (long long)v[0],
-	          (long long)v[1], st.known);
+	log_debug("settled", "key=%.*s code=%d delta=%lld known=%d",
+	          (int)r->a.argvlen[2 + r->a.nkeys], r->a.argv[2 + r->a.nkeys], st.settled,
+	          (long long)st.delta, st.known);
 	lease_count_settle(r->l, !st.settled ? METRICS_SETTLE_GONE :
 	                         st.delta > 0 ? METRICS_SETTLE_CHARGED :
 	                         st.delta < 0 ? METRICS_SETTLE_REFUNDED : METRICS_SETTLE_EVEN);

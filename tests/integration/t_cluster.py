@@ -18,6 +18,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import harness  # noqa: E402
 from harness import AGENT, Harness, race, wait_port  # noqa: E402,F401
 import spop  # noqa: E402
 
@@ -207,6 +208,19 @@ class Cluster:
 
     def seeds(self, n=2):
         return ",".join("127.0.0.1:%d" % p for p in self.ports[:n])
+
+
+class EngineCluster(Cluster):
+    """A Cluster whose nodes load the module when the suite runs on it
+    (SPOA_TEST_REDIS_ENGINE=module), as the harness's own servers do."""
+
+    def start_node(self, port, node_timeout=1000):
+        spawn = self.h.spawn
+        self.h.spawn = lambda argv, log: spawn(argv + harness.module_args(), log)
+        try:
+            return super().start_node(port, node_timeout)
+        finally:
+            self.h.spawn = spawn
 
 
 def start_agent(h, cluster, extra, threads=2):

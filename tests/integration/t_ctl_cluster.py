@@ -12,22 +12,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import Harness  # noqa: E402
-from t_cluster import Cluster, key_slot, start_agent, wait_decisions  # noqa: E402
+from t_cluster import EngineCluster, key_slot, start_agent, wait_decisions  # noqa: E402
 from t_ctl import POLICIES, conn, ctl, ctl_json, run_common  # noqa: E402
-
-
-
-class EngineCluster(Cluster):
-    """t_cluster's Cluster whose nodes load the module when the suite runs
-    on it (SPOA_TEST_REDIS_ENGINE=module), as the harness's own servers do."""
-
-    def start_node(self, port, node_timeout=1000):
-        spawn = self.h.spawn
-        self.h.spawn = lambda argv, log: spawn(argv + harness.module_args(), log)
-        try:
-            return super().start_node(port, node_timeout)
-        finally:
-            self.h.spawn = spawn
 
 
 h = Harness()

@@ -21,21 +21,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import Harness, wait_for  # noqa: E402
 import spop  # noqa: E402
-from t_cluster import Cluster, key_slot, start_agent, wait_decisions  # noqa: E402
+from t_cluster import EngineCluster, key_slot, start_agent, wait_decisions  # noqa: E402
 
 POLICIES = "policy warm 10/1s\npolicy export 100/1h inflight=2 lease=10m\n"
-
-
-class EngineCluster(Cluster):
-    """Nodes that load the module when the suite runs on it (as t_ctl_cluster.py's)."""
-
-    def start_node(self, port, node_timeout=1000):
-        spawn = self.h.spawn
-        self.h.spawn = lambda argv, log: spawn(argv + harness.module_args(), log)
-        try:
-            return super().start_node(port, node_timeout)
-        finally:
-            self.h.spawn = spawn
 
 
 def done(c, key, lease):

@@ -27,24 +27,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import Harness  # noqa: E402
 import spop  # noqa: E402
-from t_cluster import Cluster, key_slot, start_agent, wait_decisions  # noqa: E402
+from t_cluster import EngineCluster, key_slot, start_agent, wait_decisions  # noqa: E402
 from t_ctl import ctl, ctl_json  # noqa: E402
 
 LOG, ACC = "shared:pool:p1:{shared}", "shared:pool:a1:{shared}"
 POLICIES = "policy warm 10/1s\npool shared 20/1h headroom=4\npolicy api 1000/1h pool=shared\n"
-
-
-
-class EngineCluster(Cluster):
-    """Nodes that load the module when the suite runs on it (as t_ctl_cluster.py's)."""
-
-    def start_node(self, port, node_timeout=1000):
-        spawn = self.h.spawn
-        self.h.spawn = lambda argv, log: spawn(argv + harness.module_args(), log)
-        try:
-            return super().start_node(port, node_timeout)
-        finally:
-            self.h.spawn = spawn
 
 
 h = Harness()

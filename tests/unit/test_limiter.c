@@ -289,13 +289,25 @@ static void test_lease_ids(void **state)
 		assert_string_not_equal(ids[j - 1], ids[j]);
 }
 
-static unsigned settles_answered;
+static unsigned settles_answered, settles_unanswered;
 
+/* A settle's caller: what it was told (a state, or none). */
 static void on_settled(void *arg, const struct stored_settle *st)
 {
 	(void)arg;
-	assert_non_null(st);
-	settles_answered++;
+	if (st)
+		settles_answered++;
+	else
+		settles_unanswered++;
+}
+
+/* <p>: the test policy under settle= (and inflight=, when <inflight>). */
+static void settle_policy(struct window_policy *p, uint64_t inflight)
+{
+	*p = pol;
+	p->inflight = inflight;
+	p->lease_ms = 60000;
+	snprintf(p->settle_hdr, sizeof(p->settle_hdr), "x-cost");
 }
 
 /* A release's or settle's record is kept once answered and serves the
@@ -303,14 +315,12 @@ static void on_settled(void *arg, const struct stored_settle *st)
  * released, not read as a settle's answer). */
 static void test_release_records_reused(void **state)
 {
-	struct window_policy p = pol;
+	struct window_policy p;
 	const char *id = "0123456789abcdef0123456789abcdef";
 
 	(void)state;
-	p.inflight = 5;
-	p.lease_ms = 60000;
-	snprintf(p.settle_hdr, sizeof(p.settle_hdr), "x-cost");
-	settles_answered = 0;
+	settle_policy(&p, 5);
+	settles_answered = settles_unanswered = 0;
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_rule(&f, "EVALSHA", "*2\r\n:1\r\n:0\r\n");
 	one_connect(1000, true);
@@ -324,19 +334,9 @@ static void test_release_records_reused(void **state)
 	assert_int_equal(limiter_release(l, &p, "alice", 5, id), 0);
 	WAIT(metrics.leases[METRICS_LEASE_RELEASED] == 2);
 	assert_int_equal(settles_answered, 1);
+	assert_int_equal(settles_unanswered, 0);
 	assert_int_equal(l->nrelease_spare, 1);
 	one_stop();
-}
-
-static unsigned settles_unanswered;
-
-static void on_settled_any(void *arg, const struct stored_settle *st)
-{
-	(void)arg;
-	if (st)
-		settles_answered++;
-	else
-		settles_unanswered++;
 }
 
 /* A settle Redis does not answer: its caller (HAProxy's response) is told
@@ -344,12 +344,11 @@ static void on_settled_any(void *arg, const struct stored_settle *st)
  * hiredis; freeing the limiter answers nobody twice. */
 static void test_settle_answer_by_timeout(void **state)
 {
-	struct window_policy p = pol;
+	struct window_policy p;
 	const char *id = "0123456789abcdef0123456789abcdef";
 
 	(void)state;
-	p.lease_ms = 60000;
-	snprintf(p.settle_hdr, sizeof(p.settle_hdr), "x-cost");
+	settle_policy(&p, 0);
 	settles_answered = settles_unanswered = 0;
 	assert_int_equal(fake_start(&f, loop), 0);
 	fake_step(&f, FAKE_EXPECT, "EVALSHA");
@@ -357,7 +356,7 @@ static void test_settle_answer_by_timeout(void **state)
 	/* (redis-timeout 2 s: the link's stall limit, 20 s, lies past WAIT's
 	 * 10 s, so only the settle's own deadline answers within it) */
 	one_connect(2000, true);
-	assert_int_equal(limiter_settle(l, &p, "alice", 5, id, 3, on_settled_any, NULL), 0);
+	assert_int_equal(limiter_settle(l, &p, "alice", 5, id, 3, on_settled, NULL), 0);
 	WAIT(settles_unanswered == 1);
 	assert_int_equal(settles_answered, 0);
 	assert_non_null(l->releases);          /* still held, still tried */
